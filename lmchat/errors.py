@@ -1,0 +1,81 @@
+"""Typed errors. Each says what was wrong and where.
+
+Everything lmchat raises on purpose derives from :class:`LmchatError`; errors
+about bad input also derive from :class:`ValueError` so callers that only know
+the standard library still catch them.
+"""
+from __future__ import annotations
+
+import difflib
+from typing import Iterable
+
+
+class LmchatError(Exception):
+    """Base class of every error lmchat raises on purpose."""
+
+
+class InvalidMessages(LmchatError, ValueError):
+    """A conversation is malformed: names the message index and the field."""
+
+    def __init__(self, reason: str, *, index: int | None = None, field: str | None = None):
+        self.reason = reason
+        self.index = index
+        self.field = field
+        where = []
+        if index is not None:
+            where.append(f"messages[{index}]")
+        if field is not None:
+            where.append(f"field {field!r}")
+        prefix = (" ".join(where) + ": ") if where else ""
+        super().__init__(prefix + reason)
+
+
+class TemplateRuleError(InvalidMessages):
+    """The conversation breaks a rule of the model's official chat template.
+
+    ``rule`` is a short stable identifier (e.g. ``'alternation'``,
+    ``'system-unsupported'``); the message is the one the official template
+    raises, so users see the same wording as with transformers.
+    """
+
+    def __init__(self, rule: str, reason: str, *, index: int | None = None, field: str | None = None):
+        self.rule = rule
+        super().__init__(f"{reason} [rule: {rule}]", index=index, field=field)
+
+
+class UnknownTemplate(LmchatError, KeyError):
+    """No template is registered under this name; lists the closest names."""
+
+    def __init__(self, name: str, known: Iterable[str]):
+        self.name = name
+        known = sorted(set(known))
+        self.suggestions = difflib.get_close_matches(name, known, n=5, cutoff=0.5)
+        hint = f"; did you mean {', '.join(self.suggestions)}?" if self.suggestions else ""
+        super().__init__(f"unknown chat template {name!r}{hint} (see `lmchat templates`)")
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return self.args[0]
+
+
+class TemplateConfigError(LmchatError, ValueError):
+    """A template definition (overrides, config file) has a bad field."""
+
+    def __init__(self, reason: str, *, field: str | None = None, source: str | None = None):
+        self.field = field
+        self.source = source
+        where = " ".join(p for p in (source, f"field {field!r}" if field else None) if p)
+        super().__init__(f"{where}: {reason}" if where else reason)
+
+
+class SessionError(LmchatError, RuntimeError):
+    """An operation does not fit the session's state (e.g. commit without a prompt)."""
+
+
+class ModelMatchError(LmchatError, LookupError):
+    """A model could not be matched to exactly one template; lists candidates."""
+
+    def __init__(self, model: str, reason: str, candidates: Iterable[str] = ()):
+        self.model = model
+        self.candidates = sorted(set(candidates))
+        tail = f"; candidates: {', '.join(self.candidates)}" if self.candidates else ""
+        super().__init__(f"{model!r}: {reason}{tail}")

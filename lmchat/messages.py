@@ -1,0 +1,54 @@
+"""OpenAI-style messages: normalisation and the checks every template shares.
+
+Normalisation mirrors what transformers 5.x does before rendering a chat
+template, so built-in templates see exactly what the official Jinja sees:
+keys whose value is ``None`` are dropped, and ``reasoning_content`` /
+``thinking`` / ``reasoning`` are aliased to each other.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any, Iterable, Mapping
+
+from .errors import InvalidMessages
+
+REASONING_KEYS = ("reasoning_content", "thinking", "reasoning")
+
+Message = dict[str, Any]
+
+
+def normalize_message(message: Mapping[str, Any], index: int) -> Message:
+    """Return a deep, normalised copy of one message (the caller's object is never touched)."""
+    if not isinstance(message, Mapping):
+        raise InvalidMessages(f"expected a message object, got {type(message).__name__}", index=index)
+    role = message.get("role")
+    if not isinstance(role, str) or not role:
+        raise InvalidMessages("missing or non-string role", index=index, field="role")
+    out = {k: copy.deepcopy(v) for k, v in message.items() if v is not None}
+    reasoning = next((out[k] for k in REASONING_KEYS if k in out), None)
+    if reasoning is not None:
+        out = {"thinking": reasoning, **out, "reasoning_content": reasoning}
+    return out
+
+
+def normalize_messages(messages: Iterable[Mapping[str, Any]], start: int = 0) -> list[Message]:
+    if isinstance(messages, (str, bytes)) or not isinstance(messages, Iterable):
+        raise InvalidMessages(f"expected a list of messages, got {type(messages).__name__}")
+    return [normalize_message(m, start + i) for i, m in enumerate(messages)]
+
+
+def text(message: Message, index: int, field: str = "content") -> str:
+    """The string value of ``field``; templates that concatenate content need a string."""
+    value = message.get(field)
+    if isinstance(value, str):
+        return value
+    if value is None:
+        raise InvalidMessages("missing content", index=index, field=field)
+    raise InvalidMessages(f"expected a string, got {type(value).__name__}", index=index, field=field)
+
+
+def optional_text(message: Message, index: int, field: str = "content") -> str:
+    """Like :func:`text` but a missing field reads as ''."""
+    if message.get(field) is None:
+        return ""
+    return text(message, index, field)

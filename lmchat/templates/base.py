@@ -1,0 +1,327 @@
+"""The template base class: bundled sampling settings plus a piecewise renderer.
+
+A rendering is ``header + piece(0) + piece(1) + ... + piece(n-1) + tail``:
+
+* ``header(chat)``: what precedes the first message (bos, a default system prompt);
+* ``piece(chat, i)``: the text of message ``i`` (it may read any message, e.g. its
+  neighbours to group tool results);
+* ``tail(chat)``: the generation prompt, when asked for.
+
+Full rendering and per-turn deltas use the same code. A session re-renders only
+the pieces from ``rerender_from(chat, n_old)`` on, which is O(turn); a template
+whose pieces depend on messages further away (reasoning kept after the last
+query, a system prompt moved to the last user turn) says so by overriding it.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Any, ClassVar, Mapping, Sequence
+
+import attrs
+
+from ..errors import InvalidMessages, TemplateConfigError, TemplateRuleError
+from ..messages import Message, normalize_messages, text
+
+SAMPLING_FIELDS = ("session_len", "top_p", "top_k", "temperature", "repetition_penalty", "stop_words", "capability")
+
+
+@attrs.define(slots=True)
+class Chat:
+    """One conversation as a template sees it: normalised messages plus render options.
+
+    A session keeps one ``Chat`` and appends to ``messages``; the cached round
+    numbers grow with it, so asking for the round of the newest message is O(1).
+    """
+
+    messages: list[Message]
+    tools: list[dict] | None = None
+    add_generation_prompt: bool = True
+    date: _dt.date | None = None
+    kwargs: Mapping[str, Any] = attrs.field(factory=dict)
+    _rounds: list[int] = attrs.field(factory=list, repr=False)
+
+    def role(self, i: int) -> str | None:
+        """Role of message ``i``, or None outside the conversation."""
+        if 0 <= i < len(self.messages):
+            return self.messages[i]["role"]
+        return None
+
+    def round(self, i: int) -> int:
+        """1-based number of user turns up to and including message ``i``."""
+        rounds = self._rounds
+        if len(rounds) > len(self.messages):  # messages were dropped (undo/truncate)
+            del rounds[len(self.messages):]
+        while len(rounds) <= i:
+            j = len(rounds)
+            prev = rounds[-1] if rounds else 0
+            rounds.append(prev + (self.messages[j]["role"] == "user"))
+        return rounds[i]
+
+    def today(self) -> _dt.date:
+        return self.date or _dt.date.today()
+
+    def text(self, i: int, field: str = "content") -> str:
+        return text(self.messages[i], i, field)
+
+
+def _stop_words(value):
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return (value,)
+    return tuple(value)
+
+
+def stops(*words: str):
+    """Field declaration of a template's default stop words (keeps the converter on override)."""
+    return attrs.field(default=words or None, converter=_stop_words)
+
+
+def _capability(instance, attribute, value):
+    if value not in ("chat", "completion"):
+        raise TemplateConfigError(f"must be 'chat' or 'completion', got {value!r}", field="capability")
+
+
+@attrs.frozen(kw_only=True)
+class BaseTemplate:
+    """A chat template with the sampling settings of its model.
+
+    Instances are frozen: everything that changes during a conversation lives in
+    the session. The string fields use LMDeploy's vocabulary; ``eoa`` is the
+    end-of-turn marker the model emits itself (a stop word, kept by the engine in
+    its KV cache), ``separator`` what the template puts after it, which the next
+    turn's delta supplies.
+    """
+
+    registered_name: ClassVar[str | None] = None
+    #: where the bundled sampling settings come from (shown by `lmchat templates`)
+    hyperparameter_source: ClassVar[str] = "LMDeploy defaults (no model-specific values known)"
+    #: the official chat template this one is byte-exact with (a corpus file stem), if any
+    official: ClassVar[str | None] = None
+    #: the ``bos_token``/``eos_token`` values the official template is rendered with
+    hf_special_tokens: ClassVar[Mapping[str, str]] = {}
+    #: plain conversations (no reasoning, no edge whitespace) never reset a session
+    prefix_stable: ClassVar[bool] = False
+    #: renders ``tools``, ``tool_calls`` and tool results as the official template does
+    supports_tools: ClassVar[bool] = False
+
+    session_len: int = 2048
+    top_p: float = 0.8
+    top_k: int | None = None
+    temperature: float = 0.8
+    repetition_penalty: float = 1.0
+    capability: str = attrs.field(default="chat", validator=_capability)
+    stop_words: tuple[str, ...] | None = attrs.field(default=None, converter=_stop_words)
+
+    bos: str = ""
+    system: str = ""
+    meta_instruction: str | None = None
+    eosys: str = ""
+    user: str = ""
+    eoh: str = ""
+    assistant: str = ""
+    eoa: str = ""
+    separator: str = ""
+
+    # ------------------------------------------------------------------ rendering
+    def header(self, chat: Chat) -> str:
+        """Text before the first message."""
+        return self.bos
+
+    def piece(self, chat: Chat, i: int) -> str:
+        """Text of message ``i``."""
+        raise NotImplementedError
+
+    def tail(self, chat: Chat) -> str:
+        """Text after the last message: the generation prompt when asked for."""
+        return self.assistant if chat.add_generation_prompt else ""
+
+    def rerender_from(self, chat: Chat, n_old: int) -> int:
+        """First message whose piece may change when messages are appended after ``n_old``.
+
+        The default covers pieces that look at their next neighbour (tool
+        results grouped into one block, an end marker only on the last turn).
+        """
+        return max(0, n_old - 1)
+
+    def check(self, chat: Chat) -> None:
+        """Conversation-wide rules, checked before rendering a whole conversation."""
+        if not chat.messages:
+            raise InvalidMessages("empty conversation: at least one message is required")
+
+    def render_window(self, chat: Chat, start: int) -> tuple[str, list[int]]:
+        """Render pieces ``start..n-1`` plus the tail (and the header when ``start == 0``).
+
+        Returns the text and the offsets, within it, where each piece starts;
+        the last offset is where the tail starts. A 'completion' template
+        renders bare content.
+        """
+        completion = self.capability == "completion"
+        parts = [self.header(chat)] if start == 0 and not completion else []
+        pos = len(parts[0]) if parts else 0
+        offsets = []
+        for i in range(start, len(chat.messages)):
+            p = chat.text(i) if completion else self.piece(chat, i)
+            offsets.append(pos)
+            parts.append(p)
+            pos += len(p)
+        offsets.append(pos)
+        if not completion:
+            parts.append(self.tail(chat))
+        return "".join(parts), offsets
+
+    def render(self, chat: Chat) -> str:
+        self.check(chat)
+        return self.render_window(chat, 0)[0]
+
+    def make_chat(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        tools: list[dict] | None = None,
+        add_generation_prompt: bool = True,
+        date: _dt.date | None = None,
+        **template_kwargs: Any,
+    ) -> Chat:
+        if isinstance(date, _dt.datetime):
+            date = date.date()
+        return Chat(
+            normalize_messages(messages),
+            tools=tools or None,
+            add_generation_prompt=add_generation_prompt,
+            date=date,
+            kwargs=template_kwargs,
+        )
+
+    # ------------------------------------------------------------------ LMDeploy API
+    def messages2prompt(
+        self,
+        messages,
+        sequence_start: bool = True,
+        *,
+        tools: list[dict] | None = None,
+        add_generation_prompt: bool = True,
+        date: _dt.date | None = None,
+        **template_kwargs: Any,
+    ) -> str:
+        """Render an OpenAI-style conversation (or a bare prompt string).
+
+        With ``sequence_start=False`` the result is what a session that already
+        holds a finished exchange receives for these messages (no meta
+        instruction, the glue after the last answer first).
+        """
+        if isinstance(messages, str):
+            return self.get_prompt(messages, sequence_start)
+        if not sequence_start:
+            return self._continuation(messages, tools=tools, date=date, **template_kwargs)
+        chat = self.make_chat(
+            messages, tools=tools, add_generation_prompt=add_generation_prompt, date=date, **template_kwargs
+        )
+        return self.render(chat)
+
+    def get_prompt(self, prompt: str, sequence_start: bool = True) -> str:
+        if self.capability == "completion":
+            return prompt
+        return self.decorate_prompt(prompt, sequence_start)
+
+    def decorate_prompt(self, prompt: str, sequence_start: bool = True) -> str:
+        """The prompt of one user turn; the meta instruction only when ``sequence_start``."""
+        if self.capability != "chat":
+            raise TemplateConfigError(f"{self.name} has no chat capability", field="capability")
+        message = [{"role": "user", "content": prompt}]
+        if sequence_start:
+            return self.messages2prompt(message)
+        return self._continuation(message)
+
+    def _continuation(self, messages, **options) -> str:
+        from ..session import Session  # the session owns delta computation
+
+        session = Session(self, **{k: v for k, v in options.items() if k in ("tools", "date")})
+        session.template_kwargs.update({k: v for k, v in options.items() if k not in ("tools", "date")})
+        session.prompt("\x00")
+        session.commit("\x01")
+        delta = session.extend(messages)
+        if delta.reset:
+            raise TemplateRuleError(
+                "history-rewrite",
+                f"template {self.name!r} rewrites earlier turns for these messages; "
+                "no continuation exists, render the whole conversation instead",
+            )
+        return delta.text
+
+    # ------------------------------------------------------------------ metadata
+    @property
+    def name(self) -> str:
+        return self.registered_name or type(self).__name__
+
+    @property
+    def sampling_params(self) -> dict[str, Any]:
+        """The bundled sampling settings."""
+        return {f: getattr(self, f) for f in SAMPLING_FIELDS}
+
+    def to_dict(self) -> dict[str, Any]:
+        """Registered name plus every field that differs from the class defaults."""
+        defaults = type(self)()
+        out: dict[str, Any] = {"name": self.name}
+        for a in attrs.fields(type(self)):
+            value = getattr(self, a.name)
+            if value != getattr(defaults, a.name):
+                out[a.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+    @staticmethod
+    def from_dict(data: Mapping[str, Any]) -> "BaseTemplate":
+        from ..registry import get_template
+
+        data = dict(data)
+        try:
+            name = data.pop("name")
+        except KeyError:
+            raise TemplateConfigError("missing", field="name") from None
+        return get_template(name, **data)
+
+    def evolve(self, **changes: Any) -> "BaseTemplate":
+        return attrs.evolve(self, **changes)
+
+
+@attrs.frozen(kw_only=True)
+class AffixTemplate(BaseTemplate):
+    """Templates whose every message is ``prefix + content + suffix`` by role.
+
+    The header is ``bos`` plus, when the conversation does not open with a
+    system message and ``meta_instruction`` is set, the default system prompt.
+    An assistant message ends with ``eoa + separator``.
+    """
+
+    #: roles this template renders; others raise (None: any role, see ``affixes``)
+    roles: ClassVar[tuple[str, ...] | None] = ("system", "user", "assistant")
+    #: strip whitespace around content, as templates with ``| trim`` do
+    strip_content: ClassVar[bool] = False
+
+    def header(self, chat: Chat) -> str:
+        if self.meta_instruction is not None and chat.role(0) != "system":
+            return f"{self.bos}{self.system}{self.meta_instruction}{self.eosys}"
+        return self.bos
+
+    def affixes(self, role: str) -> tuple[str, str]:
+        if role == "system":
+            return self.system, self.eosys
+        if role == "user":
+            return self.user, self.eoh
+        if role == "assistant":
+            return self.assistant, self.eoa + self.separator
+        raise KeyError(role)
+
+    def piece(self, chat: Chat, i: int) -> str:
+        role = chat.messages[i]["role"]
+        if self.roles is not None and role not in self.roles:
+            raise InvalidMessages(
+                f"role {role!r} is not supported by template {self.name!r} (supported: {', '.join(self.roles)})",
+                index=i,
+                field="role",
+            )
+        prefix, suffix = self.affixes(role)
+        content = chat.text(i)
+        if self.strip_content:
+            content = content.strip()
+        return f"{prefix}{content}{suffix}"

@@ -1,0 +1,129 @@
+"""The ChatML family: ``<|im_start|>{role}\\n{content}<|im_end|>\\n``.
+
+The model ends its turn with ``<|im_end|>`` (a stop word the engine keeps);
+the ``\\n`` after it is injected by the next turn's delta, as LMDeploy's Qwen
+delta starts with ``\\n<|im_start|>user``. Every member is prefix-stable: a
+plain conversation never resets.
+"""
+from __future__ import annotations
+
+import attrs
+
+from ..registry import register
+from .base import AffixTemplate, stops
+
+IM_START, IM_END = "<|im_start|>", "<|im_end|>"
+
+
+@register("chatml")
+@attrs.frozen(kw_only=True)
+class ChatML(AffixTemplate):
+    """Plain ChatML: any role name, no default system prompt."""
+
+    roles = None
+    prefix_stable = True
+
+    system: str = f"{IM_START}system\n"
+    eosys: str = f"{IM_END}\n"
+    user: str = f"{IM_START}user\n"
+    eoh: str = f"{IM_END}\n"
+    assistant: str = f"{IM_START}assistant\n"
+    eoa: str = IM_END
+    separator: str = "\n"
+    stop_words: tuple[str, ...] | None = stops(IM_END)
+
+    def affixes(self, role: str) -> tuple[str, str]:
+        if role in ("system", "user", "assistant"):
+            return super().affixes(role)
+        return f"{IM_START}{role}\n", f"{IM_END}\n"
+
+
+@register("internlm2", "internlm2_chat", "internlm2-chat", "internlm2-chat-7b", "internlm2-chat-20b")
+@attrs.frozen(kw_only=True)
+class InternLM2(ChatML):
+    """InternLM2-Chat: ChatML after ``<s>``. Roles pass through (``environment`` too)."""
+
+    official = "internlm__internlm2-chat-7b"
+    hyperparameter_source = "LMDeploy's internlm2 template (session_len 32768, top_p 0.8, temperature 0.8)"
+
+    session_len: int = 32768
+    bos: str = "<s>"
+    stop_words: tuple[str, ...] | None = stops(IM_END, "<|action_end|>")
+
+
+@register("internlm2.5", "internlm2_5", "internlm2d5", "internlm2_5-chat")
+@attrs.frozen(kw_only=True)
+class InternLM2_5(InternLM2):
+    """InternLM2.5-Chat: the InternLM2 format."""
+
+    official = "internlm__internlm2_5-7b-chat"
+
+
+@register("internlm3", "internlm3-instruct")
+@attrs.frozen(kw_only=True)
+class InternLM3(InternLM2):
+    """InternLM3-Instruct: the InternLM2 format."""
+
+    official = "internlm__internlm3-8b-instruct"
+    hyperparameter_source = "internlm3-8b-instruct generation_config.json (top_p 0.8, temperature 0.8); 32K context"
+
+
+@register("qwen", "qwen_chat", "qwen1.5", "qwen2", "qwen-chat", "qwen-7b", "qwen-14b")
+@attrs.frozen(kw_only=True)
+class Qwen(ChatML):
+    """Qwen1.5 / Qwen2: ChatML with a default system prompt."""
+
+    official = "Qwen__Qwen1.5-7B-Chat"
+    hyperparameter_source = (
+        "Qwen1.5-7B-Chat generation_config.json: top_p 0.8, top_k 20, temperature 0.7, "
+        "repetition_penalty 1.05; 32K context"
+    )
+
+    session_len: int = 32768
+    top_p: float = 0.8
+    top_k: int | None = 20
+    temperature: float = 0.7
+    repetition_penalty: float = 1.05
+    meta_instruction: str | None = "You are a helpful assistant."
+    stop_words: tuple[str, ...] | None = stops(IM_END, "<|endoftext|>")
+
+
+@register("yi", "yi-chat", "yi-34b-chat", "yi-6b-chat")
+@attrs.frozen(kw_only=True)
+class Yi(ChatML):
+    """Yi-Chat: ChatML, no default system prompt, no bos."""
+
+    official = "01-ai__Yi-34B-Chat"
+    hyperparameter_source = "Yi-34B-Chat generation_config.json: top_p 0.8, temperature 0.7; 4K context"
+
+    session_len: int = 4096
+    temperature: float = 0.7
+    stop_words: tuple[str, ...] | None = stops(IM_END, "<|endoftext|>")
+
+
+@register("smollm2", "smollm", "smollm2-instruct")
+@attrs.frozen(kw_only=True)
+class SmolLM2(ChatML):
+    """SmolLM2-Instruct: ChatML with SmolLM's default system prompt."""
+
+    official = "HuggingFaceTB__SmolLM2-135M-Instruct"
+    hyperparameter_source = "SmolLM2-Instruct model card (temperature 0.2, top_p 0.9); 8K context"
+
+    session_len: int = 8192
+    top_p: float = 0.9
+    temperature: float = 0.2
+    meta_instruction: str | None = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+    stop_words: tuple[str, ...] | None = stops(IM_END, "<|endoftext|>")
+
+
+@register("hermes3", "hermes-3", "hermes2-pro", "hermes")
+@attrs.frozen(kw_only=True)
+class Hermes3(ChatML):
+    """Hermes-3-Llama-3.1: ChatML after Llama 3's bos, with a default system prompt."""
+
+    official = "NousResearch__Hermes-3-Llama-3.1-8B"
+    hyperparameter_source = "Hermes-3 model card (Llama 3.1 context, 128K; sampling defaults otherwise)"
+
+    session_len: int = 131072
+    bos: str = "<|begin_of_text|>"
+    meta_instruction: str | None = "You are a helpful assistant."
