@@ -325,3 +325,16 @@ class AffixTemplate(BaseTemplate):
         if self.strip_content:
             content = content.strip()
         return f"{prefix}{content}{suffix}"
+
+
+ALTERNATION = "Conversation roles must alternate user/assistant/user/assistant/..."
+
+
+def check_alternation(chat: Chat, i: int, first: int = 0, message: str = ALTERNATION) -> None:
+    """The rule of Llama-2/Mistral/Gemma templates: user at even positions (from ``first``), else assistant.
+
+    Official templates test ``(role == 'user') != (loop.index0 % 2 == 0)``; only
+    the position matters, so the check is local to the message.
+    """
+    if (chat.role(i) == "user") != ((i - first) % 2 == 0):
+        raise TemplateRuleError("alternation", message, index=i, field="role")
