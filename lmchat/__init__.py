@@ -8,6 +8,7 @@ from .errors import (
     TemplateRuleError,
     UnknownTemplate,
 )
+from .matching import match_template
 from .registry import CHAT_TEMPLATES, get_template, template_names
 from .session import Delta, Session
 from .templates.base import AffixTemplate, BaseTemplate, Chat
@@ -29,5 +30,6 @@ __all__ = [
     "TemplateRuleError",
     "UnknownTemplate",
     "get_template",
+    "match_template",
     "template_names",
 ]
