@@ -184,17 +184,20 @@ class Session:
         self._rendered = len(self._chat.messages)
         return Delta(text, reset=was_holding, sequence_start=True, reason=reason if was_holding else None)
 
-    def commit(self, answer: str) -> None:
+    def commit(self, answer: str, **fields: Any) -> None:
         """Record the model's answer (without its stop word) for the pending prompt.
 
         The context gains the answer and the end-of-turn marker the model
-        emitted itself (``template.eoa``), which the engine keeps.
+        emitted itself (``template.eoa``), which the engine keeps. ``fields``
+        are stored on the assistant message (e.g. parsed ``tool_calls`` or
+        ``reasoning_content``); the next delta shows whether the template
+        renders them as the model wrote them.
         """
         if not self._pending:
             raise SessionError("commit() without a pending prompt: call prompt() first")
         if not isinstance(answer, str):
             raise SessionError(f"the answer must be a string, got {type(answer).__name__}")
-        self._chat.messages.extend(normalize_messages([{"role": "assistant", "content": answer}], len(self._chat.messages)))
+        self._chat.messages.extend(normalize_messages([{**fields, "role": "assistant", "content": answer}], len(self._chat.messages)))
         self._append(answer + self.template.eoa)
         self._pending = False
 

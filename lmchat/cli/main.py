@@ -1,0 +1,57 @@
+"""Entry point of the ``lmchat`` command.
+
+Subcommand modules are imported only when used, so ``lmchat render`` never
+pays for the REPL or the server.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from ..errors import LmchatError
+
+#: subcommand -> (module, one-line help)
+COMMANDS = {
+    "templates": ("lmchat.cli.templates_cmd", "list registered templates, aliases and bundled sampling settings"),
+    "render": ("lmchat.cli.render_cmd", "render a conversation (or its per-turn deltas) byte-exactly"),
+}
+
+
+class UsageError(LmchatError, ValueError):
+    """Bad command-line input (exit status 2)."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lmchat",
+        description="Exact chat prompts and stateful interactive sessions for chat LLMs.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(_module=module)
+        importlib.import_module(module).add_arguments(p)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "_module", None):
+        parser.print_help()
+        return 2
+    try:
+        return importlib.import_module(args._module).run(args) or 0
+    except BrokenPipeError:  # e.g. `lmchat templates | head`
+        sys.stderr.close()
+        return 0
+    except (LmchatError, ValueError, OSError) as exc:
+        print(f"lmchat {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""``lmchat render``: a conversation rendered byte-exactly, or its per-turn deltas."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+
+from ..errors import InvalidMessages, TemplateConfigError
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--template", required=True, metavar="NAME", help="registered template name or alias")
+    p.add_argument(
+        "--messages",
+        required=True,
+        metavar="FILE",
+        help="JSON list of OpenAI-style messages (or an object with 'messages' and 'tools'); '-' reads stdin",
+    )
+    p.add_argument("--tools", metavar="FILE", help="JSON list of OpenAI function schemas")
+    p.add_argument(
+        "--no-generation-prompt", action="store_true", help="do not append the assistant's generation prompt"
+    )
+    p.add_argument("--date", metavar="YYYY-MM-DD", help="date printed by templates that show one (default: today)")
+    p.add_argument("--kwargs", metavar="JSON", default="{}", help='extra template variables, e.g. \'{"enable_thinking": false}\'')
+    p.add_argument(
+        "--deltas",
+        action="store_true",
+        help="replay the conversation in a session and print the per-turn deltas as JSON",
+    )
+
+
+def _load_json(path: str, what: str):
+    try:
+        if path == "-":
+            return json.load(sys.stdin)
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except json.JSONDecodeError as exc:
+        raise InvalidMessages(f"{what} file {path!r} is not valid JSON: {exc}") from None
+
+
+def _date(text: str | None) -> dt.date | None:
+    if text is None:
+        return None
+    try:
+        return dt.date.fromisoformat(text)
+    except ValueError:
+        raise TemplateConfigError(f"expected YYYY-MM-DD, got {text!r}", field="--date") from None
+
+
+def _kwargs(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TemplateConfigError(f"not valid JSON: {exc}", field="--kwargs") from None
+    if not isinstance(value, dict):
+        raise TemplateConfigError("must be a JSON object", field="--kwargs")
+    return value
+
+
+def replay(template, messages, *, tools=None, date=None, template_kwargs=None) -> list[dict]:
+    """Feed a conversation to a session turn by turn; one record per delta."""
+    from ..session import Session
+
+    session = Session(template, tools=tools, date=date, template_kwargs=template_kwargs)
+    out, pending = [], []
+
+    def flush(index):
+        delta = session.extend(pending)
+        out.append({"index": index, **{k: getattr(delta, k) for k in ("text", "reset", "sequence_start", "reason")}})
+        pending.clear()
+
+    for i, message in enumerate(messages):
+        if isinstance(message, dict) and message.get("role") == "assistant" and (pending or session.pending):
+            if pending:
+                flush(i - 1)
+            fields = {k: v for k, v in message.items() if k not in ("role", "content")}
+            session.commit(message.get("content") or "", **fields)
+        else:
+            pending.append(message)
+    if pending:
+        flush(len(messages) - 1)
+    return out
+
+
+def run(args) -> int:
+    from ..registry import get_template
+
+    template = get_template(args.template)
+    data = _load_json(args.messages, "messages")
+    tools = None
+    if isinstance(data, dict):
+        tools = data.get("tools")
+        data = data.get("messages")
+    if not isinstance(data, list):
+        raise InvalidMessages("the messages file must hold a JSON list of messages")
+    if args.tools:
+        tools = _load_json(args.tools, "tools")
+    date, kwargs = _date(args.date), _kwargs(args.kwargs)
+    if args.deltas:
+        records = replay(template, data, tools=tools, date=date, template_kwargs=kwargs)
+        text = json.dumps(records, ensure_ascii=False, indent=2) + "\n"
+    else:
+        text = template.messages2prompt(
+            data, tools=tools, add_generation_prompt=not args.no_generation_prompt, date=date, **kwargs
+        )
+    sys.stdout.buffer.write(text.encode("utf-8"))
+    sys.stdout.flush()
+    return 0
