@@ -1,0 +1,1 @@
+"""Benchmarks (not tests): side-by-side measurements reported as ratios. Run `python -m bench NAME`."""

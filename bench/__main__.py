@@ -1,0 +1,9 @@
+"""``python -m bench NAME [options]`` runs ``bench/NAME.py``."""
+import importlib
+import sys
+
+if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
+    print("usage: python -m bench prompt_cost [--turns 1,10,50,200] [--template qwen2.5]")
+    sys.exit(0)
+module = importlib.import_module(f"bench.{sys.argv[1]}")
+sys.exit(module.main(sys.argv[2:]))
