@@ -62,7 +62,7 @@ class Session:
             date = date.date()
         self.date = date or _dt.date.today()  # frozen so the prompt prefix never changes at midnight
         self.template_kwargs: dict[str, Any] = dict(template_kwargs or {})
-        self._chat = Chat([], tools=list(tools) if tools else None, date=self.date, kwargs=self.template_kwargs)
+        self._chat = Chat([], tools=None if tools is None else list(tools), date=self.date, kwargs=self.template_kwargs)
         self._system = system
         if system is not None:
             self._chat.messages.append({"role": "system", "content": system})
@@ -184,11 +184,14 @@ class Session:
         self._rendered = len(self._chat.messages)
         return Delta(text, reset=was_holding, sequence_start=True, reason=reason if was_holding else None)
 
-    def commit(self, answer: str, **fields: Any) -> None:
-        """Record the model's answer (without its stop word) for the pending prompt.
+    def commit(self, answer: str, *, stop: str | None = None, **fields: Any) -> None:
+        """Record the model's answer for the pending prompt.
 
-        The context gains the answer and the end-of-turn marker the model
-        emitted itself (``template.eoa``), which the engine keeps. ``fields``
+        ``answer`` is the text the model generated after the generation prompt,
+        without the stop word. The context gains it plus the end-of-turn marker
+        that stopped it (``stop``, by default ``template.eoa``), which the engine
+        keeps. The stored message content is the answer without the template's
+        ``lead`` (text the model writes before the content proper). ``fields``
         are stored on the assistant message (e.g. parsed ``tool_calls`` or
         ``reasoning_content``); the next delta shows whether the template
         renders them as the model wrote them.
@@ -197,8 +200,11 @@ class Session:
             raise SessionError("commit() without a pending prompt: call prompt() first")
         if not isinstance(answer, str):
             raise SessionError(f"the answer must be a string, got {type(answer).__name__}")
-        self._chat.messages.extend(normalize_messages([{**fields, "role": "assistant", "content": answer}], len(self._chat.messages)))
-        self._append(answer + self.template.eoa)
+        lead = self.template.lead
+        content = answer[len(lead):] if lead and answer.startswith(lead) else answer
+        message = {**fields, "role": "assistant", "content": content}
+        self._chat.messages.extend(normalize_messages([message], len(self._chat.messages)))
+        self._append(answer + (self.template.eoa if stop is None else stop))
         self._pending = False
 
     def undo(self) -> list[Message]:

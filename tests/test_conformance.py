@@ -43,7 +43,7 @@ def test_battery(name, generation_prompt):
 @pytest.mark.parametrize("generation_prompt", [True, False])
 def test_tools(name, generation_prompt):
     for label, messages in TOOL_CONVERSATIONS.items():
-        for tools in (TOOLS, None):
+        for tools in (TOOLS, None, []):
             try:
                 assert_same(name, messages, add_generation_prompt=generation_prompt, tools=tools)
             except AssertionError as exc:

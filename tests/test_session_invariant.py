@@ -18,6 +18,7 @@ STABLE = [n for n in ALL if template_class(n).prefix_stable]
 
 
 def play(name, system, turns, *, check_stable=False, roundtrip=False):
+    """Replay a dialogue; answers are raw model output (``lead`` included when ``check_stable``)."""
     template = get_template(name)
     session = Session(template, system=system, date=DATE)
     messages = [] if system is None else [{"role": "system", "content": system}]
@@ -39,8 +40,10 @@ def play(name, system, turns, *, check_stable=False, roundtrip=False):
         else:
             assert before + delta.text == full
         assert session.context == full
-        session.commit(answer)
-        messages.append({"role": "assistant", "content": answer})
+        raw = template.lead + answer if check_stable else answer
+        session.commit(raw)
+        lead = template.lead
+        messages.append({"role": "assistant", "content": raw[len(lead):] if lead and raw.startswith(lead) else raw})
         if roundtrip:
             session = Session.from_dict(json.loads(json.dumps(session.to_dict())))
             assert session.messages == lmchat.messages.normalize_messages(messages)

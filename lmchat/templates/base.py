@@ -90,7 +90,10 @@ class BaseTemplate:
     the session. The string fields use LMDeploy's vocabulary; ``eoa`` is the
     end-of-turn marker the model emits itself (a stop word, kept by the engine in
     its KV cache), ``separator`` what the template puts after it, which the next
-    turn's delta supplies.
+    turn's delta supplies. ``lead`` is text the model writes itself between the
+    generation prompt and its answer's content (GLM's ``\n`` after
+    ``<|assistant|>``, the space after Llama-2's ``[/INST]``): the engine keeps it,
+    the message content does not.
     """
 
     registered_name: ClassVar[str | None] = None
@@ -122,6 +125,7 @@ class BaseTemplate:
     assistant: str = ""
     eoa: str = ""
     separator: str = ""
+    lead: str = ""
 
     # ------------------------------------------------------------------ rendering
     def header(self, chat: Chat) -> str:
@@ -187,7 +191,7 @@ class BaseTemplate:
             date = date.date()
         return Chat(
             normalize_messages(messages),
-            tools=tools or None,
+            tools=tools,
             add_generation_prompt=add_generation_prompt,
             date=date,
             kwargs=template_kwargs,

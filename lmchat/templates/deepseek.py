@@ -1,0 +1,278 @@
+"""DeepSeek: the LLM/V2 ``User:``/``Assistant:`` format, Coder's ``### Instruction:``, V3 and R1.
+
+The model ends an answer with its eos (``<｜end▁of▁sentence｜>``, Coder's
+``<|EOT|>``), which the engine does not keep: ``eoa`` is empty and the next
+turn's delta injects the rest of the canonical assistant segment (the eos, or
+Coder's ``\\n<|EOT|>\\n``), as LMDeploy's deepseek delta prepends the eos.
+
+Coder, V3 and R1 gather system messages into the header (Coder: its default
+system prompt only when the conversation has none anywhere), so a system
+message appended later rewrites the start of the prompt.
+"""
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import attrs
+
+from ..errors import InvalidMessages
+from ..registry import register
+from .base import AffixTemplate, BaseTemplate, Chat, stops
+from .render_utils import jstr
+
+BOS, EOS = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"
+TOKENS = {"bos_token": BOS, "eos_token": EOS}
+
+
+def _new_system(chat: Chat, n_old: int) -> bool:
+    """A header built from every system message changes when one is appended."""
+    return any(m["role"] == "system" for m in chat.messages[n_old:])
+
+
+@register("deepseek", "deepseek-chat", "deepseek_moe", "deepseek-moe")
+@attrs.frozen(kw_only=True)
+class DeepSeek(AffixTemplate):
+    """deepseek-llm-chat: ``User: {q}\\n\\nAssistant: {a}<eos>``, a system prompt is ``{s}\\n\\n``.
+
+    Other roles are skipped. The generation prompt is ``Assistant:`` and history
+    renders ``Assistant: {a}``: the model writes the space itself (``lead``), so
+    a raw answer `` Hello`` extends the held context and is stored as ``Hello``.
+    """
+
+    official = "deepseek-ai__deepseek-llm-7b-chat"
+    hyperparameter_source = "deepseek-llm-7b-chat: 4K context; sampling values not known, LMDeploy defaults"
+    hf_special_tokens = TOKENS
+    roles = None
+    prefix_stable = True
+
+    session_len: int = 4096
+    bos: str = BOS
+    eosys: str = "\n\n"
+    user: str = "User: "
+    eoh: str = "\n\n"
+    assistant: str = "Assistant:"  # the generation prompt; history adds a space
+    lead: str = " "
+    separator: str = EOS
+    stop_words: tuple[str, ...] | None = stops(EOS)
+
+    def affixes(self, role: str) -> tuple[str, str]:
+        if role == "assistant":
+            return self.assistant + " ", self.eoa + self.separator
+        return super().affixes(role)
+
+    def piece(self, chat: Chat, i: int) -> str:
+        if chat.role(i) not in ("system", "user", "assistant"):
+            return ""
+        return super().piece(chat, i)
+
+
+@register("deepseek-v2", "deepseek_v2")
+@attrs.frozen(kw_only=True)
+class DeepSeekV2(DeepSeek):
+    """DeepSeek-V2(-Lite)-Chat and Coder-V2: the deepseek-llm-chat format."""
+
+    official = "deepseek-ai__DeepSeek-V2-Chat"
+    hyperparameter_source = (
+        "DeepSeek-V2-Chat config.json max_position_embeddings 163840 (128K advertised); "
+        "sampling values not known, LMDeploy defaults"
+    )
+
+    session_len: int = 163840
+
+
+CODER_SYSTEM = (
+    "You are an AI programming assistant, utilizing the Deepseek Coder model, developed by Deepseek Company, "
+    "and you only answer questions related to computer science. For politically sensitive questions, security "
+    "and privacy issues, and other non-computer science questions, you will refuse to answer\n"
+)
+
+
+@register("deepseek-coder", "deepseek_coder", "deepseekcoder")
+@attrs.frozen(kw_only=True)
+class DeepSeekCoder(AffixTemplate):
+    """deepseek-coder-instruct: ``### Instruction:\\n{q}\\n### Response:\\n{a}\\n<|EOT|>\\n``.
+
+    A system message prints its content bare, in place; without any system
+    message the default prompt follows the bos. Every role other than system
+    and user renders as a response. The model stops at ``<|EOT|>``, which the
+    next delta supplies with the newlines around it.
+    """
+
+    official = "deepseek-ai__deepseek-coder-6.7b-instruct"
+    hyperparameter_source = "deepseek-coder-instruct: 16K context; sampling values not known, LMDeploy defaults"
+    hf_special_tokens = {"bos_token": BOS, "eos_token": "<|EOT|>"}
+    prefix_stable = True
+    roles = None
+
+    session_len: int = 16384
+    bos: str = BOS
+    meta_instruction: str | None = CODER_SYSTEM
+    user: str = "### Instruction:\n"
+    eoh: str = "\n"
+    assistant: str = "### Response:\n"
+    separator: str = "\n<|EOT|>\n"
+    stop_words: tuple[str, ...] | None = stops("<|EOT|>")
+
+    def header(self, chat: Chat) -> str:
+        if self.meta_instruction is not None and not any(m["role"] == "system" for m in chat.messages):
+            return self.bos + self.meta_instruction
+        return self.bos
+
+    def piece(self, chat: Chat, i: int) -> str:
+        role = chat.role(i)
+        if role == "system":  # `{{ content }}`: printed, not concatenated
+            content = chat.messages[i].get("content")
+            return "" if content is None else jstr(content)
+        if role == "user":
+            return f"{self.user}{chat.text(i)}{self.eoh}"
+        return f"{self.assistant}{chat.text(i)}{self.eoa}{self.separator}"
+
+    def rerender_from(self, chat: Chat, n_old: int) -> int:
+        return 0 if _new_system(chat, n_old) else super().rerender_from(chat, n_old)
+
+
+OUTPUTS_BEGIN, OUTPUTS_END = "<｜tool▁outputs▁begin｜>", "<｜tool▁outputs▁end｜>"
+OUTPUT_BEGIN, OUTPUT_END = "<｜tool▁output▁begin｜>", "<｜tool▁output▁end｜>"
+CALLS_BEGIN, CALLS_END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
+
+
+@register("deepseek-v3", "deepseek_v3")
+@attrs.frozen(kw_only=True)
+class DeepSeekV3(BaseTemplate):
+    """DeepSeek-V3: ``<bos>{systems}<｜User｜>{q}<｜Assistant｜>{a}<eos>``.
+
+    System messages are joined with ``\\n\\n`` into the header. Tool results are
+    ``<｜tool▁output▁begin｜>{r}<｜tool▁output▁end｜>``; only the first of the whole
+    conversation opens with ``<｜tool▁outputs▁begin｜>`` (later ones with ``\\n``),
+    and ``<｜tool▁outputs▁end｜>`` then replaces the generation prompt and starts
+    the next answer. Calls are rendered only for ``content: None``, which
+    transformers 5 drops before rendering, so (exactly like the official
+    template) an answer with content renders without its ``tool_calls`` and one
+    without content is rejected.
+    """
+
+    official = "deepseek-ai__DeepSeek-V3"
+    hyperparameter_source = (
+        "DeepSeek-V3 config.json max_position_embeddings 163840; sampling values not known, LMDeploy defaults"
+    )
+    hf_special_tokens = TOKENS
+    prefix_stable = True
+    supports_tools = True
+    #: what precedes the second and later tool results of a conversation
+    later_output: ClassVar[str] = "\n"
+
+    session_len: int = 163840
+    bos: str = BOS
+    user: str = "<｜User｜>"
+    assistant: str = "<｜Assistant｜>"
+    separator: str = EOS
+    stop_words: tuple[str, ...] | None = stops(EOS)
+
+    def header(self, chat: Chat) -> str:
+        systems = [chat.text(i) for i, m in enumerate(chat.messages) if m["role"] == "system"]
+        return self.bos + "\n\n".join(systems)
+
+    def after_tool(self, chat: Chat, i: int) -> bool:
+        """The official ``ns.is_tool`` before message ``i``: the last user/assistant/tool turn was a tool's."""
+        j = i - 1
+        while j >= 0 and chat.role(j) not in ("user", "assistant", "tool"):
+            j -= 1
+        return chat.role(j) == "tool"
+
+    def piece(self, chat: Chat, i: int) -> str:
+        role = chat.role(i)
+        if role == "user":
+            return self.user + chat.text(i)
+        if role == "assistant":
+            return self.answer(chat, i)
+        if role == "tool":
+            # ns.is_output_first is never reset: only the conversation's first result opens the block
+            first = not any(chat.role(j) == "tool" for j in range(i))
+            opening = OUTPUTS_BEGIN if first else self.later_output
+            return f"{opening}{OUTPUT_BEGIN}{chat.text(i)}{OUTPUT_END}"
+        return ""  # system messages are in the header; other roles are skipped
+
+    def answer(self, chat: Chat, i: int) -> str:
+        opening = OUTPUTS_END if self.after_tool(chat, i) else self.assistant
+        return f"{opening}{self.content(chat, i)}{self.eoa}{self.separator}"
+
+    def content(self, chat: Chat, i: int) -> str:
+        return chat.text(i)
+
+    def tail(self, chat: Chat) -> str:
+        if self.after_tool(chat, len(chat.messages)):
+            return OUTPUTS_END  # printed even without a generation prompt
+        return super().tail(chat)
+
+    def rerender_from(self, chat: Chat, n_old: int) -> int:
+        return 0 if _new_system(chat, n_old) else super().rerender_from(chat, n_old)
+
+
+def _calls(chat: Chat, i: int) -> list:
+    """A message's ``tool_calls`` as the official loop iterates them (empty str/dict: no iteration)."""
+    calls: Any = chat.messages[i]["tool_calls"]
+    if isinstance(calls, (list, tuple)):
+        return list(calls)
+    if isinstance(calls, (str, dict)) and not calls:
+        return []
+    raise InvalidMessages("tool_calls must be a list of calls", index=i, field="tool_calls")
+
+
+def _call_text(call: Any, i: int) -> str:
+    fn = call.get("function") if isinstance(call, dict) else None
+    parts = (call.get("type"), fn.get("name"), fn.get("arguments")) if isinstance(fn, dict) else ()
+    if len(parts) != 3 or not all(isinstance(p, str) for p in parts):
+        raise InvalidMessages(
+            "each tool call needs a string type, function.name and function.arguments (a JSON string)",
+            index=i,
+            field="tool_calls",
+        )
+    kind, name, arguments = parts
+    return f"<｜tool▁call▁begin｜>{kind}<｜tool▁sep｜>{name}\n```json\n{arguments}\n```<｜tool▁call▁end｜>"
+
+
+@register("deepseek-r1", "deepseek_r1")
+@attrs.frozen(kw_only=True)
+class DeepSeekR1(DeepSeekV3):
+    """DeepSeek-R1 (original January 2025 template): the V3 format with reasoning and tool calls.
+
+    An answer keeps only the text after its last ``</think>`` (not after tool
+    results), so committing an answer with its reasoning resets the next turn.
+    The generation prompt is ``<｜Assistant｜>``: this template revision does not
+    add ``<think>\\n`` (later Hub revisions do). Tool calls render as
+    ``<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>{type}<｜tool▁sep｜>{name}\\n```json\\n{args}\\n```<｜tool▁call▁end｜>``
+    (arguments must be a JSON string), joined by ``\\n``, closed by
+    ``<｜tool▁calls▁end｜><eos>``; the official ``ns.is_first`` is never reset, so
+    only the conversation's first call is preceded by ``<｜Assistant｜>{content}``.
+    """
+
+    official = "deepseek-ai__DeepSeek-R1"
+    hyperparameter_source = (
+        "DeepSeek-R1 model card usage recommendations: temperature 0.6, top_p 0.95; "
+        "config.json max_position_embeddings 163840"
+    )
+    later_output = ""
+
+    top_p: float = 0.95
+    temperature: float = 0.6
+
+    def answer(self, chat: Chat, i: int) -> str:
+        if "tool_calls" not in chat.messages[i]:
+            return super().answer(chat, i)
+        first = not any(
+            chat.role(j) == "assistant" and "tool_calls" in chat.messages[j] and _calls(chat, j) for j in range(i)
+        )
+        out = []
+        for call in _calls(chat, i):
+            if first:  # content is read only here, so later call messages may lack it
+                out.append(f"{self.assistant}{chat.text(i)}{CALLS_BEGIN}{_call_text(call, i)}")
+                first = False
+            else:
+                out.append("\n" + _call_text(call, i))
+        return "".join(out) + CALLS_END + EOS
+
+    def content(self, chat: Chat, i: int) -> str:
+        text = chat.text(i)
+        if self.after_tool(chat, i):
+            return text
+        return text.split("</think>")[-1]

@@ -1,0 +1,61 @@
+"""The Zephyr format: ``<|{role}|>\\n{content}</s>\\n``, shared by TinyLlama-Chat.
+
+The model ends its answer with ``</s>`` (a stop word the engine keeps); the
+``\\n`` after it is injected by the next turn's delta. The generation prompt is
+``<|assistant|>\\n``. Content is kept verbatim, so plain conversations never
+reset.
+"""
+from __future__ import annotations
+
+import attrs
+
+from ..registry import register
+from .base import AffixTemplate, Chat, stops
+
+EOS = "</s>"
+
+
+@register("zephyr")
+@attrs.frozen(kw_only=True)
+class Zephyr(AffixTemplate):
+    """Zephyr-7B-beta: system/user/assistant blocks closed by ``</s>\\n``; other roles render nothing."""
+
+    official = "HuggingFaceH4__zephyr-7b-beta"
+    hyperparameter_source = (
+        "zephyr-7b-beta model card example (temperature 0.7, top_k 50, top_p 0.95); "
+        "8K context (Mistral-7B-v0.1's training length)"
+    )
+    hf_special_tokens = {"bos_token": "<s>", "eos_token": EOS}
+    roles = None
+    prefix_stable = True
+
+    session_len: int = 8192
+    top_p: float = 0.95
+    top_k: int | None = 50
+    temperature: float = 0.7
+    stop_words: tuple[str, ...] | None = stops(EOS)
+
+    system: str = "<|system|>\n"
+    eosys: str = f"{EOS}\n"
+    user: str = "<|user|>\n"
+    eoh: str = f"{EOS}\n"
+    assistant: str = "<|assistant|>\n"
+    eoa: str = EOS
+    separator: str = "\n"
+
+    def piece(self, chat: Chat, i: int) -> str:
+        # the official template skips unknown roles without reading their content
+        if chat.role(i) not in ("system", "user", "assistant"):
+            return ""
+        return super().piece(chat, i)
+
+
+@register("tinyllama", "tinyllama-chat")
+@attrs.frozen(kw_only=True)
+class TinyLlama(Zephyr):
+    """TinyLlama-1.1B-Chat-v1.0: the Zephyr format."""
+
+    official = "TinyLlama__TinyLlama-1.1B-Chat-v1.0"
+    hyperparameter_source = "TinyLlama-1.1B-Chat-v1.0 model card example (temperature 0.7, top_k 50, top_p 0.95); 2K context"
+
+    session_len: int = 2048
