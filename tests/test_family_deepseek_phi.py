@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lmchat import Session, get_template
-from lmchat.registry import canonical_name, template_class
+from lmchat.registry import canonical_name
 
 from . import oracle
 from .conversations import a, call, s, text_strategy, tool, u

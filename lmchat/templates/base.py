@@ -297,8 +297,10 @@ class AffixTemplate(BaseTemplate):
     An assistant message ends with ``eoa + separator``.
     """
 
-    #: roles this template renders; others raise (None: any role, see ``affixes``)
+    #: roles this template renders (None: any role, see ``affixes``)
     roles: ClassVar[tuple[str, ...] | None] = ("system", "user", "assistant")
+    #: what happens to other roles: 'raise' an error, or 'skip' them silently as some official templates do
+    other_roles: ClassVar[str] = "raise"
     #: strip whitespace around content, as templates with ``| trim`` do
     strip_content: ClassVar[bool] = False
 
@@ -319,6 +321,8 @@ class AffixTemplate(BaseTemplate):
     def piece(self, chat: Chat, i: int) -> str:
         role = chat.messages[i]["role"]
         if self.roles is not None and role not in self.roles:
+            if self.other_roles == "skip":
+                return ""
             raise InvalidMessages(
                 f"role {role!r} is not supported by template {self.name!r} (supported: {', '.join(self.roles)})",
                 index=i,

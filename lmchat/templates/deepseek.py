@@ -42,7 +42,7 @@ class DeepSeek(AffixTemplate):
     official = "deepseek-ai__deepseek-llm-7b-chat"
     hyperparameter_source = "deepseek-llm-7b-chat: 4K context; sampling values not known, LMDeploy defaults"
     hf_special_tokens = TOKENS
-    roles = None
+    other_roles = "skip"
     prefix_stable = True
 
     session_len: int = 4096
@@ -59,11 +59,6 @@ class DeepSeek(AffixTemplate):
         if role == "assistant":
             return self.assistant + " ", self.eoa + self.separator
         return super().affixes(role)
-
-    def piece(self, chat: Chat, i: int) -> str:
-        if chat.role(i) not in ("system", "user", "assistant"):
-            return ""
-        return super().piece(chat, i)
 
 
 @register("deepseek-v2", "deepseek_v2")

@@ -13,7 +13,6 @@ import attrs
 from ..registry import register
 from .base import AffixTemplate, Chat, stops
 
-ROLES = ("system", "user", "assistant")
 
 
 @register("phi3", "phi-3", "phi3_chat")
@@ -25,7 +24,7 @@ class Phi3(AffixTemplate):
     hyperparameter_source = "Phi-3-mini-4k-instruct: 4K context; sampling values not known, LMDeploy defaults"
     hf_special_tokens = {"bos_token": "<s>", "eos_token": "<|endoftext|>"}
     prefix_stable = True
-    roles = None
+    other_roles = "skip"
 
     session_len: int = 4096
     system: str = "<|system|>\n"
@@ -36,9 +35,6 @@ class Phi3(AffixTemplate):
     eoa: str = "<|end|>"
     separator: str = "\n"
     stop_words: tuple[str, ...] | None = stops("<|end|>", "<|endoftext|>")
-
-    def piece(self, chat: Chat, i: int) -> str:
-        return super().piece(chat, i) if chat.role(i) in ROLES else ""
 
     def tail(self, chat: Chat) -> str:
         return self.assistant if chat.add_generation_prompt else self.hf_special_tokens["eos_token"]
@@ -55,7 +51,7 @@ class Phi4(AffixTemplate):
     official = "microsoft__phi-4"
     hyperparameter_source = "phi-4 model card: 16K context; sampling values not known, LMDeploy defaults"
     prefix_stable = True
-    roles = None
+    other_roles = "skip"
 
     session_len: int = 16384
     system: str = "<|im_start|>system<|im_sep|>"
@@ -65,6 +61,3 @@ class Phi4(AffixTemplate):
     assistant: str = "<|im_start|>assistant<|im_sep|>"
     eoa: str = "<|im_end|>"
     stop_words: tuple[str, ...] | None = stops("<|im_end|>", "<|endoftext|>")
-
-    def piece(self, chat: Chat, i: int) -> str:
-        return super().piece(chat, i) if chat.role(i) in ROLES else ""
