@@ -4,10 +4,13 @@ from .errors import (
     LmchatError,
     ModelMatchError,
     SessionError,
+    SessionLengthExceeded,
     TemplateConfigError,
     TemplateRuleError,
     UnknownTemplate,
 )
+from .loading import load_template, register_template
+from .jinja import JinjaTemplate
 from .matching import match_template
 from .registry import CHAT_TEMPLATES, get_template, template_names
 from .session import Delta, Session
@@ -22,14 +25,18 @@ __all__ = [
     "Chat",
     "Delta",
     "InvalidMessages",
+    "JinjaTemplate",
     "LmchatError",
     "ModelMatchError",
     "Session",
     "SessionError",
+    "SessionLengthExceeded",
     "TemplateConfigError",
     "TemplateRuleError",
     "UnknownTemplate",
     "get_template",
+    "load_template",
     "match_template",
+    "register_template",
     "template_names",
 ]

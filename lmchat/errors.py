@@ -79,3 +79,17 @@ class ModelMatchError(LmchatError, LookupError):
         self.candidates = sorted(set(candidates))
         tail = f"; candidates: {', '.join(self.candidates)}" if self.candidates else ""
         super().__init__(f"{model!r}: {reason}{tail}")
+
+
+class SessionLengthExceeded(LmchatError, ValueError):
+    """A turn does not fit in ``session_len``: the tokens held, the new delta and the answer budget.
+
+    Distinct from an answer cut short by ``max_new_tokens`` (a finish reason, not an error).
+    """
+
+    def __init__(self, *, used: int, new: int, max_new_tokens: int, limit: int):
+        self.used, self.new, self.max_new_tokens, self.limit = used, new, max_new_tokens, limit
+        super().__init__(
+            f"session length exceeded: {used} tokens held + {new} new + {max_new_tokens} for the answer "
+            f"= {used + new + max_new_tokens} > session_len {limit}"
+        )

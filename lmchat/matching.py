@@ -1,9 +1,23 @@
 """Which registered template fits a model: ``match_template(path_or_id)``.
 
-Name rules are data: an ordered list of (pattern, template) tried against the
-lower-cased model id, most specific first. For a local path every component is
-tried from the innermost out, so ``.../Qwen2.5-7B-Instruct/checkpoint-500``
-still matches through its parent folder.
+Evidence, strongest first:
+
+1. **fingerprint** (local folders): the chat template the folder ships
+   (``chat_template.jinja``, ``tokenizer_config.json``) is, after
+   normalisation, the official text of built-in templates (see
+   :mod:`lmchat.fingerprints`). A fine-tuned ``checkpoint-500`` folder keeps its
+   tokenizer's template, so it matches whatever it is called.
+2. **architecture** (``config.json`` ``model_type`` / ``architectures``): only
+   narrows the candidates of stronger evidence, e.g. gemma and gemma2 ship one
+   official text; it never picks a template alone (an architecture serves base,
+   chat and fine-tuned models alike).
+3. **name rules**: an ordered list of (pattern, template) tried against each
+   component of the id or path (innermost first; a folder's ``config.json``
+   ``_name_or_path``, the model it was trained from, right after the folder's
+   own name), most specific rule first.
+
+Several candidates with equal evidence, or none, is a :class:`ModelMatchError`
+listing the candidates.
 """
 from __future__ import annotations
 
@@ -11,7 +25,16 @@ import difflib
 import os
 import re
 
+import attrs
+
 from .errors import ModelMatchError
+from .fingerprints import (
+    OFFICIAL_TEXTS,
+    fingerprint,
+    shipped_template,
+    templates_with_fingerprint,
+)
+from .loading import read_json
 from .registry import canonical_name, template_names
 
 # Base models whose chat tokens were never trained map to XTuner's `default`.
@@ -65,28 +88,144 @@ NAME_RULES: list[tuple[str, str]] = [
     (r"solar", "solar"),
     (r"starcoder", "default"),
 ]
-_COMPILED = [(re.compile(p), t) for p, t in NAME_RULES]
+_COMPILED = [re.compile(p) for p, _ in NAME_RULES]
+
+#: normalised ``model_type`` / architecture -> the templates models of that architecture use
+ARCHITECTURES: dict[str, tuple[str, ...]] = {
+    "llama": (
+        "llama2", "llama3", "llama3.1", "llama3.2", "tinyllama", "hermes3", "vicuna", "wizardlm", "deepseek",
+        "deepseek-coder", "deepseek-r1", "yi", "smollm2", "falcon3", "solar", "openchat",
+    ),
+    "mistral": ("mistral", "mistral-v0.3", "zephyr", "openchat"),
+    "mixtral": ("mixtral", "mistral-v0.3"),
+    "qwen2": ("qwen", "qwen2.5", "qwq", "deepseek-r1"),
+    "qwen3": ("qwen3",),
+    "gemma": ("gemma",),
+    "gemma2": ("gemma2",),
+    "gemma3": ("gemma3",),
+    "gemma3text": ("gemma3",),
+    "internlm": ("internlm-chat-7b", "internlm-chat-7b-8k", "internlm_chat"),
+    "internlm2": ("internlm2", "internlm2.5"),
+    "internlm3": ("internlm3",),
+    "chatglm": ("chatglm2", "chatglm3", "glm4"),
+    "baichuan": ("baichuan_chat", "baichuan2_chat"),
+    "deepseek": ("deepseek",),
+    "deepseekv2": ("deepseek-v2",),
+    "deepseekv3": ("deepseek-v3", "deepseek-r1"),
+    "phi3": ("phi3", "phi4"),
+    "granite": ("granite3",),
+}
+_ARCH_SUFFIXES = ("forcausallm", "forconditionalgeneration", "lmheadmodel", "model")
+
+
+@attrs.frozen
+class Match:
+    """The matched template's registered name and the evidence that decided it."""
+
+    name: str
+    evidence: tuple[str, ...]
+
+
+def _rule(component: str) -> tuple[str, str] | None:
+    """``(pattern, template)`` of the first name rule matching ``component`` (any case)."""
+    key = component.lower()
+    for (pattern, template), compiled in zip(NAME_RULES, _COMPILED):
+        if compiled.search(key):
+            return pattern, template
+    return None
 
 
 def match_by_name(model_id: str) -> str | None:
     """The template of the first name rule that matches ``model_id`` (any case), or None."""
-    key = model_id.lower()
-    for pattern, template in _COMPILED:
-        if pattern.search(key):
-            return template
-    return None
+    rule = _rule(model_id)
+    return rule[1] if rule else None
 
 
 def match_template(path_or_id: str) -> str:
-    """The registered template name for a model id (``org/name``) or a local checkpoint path."""
-    candidates = [path_or_id]
-    if os.path.sep in path_or_id or os.path.exists(path_or_id):
-        parts = [p for p in os.path.normpath(os.path.abspath(path_or_id)).split(os.path.sep) if p]
-        candidates = parts[::-1]
-    for candidate in candidates:
-        name = match_by_name(candidate)
-        if name is not None:
-            return canonical_name(name)
-    stem = os.path.basename(os.path.normpath(path_or_id)).lower()
-    close = difflib.get_close_matches(stem, template_names(), n=5, cutoff=0.3)
-    raise ModelMatchError(path_or_id, "no template matches this model; pass --template NAME", close)
+    """The registered template name for a model id (``org/name``) or a local model folder or file."""
+    return explain_match(path_or_id).name
+
+
+def explain_match(path_or_id: str) -> Match:
+    """Like :func:`match_template`, with the evidence that decided."""
+    if not os.path.exists(path_or_id):
+        if path_or_id.startswith(("/", ".", "~")):  # meant as a path: a typo must not become "no rule matches"
+            raise FileNotFoundError(2, "no such model folder or file", path_or_id)
+        return _decide(path_or_id, _parts("id", path_or_id, "/"), None, [])  # a hub id: only its name is evidence
+    path = os.path.normpath(os.path.abspath(path_or_id))
+    components = _parts("path", path, os.sep)
+    if not os.path.isdir(path):
+        return _decide(path_or_id, components, None, [])
+    config_path = os.path.join(path, "config.json")
+    config = read_json(config_path) if os.path.isfile(config_path) else {}
+    config = config if isinstance(config, dict) else {}
+    origin = config.get("_name_or_path")
+    if isinstance(origin, str) and origin:
+        components[1:1] = _parts("config.json _name_or_path", origin, "/")
+    evidence: list[str] = []
+    candidates = None
+    shipped = shipped_template(path)
+    if shipped is not None:
+        file, text = shipped
+        digest = fingerprint(text)
+        official = templates_with_fingerprint(digest)
+        if official:
+            candidates = official
+            files = ", ".join(OFFICIAL_TEXTS[digest])
+            evidence.append(f"fingerprint: {file} is the official template of {files} -> {', '.join(official)}")
+        else:
+            evidence.append(
+                f"fingerprint: {file} is no built-in template's official text "
+                f"(lmchat render --chat-template {path_or_id} renders it as shipped)"
+            )
+    arch = _architecture(config)
+    if candidates and len(candidates) > 1 and arch is not None:
+        key, family = arch
+        narrowed = [c for c in candidates if c in family]
+        if narrowed:
+            evidence.append(f"config.json: {key} narrows {', '.join(candidates)} -> {', '.join(narrowed)}")
+            candidates = narrowed
+    return _decide(path_or_id, components, candidates, evidence, arch)
+
+
+def _parts(where: str, text: str, sep: str) -> list[tuple[str, str]]:
+    """``(where, component)`` pairs of an id or path, innermost first."""
+    return [(where, part) for part in text.split(sep) if part][::-1]
+
+
+def _architecture(config: dict) -> tuple[str, tuple[str, ...]] | None:
+    """``(what config.json says, the templates of that family)`` for a known architecture."""
+    keys = [("model_type", config.get("model_type"))]
+    keys += [("architectures", a) for a in config.get("architectures") or () if isinstance(a, str)]
+    for field, value in keys:
+        if not isinstance(value, str):
+            continue
+        key = value.lower().replace("_", "").replace("-", "")
+        if field == "architectures":
+            key = next((key[: -len(s)] for s in _ARCH_SUFFIXES if key.endswith(s)), key)
+        if key in ARCHITECTURES:
+            return f"{field} {value!r}", tuple(canonical_name(n) for n in ARCHITECTURES[key])
+    return None
+
+
+def _decide(model, components, candidates, evidence, arch=None) -> Match:
+    """One template from the stronger evidence so far plus the name rules, or a ModelMatchError."""
+    if candidates and len(candidates) == 1:
+        return Match(candidates[0], tuple(evidence))
+    for where, component in components:
+        rule = _rule(component)
+        if rule is None:
+            continue
+        name = canonical_name(rule[1])
+        if candidates is None or name in candidates:
+            return Match(name, (*evidence, f"name: {where} {component!r} matches the name rule r'{rule[0]}' -> {name}"))
+    if candidates:
+        reason = "several templates fit with equal evidence; pass --template NAME (" + "; ".join(evidence) + ")"
+        raise ModelMatchError(model, reason, candidates)
+    reason = "no template matches this model; pass --template NAME or --chat-template FILE"
+    if evidence:
+        reason += " (" + "; ".join(evidence) + ")"
+    if arch is not None:
+        raise ModelMatchError(model, f"{reason}; its {arch[0]} fits", arch[1])
+    stem = os.path.basename(os.path.normpath(model)).lower()
+    raise ModelMatchError(model, reason, difflib.get_close_matches(stem, template_names(), n=5, cutoff=0.3))

@@ -21,16 +21,42 @@ T = TypeVar("T", bound=type)
 
 
 def register(name: str, *aliases: str, force: bool = False) -> Callable[[T], T]:
-    """Class decorator: register a template under ``name`` and its aliases."""
+    """Class decorator: register a template under ``name`` and its aliases.
+
+    A name or alias already in use is an error unless ``force=True``: a user's
+    template must never silently replace a built-in (or shadow it through an
+    alias). With ``force`` the new class takes the name over, together with the
+    aliases that pointed to it.
+    """
 
     def deco(cls: T) -> T:
+        _ensure_loaded()  # the built-ins must be there to be protected
+        for alias in aliases:
+            if alias in CHAT_TEMPLATES.module_dict:
+                raise TemplateConfigError(
+                    f"{alias!r} is a template name and cannot become an alias; "
+                    "register under that name with force=True to replace it",
+                    field="aliases",
+                )
+        taken = [key for key in (name, *aliases) if _owner(key) is not None]
+        if taken and not force:
+            owners = ", ".join(f"{key!r} (template {_owner(key)!r})" for key in taken)
+            raise TemplateConfigError(f"already registered: {owners}; pass force=True to replace", field="name")
         cls.registered_name = name
-        CHAT_TEMPLATES.register_module(name=name, module=cls, force=force)
+        CHAT_TEMPLATES.register_module(name=name, module=cls, force=True)
+        ALIASES.pop(name, None)  # a canonical name outranks an alias spelled the same
         for alias in aliases:
             ALIASES[alias] = name
         return cls
 
     return deco
+
+
+def _owner(key: str) -> str | None:
+    """The canonical template that ``key`` names (as a name or an alias), if any."""
+    if key in CHAT_TEMPLATES.module_dict:
+        return key
+    return ALIASES.get(key)
 
 
 def _ensure_loaded() -> None:

@@ -19,12 +19,14 @@ from typing import Any, Iterable, Mapping
 
 import attrs
 
-from .errors import SessionError
+from . import budget
+from .errors import SessionError, SessionLengthExceeded, TemplateConfigError
 from .messages import Message, normalize_messages
 from .registry import get_template
 from .templates.base import BaseTemplate, Chat
 
 FORMAT_VERSION = 1
+OVERFLOW_POLICIES = ("error", "truncate")
 
 
 @attrs.frozen
@@ -34,13 +36,28 @@ class Delta:
     ``text`` extends the engine's context unless ``reset``, in which case the
     engine drops what it holds for the session and ``text`` is the whole prompt.
     ``sequence_start`` is true for the first delta of a sequence (and for resets).
-    ``reason`` says why a reset happened.
+    ``reason`` says why a reset happened. With a tokenizer, ``token_ids`` are
+    the ids of ``text`` (content never parsed as special tokens). ``dropped``
+    counts the messages an overflow policy removed from the front.
     """
 
     text: str
     reset: bool = False
     sequence_start: bool = False
     reason: str | None = None
+    token_ids: list[int] | None = None
+    dropped: int = 0
+
+
+@attrs.define
+class _Plan:
+    """A computed delta and the state it leads to, applied only once it is accepted."""
+
+    delta: Delta
+    offsets: list[int]  # piece starts from ``window`` on, then the tail start (context offsets)
+    window: int
+    full: bool = False
+    anchor: tuple[int, int] = (0, 0)
 
 
 class Session:
@@ -55,8 +72,22 @@ class Session:
         date: _dt.date | None = None,
         session_id: str | None = None,
         template_kwargs: Mapping[str, Any] | None = None,
+        tokenizer: Any = None,
+        session_len: int | None = None,
+        overflow: str = "error",
+        max_new_tokens: int = 0,
     ):
         self.template = get_template(template) if isinstance(template, str) else template
+        if overflow not in OVERFLOW_POLICIES:
+            raise TemplateConfigError(f"must be one of {', '.join(OVERFLOW_POLICIES)}, got {overflow!r}", field="overflow")
+        self.overflow = overflow
+        self.max_new_tokens = max_new_tokens
+        self.session_len = session_len or self.template.session_len
+        self._codec = None
+        if tokenizer is not None:
+            from .tokens import codec_for  # tokenizers is only needed with a tokenizer
+
+            self._codec = codec_for(tokenizer)
         self.session_id = session_id or uuid.uuid4().hex
         if isinstance(date, _dt.datetime):
             date = date.date()
@@ -78,6 +109,9 @@ class Session:
         self._tail = 0  # where the last rendering's tail (generation prompt) starts
         self._pending = False  # a prompt awaits its answer
         self._needs_reset = False
+        self._reset_reason: str | None = None
+        self._ids: list[int] = []  # the token twin of the context
+        self._anchor = (0, 0)  # (chars, ids) just after the last structural special token
 
     @property
     def tools(self) -> list[dict] | None:
@@ -94,9 +128,14 @@ class Session:
         return "".join(self._parts)
 
     @property
+    def context_ids(self) -> list[int] | None:
+        """The token ids the engine holds (None without a tokenizer)."""
+        return list(self._ids) if self._codec is not None else None
+
+    @property
     def step(self) -> int:
-        """Size of what the engine holds, in characters."""
-        return self._length
+        """Size of what the engine holds: tokens with a tokenizer, else characters."""
+        return len(self._ids) if self._codec is not None else self._length
 
     @property
     def pending(self) -> bool:
@@ -121,70 +160,112 @@ class Session:
         return "".join(self._parts[j:])[pos - self._starts[j]:]
 
     # ------------------------------------------------------------------ turns
-    def prompt(self, content: Any, role: str = "user") -> Delta:
+    def prompt(self, content: Any, role: str = "user", *, max_new_tokens: int | None = None) -> Delta:
         """Add one message and return the delta the engine must consume."""
-        return self.extend([{"role": role, "content": content}])
+        return self.extend([{"role": role, "content": content}], max_new_tokens=max_new_tokens)
 
-    def extend(self, messages: Iterable[Mapping[str, Any]]) -> Delta:
-        """Add messages (e.g. several tool results) and return one delta."""
+    def extend(self, messages: Iterable[Mapping[str, Any]], *, max_new_tokens: int | None = None) -> Delta:
+        """Add messages (e.g. several tool results) and return one delta.
+
+        With a tokenizer, the turn must fit: ``step + len(delta ids) +
+        max_new_tokens <= session_len``, otherwise the overflow policy applies.
+        """
         chat = self._chat
         n_old = len(chat.messages)
         new = normalize_messages(list(messages), start=n_old)
         chat.messages.extend(new)
         try:
-            delta = self._delta()
+            plan = self._plan()
+            plan = self._fit(plan, self.max_new_tokens if max_new_tokens is None else max_new_tokens)
         except Exception:
             del chat.messages[n_old:]  # bad input loses nothing already held
             raise
+        self._apply(plan)
         self._pending = True
-        return delta
+        return plan.delta
 
-    def _delta(self) -> Delta:
+    def _plan(self) -> _Plan:
+        """The next delta, computed without touching the session's state."""
         chat, template = self._chat, self.template
         if self._needs_reset or not self._parts:
-            return self._full("reset requested" if self._needs_reset else None)
+            return self._plan_full(self._reset_reason or ("reset requested" if self._needs_reset else None))
         k = template.rerender_from(chat, self._rendered)
         if k <= 0:
-            return self._full_if_changed()
-        start = self._offsets[k] if k < len(self._offsets) else self._tail
+            template.check(chat)
+            start = 0
+        else:
+            start = self._offsets[k] if k < len(self._offsets) else self._tail
         text, offsets = template.render_window(chat, k)
         held = self._context_from(start)
         if not text.startswith(held):
-            return self._full(_divergence(held, text, start))
-        delta = text[len(held):]
-        self._offsets[k:] = [start + o for o in offsets[:-1]]
-        self._tail = start + offsets[-1]
-        self._rendered = len(chat.messages)
-        self._append(delta)
-        return Delta(delta)
+            return self._plan_full(_divergence(held, text, start), (text, offsets) if k <= 0 else None)
+        plan = _Plan(Delta(text[len(held):]), [start + o for o in offsets], max(k, 0))
+        if self._codec is not None and not self._plan_ids(plan, text, len(held)):
+            return self._plan_full("the new turn changes how the held tokens split (token boundary)")
+        return plan
 
-    def _full_if_changed(self) -> Delta:
-        text, offsets = self._render_full()
-        held = self.context
-        if not text.startswith(held):
-            return self._full(_divergence(held, text, 0), rendered=(text, offsets))
-        delta = text[len(held):]
-        self._offsets = offsets[:-1]
-        self._tail = offsets[-1]
-        self._rendered = len(self._chat.messages)
-        self._append(delta)
-        return Delta(delta)
+    def _plan_ids(self, plan: _Plan, window: str, held: int) -> bool:
+        """Token ids of an extending delta; False when the held ids are not a prefix."""
+        codec = self._codec
+        spans = codec.structural_spans(self.template, self._chat, plan.window, window)
+        if spans is None:
+            spans = codec.special_spans(window)
+        if any(a < held < b for a, b in spans):
+            return False
+        char0, id0 = self._anchor
+        lead = self._context_from(char0)  # held text after the last structural token
+        shift = len(lead) - held
+        tail_spans = [(a + shift, b + shift) for a, b in spans if a >= held]
+        ids, anchor = codec.encode(lead + plan.delta.text, tail_spans, base=char0)
+        held_ids = self._ids[id0:]
+        if ids[: len(held_ids)] != held_ids:
+            return False
+        plan.delta = attrs.evolve(plan.delta, token_ids=ids[len(held_ids):])
+        plan.anchor = (char0 + anchor[0], id0 + anchor[1]) if anchor else self._anchor
+        return True
+
+    def _plan_full(self, reason: str | None, rendered=None) -> _Plan:
+        text, offsets = rendered or self._render_full()
+        holding = bool(self._parts) or self._needs_reset
+        delta = Delta(text, reset=holding, sequence_start=True, reason=reason if holding else None)
+        plan = _Plan(delta, offsets, 0, full=True)
+        if self._codec is not None:
+            spans = self._codec.structural_spans(self.template, self._chat, 0, text)
+            ids, anchor = self._codec.encode(text, self._codec.special_spans(text) if spans is None else spans)
+            plan.delta = attrs.evolve(delta, token_ids=ids)
+            plan.anchor = anchor or (0, 0)
+        return plan
 
     def _render_full(self) -> tuple[str, list[int]]:
         self.template.check(self._chat)
         return self.template.render_window(self._chat, 0)
 
-    def _full(self, reason: str | None, rendered=None) -> Delta:
-        text, offsets = rendered or self._render_full()
-        was_holding = bool(self._parts) or self._needs_reset
-        self._clear_context()
-        self._append(text)
-        self._offsets = offsets[:-1]
-        self._tail = offsets[-1]
-        self._rendered = len(self._chat.messages)
-        return Delta(text, reset=was_holding, sequence_start=True, reason=reason if was_holding else None)
+    def _fit(self, plan: _Plan, max_new_tokens: int) -> _Plan:
+        """Apply the overflow policy when the turn does not fit in ``session_len``."""
+        if self._codec is None or self.session_len is None:
+            return plan
+        used = 0 if plan.full else len(self._ids)
+        new = len(plan.delta.token_ids)
+        if used + new + max_new_tokens <= self.session_len:
+            return plan
+        if self.overflow == "truncate":
+            return budget.truncate(self, max_new_tokens, used, new)
+        raise SessionLengthExceeded(used=used, new=new, max_new_tokens=max_new_tokens, limit=self.session_len)
 
-    def commit(self, answer: str, *, stop: str | None = None, **fields: Any) -> None:
+    def _apply(self, plan: _Plan) -> None:
+        if plan.full:
+            self._clear_context()
+        self._append(plan.delta.text)
+        self._offsets[plan.window:] = plan.offsets[:-1]
+        self._tail = plan.offsets[-1]
+        self._rendered = len(self._chat.messages)
+        if plan.delta.token_ids is not None:
+            self._ids += plan.delta.token_ids
+            self._anchor = plan.anchor
+
+    def commit(
+        self, answer: str, token_ids: list[int] | None = None, *, stop: str | None = None, **fields: Any
+    ) -> None:
         """Record the model's answer for the pending prompt.
 
         ``answer`` is the text the model generated after the generation prompt,
@@ -192,20 +273,50 @@ class Session:
         that stopped it (``stop``, by default ``template.eoa``), which the engine
         keeps. The stored message content is the answer without the template's
         ``lead`` (text the model writes before the content proper). ``fields``
-        are stored on the assistant message (e.g. parsed ``tool_calls`` or
-        ``reasoning_content``); the next delta shows whether the template
-        renders them as the model wrote them.
+        are stored on the assistant message (e.g. parsed ``tool_calls``).
+
+        ``token_ids`` are the generated ids (without the stop token): they are
+        kept verbatim, as the engine holds them. When they differ from the
+        canonical encoding of the answer (decode/encode drift), the next delta
+        is a reset, so the engine never continues from ids that the full prompt
+        would not produce.
         """
         if not self._pending:
             raise SessionError("commit() without a pending prompt: call prompt() first")
         if not isinstance(answer, str):
             raise SessionError(f"the answer must be a string, got {type(answer).__name__}")
+        stop = self.template.eoa if stop is None else stop
         lead = self.template.lead
         content = answer[len(lead):] if lead and answer.startswith(lead) else answer
         message = {**fields, "role": "assistant", "content": content}
         self._chat.messages.extend(normalize_messages([message], len(self._chat.messages)))
-        self._append(answer + (self.template.eoa if stop is None else stop))
+        if self._codec is not None:
+            self._commit_ids(answer, stop, token_ids)
+        self._append(answer + stop)
         self._pending = False
+
+    def _commit_ids(self, answer: str, stop: str, token_ids: list[int] | None) -> None:
+        codec = self._codec
+        char0, id0 = self._anchor
+        open_text = self._context_from(char0)  # held text after the last structural token
+        text = open_text + answer + stop
+        stop_at = len(open_text) + len(answer)
+        spans = [(stop_at, len(text))] if stop in codec.special else []
+        ids, anchor = codec.encode(text, spans, base=char0)
+        held = self._ids[id0:]
+        canonical = ids[len(held):] if ids[: len(held)] == held else None
+        stop_ids = [codec.special[stop]] if spans else codec.encode_text(stop, at_start=False)
+        if token_ids is not None:
+            new = [int(t) for t in token_ids] + stop_ids
+        else:
+            new = canonical if canonical is not None else codec.encode_text(answer, at_start=False) + stop_ids
+        if new != canonical:
+            self._needs_reset = True
+            self._reset_reason = (
+                "the held ids differ from the canonical encoding of the answer (retokenization drift)"
+            )
+        self._ids += new
+        self._anchor = (char0 + anchor[0], id0 + anchor[1]) if anchor else self._anchor
 
     def undo(self) -> list[Message]:
         """Drop the last exchange (from the last user message on); the next delta resets."""
@@ -243,10 +354,21 @@ class Session:
             "rendered": self._rendered,
             "pending": self._pending,
             "needs_reset": self._needs_reset,
+            "reset_reason": self._reset_reason,
+            "session_len": self.session_len,
+            "overflow": self.overflow,
+            "max_new_tokens": self.max_new_tokens,
+            "context_ids": self._ids if self._codec is not None else None,
+            "anchor": list(self._anchor),
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Session":
+    def from_dict(cls, data: Mapping[str, Any], *, tokenizer: Any = None) -> "Session":
+        """Restore a snapshot; pass the tokenizer again for token-level sessions.
+
+        A snapshot taken without token ids but restored with a tokenizer (or the
+        reverse) makes the next delta a reset, since the engine's ids are unknown.
+        """
         if data.get("version") != FORMAT_VERSION:
             raise SessionError(f"unsupported session format version {data.get('version')!r}")
         session = cls(
@@ -255,6 +377,10 @@ class Session:
             date=_dt.date.fromisoformat(data["date"]),
             session_id=data["session_id"],
             template_kwargs=data.get("template_kwargs"),
+            tokenizer=tokenizer,
+            session_len=data.get("session_len"),
+            overflow=data.get("overflow", "error"),
+            max_new_tokens=data.get("max_new_tokens", 0),
         )
         session._system = data.get("system")
         session._chat.messages[:] = normalize_messages(data["messages"])
@@ -265,6 +391,14 @@ class Session:
         session._rendered = data["rendered"]
         session._pending = data["pending"]
         session._needs_reset = data["needs_reset"]
+        session._reset_reason = data.get("reset_reason")
+        ids = data.get("context_ids")
+        if tokenizer is not None and ids is not None:
+            session._ids = list(ids)
+            session._anchor = tuple(data["anchor"])
+        elif (tokenizer is not None) != (ids is not None) and session._parts:
+            session._needs_reset = True
+            session._reset_reason = "restored without the token ids the engine holds"
         return session
 
 

@@ -6,10 +6,11 @@ import json
 import sys
 
 from ..errors import InvalidMessages, TemplateConfigError
+from .common import add_template_arguments, resolve_template
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--template", required=True, metavar="NAME", help="registered template name or alias")
+    add_template_arguments(p)
     p.add_argument(
         "--messages",
         required=True,
@@ -84,9 +85,7 @@ def replay(template, messages, *, tools=None, date=None, template_kwargs=None) -
 
 
 def run(args) -> int:
-    from ..registry import get_template
-
-    template = get_template(args.template)
+    template = resolve_template(args)
     data = _load_json(args.messages, "messages")
     tools = None
     if isinstance(data, dict):

@@ -57,6 +57,10 @@ class Chat:
             rounds.append(prev + (self.messages[j]["role"] == "user"))
         return rounds[i]
 
+    def forget_rounds(self) -> None:
+        """Drop cached round numbers (messages were removed before the end)."""
+        self._rounds.clear()
+
     def today(self) -> _dt.date:
         return self.date or _dt.date.today()
 

@@ -22,9 +22,43 @@ VICUNA_SYSTEM = (
 )
 
 
-def _has_input(instance, attribute, value):
-    if "{input}" not in value:
-        raise TemplateConfigError("must contain the {input} placeholder", field="INSTRUCTION")
+#: the XTuner keys that are ``str.format`` templates: placeholder required, sample arguments
+FORMATS = {"SYSTEM": ("system", {"system": ""}), "INSTRUCTION": ("input", {"input": "", "round": 1})}
+
+#: XTuner key -> (field, accepted JSON type)
+XTUNER_KEYS = {
+    "SYSTEM": ("system_format", str),
+    "INSTRUCTION": ("instruction", str),
+    "SUFFIX": ("suffix", str),
+    "SUFFIX_AS_EOS": ("suffix_as_eos", bool),
+    "SEP": ("sep", str),
+    "STOP_WORDS": ("stop_words", list),
+}
+
+
+def check_format(key: str, value: str, source: str | None = None) -> None:
+    """An XTuner format string must hold its placeholder and format cleanly.
+
+    Checked when the template is built, so a stray ``{`` fails at load time
+    with the XTuner key named, not in the middle of a conversation.
+    """
+    placeholder, sample = FORMATS[key]
+    if "{" + placeholder + "}" not in value:
+        raise TemplateConfigError(f"must contain the {{{placeholder}}} placeholder", field=key, source=source)
+    try:
+        value.format(**sample)
+    except (KeyError, IndexError, ValueError) as exc:
+        raise TemplateConfigError(
+            f"not a valid format string ({exc!r}); literal braces are written {{{{ and }}}}", field=key, source=source
+        ) from None
+
+
+def _system(default: str):
+    return attrs.field(default=default, validator=lambda _i, _a, value: check_format("SYSTEM", value))
+
+
+def _instruction(default: str):
+    return attrs.field(default=default, validator=lambda _i, _a, value: check_format("INSTRUCTION", value))
 
 
 @attrs.frozen(kw_only=True)
@@ -34,8 +68,8 @@ class XTunerTemplate(BaseTemplate):
     hyperparameter_source = "XTuner templates carry no sampling settings: LMDeploy defaults"
     prefix_stable = True
 
-    system_format: str = "{system}"  # SYSTEM
-    instruction: str = attrs.field(default="{input}", validator=_has_input)  # INSTRUCTION
+    system_format: str = _system("{system}")  # SYSTEM
+    instruction: str = _instruction("{input}")  # INSTRUCTION
     suffix: str = ""  # SUFFIX
     suffix_as_eos: bool = False  # SUFFIX_AS_EOS
     sep: str = ""  # SEP
@@ -69,14 +103,28 @@ class XTunerTemplate(BaseTemplate):
         return ""
 
     @classmethod
-    def from_xtuner(cls, spec: dict, **fields) -> "XTunerTemplate":
-        """Build from an XTuner dict (``SYSTEM``, ``INSTRUCTION``, ...)."""
-        keys = {"SYSTEM": "system_format", "INSTRUCTION": "instruction", "SUFFIX": "suffix",
-                "SUFFIX_AS_EOS": "suffix_as_eos", "SEP": "sep", "STOP_WORDS": "stop_words"}
-        for key in spec:
-            if key not in keys:
-                raise TemplateConfigError(f"unknown XTuner template key (known: {', '.join(keys)})", field=key)
-        return cls(**{keys[k]: v for k, v in spec.items()}, **fields)
+    def from_xtuner(cls, spec: dict, *, source: str | None = None, **fields) -> "XTunerTemplate":
+        """Build from an XTuner dict (``SYSTEM``, ``INSTRUCTION``, ...); errors name the key.
+
+        ``INSTRUCTION`` is required; the other keys default as in XTuner. The
+        tokenizer's eos (appended to answers unless ``SUFFIX_AS_EOS``) is not
+        part of XTuner's dict: pass it as ``eos=``.
+        """
+        if "INSTRUCTION" not in spec:
+            raise TemplateConfigError("missing (the user turn, with {input})", field="INSTRUCTION", source=source)
+        values = {}
+        for key, value in spec.items():
+            if key not in XTUNER_KEYS:
+                known = ", ".join(XTUNER_KEYS)
+                raise TemplateConfigError(f"unknown XTuner template key (known: {known})", field=key, source=source)
+            name, kind = XTUNER_KEYS[key]
+            if not isinstance(value, kind) or (kind is list and not all(isinstance(w, str) for w in value)):
+                expected = "a list of strings" if kind is list else kind.__name__
+                raise TemplateConfigError(f"expected {expected}, got {value!r}", field=key, source=source)
+            if key in FORMATS:
+                check_format(key, value, source)
+            values[name] = value
+        return cls(**values, **fields)
 
 
 @register("default")
@@ -84,8 +132,8 @@ class XTunerTemplate(BaseTemplate):
 class XTunerDefault(XTunerTemplate):
     """XTuner's ``default``: for base models whose chat tokens were never trained."""
 
-    system_format: str = "<|System|>:{system}\n"
-    instruction: str = attrs.field(default="<|User|>:{input}\n<|Bot|>:", validator=_has_input)
+    system_format: str = _system("<|System|>:{system}\n")
+    instruction: str = _instruction("<|User|>:{input}\n<|Bot|>:")
     sep: str = "\n"
 
 
@@ -94,8 +142,8 @@ class XTunerDefault(XTunerTemplate):
 class XTunerInternLMChat(XTunerTemplate):
     """XTuner's ``internlm_chat``: ``<eoh>`` after the question, ``<eoa>`` (SUFFIX_AS_EOS) after the answer."""
 
-    system_format: str = "<|System|>:{system}\n"
-    instruction: str = attrs.field(default="<|User|>:{input}<eoh>\n<|Bot|>:", validator=_has_input)
+    system_format: str = _system("<|System|>:{system}\n")
+    instruction: str = _instruction("<|User|>:{input}<eoh>\n<|Bot|>:")
     suffix: str = "<eoa>"
     suffix_as_eos: bool = True
     sep: str = "\n"
@@ -107,8 +155,8 @@ class XTunerInternLMChat(XTunerTemplate):
 class XTunerVicuna(XTunerTemplate):
     """XTuner's ``vicuna`` (Vicuna v1.1 style); answers end with the eos ``</s>``."""
 
-    system_format: str = VICUNA_SYSTEM
-    instruction: str = attrs.field(default="USER: {input} ASSISTANT:", validator=_has_input)
+    system_format: str = _system(VICUNA_SYSTEM)
+    instruction: str = _instruction("USER: {input} ASSISTANT:")
     sep: str = "\n"
     eos: str = "</s>"
     stop_words: tuple[str, ...] | None = stops("</s>")
@@ -125,8 +173,8 @@ class XTunerWizardLM(XTunerVicuna):
 class XTunerBaichuanChat(XTunerTemplate):
     """XTuner's ``baichuan_chat``: ``<reserved_102>`` / ``<reserved_103>`` around the question."""
 
-    system_format: str = "{system}\n"
-    instruction: str = attrs.field(default="<reserved_102>{input}<reserved_103>", validator=_has_input)
+    system_format: str = _system("{system}\n")
+    instruction: str = _instruction("<reserved_102>{input}<reserved_103>")
     sep: str = "\n"
     eos: str = "</s>"
     stop_words: tuple[str, ...] | None = stops("</s>")
@@ -137,7 +185,7 @@ class XTunerBaichuanChat(XTunerTemplate):
 class XTunerBaichuan2Chat(XTunerBaichuanChat):
     """XTuner's ``baichuan2_chat``: ``<reserved_106>`` / ``<reserved_107>`` around the question."""
 
-    instruction: str = attrs.field(default="<reserved_106>{input}<reserved_107>", validator=_has_input)
+    instruction: str = _instruction("<reserved_106>{input}<reserved_107>")
 
 
 @register("chatglm2", "chatglm2-6b")
@@ -145,8 +193,8 @@ class XTunerBaichuan2Chat(XTunerBaichuanChat):
 class XTunerChatGLM2(XTunerTemplate):
     """XTuner's ``chatglm2``: numbered rounds (``[Round n]``) from the session."""
 
-    system_format: str = "{system}\n"
-    instruction: str = attrs.field(default="[Round {round}]\n\n问：{input}\n\n答：", validator=_has_input)
+    system_format: str = _system("{system}\n")
+    instruction: str = _instruction("[Round {round}]\n\n问：{input}\n\n答：")
     sep: str = "\n\n"
     eos: str = "</s>"
     stop_words: tuple[str, ...] | None = stops("</s>")

@@ -1,0 +1,126 @@
+"""Fingerprints of official chat templates: how the template a model folder ships is recognised.
+
+The official Jinja texts cannot be stored in the repository, so this module keeps
+only the SHA-256 of each normalised text and the corpus files (``org__model``)
+that ship it. A built-in template claims a text through its own ``official``
+attribute (a corpus file stem), so the table says nothing about lmchat's
+templates; ``tests/test_matching.py`` recomputes it from ``../shared/conformance``.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+
+from .loading import chat_template_text, read_json
+from .registry import template_class, template_names
+
+#: sha256 of the normalised official text -> the corpus files that ship exactly that text
+OFFICIAL_TEXTS: dict[str, tuple[str, ...]] = {
+    "58c1a1f04baa7adaeaba1f90267c3d57d9396f0c1f0129bdde9e76d3c6784af7": ("01-ai__Yi-34B-Chat", "01-ai__Yi-6B-Chat"),
+    "993c0af704bad76aeba4263a5318f7873a06420a8eb7d40b72a49c39599c0a66": (
+        "deepseek-ai__deepseek-coder-33b-instruct",
+        "deepseek-ai__deepseek-coder-6.7b-instruct",
+    ),
+    "3a3036eeb96ca0e48565fc1f19b4d7d3fa17ada32bb1b3d5ed539ae74cf22923": ("deepseek-ai__DeepSeek-R1",),
+    "8aeba567270fa9a8d5372caf4b04affea947c4421d96adc01e3ff94021b0ae8e": (
+        "deepseek-ai__DeepSeek-V2-Chat",
+        "deepseek-ai__deepseek-llm-7b-chat",
+    ),
+    "3b8267e54b67df6500f231ffa969955cc9d26b3444a291ced4eb96ca7d3ca1ea": ("deepseek-ai__DeepSeek-V3",),
+    "ecd6ae513fe103f0eb62e8ab5bfa8d0fe45c1074fa398b089c93a7e70c15cfd6": (
+        "google__gemma-2-2b-it",
+        "google__gemma-2b-it",
+        "google__gemma-7b-it",
+    ),
+    "8d9e3a3c114fb2053ec500184677af4f7e5f8ec2582443cd535834e68b3ade29": ("google__gemma-3-1b-it",),
+    "66291cf0045c2425a3a667cf3cbb7af2b11f09e025c02f97245323ab79119362": (
+        "HuggingFaceH4__zephyr-7b-beta",
+        "TinyLlama__TinyLlama-1.1B-Chat-v1.0",
+    ),
+    "872be49dbb638044ad01b60388f48d469ff2980e5f0dccdc22ec907db54d0788": ("HuggingFaceTB__SmolLM2-135M-Instruct",),
+    "08962c2f15d56767854b46dfc4070b37f4c443551833bba65b417191735f3187": ("ibm-granite__granite-3.1-8b-instruct",),
+    "49aa7cb516942cc5a17d45ed2939828e3b5e4188dc487a3c4b64a570e5b5111f": (
+        "internlm__internlm2-chat-7b",
+        "internlm__internlm2_5-7b-chat",
+        "internlm__internlm3-8b-instruct",
+    ),
+    "e8d5b5a546d3f19df16a5320c614fab05bdc4edd50e850f1afd947b503ea41cf": ("meta-llama__Llama-2-7b-chat-hf",),
+    "93c0e9aa3629bbd77e68dbc0f5621f6e6b23aa8d74b932595cdb8d64684526d7": (
+        "meta-llama__Llama-3.1-8B-Instruct",
+        "meta-llama__Llama-3.3-70B-Instruct",
+    ),
+    "d82792f95932f1c9cef5c4bd992f171225e3bf8c7b609b4557c9e1ec96be819f": ("meta-llama__Llama-3.2-3B-Instruct",),
+    "ba03a121d097859c7b5b9cd03af99aafe95275210d2876f642ad9929a150f122": ("meta-llama__Meta-Llama-3-8B-Instruct",),
+    "dcaee66df77bfbb789ec541fe713218da30225a526f1db97138fc39ee6dc56aa": ("microsoft__Phi-3-mini-4k-instruct",),
+    "fe4120415a3858b873955c92ce3a103a95bc97c2cb00b72e62659aaf0f891ee5": ("microsoft__phi-4",),
+    "bbc58aad99454df60138be9530c9601a0adfe3d8932cda975e1f10b2410ddc51": (
+        "mistralai__Mistral-7B-Instruct-v0.1",
+        "mistralai__Mistral-7B-Instruct-v0.2",
+        "mistralai__Mixtral-8x7B-Instruct-v0.1",
+    ),
+    "cafb64e0e9e5fd2503054b3479593fae39cbdfd52338ce8af9bb4664a8eb05bd": (
+        "mistralai__Mistral-7B-Instruct-v0.3",
+        "mistralai__Mixtral-8x22B-Instruct-v0.1",
+    ),
+    "9ff2eb30a1d3e937a88108d74b1ab940891be58aa742be4e8c0ce1c1ad90588e": ("NousResearch__Hermes-3-Llama-3.1-8B",),
+    "901b10d47195fadb5692137ecd4b2733730be9d32fde6c6eae23e5153712525e": ("openchat__openchat-3.5-0106",),
+    "793202280c0910ab26bc6eb57c8212c2417324c6d8c4efd0d10d59092ab3e3eb": (
+        "Qwen__Qwen1.5-1.8B-Chat",
+        "Qwen__Qwen1.5-7B-Chat",
+        "Qwen__Qwen2-7B-Instruct",
+    ),
+    "55b2f4a26ac9ee719330a61a0c39d9e538b0e9322212f048326318cff4f8674a": (
+        "Qwen__Qwen2.5-7B-Instruct",
+        "Qwen__Qwen2.5-Coder-7B-Instruct",
+    ),
+    "a55ee1b1660128b7098723e0abcd92caa0788061051c62d51cbe87d9cf1974d8": ("Qwen__Qwen3-8B",),
+    "cb2d7aa140bed098f4ac8ab1a403980e6768d58ec95ef701668fc7dd017e0762": ("Qwen__QwQ-32B",),
+    "e4496f930bf7b7bc7e7cf8232e90fd43ab4a9d8eb9c77f6ec98f5beb5c5cbeaa": ("THUDM__chatglm3-6b",),
+    "27288f957f8364c990a2ce13bf5f8bf86921c4bce467ce698c76dcc69466d821": ("THUDM__glm-4-9b-chat",),
+    "914ccd80356f5822d1a50d97546e37f60c04ed831fe431aa40346574ec266901": ("tiiuae__Falcon3-7B-Instruct",),
+    "b8e5e922a7a4ab5df61a904ef54639a27022fd84eb6b6434f09503afeca60eb4": ("upstage__SOLAR-10.7B-Instruct-v1.0",),
+}
+
+
+def normalize(text: str) -> str:
+    """The text as Jinja sees it: LF line endings, one trailing newline dropped.
+
+    transformers renders with ``keep_trailing_newline=False``, so copies that
+    differ only there (``chat_template.jinja`` files often end with one) are
+    the same template.
+    """
+    text = text.replace("\r\n", "\n")
+    return text.removesuffix("\n")
+
+
+def fingerprint(text: str) -> str:
+    return hashlib.sha256(normalize(text).encode("utf-8")).hexdigest()
+
+
+def templates_with_fingerprint(digest: str) -> list[str]:
+    """Registered templates whose own ``official`` file ships the text with this fingerprint.
+
+    Only a class that declares ``official`` itself claims it: a subclass that
+    changes the rendering without saying so must not inherit the claim.
+    """
+    stems = OFFICIAL_TEXTS.get(digest, ())
+    return [n for n in template_names() if template_class(n).__dict__.get("official") in stems]
+
+
+def shipped_template(folder: str) -> tuple[str, str] | None:
+    """``(file name, text)`` of the chat template a model folder ships, or None.
+
+    ``chat_template.jinja`` first (transformers prefers it when both exist),
+    then a processor's ``chat_template.json``, then ``tokenizer_config.json``.
+    """
+    jinja = os.path.join(folder, "chat_template.jinja")
+    if os.path.isfile(jinja):
+        with open(jinja, encoding="utf-8", newline="") as f:
+            return "chat_template.jinja", f.read()
+    for name in ("chat_template.json", "tokenizer_config.json"):
+        path = os.path.join(folder, name)
+        if os.path.isfile(path):
+            data = read_json(path)
+            if isinstance(data, dict) and data.get("chat_template") is not None:
+                return name, chat_template_text(data["chat_template"], path)
+    return None

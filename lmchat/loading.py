@@ -1,0 +1,261 @@
+"""Templates as data: LMDeploy configs, XTuner dicts and Jinja files, loaded and registered.
+
+``load_template(spec)`` takes a registered name or alias, or a path:
+
+* ``.json``: an LMDeploy ``ChatTemplateConfig`` (``model_name``, ``system``,
+  ``eoh``, ...), an XTuner template dict (``INSTRUCTION``, ``SEP``, ...), or an
+  object with a ``chat_template`` string (a Jinja template, as in
+  ``tokenizer_config.json``), told apart by their keys;
+* ``.jinja`` / ``.j2``: a Jinja chat template;
+* a model folder (``tokenizer_config.json`` / ``chat_template.jinja``) or a
+  ``.gguf`` file: the chat template the model ships.
+
+``register_template(name, template)`` makes a loaded template available by
+name, everywhere a built-in one is.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+from typing import Any
+
+import attrs
+
+from .errors import TemplateConfigError, UnknownTemplate
+from .registry import canonical_name, get_template, register, template_class
+from .templates.base import AffixTemplate, BaseTemplate
+from .templates.xtuner import XTUNER_KEYS, XTunerTemplate
+
+#: LMDeploy ``ChatTemplateConfig`` field -> accepted JSON type (float fields take integers too)
+LMDEPLOY_FIELDS: dict[str, type] = {
+    "model_name": str,
+    "system": str,
+    "meta_instruction": str,
+    "eosys": str,
+    "user": str,
+    "eoh": str,
+    "assistant": str,
+    "eoa": str,
+    "separator": str,
+    "capability": str,
+    "stop_words": list,
+    "session_len": int,
+    "top_k": int,
+    "top_p": float,
+    "temperature": float,
+    "repetition_penalty": float,
+}
+AFFIXES = ("system", "meta_instruction", "eosys", "user", "eoh", "assistant", "eoa", "separator")
+#: LMDeploy fields lmchat's affix templates have no counterpart for (accepted when null)
+UNSUPPORTED = {"tool": "LMDeploy's tool role", "eotool": "LMDeploy's tool role"}
+JINJA_SUFFIXES = (".jinja", ".j2")
+
+
+def read_json(path: str) -> Any:
+    """A JSON file's content; syntax errors name the file, line and column."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TemplateConfigError(f"not valid JSON: {exc.msg}", source=f"{path}:{exc.lineno}:{exc.colno}") from None
+
+
+def _checked(key: str, value: Any, kind: type, source: str | None) -> Any:
+    """``value`` if it has the JSON type ``kind`` (ints accepted, as floats, where floats are)."""
+    ok = isinstance(value, kind) and not isinstance(value, bool)
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        ok, value = True, float(value)
+    if kind is list:
+        ok = ok and all(isinstance(word, str) for word in value)
+    if not ok:
+        expected = "a list of strings" if kind is list else {str: "a string", int: "an integer"}.get(kind, "a number")
+        raise TemplateConfigError(f"expected {expected}, got {value!r}", field=key, source=source)
+    return value
+
+
+@functools.cache
+def _plain_class(model_name: str) -> type:
+    """LMDeploy's ``BaseChatTemplate`` for an unregistered ``model_name``: prefix + content + suffix.
+
+    Cached so that two loads of one config give equal templates.
+    """
+    return attrs.make_class(
+        model_name,
+        {},
+        bases=(AffixTemplate,),
+        frozen=True,
+        kw_only=True,
+        slots=True,
+        class_body={
+            "__doc__": f"LMDeploy chat template config {model_name!r}: affixes by role.",
+            "hyperparameter_source": "the LMDeploy chat template config (LMDeploy defaults where it is silent)",
+        },
+    )
+
+
+def template_from_lmdeploy_config(data: dict, source: str | None = None) -> BaseTemplate:
+    """An LMDeploy ``ChatTemplateConfig`` as a frozen template.
+
+    As in LMDeploy, ``model_name`` names the registered template (or alias)
+    to start from, the other fields override it, and null means "keep the
+    default". An unregistered ``model_name`` starts from a plain
+    :class:`AffixTemplate` (with no meta instruction unless one is given).
+    """
+    if not isinstance(data, dict):
+        raise TemplateConfigError(f"expected a JSON object, got {type(data).__name__}", source=source)
+    fields = {}
+    for key, value in data.items():
+        if key in UNSUPPORTED and value is not None:
+            raise TemplateConfigError(f"{UNSUPPORTED[key]} is not supported", field=key, source=source)
+        if key not in LMDEPLOY_FIELDS and key not in UNSUPPORTED:
+            known = ", ".join(LMDEPLOY_FIELDS)
+            reason = f"unknown LMDeploy chat template field (known: {known})"
+            raise TemplateConfigError(reason, field=key, source=source)
+        if value is not None and key in LMDEPLOY_FIELDS:
+            fields[key] = _checked(key, value, LMDEPLOY_FIELDS[key], source)
+    model_name = fields.pop("model_name", None)
+    if model_name is None:
+        reason = "missing (a registered template to start from, or a new name)"
+        raise TemplateConfigError(reason, field="model_name", source=source)
+    if fields.get("capability", "chat") not in ("chat", "completion"):
+        reason = f"must be 'chat' or 'completion', got {fields['capability']!r}"
+        raise TemplateConfigError(reason, field="capability", source=source)
+    try:
+        cls = template_class(model_name)
+    except UnknownTemplate:
+        cls = _plain_class(model_name)
+    given = [key for key in AFFIXES if key in fields]
+    if given and issubclass(cls, XTunerTemplate):
+        # XTuner templates render from their own format strings: the affixes would be ignored
+        raise TemplateConfigError(
+            f"{model_name!r} is an XTuner template; write its fields as an XTuner dict (SYSTEM, INSTRUCTION, ...)",
+            field=given[0],
+            source=source,
+        )
+    return cls(**fields)
+
+
+def template_from_xtuner(data: dict, source: str | None = None) -> XTunerTemplate:
+    """An XTuner template dict (``SYSTEM``, ``INSTRUCTION``, ``SUFFIX``, ...) as a frozen template."""
+    if not isinstance(data, dict):
+        raise TemplateConfigError(f"expected a JSON object, got {type(data).__name__}", source=source)
+    return XTunerTemplate.from_xtuner(data, source=source)
+
+
+def _from_json(path: str) -> BaseTemplate:
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise TemplateConfigError(f"expected a JSON object, got {type(data).__name__}", source=path)
+    if "chat_template" in data:
+        return _jinja().from_string(chat_template_text(data["chat_template"], path))
+    if any(key in XTUNER_KEYS for key in data):
+        return template_from_xtuner(data, source=path)
+    return template_from_lmdeploy_config(data, source=path)
+
+
+def chat_template_text(value: Any, path: str) -> str:
+    """The text of ``chat_template``: a string, or transformers' list of named templates ('default')."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        named = {t.get("name"): t.get("template") for t in value if isinstance(t, dict)}
+        if isinstance(named.get("default"), str):
+            return named["default"]
+    raise TemplateConfigError(
+        "expected a string, or a list of {name, template} objects with one named 'default'",
+        field="chat_template",
+        source=path,
+    )
+
+
+def _jinja():
+    """The Jinja template class, imported only when a Jinja template is loaded (it pulls in jinja2)."""
+    from .jinja import JinjaTemplate
+
+    return JinjaTemplate
+
+
+def load_template_path(path: str, **overrides: Any) -> BaseTemplate:
+    """The template a file or model folder describes (see the module docstring), with overrides."""
+    if os.path.isdir(path):
+        template = _jinja().from_pretrained(path)
+    elif not os.path.exists(path):
+        raise FileNotFoundError(2, "no such chat template file or folder", path)
+    elif path.endswith(".json"):
+        template = _from_json(path)
+    elif path.endswith(JINJA_SUFFIXES):
+        with open(path, encoding="utf-8", newline="") as f:  # newline='': the text byte for byte
+            template = _jinja().from_string(f.read())
+    elif path.endswith(".gguf"):
+        template = _jinja().from_gguf(path)
+    else:
+        expected = "expected .json, .jinja, .j2, .gguf or a model folder"
+        raise TemplateConfigError(f"unsupported chat template file: {expected}", source=path)
+    return _with_overrides(template, overrides, path)
+
+
+def load_template(spec: str, **overrides: Any) -> BaseTemplate:
+    """A registered template (name or alias) or one loaded from a path, with field overrides.
+
+    A registered name wins over a file of the same name in the working
+    directory; an unknown name that does not look like a path is an
+    :class:`UnknownTemplate` error with suggestions.
+    """
+    try:
+        canonical_name(spec)
+    except UnknownTemplate:
+        looks_like_path = os.path.exists(spec) or os.sep in spec or spec.endswith((".json", ".gguf", *JINJA_SUFFIXES))
+        if looks_like_path:
+            return load_template_path(spec, **overrides)
+        raise
+    return get_template(spec, **overrides)
+
+
+def _with_overrides(template: BaseTemplate, overrides: dict, source: str) -> BaseTemplate:
+    if not overrides:
+        return template
+    known = {a.name for a in attrs.fields(type(template))}
+    for key in overrides:
+        if key not in known:
+            raise TemplateConfigError(f"unknown field (fields: {', '.join(sorted(known))})", field=key, source=source)
+    try:
+        return attrs.evolve(template, **overrides)
+    except TemplateConfigError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise TemplateConfigError(str(exc), source=source) from exc
+
+
+def register_template(name: str, template: BaseTemplate, *aliases: str, force: bool = False) -> BaseTemplate:
+    """Register ``template`` as ``name`` (and aliases); returns ``get_template(name)``.
+
+    The registered class is a subclass of the template's class whose field
+    defaults are the template's values, so ``get_template(name)`` returns a
+    template with the same fields, overrides work as for a built-in, and a
+    saved session names it. Replacing a registered name needs ``force=True``.
+    The class claims no official template: matching never picks it by
+    fingerprint.
+    """
+    base = type(template)
+    defaults = {}
+    for a in attrs.fields(base):
+        defaults[a.name] = attrs.field(
+            default=getattr(template, a.name), validator=a.validator, converter=a.converter, eq=a.eq, repr=a.repr
+        )
+    cls = attrs.make_class(
+        name,
+        defaults,
+        bases=(base,),
+        frozen=True,
+        kw_only=True,
+        slots=True,  # the built-ins are slotted: a dict-based subclass would be shadowed by their slots
+        class_body={
+            "__doc__": f"Registered at run time from template {template.name!r}.",
+            "official": None,
+            "hyperparameter_source": f"given at registration (from template {template.name!r})",
+        },
+    )
+    register(name, *aliases, force=force)(cls)
+    return get_template(name)

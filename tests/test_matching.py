@@ -1,0 +1,180 @@
+"""Model matching: shipped-template fingerprints, config.json architecture, name rules.
+
+Test names stay clear of model names: pytest puts them in ``tmp_path``, whose
+components the name rules read.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import subprocess
+import sys
+from collections import defaultdict
+
+import pytest
+
+from lmchat import ModelMatchError, match_template
+from lmchat.fingerprints import OFFICIAL_TEXTS, fingerprint, templates_with_fingerprint
+from lmchat.matching import explain_match
+from lmchat.registry import template_class, template_names
+
+from . import oracle
+
+CUSTOM = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+
+
+def model_folder(path, template=None, *, file="tokenizer_config.json", **config):
+    """A model folder as transformers saves it: config.json, and the chat template where asked."""
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    if template is not None and file == "chat_template.jinja":
+        (path / file).write_bytes(template.encode("utf-8"))
+    elif template is not None:
+        (path / file).write_text(json.dumps({"chat_template": template, "eos_token": "</s>"}), encoding="utf-8")
+    return str(path)
+
+
+def official(name: str) -> str:
+    return oracle.template_text(template_class(name).official)
+
+
+@oracle.needs_corpus
+def test_fingerprint_table_is_recomputed_from_the_corpus():
+    by_digest = defaultdict(list)
+    for path in sorted((oracle.CORPUS / "templates").glob("*.jinja")):
+        by_digest[fingerprint(oracle.template_text(path.stem))].append(path.stem)
+    claimed = {template_class(n).official for n in template_names() if "official" in vars(template_class(n))}
+    expected = {d: tuple(stems) for d, stems in by_digest.items() if claimed & set(stems)}
+    assert OFFICIAL_TEXTS == expected, "regenerate lmchat/fingerprints.py:\n" + "\n".join(
+        f"    {d!r}: {stems!r}," for d, stems in sorted(expected.items(), key=lambda kv: kv[1][0].lower())
+    )
+    # the corpus files are the ones SOURCES.md documents (raw sha256, first 16 hex digits)
+    sources = (oracle.CORPUS / "SOURCES.md").read_text(encoding="utf-8")
+    documented = dict(re.findall(r"^\| (\S+)\.jinja \|.*?\| ([0-9a-f]{16}) \|", sources, re.MULTILINE))
+    for stems in OFFICIAL_TEXTS.values():
+        for stem in stems:
+            raw = (oracle.CORPUS / "templates" / f"{stem}.jinja").read_bytes()
+            assert hashlib.sha256(raw).hexdigest()[:16] == documented[stem], stem
+
+
+@oracle.needs_corpus
+def test_every_official_template_is_found_by_its_fingerprint():
+    for name in template_names():
+        if "official" in vars(template_class(name)):
+            assert name in templates_with_fingerprint(fingerprint(official(name))), name
+
+
+@oracle.needs_corpus
+def test_checkpoint_folder_matches_by_fingerprint(tmp_path):
+    folder = model_folder(
+        tmp_path / "run" / "checkpoint-500", official("qwen2.5"), model_type="qwen2", architectures=["Qwen2ForCausalLM"]
+    )
+    match = explain_match(folder)
+    assert match.name == "qwen2.5" and match_template(folder) == "qwen2.5"
+    assert match.evidence[0].startswith("fingerprint: tokenizer_config.json is the official template of Qwen__Qwen2.5")
+
+
+@oracle.needs_corpus
+def test_fingerprint_outweighs_the_folder_name(tmp_path):
+    folder = model_folder(tmp_path / "Meta-Llama-3-8B-chatml-sft", official("qwen2.5"), model_type="llama")
+    assert match_template(folder) == "qwen2.5"
+
+
+@oracle.needs_corpus
+def test_copies_differing_in_line_endings_or_final_newline_match(tmp_path):
+    text = official("llama3").replace("\n", "\r\n") + "\r\n"
+    folder = model_folder(tmp_path / "step-100", text, file="chat_template.jinja")
+    assert match_template(folder) == "llama3"
+    listed = tmp_path / "step-200"
+    listed.mkdir()
+    templates = [{"name": "default", "template": official("phi4")}, {"name": "tool_use", "template": CUSTOM}]
+    (listed / "tokenizer_config.json").write_text(json.dumps({"chat_template": templates}), encoding="utf-8")
+    assert match_template(str(listed)) == "phi4"
+
+
+@oracle.needs_corpus
+@pytest.mark.parametrize(
+    "template, model_type, expected",
+    [
+        ("gemma", "gemma", "gemma"),
+        ("gemma", "gemma2", "gemma2"),
+        ("zephyr", "mistral", "zephyr"),
+        ("zephyr", "llama", "tinyllama"),
+        ("mistral", "mixtral", "mixtral"),
+        ("deepseek", "deepseek_v2", "deepseek-v2"),
+        ("internlm2", "internlm3", "internlm3"),
+    ],
+    ids=["a", "b", "c", "d", "e", "f", "g"],
+)
+def test_architecture_breaks_a_fingerprint_tie(tmp_path, template, model_type, expected):
+    match = explain_match(model_folder(tmp_path / "checkpoint-500", official(template), model_type=model_type))
+    assert match.name == expected
+    assert match.evidence[1].startswith(f"config.json: model_type {model_type!r} narrows")
+
+
+@oracle.needs_corpus
+def test_architectures_list_is_read_without_model_type(tmp_path):
+    folder = model_folder(tmp_path / "checkpoint-500", official("gemma2"), architectures=["Gemma2ForCausalLM"])
+    assert match_template(folder) == "gemma2"
+
+
+@oracle.needs_corpus
+def test_names_break_the_remaining_tie(tmp_path):
+    text = official("internlm2")
+    by_parent = model_folder(tmp_path / "internlm2_5-7b-chat" / "checkpoint-500", text, model_type="internlm2")
+    assert match_template(by_parent) == "internlm2.5"
+    origin = model_folder(
+        tmp_path / "checkpoint-700", text, model_type="internlm2", _name_or_path="internlm/internlm2-chat-7b"
+    )
+    match = explain_match(origin)
+    assert match.name == "internlm2" and "config.json _name_or_path 'internlm2-chat-7b'" in match.evidence[-1]
+
+
+@oracle.needs_corpus
+def test_equal_evidence_is_ambiguous(tmp_path):
+    folder = model_folder(tmp_path / "checkpoint-500", official("internlm2"), model_type="internlm2")
+    with pytest.raises(ModelMatchError) as info:
+        match_template(folder)
+    assert info.value.candidates == ["internlm2", "internlm2.5"] and "equal evidence" in str(info.value)
+
+
+def test_unknown_folder_lists_the_architecture_candidates(tmp_path):
+    folder = model_folder(tmp_path / "checkpoint-500", model_type="internlm2")
+    with pytest.raises(ModelMatchError) as info:
+        match_template(folder)
+    assert info.value.candidates == ["internlm2", "internlm2.5"] and "model_type 'internlm2' fits" in str(info.value)
+
+
+def test_unknown_shipped_template_points_to_chat_template(tmp_path):
+    folder = model_folder(tmp_path / "checkpoint-500", CUSTOM, model_type="mystery")
+    with pytest.raises(ModelMatchError, match="--chat-template") as info:
+        match_template(folder)
+    assert "no built-in template's official text" in str(info.value)
+
+
+def test_names_still_match_where_nothing_else_is_known(tmp_path):
+    folder = tmp_path / "Qwen2.5-7B-Instruct" / "checkpoint-500"
+    folder.mkdir(parents=True)
+    assert match_template(str(folder)) == "qwen2.5"
+    custom = model_folder(tmp_path / "Qwen2-7B-Instruct-sft", CUSTOM, model_type="qwen2")
+    match = explain_match(custom)
+    assert match.name == "qwen" and match.evidence[0].startswith("fingerprint: tokenizer_config.json is no built-in")
+    with pytest.raises(FileNotFoundError):
+        match_template("./no/such/checkpoint")
+
+
+def lmchat_match(*args):
+    return subprocess.run([sys.executable, "-m", "lmchat", "match", *args], capture_output=True, timeout=120, text=True)
+
+
+def test_match_command_prints_the_name_then_the_evidence(tmp_path):
+    out = lmchat_match("internlm/internlm2-chat-7b")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "internlm2" and lines[1].startswith("  name: id 'internlm2-chat-7b' matches")
+    data = json.loads(lmchat_match("--json", "Qwen/Qwen2.5-7B-Instruct").stdout)
+    assert data["template"] == "qwen2.5" and data["evidence"]
+    bad = lmchat_match(model_folder(tmp_path / "checkpoint-500", model_type="internlm2"))
+    assert bad.returncode == 2 and bad.stdout == "" and bad.stderr.count("\n") == 1
+    assert "candidates: internlm2, internlm2.5" in bad.stderr
