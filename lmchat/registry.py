@@ -5,6 +5,7 @@ first look-up import :mod:`lmchat.templates`, which registers the built-ins.
 """
 from __future__ import annotations
 
+import importlib
 from typing import Any, Callable, TypeVar
 
 import attrs
@@ -60,7 +61,15 @@ def _owner(key: str) -> str | None:
 
 
 def _ensure_loaded() -> None:
-    CHAT_TEMPLATES.import_from_location()
+    """Import the built-ins once.
+
+    Done here rather than by ``Registry.import_from_location``, which logs
+    through MMLogger and so imports torch (a second of start-up) when it is
+    installed; ``lmchat render`` must start fast.
+    """
+    if not CHAT_TEMPLATES._imported:
+        CHAT_TEMPLATES._imported = True
+        importlib.import_module("lmchat.templates")
 
 
 def canonical_name(name: str) -> str:

@@ -105,3 +105,15 @@ def test_help_describes_every_subcommand():
     out = lmchat("--help").stdout.decode()
     assert "templates" in out and "render" in out
     assert b"--deltas" in lmchat("render", "--help").stdout
+
+
+def test_render_path_never_imports_heavy_libraries(conv_file):
+    """`lmchat render` must start fast: no torch, transformers or tokenizers on its path."""
+    code = (
+        "import sys, lmchat.cli.main as m\n"
+        "m.main(['render', '--template', 'qwen', '--messages', sys.argv[1]])\n"
+        "heavy = [x for x in ('torch', 'transformers', 'tokenizers', 'fastapi') if x in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(conv_file)], capture_output=True, timeout=120)
+    assert out.returncode == 0, out.stderr.decode()
