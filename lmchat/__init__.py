@@ -14,6 +14,7 @@ from .jinja import JinjaTemplate
 from .matching import match_template
 from .registry import CHAT_TEMPLATES, get_template, template_names
 from .session import Delta, Session
+from .training import encode_for_training
 from .templates.base import AffixTemplate, BaseTemplate, Chat
 
 __version__ = "0.1.0"
@@ -34,6 +35,7 @@ __all__ = [
     "TemplateConfigError",
     "TemplateRuleError",
     "UnknownTemplate",
+    "encode_for_training",
     "get_template",
     "load_template",
     "match_template",

@@ -89,6 +89,32 @@ class TokenCodec:
         ids += self.encode_text(text[pos:], at_start=base + pos == 0)
         return ids, anchor
 
+    def encode_offsets(self, text: str, spans: Sequence[tuple[int, int]]) -> tuple[list[int], list[int]]:
+        """Like :meth:`encode` for a whole prompt, plus the character offset where each id starts."""
+        ids: list[int] = []
+        starts: list[int] = []
+        pos = 0
+
+        def plain(chunk: str, at: int) -> None:
+            if not chunk:
+                return
+            if at == 0:
+                enc = self._content.encode(chunk, add_special_tokens=False)
+                ids.extend(enc.ids)
+                starts.extend(at + a for a, _ in enc.offsets)
+            else:
+                enc = self._content.encode(ANCHOR + chunk, add_special_tokens=False)
+                ids.extend(enc.ids[1:])
+                starts.extend(at + a - len(ANCHOR) for a, _ in enc.offsets[1:])
+
+        for start, end in spans:
+            plain(text[pos:start], pos)
+            ids.append(self.special[text[start:end]])
+            starts.append(start)
+            pos = end
+        plain(text[pos:], pos)
+        return ids, starts
+
     def plain_encode(self, text: str) -> list[int]:
         """The tokenizer's own encoding (special strings parsed everywhere), for comparison."""
         return self._markup.encode(text, add_special_tokens=False).ids

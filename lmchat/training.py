@@ -1,0 +1,76 @@
+"""Training encoding: input ids, labels and the assistant mask of a whole conversation.
+
+Labels are ``-100`` everywhere except what the model must learn to write in
+each assistant turn: its content (after the generation prompt, ``lead``
+included) and the end marker it must emit — the template's ``eoa``, its first
+stop word, or for XTuner templates ``SUFFIX`` plus the eos unless
+``SUFFIX_AS_EOS``. Separators after the marker, system and user turns and the
+template's markup are never trained (XTuner's ``encode_fn`` semantics).
+Content is encoded with special-token parsing off, as in sessions.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Any, Mapping, Sequence
+
+from .registry import get_template
+from .templates.base import BaseTemplate
+from .tokens import codec_for
+
+IGNORE_INDEX = -100
+
+
+def answer_end(template: BaseTemplate) -> str:
+    """The end marker a model learns to emit after an answer."""
+    suffix = getattr(template, "suffix", None)  # XTuner: SUFFIX, then the eos unless SUFFIX_AS_EOS
+    if suffix is not None:
+        return suffix + ("" if template.suffix_as_eos else template.eos)
+    if template.eoa:
+        return template.eoa
+    return template.stop_words[0] if template.stop_words else ""
+
+
+def trained_spans(template: BaseTemplate, chat) -> tuple[str, list[tuple[int, int]]]:
+    """The rendering (no generation prompt) and the character spans a model is trained on."""
+    text, offsets = template.render_window(chat, 0)
+    chat.add_generation_prompt = True
+    generation_prompt = template.tail(chat)
+    chat.add_generation_prompt = False
+    marker = answer_end(template)
+    spans = []
+    for i, message in enumerate(chat.messages):
+        if message["role"] != "assistant":
+            continue
+        begin, end = offsets[i], offsets[i + 1]
+        piece = text[begin:end]
+        shared = 0  # the generation prompt is markup even where history renders it differently
+        while shared < min(len(piece), len(generation_prompt)) and piece[shared] == generation_prompt[shared]:
+            shared += 1
+        stop = piece.rfind(marker) if marker else -1
+        spans.append((begin + shared, begin + stop + len(marker) if stop >= shared else end))
+    return text, spans
+
+
+def encode_for_training(
+    messages: Sequence[Mapping[str, Any]],
+    template: BaseTemplate | str,
+    tokenizer: Any,
+    max_length: int | None = None,
+    *,
+    tools: list[dict] | None = None,
+    date: _dt.date | None = None,
+    **template_kwargs: Any,
+) -> dict[str, list[int]]:
+    """``{'input_ids', 'labels', 'assistant_masks'}`` for one conversation, cut to ``max_length``."""
+    template = get_template(template) if isinstance(template, str) else template
+    codec = codec_for(tokenizer)
+    chat = template.make_chat(messages, tools=tools, add_generation_prompt=False, date=date, **template_kwargs)
+    template.check(chat)
+    text, spans = trained_spans(template, chat)
+    structural = codec.structural_spans(template, chat, 0, text)
+    ids, starts = codec.encode_offsets(text, codec.special_spans(text) if structural is None else structural)
+    mask = [int(any(a <= s < b for a, b in spans)) for s in starts]
+    labels = [t if m else IGNORE_INDEX for t, m in zip(ids, mask)]
+    if max_length is not None:
+        ids, labels, mask = ids[:max_length], labels[:max_length], mask[:max_length]
+    return {"input_ids": ids, "labels": labels, "assistant_masks": mask}
