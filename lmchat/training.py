@@ -31,7 +31,13 @@ def answer_end(template: BaseTemplate) -> str:
 
 
 def trained_spans(template: BaseTemplate, chat) -> tuple[str, list[tuple[int, int]]]:
-    """The rendering (no generation prompt) and the character spans a model is trained on."""
+    """The rendering (no generation prompt) and the character spans a model is trained on.
+
+    A Jinja template with ``{% generation %}`` blocks says so itself, as transformers reads it.
+    """
+    marked = getattr(template, "generation_spans", lambda chat: None)(chat)
+    if marked is not None:
+        return marked
     text, offsets = template.render_window(chat, 0)
     chat.add_generation_prompt = True
     generation_prompt = template.tail(chat)
@@ -69,7 +75,9 @@ def encode_for_training(
     text, spans = trained_spans(template, chat)
     structural = codec.structural_spans(template, chat, 0, text)
     ids, starts = codec.encode_offsets(text, codec.special_spans(text) if structural is None else structural)
-    mask = [int(any(a <= s < b for a, b in spans)) for s in starts]
+    ends = starts[1:] + [len(text)]
+    # a token is trained when it overlaps a trained span, as transformers' assistant mask counts it
+    mask = [int(any(s < b and e > a for a, b in spans)) for s, e in zip(starts, ends)]
     labels = [t if m else IGNORE_INDEX for t, m in zip(ids, mask)]
     if max_length is not None:
         ids, labels, mask = ids[:max_length], labels[:max_length], mask[:max_length]

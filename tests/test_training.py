@@ -66,3 +66,23 @@ def test_max_length_cuts_all_three_lists():
     tok = tf.deepseek()
     result = encode_for_training(CONVERSATION, "qwen2.5", tok, max_length=10)
     assert {len(v) for v in result.values()} == {10}
+
+
+@pytest.mark.parametrize("stem", ["HuggingFaceTB__SmolLM3-3B", "microsoft__Phi-4-reasoning"])
+def test_generation_blocks_give_transformers_assistant_mask(stem):
+    from . import oracle
+
+    if not oracle.AVAILABLE:
+        pytest.skip(oracle.SKIP_REASON)
+    from lmchat.jinja import JinjaTemplate
+
+    tok = tf.smollm2()
+    source = oracle.template_text(stem)
+    conversation = [m for m in CONVERSATION if "<|im_end|>" not in m["content"]]
+    template = JinjaTemplate.from_string(source, bos_token="<|im_start|>", eos_token="<|im_end|>")
+    ours = encode_for_training(conversation, template, tok)  # today, like transformers
+    theirs = tok.apply_chat_template(
+        conversation, chat_template=source, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
+    )
+    assert ours["input_ids"] == theirs["input_ids"]
+    assert ours["assistant_masks"] == theirs["assistant_masks"] and sum(ours["assistant_masks"]) > 0

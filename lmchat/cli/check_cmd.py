@@ -1,0 +1,50 @@
+"""``lmchat check``: does a Jinja chat template render exactly what a built-in renders?
+
+The Jinja side is a ``.jinja`` file, a Hugging Face model folder or a ``.gguf``
+file. Both render a battery of conversations (with and without the generation
+prompt, tool conversations when the built-in supports tools) at a fixed date.
+Exit status 0 when they agree everywhere, 1 at the first difference.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--template", required=True, metavar="NAME", help="registered template name or alias")
+    p.add_argument("--jinja", required=True, metavar="FILE",
+                   help="a .jinja chat template, a Hugging Face model folder, or a .gguf file")
+    p.add_argument("--bos-token", metavar="TEXT",
+                   help="bos_token for the Jinja template (default: the folder's/GGUF's, else the built-in's)")
+    p.add_argument("--eos-token", metavar="TEXT",
+                   help="eos_token for the Jinja template (default: the folder's/GGUF's, else the built-in's)")
+
+
+def jinja_side(builtin, path: Path, bos: str | None, eos: str | None):
+    """The template at ``path``; a bare .jinja file borrows the built-in's special tokens unless given."""
+    from ..jinja import load_jinja
+
+    candidate = load_jinja(path)
+    tokens = {}
+    if not path.is_dir() and path.suffix.lower() != ".gguf":  # a folder or GGUF brings its own tokens
+        tokens.update(type(builtin).hf_special_tokens)
+        if builtin.bos:
+            tokens.setdefault("bos_token", builtin.bos)
+    tokens.update({k: v for k, v in (("bos_token", bos), ("eos_token", eos)) if v is not None})
+    return candidate.evolve(special_tokens={**candidate.tokens, **tokens}) if tokens else candidate
+
+
+def run(args) -> int:
+    from ..battery import first_difference
+    from ..registry import get_template
+
+    builtin = get_template(args.template)
+    path = Path(args.jinja)
+    candidate = jinja_side(builtin, path, args.bos_token, args.eos_token)
+    count, diff = first_difference(builtin, candidate, with_tools=type(builtin).supports_tools)
+    if diff is None:
+        print(f"{builtin.name} and {path.name}: identical on {count} conversations")
+        return 0
+    print(f"{builtin.name} and {path.name} differ (conversation {count} of the battery)")
+    print(diff.describe(names=(f"built-in {builtin.name}", f"jinja {path.name}")))
+    return 1

@@ -1,0 +1,171 @@
+"""Read a chat template and its model's settings from a Hugging Face folder or a GGUF file.
+
+Both readers return :class:`~lmchat.jinja.JinjaTemplate` keyword arguments.
+Template precedence in a folder follows transformers: separate template files
+(``chat_template.jinja`` plus ``additional_chat_templates/*.jinja``, then the
+processor's ``chat_template.json``) win over ``tokenizer_config.json``.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .errors import TemplateConfigError
+
+#: generation_config.json keys copied as they are
+SAMPLING_KEYS = ("temperature", "top_p", "top_k", "repetition_penalty")
+#: config.json keys holding the context length, most specific first
+CONTEXT_KEYS = ("max_position_embeddings", "seq_length", "max_sequence_length", "n_positions")
+
+
+def _load_json(path: Path) -> dict:
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise TemplateConfigError(f"not valid JSON: {exc}", source=str(path)) from None
+    if not isinstance(data, dict):
+        raise TemplateConfigError("expected a JSON object", source=str(path))
+    return data
+
+
+def _token_text(value) -> str | None:
+    """A special token as tokenizer_config.json writes it: a string or an AddedToken dict."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and isinstance(value.get("content"), str):
+        return value["content"]
+    return None
+
+
+def special_tokens(config: dict) -> dict[str, str]:
+    """Every ``*_token`` string of a tokenizer config, as transformers 5.x passes them to templates."""
+    tokens = {k: _token_text(v) for k, v in config.items() if k.endswith("_token")}
+    extra = config.get("extra_special_tokens")
+    if isinstance(extra, dict):
+        tokens.update({k: _token_text(v) for k, v in extra.items()})
+    return {k: v for k, v in tokens.items() if v is not None}
+
+
+def _templates(folder: Path, config: dict) -> dict[str, str]:
+    """name -> source; a single template is named 'default'."""
+    found: dict[str, str] = {}
+    jinja_file = folder / "chat_template.jinja"
+    if jinja_file.is_file():
+        found["default"] = jinja_file.read_text(encoding="utf-8")
+    extra_dir = folder / "additional_chat_templates"
+    if extra_dir.is_dir():
+        for f in sorted(extra_dir.glob("*.jinja")):
+            found[f.stem] = f.read_text(encoding="utf-8")
+    if found:
+        return found
+    value = _load_json(folder / "chat_template.json").get("chat_template") or config.get("chat_template")
+    if isinstance(value, str):
+        return {"default": value}
+    if isinstance(value, list):
+        try:
+            return {t["name"]: t["template"] for t in value}
+        except (KeyError, TypeError):
+            raise TemplateConfigError("a list of chat templates needs 'name' and 'template' in each entry",
+                                      field="chat_template", source=str(folder)) from None
+    if isinstance(value, dict):
+        return dict(value)
+    raise TemplateConfigError("no chat template (chat_template.jinja, chat_template.json or tokenizer_config.json)",
+                              source=str(folder))
+
+
+def _token_ids(folder: Path, config: dict) -> dict[int, str]:
+    """Token id -> text for the added tokens, which is where eos ids resolve."""
+    table = {int(k): _token_text(v) for k, v in (config.get("added_tokens_decoder") or {}).items()}
+    tokenizer = folder / "tokenizer.json"
+    if tokenizer.is_file():
+        for t in _load_json(tokenizer).get("added_tokens") or []:
+            table.setdefault(t.get("id"), t.get("content"))
+    return {k: v for k, v in table.items() if isinstance(v, str)}
+
+
+def _as_list(value) -> list:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _sampling(folder: Path, config: dict, tokens: dict[str, str]) -> dict[str, Any]:
+    gen = _load_json(folder / "generation_config.json")
+    model = _load_json(folder / "config.json")
+    text_model = model.get("text_config") if isinstance(model.get("text_config"), dict) else {}
+    out: dict[str, Any] = {k: gen[k] for k in SAMPLING_KEYS if gen.get(k) is not None}
+    context = [gen.get("max_length")] + [m.get(k) for k in CONTEXT_KEYS for m in (model, text_model)]
+    session_len = next((c for c in context if isinstance(c, int) and c > 0), None)
+    if session_len:
+        out["session_len"] = session_len
+    ids = _as_list(gen.get("eos_token_id")) or _as_list(model.get("eos_token_id"))
+    names = _token_ids(folder, config)
+    stops = [names[i] for i in ids if i in names]
+    if ids:
+        # the eos token itself stops generation even when an id does not resolve
+        words = stops + ([tokens["eos_token"]] if "eos_token" in tokens else [])
+        out["stop_words"] = tuple(dict.fromkeys(words)) or None
+    return out
+
+
+def read_pretrained(folder) -> dict[str, Any]:
+    """JinjaTemplate fields from a Hugging Face model (or tokenizer) folder."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise TemplateConfigError("not a directory", source=str(folder))
+    config = _load_json(folder / "tokenizer_config.json")
+    templates = _templates(folder, config)
+    tokens = special_tokens(config)
+    default = templates.pop("default", "")
+    return {
+        "chat_template": default,
+        "named_templates": templates,
+        "special_tokens": tokens,
+        "label": folder.resolve().name,
+        **_sampling(folder, config, tokens),
+    }
+
+
+# ---------------------------------------------------------------------- GGUF
+def _gguf_value(reader, key: str):
+    field = reader.fields.get(key)
+    if field is None:
+        return None
+    return field.contents()
+
+
+def read_gguf(path) -> dict[str, Any]:
+    """JinjaTemplate fields from GGUF metadata (``tokenizer.chat_template[.NAME]``, bos/eos ids)."""
+    try:
+        from gguf import GGUFReader  # optional dependency: pip install 'lmchat[jinja]'
+    except ImportError:
+        raise TemplateConfigError("reading GGUF files needs the 'gguf' package (pip install gguf)") from None
+    path = Path(path)
+    if not path.is_file():
+        raise TemplateConfigError("no such file", source=str(path))
+    try:
+        reader = GGUFReader(path, "r")
+    except Exception as exc:  # a damaged file fails in many ways inside the parser; all mean "not GGUF"
+        raise TemplateConfigError(f"not a readable GGUF file: {exc}", source=str(path)) from None
+    source = _gguf_value(reader, "tokenizer.chat_template")
+    names = _gguf_value(reader, "tokenizer.chat_templates") or []
+    named = {n: _gguf_value(reader, f"tokenizer.chat_template.{n}") for n in names}
+    if not source and not named:
+        raise TemplateConfigError("no tokenizer.chat_template in the GGUF metadata", source=str(path))
+    vocab = reader.fields.get("tokenizer.ggml.tokens")
+    tokens = {}
+    for key, name in (("bos_token", "bos_token_id"), ("eos_token", "eos_token_id"), ("unk_token", "unknown_token_id"),
+                      ("pad_token", "padding_token_id")):
+        token_id = _gguf_value(reader, f"tokenizer.ggml.{name}")
+        if vocab is not None and isinstance(token_id, int) and 0 <= token_id < len(vocab.data):
+            tokens[key] = bytes(vocab.parts[vocab.data[token_id]]).decode("utf-8")
+    arch = _gguf_value(reader, "general.architecture")
+    out: dict[str, Any] = {"chat_template": source or "", "named_templates": named, "special_tokens": tokens,
+                           "label": _gguf_value(reader, "general.name") or path.stem}
+    context = _gguf_value(reader, f"{arch}.context_length") if arch else None
+    if isinstance(context, int) and context > 0:
+        out["session_len"] = context
+    return out
