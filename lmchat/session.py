@@ -26,7 +26,7 @@ from .registry import get_template
 from .templates.base import BaseTemplate, Chat
 
 FORMAT_VERSION = 1
-OVERFLOW_POLICIES = ("error", "truncate")
+OVERFLOW_POLICIES = ("error", "truncate", "shift")
 
 
 @attrs.frozen
@@ -38,7 +38,9 @@ class Delta:
     ``sequence_start`` is true for the first delta of a sequence (and for resets).
     ``reason`` says why a reset happened. With a tokenizer, ``token_ids`` are
     the ids of ``text`` (content never parsed as special tokens). ``dropped``
-    counts the messages an overflow policy removed from the front.
+    counts the messages an overflow policy removed from the front; with the
+    ``'shift'`` policy ``discard=(start, count)`` is the token range the engine
+    removes from its cache before appending ``token_ids`` (no reset).
     """
 
     text: str
@@ -47,6 +49,7 @@ class Delta:
     reason: str | None = None
     token_ids: list[int] | None = None
     dropped: int = 0
+    discard: tuple[int, int] | None = None
 
 
 @attrs.define
@@ -58,6 +61,7 @@ class _Plan:
     window: int
     full: bool = False
     anchor: tuple[int, int] = (0, 0)
+    shift: tuple[int, int] | None = None  # (keep, resume): the context keeps [:keep] + [resume:]
 
 
 class Session:
@@ -174,6 +178,7 @@ class Session:
         n_old = len(chat.messages)
         new = normalize_messages(list(messages), start=n_old)
         chat.messages.extend(new)
+        self._turn_start = n_old
         try:
             plan = self._plan()
             plan = self._fit(plan, self.max_new_tokens if max_new_tokens is None else max_new_tokens)
@@ -248,13 +253,22 @@ class Session:
         new = len(plan.delta.token_ids)
         if used + new + max_new_tokens <= self.session_len:
             return plan
-        if self.overflow == "truncate":
+        if self.overflow == "shift" and not plan.full:
+            return budget.shift(self, max_new_tokens, used, new)
+        if self.overflow in ("truncate", "shift"):  # a reset has nothing in the cache to shift
             return budget.truncate(self, max_new_tokens, used, new)
         raise SessionLengthExceeded(used=used, new=new, max_new_tokens=max_new_tokens, limit=self.session_len)
 
     def _apply(self, plan: _Plan) -> None:
         if plan.full:
             self._clear_context()
+        if plan.shift:
+            keep, resume = plan.shift
+            kept, (start, count) = self.context[:keep] + self.context[resume:], plan.delta.discard
+            ids = self._ids[:start] + self._ids[start + count:]
+            self._clear_context()
+            self._append(kept)
+            self._ids = ids
         self._append(plan.delta.text)
         self._offsets[plan.window:] = plan.offsets[:-1]
         self._tail = plan.offsets[-1]

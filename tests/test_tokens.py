@@ -174,3 +174,54 @@ def test_token_sessions_round_trip_through_json():
     assert r.prompt("again") == s.prompt("again")
     plain = Session.from_dict(json.loads(json.dumps(s.to_dict())))
     assert plain.prompt("x").reset
+
+
+@pytest.mark.parametrize(
+    "template, tokenizer_name", [("deepseek-v3", "deepseek"), ("smollm2", "smollm2"), ("qwen", "smollm2")]
+)
+def test_overflow_shift_discards_old_turns_in_the_cache_without_a_reset(template, tokenizer_name, spm_folder):
+    tok = load(tokenizer_name, spm_folder)
+    s = Session(template, system="Be brief.", tokenizer=tok, session_len=90, overflow="shift")
+    engine: list[int] = []  # what a KV-cache engine holds, applying deltas literally
+    shifted = 0
+    for i in range(20):
+        d = s.prompt(f"question number {i}", max_new_tokens=10)
+        if d.reset:
+            engine = []
+        if d.discard:
+            start, count = d.discard
+            del engine[start:start + count]
+            shifted += 1
+            assert d.dropped > 0 and "shifted" in d.reason
+        assert not d.reset or i == 0
+        engine += d.token_ids
+        assert engine == s.context_ids == full_ids(s)
+        assert s.step + 10 <= 90
+        s.commit(s.template.lead + f"answer number {i}")
+        engine = s.context_ids
+    assert shifted > 0
+    assert s.messages[0] == {"role": "system", "content": "Be brief."}
+
+
+def test_overflow_shift_falls_back_to_truncate_when_tokens_would_split_differently():
+    # DeepSeek's tokenizer has no <|im_start|>: ChatML markers are text, turn boundaries are not token boundaries
+    s = Session("qwen2.5", tokenizer=tf.deepseek(), session_len=120, overflow="shift")
+    resets = []
+    for i in range(12):
+        d = s.prompt(f"question number {i}", max_new_tokens=10)
+        resets.append(d)
+        s.commit(f"answer number {i}")
+    fallbacks = [d for d in resets if d.dropped]
+    assert fallbacks and all(d.reset and d.discard is None and "dropped" in d.reason for d in fallbacks)
+
+
+def test_overflow_shift_falls_back_when_the_system_prompt_is_glued_to_the_first_turn(spm_folder):
+    # Mistral renders the system prompt inside the first user turn: dropping that turn moves it
+    s = Session("mistral", system="Be brief.", tokenizer=load("spm", spm_folder), session_len=90, overflow="shift")
+    for i in range(20):
+        d = s.prompt(f"question number {i}", max_new_tokens=10)
+        s.commit(s.template.lead + f"answer number {i}")
+        if d.dropped:
+            assert d.reset and d.discard is None and "render differently" in d.reason
+            return
+    pytest.fail("never overflowed")
