@@ -37,7 +37,7 @@ def _cut(session: "Session", max_new_tokens: int, used: int, new: int) -> tuple[
 
     def size(cut: int) -> int:
         trial = Chat(messages[:first] + messages[cut:], tools=chat.tools, date=chat.date, kwargs=chat.kwargs)
-        return len(encode_prompt(session.template, trial, session._codec)[1])
+        return len(encode_prompt(session.template, trial, session._codec, session.injection)[1])
 
     # fewer messages never render longer, so the smallest cut that fits is found by bisection
     lo, hi = 0, len(cuts) - 1
@@ -80,8 +80,7 @@ def shift(session: "Session", max_new_tokens: int, used: int, new: int) -> "_Pla
     kept = context[:keep] + context[resume:]
     if not text.startswith(kept):
         return truncate(session, max_new_tokens, used, new, ": the remaining turns render differently")
-    spans = codec.structural_spans(template, trial, 0, text)
-    spans = codec.special_spans(text) if spans is None else spans
+    spans = codec.spans(template, trial, 0, text, session.injection)
 
     def ids(a: int, b: int) -> list[int]:
         return codec.encode(text[a:b], [(s - a, e - a) for s, e in spans if a <= s and e <= b], base=a)[0]

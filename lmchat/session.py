@@ -19,7 +19,7 @@ from typing import Any, Iterable, Mapping
 
 import attrs
 
-from . import budget
+from . import budget, validation
 from .errors import SessionError, SessionLengthExceeded, TemplateConfigError
 from .messages import Message, normalize_messages
 from .registry import get_template
@@ -80,11 +80,20 @@ class Session:
         session_len: int | None = None,
         overflow: str = "error",
         max_new_tokens: int = 0,
+        injection: str = "split",
+        max_message_chars: int | None = validation.DEFAULT_MAX_CHARS,
     ):
         self.template = get_template(template) if isinstance(template, str) else template
         if overflow not in OVERFLOW_POLICIES:
             raise TemplateConfigError(f"must be one of {', '.join(OVERFLOW_POLICIES)}, got {overflow!r}", field="overflow")
+        if injection not in validation.INJECTION_POLICIES:
+            raise TemplateConfigError(
+                f"must be one of {', '.join(validation.INJECTION_POLICIES)}, got {injection!r}", field="injection"
+            )
+        validation.validate_tools(tools)
         self.overflow = overflow
+        self.injection = injection
+        self.max_message_chars = max_message_chars
         self.max_new_tokens = max_new_tokens
         self.session_len = session_len or self.template.session_len
         self._codec = None
@@ -177,6 +186,9 @@ class Session:
         chat = self._chat
         n_old = len(chat.messages)
         new = normalize_messages(list(messages), start=n_old)
+        validation.validate_messages(chat.messages, new, start=n_old, max_chars=self.max_message_chars)
+        if self.injection == "reject":
+            validation.injected_specials(new, self._special_strings(), n_old)
         chat.messages.extend(new)
         self._turn_start = n_old
         try:
@@ -212,9 +224,7 @@ class Session:
     def _plan_ids(self, plan: _Plan, window: str, held: int) -> bool:
         """Token ids of an extending delta; False when the held ids are not a prefix."""
         codec = self._codec
-        spans = codec.structural_spans(self.template, self._chat, plan.window, window)
-        if spans is None:
-            spans = codec.special_spans(window)
+        spans = codec.spans(self.template, self._chat, plan.window, window, self.injection)
         if any(a < held < b for a, b in spans):
             return False
         char0, id0 = self._anchor
@@ -235,8 +245,8 @@ class Session:
         delta = Delta(text, reset=holding, sequence_start=True, reason=reason if holding else None)
         plan = _Plan(delta, offsets, 0, full=True)
         if self._codec is not None:
-            spans = self._codec.structural_spans(self.template, self._chat, 0, text)
-            ids, anchor = self._codec.encode(text, self._codec.special_spans(text) if spans is None else spans)
+            spans = self._codec.spans(self.template, self._chat, 0, text, self.injection)
+            ids, anchor = self._codec.encode(text, spans)
             plan.delta = attrs.evolve(delta, token_ids=ids)
             plan.anchor = anchor or (0, 0)
         return plan
@@ -277,6 +287,12 @@ class Session:
             self._ids += plan.delta.token_ids
             self._anchor = plan.anchor
 
+    def _special_strings(self) -> set[str]:
+        """What the 'reject' policy refuses: the tokenizer's special tokens, else the template's markers."""
+        if self._codec is not None:
+            return set(self._codec.special)
+        return validation.template_markers(self.template)
+
     def commit(
         self, answer: str, token_ids: list[int] | None = None, *, stop: str | None = None, **fields: Any
     ) -> None:
@@ -302,7 +318,8 @@ class Session:
         stop = self.template.eoa if stop is None else stop
         lead = self.template.lead
         content = answer[len(lead):] if lead and answer.startswith(lead) else answer
-        message = {**fields, "role": "assistant", "content": content}
+        message = {"role": "assistant", "content": content, **fields}  # fields may override the content
+        validation.validate_messages(self._chat.messages, [message], start=len(self._chat.messages), max_chars=None)
         self._chat.messages.extend(normalize_messages([message], len(self._chat.messages)))
         if self._codec is not None:
             self._commit_ids(answer, stop, token_ids)

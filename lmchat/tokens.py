@@ -159,6 +159,19 @@ class TokenCodec:
         return self.special_spans(shadow)
 
 
+    def spans(self, template: BaseTemplate, chat: Chat, start: int, text: str, policy: str = "split"):
+        """The special-token spans to encode as control ids in ``render_window(chat, start)``.
+
+        ``'split'``/``'reject'``: only those the template wrote; ``'allow'`` (legacy,
+        transformers' behaviour): every special string, content included.
+        """
+        if policy != "allow":
+            structural = self.structural_spans(template, chat, start, text)
+            if structural is not None:
+                return structural
+        return self.special_spans(text)
+
+
 class _DefusedMessages(Sequence):
     """A lazy, defused view of a message list (only the messages a window reads are copied)."""
 
@@ -194,14 +207,11 @@ def codec_for(tokenizer: Any) -> TokenCodec:
     return entry[1]
 
 
-def encode_prompt(template: BaseTemplate, chat: Chat, codec: TokenCodec) -> tuple[str, list[int]]:
-    """The full prompt of ``chat`` and its content-safe ids."""
+def encode_prompt(template: BaseTemplate, chat: Chat, codec: TokenCodec, policy: str = "split") -> tuple[str, list[int]]:
+    """The full prompt of ``chat`` and its ids (content-safe unless ``policy='allow'``)."""
     template.check(chat)
     text, _ = template.render_window(chat, 0)
-    spans = codec.structural_spans(template, chat, 0, text)
-    if spans is None:
-        spans = codec.special_spans(text)
-    return text, codec.encode(text, spans)[0]
+    return text, codec.encode(text, codec.spans(template, chat, 0, text, policy))[0]
 
 
 def dumps_ids(ids: Sequence[int]) -> str:

@@ -73,8 +73,7 @@ def encode_for_training(
     chat = template.make_chat(messages, tools=tools, add_generation_prompt=False, date=date, **template_kwargs)
     template.check(chat)
     text, spans = trained_spans(template, chat)
-    structural = codec.structural_spans(template, chat, 0, text)
-    ids, starts = codec.encode_offsets(text, codec.special_spans(text) if structural is None else structural)
+    ids, starts = codec.encode_offsets(text, codec.spans(template, chat, 0, text))
     ends = starts[1:] + [len(text)]
     # a token is trained when it overlaps a trained span, as transformers' assistant mask counts it
     mask = [int(any(s < b and e > a for a, b in spans)) for s, e in zip(starts, ends)]

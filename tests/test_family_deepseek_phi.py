@@ -108,7 +108,8 @@ def test_deepseek_coder_default_system_leaves_when_a_system_message_arrives():
 def test_tool_results_end_the_block_instead_of_a_generation_prompt(name):
     session = Session(name, date=DATE)
     session.prompt("Weather?")
-    session.commit("")
+    call = {"id": "c1", "type": "function", "function": {"name": "get_current_weather", "arguments": "{}"}}
+    session.commit("", tool_calls=[call])
     delta = session.extend([tool("22", "c1")])
     assert delta.text.endswith("<｜tool▁output▁end｜><｜tool▁outputs▁end｜>") and not delta.reset
     session.commit("It is 22.")

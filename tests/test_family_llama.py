@@ -137,7 +137,9 @@ def test_session_llama31_with_tools():
     session = Session("llama3.1", tools=TOOLS, date=dt.date(2025, 1, 2))
     first = session.prompt("Weather?").text
     assert "Today Date: 02 Jan 2025" in first and first.endswith("Weather?<|eot_id|>" + get_template("llama3.1").assistant)
-    session.commit('{"name": "get_current_weather", "parameters": {"location": "Paris"}}')
+    call = {"id": "call_1", "type": "function",
+            "function": {"name": "get_current_weather", "arguments": {"location": "Paris"}}}
+    session.commit('{"name": "get_current_weather", "parameters": {"location": "Paris"}}', tool_calls=[call])
     delta = session.extend([tool('{"temperature": 22}')])
     assert not delta.reset
     assert delta.text == (

@@ -49,7 +49,7 @@ def test_bad_input_loses_nothing():
     before, messages = s.context, s.messages
     with pytest.raises(InvalidMessages) as err:
         s.prompt(["not", "text"])
-    assert err.value.index == 2 and err.value.field == "content"
+    assert err.value.index == 2 and err.value.field.startswith("content")
     with pytest.raises(InvalidMessages, match="role"):
         s.extend([{"content": "no role"}])
     assert s.context == before and s.messages == messages

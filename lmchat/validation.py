@@ -1,0 +1,141 @@
+"""Checks on input before anything is stored: messages, tool schemas, injected special tokens.
+
+Templates reject what their official counterpart rejects (alternation, system
+roles); these checks add what a server must refuse whatever the template:
+unknown roles, content of the wrong type or over a size limit, tool results
+whose ``tool_call_id`` answers no call of the last assistant turn, malformed tool schemas, and — under the ``'reject'``
+injection policy — special-token strings typed into content.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable, Sequence
+
+from .errors import InvalidMessages
+
+#: roles some supported family renders; anything else is a client error
+KNOWN_ROLES = frozenset(
+    {"system", "developer", "user", "assistant", "tool", "ipython", "function", "environment", "observation"}
+)
+DEFAULT_MAX_CHARS = 1_000_000
+INJECTION_POLICIES = ("split", "reject", "allow")
+
+
+def validate_tools(tools: Any) -> None:
+    """OpenAI function schemas: ``[{"type": "function", "function": {"name": ..., "parameters": {...}}}]``."""
+    if tools is None:
+        return
+    if not isinstance(tools, list):
+        raise InvalidMessages(f"expected a list of tool schemas, got {type(tools).__name__}", field="tools")
+    for i, tool in enumerate(tools):
+        where = f"tools[{i}]"
+        if not isinstance(tool, dict):
+            raise InvalidMessages("a tool schema must be an object", field=where)
+        if tool.get("type", "function") != "function":
+            raise InvalidMessages(f"unsupported tool type {tool.get('type')!r}", field=f"{where}.type")
+        fn = tool.get("function")
+        if not isinstance(fn, dict):
+            raise InvalidMessages("missing 'function' object", field=f"{where}.function")
+        if not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise InvalidMessages("a function needs a non-empty string name", field=f"{where}.function.name")
+        params = fn.get("parameters")
+        if params is not None and (not isinstance(params, dict) or params.get("type", "object") != "object"):
+            raise InvalidMessages("parameters must be a JSON schema object", field=f"{where}.function.parameters")
+
+
+def _check_content(message: dict, index: int, max_chars: int | None) -> None:
+    content = message.get("content")
+    if content is None:
+        if message["role"] not in ("assistant", "tool"):
+            raise InvalidMessages("missing content", index=index, field="content")
+        return
+    if isinstance(content, list):
+        for j, part in enumerate(content):
+            if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+                raise InvalidMessages("content parts must be objects with a 'type'", index=index, field=f"content[{j}]")
+        size = sum(len(p.get("text", "")) for p in content if isinstance(p.get("text"), str))
+    elif isinstance(content, str):
+        size = len(content)
+    else:
+        raise InvalidMessages(f"expected text, got {type(content).__name__}", index=index, field="content")
+    if max_chars is not None and size > max_chars:
+        raise InvalidMessages(f"content of {size} characters is over the limit of {max_chars}", index=index, field="content")
+
+
+def _check_tool_calls(message: dict, index: int) -> list[str]:
+    calls = message.get("tool_calls")
+    if calls is None:
+        return []
+    if not isinstance(calls, list):
+        raise InvalidMessages("expected a list", index=index, field="tool_calls")
+    ids = []
+    for j, call in enumerate(calls):
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise InvalidMessages("a call needs function.name", index=index, field=f"tool_calls[{j}].function.name")
+        if not isinstance(fn.get("arguments", {}), (str, dict)):
+            raise InvalidMessages("arguments must be a JSON string or object", index=index,
+                                  field=f"tool_calls[{j}].function.arguments")
+        if isinstance(call.get("id"), str):
+            ids.append(call["id"])
+    return ids
+
+
+def open_call_ids(history: Sequence[dict]) -> set[str] | None:
+    """Ids of the calls the last assistant turn made, or None when no tool call is pending."""
+    for message in reversed(history):
+        if message["role"] == "assistant":
+            calls = message.get("tool_calls") or []
+            return {c.get("id") for c in calls if isinstance(c, dict)} if calls else None
+        if message["role"] == "user":
+            return None
+    return None
+
+
+def validate_messages(history: Sequence[dict], new: Iterable[dict], *, start: int,
+                      max_chars: int | None = DEFAULT_MAX_CHARS) -> None:
+    """Check normalised ``new`` messages appended after ``history`` (indices from ``start``)."""
+    seen = list(history)
+    for k, message in enumerate(new):
+        index = start + k
+        if message["role"] not in KNOWN_ROLES:
+            raise InvalidMessages(f"unknown role {message['role']!r} (known: {', '.join(sorted(KNOWN_ROLES))})",
+                                  index=index, field="role")
+        _check_content(message, index, max_chars)
+        _check_tool_calls(message, index)
+        call_id = message.get("tool_call_id") if message["role"] == "tool" else None
+        if call_id is not None:  # a result that names its call must answer one of the last turn's calls
+            pending = open_call_ids(seen)
+            if pending is None or (pending and call_id not in pending):
+                raise InvalidMessages(f"tool_call_id {call_id!r} matches no call of the last assistant turn",
+                                      index=index, field="tool_call_id")
+        seen.append(message)
+
+
+def injected_specials(messages: Iterable[dict], specials: Iterable[str], start: int) -> None:
+    """The ``'reject'`` policy: name the first special-token string typed into a message."""
+    specials = sorted(set(specials), key=len, reverse=True)
+    for k, message in enumerate(messages):
+        for field, value in message.items():
+            if field == "role" or not isinstance(value, str):
+                continue
+            for token in specials:
+                if token and token in value:
+                    raise InvalidMessages(f"contains the special token {token!r} (injection policy 'reject')",
+                                          index=start + k, field=field)
+
+
+_MARKER = re.compile(r"<\|[^|<>\s]+\|>|<｜[^｜\s]+｜>|</?s>|<(?:start|end)_of_turn>|\[/?[A-Z_]{3,}\]")
+
+
+def template_markers(template) -> set[str]:
+    """Control strings of a template, for when no tokenizer tells: stop words, eoa, bos, and
+    marker-shaped strings (``<|...|>``, ``[INST]``...) in a sample rendering."""
+    turns = [{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}, {"role": "user", "content": "u"}]
+    found: set[str] = set()
+    for sample in ([{"role": "system", "content": "s"}, *turns], turns):
+        try:
+            found |= set(_MARKER.findall(template.messages2prompt(sample)))
+        except ValueError:  # e.g. a template without a system role
+            continue
+    return found | {w for w in (*(template.stop_words or ()), template.eoa, template.bos) if w}
