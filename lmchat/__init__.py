@@ -14,6 +14,8 @@ from .jinja import JinjaTemplate
 from .matching import match_template
 from .registry import CHAT_TEMPLATES, get_template, template_names
 from .session import Delta, Session
+from .tools import ResponseStream, parse_response
+from .stops import StopMatcher
 from .training import encode_for_training
 from .templates.base import AffixTemplate, BaseTemplate, Chat
 
@@ -29,9 +31,11 @@ __all__ = [
     "JinjaTemplate",
     "LmchatError",
     "ModelMatchError",
+    "ResponseStream",
     "Session",
     "SessionError",
     "SessionLengthExceeded",
+    "StopMatcher",
     "TemplateConfigError",
     "TemplateRuleError",
     "UnknownTemplate",
@@ -39,6 +43,7 @@ __all__ = [
     "get_template",
     "load_template",
     "match_template",
+    "parse_response",
     "register_template",
     "template_names",
 ]

@@ -1,0 +1,121 @@
+"""The machinery every output format shares: held-back marker prefixes and marker-delimited regions.
+
+A format is a state machine fed the answer text in chunks. It only acts on
+what the text so far decides; whatever could still turn into a marker (``<tool_``
+at the end of a chunk) is held back until the next chunk or the end. So the
+result never depends on where chunks were cut, which is what makes
+:func:`lmchat.parse_response` (one chunk) and streaming agree.
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from .sink import Sink, openai_id
+
+#: what a tool name written as plain text (GLM's metadata line, DeepSeek's call header) may contain
+NAME = re.compile(r"[\w.\-:/]+")
+
+
+def cut(buf: str, markers: Sequence[str], final: bool) -> tuple[int, str | None]:
+    """Where to stop in ``buf``: at the earliest marker, else before a suffix that could start one.
+
+    Returns the position and the marker found there (None when none is complete).
+    """
+    found = [(i, m) for m in markers if (i := buf.find(m)) >= 0]
+    if found:
+        return min(found)
+    if final:
+        return len(buf), None
+    longest = max((len(m) for m in markers), default=1) - 1
+    for k in range(min(longest, len(buf)), 0, -1):
+        tail = buf[-k:]
+        if any(m.startswith(tail) for m in markers):
+            return len(buf) - k, None
+    return len(buf), None
+
+
+def args_json(value: Any) -> str:
+    """Arguments as strict JSON text; ValueError when they are not an object of JSON values."""
+    if not isinstance(value, dict):
+        raise ValueError("arguments are not an object")
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ValueError(f"arguments are not JSON values ({exc})") from None
+
+
+def whole_call(sink: Sink, name: str, args: str) -> None:
+    """A call known all at once (parsed from Python syntax): announced with its arguments in one piece."""
+    index = sink.start_call(name)
+    sink.args(index, args)
+    sink.end_call(index)
+
+
+class Format:
+    """Plain answers: everything is content. Subclasses parse their tool-call syntax."""
+
+    #: how call ids are made (given the id the model wrote, if any)
+    ids = staticmethod(openai_id)
+
+    def __init__(self, sink: Sink):
+        self.sink = sink
+        self.buf = ""
+
+    def feed(self, text: str) -> None:
+        self.buf += text
+        self.step(final=False)
+
+    def finish(self) -> None:
+        self.step(final=True)
+
+    def step(self, final: bool) -> None:
+        self.sink.content.write(self.buf)
+        self.buf = ""
+
+
+class RegionFormat(Format):
+    """Content with regions between markers; :meth:`open` makes the object that parses a region.
+
+    A region object has ``feed(text) -> str | None`` and ``close(marker)``.
+    Regions of formats without closing markers end by themselves: ``feed``
+    then returns the text after them, which is scanned as content again.
+    ``close`` gets the closing marker ('' at the end of the answer) so a region
+    that turns out not to be a call can give its text back verbatim.
+    """
+
+    opens: tuple[str, ...] = ()
+    closes: tuple[str, ...] = ()
+
+    def __init__(self, sink: Sink):
+        super().__init__(sink)
+        self.region: Any = None
+
+    def open(self, marker: str) -> Any:
+        raise NotImplementedError
+
+    def step(self, final: bool) -> None:
+        while True:
+            if self.region is None:
+                pos, marker = cut(self.buf, self.opens, final)
+                self.sink.content.write(self.buf[:pos])
+                self.buf = self.buf[pos + len(marker or ""):]
+                if marker is None:
+                    return
+                self.region = self.open(marker)  # None: a marker that only separates calls
+                continue
+            pos, marker = cut(self.buf, self.closes, final)
+            text, self.buf = self.buf[:pos], self.buf[pos + len(marker or ""):]
+            rest = self.region.feed(text)
+            if rest is not None:  # the region ended by itself
+                self.region, self.buf = None, rest + self.buf
+                continue
+            if marker is None:
+                if final:
+                    self.region.close("")
+                    self.region = None
+                return
+            self.region.close(marker)
+            self.region = None

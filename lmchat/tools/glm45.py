@@ -1,0 +1,84 @@
+"""GLM-4.5/4.6: ``<tool_call>NAME\\n<arg_key>k</arg_key>\\n<arg_value>v</arg_value>...</tool_call>``.
+
+The template writes string values as they are and other values as JSON, so a
+value is a string when the tool's schema says so; otherwise it is read as JSON
+when that gives a non-string (``42``, ``true``, ``[1]``) and kept as written
+else. Arguments stream one key/value pair at a time.
+"""
+from __future__ import annotations
+
+import json
+import re
+
+from .base import NAME, RegionFormat
+from .sink import WS, Sink
+
+OPEN, CLOSE = "<tool_call>", "</tool_call>"
+PAIR = re.compile(r"\s*<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", re.DOTALL)
+NAME_END = re.compile(r"[\n<]")
+
+
+def _value(raw: str, declared) -> object:
+    types = [declared] if isinstance(declared, str) else declared if isinstance(declared, list) else []
+    if "string" in types:
+        return raw
+    try:
+        value = json.loads(raw)
+        json.dumps(value, allow_nan=False)  # NaN/Infinity are not JSON values
+    except (ValueError, RecursionError):
+        return raw
+    return raw if isinstance(value, str) and not types else value
+
+
+class Glm45Call:
+    def __init__(self, sink: Sink):
+        self.sink = sink
+        self.buf = ""
+        self.index: int | None = None
+        self.name = ""
+        self.pairs = 0
+
+    def feed(self, text: str) -> None:
+        self.buf += text
+        if self.index is None:
+            end = NAME_END.search(self.buf)
+            if end is None or not NAME.fullmatch(self.buf[:end.start()].strip(WS)):
+                return  # judged at close when no name line comes
+            self._start(self.buf[:end.start()].strip(WS))
+            self.buf = self.buf[end.start():]
+        while m := PAIR.match(self.buf):
+            key, raw = m.group(1).strip(WS), m.group(2)
+            value = _value(raw, self.sink.property_type(self.name, key))
+            piece = json.dumps(key, ensure_ascii=False) + ": " + json.dumps(value, ensure_ascii=False)
+            self.sink.args(self.index, ("{" if not self.pairs else ", ") + piece)
+            self.pairs += 1
+            self.buf = self.buf[m.end():]
+        return
+
+    def _start(self, name: str) -> None:
+        self.name = name
+        self.index = self.sink.start_call(name)
+
+    def close(self, marker: str) -> None:
+        if self.index is None:
+            if not NAME.fullmatch(self.buf.strip(WS)):
+                self.sink.content.write(OPEN + self.buf + marker)
+                self.sink.note("a GLM tool call without a name line; kept as content")
+                return
+            self._start(self.buf.strip(WS))  # a call without arguments
+            self.buf = ""
+        if self.pairs:
+            self.sink.args(self.index, "}")
+        self.sink.end_call(self.index)
+        if self.buf.strip(WS):
+            what = "the output ends inside an argument" if not marker else f"malformed arguments {self.buf.strip()[:20]!r}"
+            self.sink.note(f"{self.sink.label(self.index)}: {what}; kept as content")
+            self.sink.content.write(self.buf)
+
+
+class Glm45(RegionFormat):
+    opens = (OPEN,)
+    closes = (CLOSE,)
+
+    def open(self, marker: str) -> Glm45Call:
+        return Glm45Call(self.sink)

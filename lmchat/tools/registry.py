@@ -1,0 +1,95 @@
+"""Which output format and reasoning style each built-in template's model uses.
+
+Templates whose models call tools in a known syntax map to that format;
+all others parse as plain content. Formats without a built-in template
+(``glm45``) are reached through :class:`ResponseFormat`.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from ..errors import LmchatError, TemplateConfigError
+from ..registry import canonical_name, get_template
+from .base import Format
+from .chatglm3 import ChatGLM3
+from .deepseek_v3 import DeepSeekV3
+from .glm4 import GLM4
+from .glm45 import Glm45
+from .hermes import Hermes
+from .internlm import InternLM
+from .llama3_json import Llama3Json
+from .mistral import Granite, Mistral
+from .think import CLOSE, OPEN
+
+FORMATS: dict[str, type[Format]] = {
+    "plain": Format,
+    "hermes": Hermes,
+    "llama3_json": Llama3Json,
+    "mistral": Mistral,
+    "granite": Granite,
+    "internlm": InternLM,
+    "chatglm3": ChatGLM3,
+    "glm4": GLM4,
+    "glm45": Glm45,
+    "deepseek_v3": DeepSeekV3,
+}
+
+
+@attrs.frozen
+class ResponseFormat:
+    """How to read a model's answer: its tool-call format and whether it may open with ``<think>``."""
+
+    tools: str = attrs.field(default="plain")
+    reasoning: bool = False
+
+    @tools.validator
+    def _known(self, attribute, value):
+        if value not in FORMATS:
+            raise TemplateConfigError(f"unknown tool-call format {value!r} (known: {', '.join(FORMATS)})", field="tools")
+
+
+#: canonical template name -> its model's output format (templates not listed: plain, no reasoning)
+TEMPLATE_FORMATS: dict[str, ResponseFormat] = {
+    **{name: ResponseFormat("hermes") for name in ("qwen2.5", "hermes3", "falcon3")},
+    **{name: ResponseFormat("hermes", reasoning=True) for name in ("qwen3", "qwq")},
+    **{name: ResponseFormat("llama3_json") for name in ("llama3.1", "llama3.2")},
+    "mistral-v0.3": ResponseFormat("mistral"),
+    "granite3": ResponseFormat("granite"),
+    **{name: ResponseFormat("internlm") for name in ("internlm2", "internlm2.5", "internlm3")},
+    "chatglm3": ResponseFormat("chatglm3"),
+    "glm4": ResponseFormat("glm4"),
+    "deepseek-v3": ResponseFormat("deepseek_v3"),
+    "deepseek-r1": ResponseFormat("deepseek_v3", reasoning=True),  # R1 and its distills
+    "phi4": ResponseFormat(reasoning=True),  # Phi-4-reasoning uses phi-4's format
+}
+
+
+def response_format(template: Any) -> ResponseFormat:
+    """The format of a template given by name, as an instance, or as a :class:`ResponseFormat`."""
+    if isinstance(template, ResponseFormat):
+        return template
+    if isinstance(template, str):
+        return TEMPLATE_FORMATS.get(canonical_name(template), ResponseFormat())
+    # the nearest built-in ancestor decides: a subclass keeps its model's output format
+    names = (getattr(cls, "registered_name", None) for cls in type(template).__mro__)
+    return next((TEMPLATE_FORMATS[n] for n in names if n in TEMPLATE_FORMATS), ResponseFormat())
+
+
+def prompt_opens_think(template: Any, **template_kwargs: Any) -> bool:
+    """Whether the template's generation prompt leaves a ``<think>`` block open (QwQ; not Qwen3).
+
+    Read from the rendered prompt of a one-message conversation, so a template
+    keyword such as Qwen3's ``enable_thinking=False`` (an empty, closed block)
+    counts.
+    """
+    if isinstance(template, ResponseFormat):
+        return False
+    if isinstance(template, str):
+        template = get_template(template)
+    try:
+        prompt = template.messages2prompt([{"role": "user", "content": "."}], **template_kwargs)
+    except LmchatError:  # a template that cannot render this conversation does not open a block
+        return False
+    return prompt.rfind(OPEN) > prompt.rfind(CLOSE)

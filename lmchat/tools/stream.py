@@ -1,0 +1,65 @@
+"""Parsing a model's answer, streamed or whole.
+
+:class:`ResponseStream` is the only parser; :func:`parse_response` feeds it
+the whole text at once and folds the events, so both give the same result for
+any chunking of the same answer.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .events import ParsedResponse, collect
+from .registry import FORMATS, prompt_opens_think, response_format
+from .sink import Sink
+from .think import ThinkSplitter
+
+
+class ResponseStream:
+    """Incremental parser of one answer: ``feed(chunk)`` and ``finish()`` return events.
+
+    ``template`` is a template name, a template instance or a
+    :class:`~lmchat.tools.ResponseFormat`. ``tools`` (the request's tool list)
+    lets calls be checked: a call to a tool not in the list is kept and
+    flagged, as are missing or mistyped arguments. ``prompt_opened`` says whether
+    the generation prompt left a ``<think>`` block open; by default the template
+    decides (QwQ's does).
+    """
+
+    def __init__(self, template: Any, *, tools: list | None = None, prompt_opened: bool | None = None):
+        fmt = response_format(template)
+        cls = FORMATS[fmt.tools]
+        self._sink = Sink(tools, ids=cls.ids)
+        self._format = cls(self._sink)
+        self._entry: Any = self._format
+        if fmt.reasoning:
+            opened = prompt_opens_think(template) if prompt_opened is None else prompt_opened
+            self._entry = ThinkSplitter(self._sink, self._format, opened)
+        self._finished = False
+
+    def feed(self, chunk: str) -> list:
+        if self._finished:
+            raise RuntimeError("feed() after finish(): start a new ResponseStream for the next answer")
+        self._entry.feed(chunk)
+        return self._sink.take()
+
+    def finish(self) -> list:
+        """The answer is complete: release what was held back and close what is open."""
+        if not self._finished:
+            self._finished = True
+            self._entry.finish()
+            self._sink.reasoning.flush()
+            self._sink.content.flush()
+        return self._sink.take()
+
+
+def parse_response(
+    template: Any, text: str, *, tools: list | None = None, prompt_opened: bool | None = None
+) -> ParsedResponse:
+    """Split a complete answer into content, reasoning and OpenAI-shaped tool calls.
+
+    Never raises on model output: what does not follow the format comes back
+    as content (or, after a call's name, as a call closed after its last
+    complete value) with a note in ``errors``.
+    """
+    stream = ResponseStream(template, tools=tools, prompt_opened=prompt_opened)
+    return collect(stream.feed(text) + stream.finish())

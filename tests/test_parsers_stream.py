@@ -1,0 +1,124 @@
+"""Streaming: events for any chunking fold to the whole-text result; nothing shown is taken back."""
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lmchat import ResponseStream, parse_response
+from lmchat.tools import (
+    FORMATS,
+    ContentDelta,
+    ReasoningDelta,
+    ResponseFormat,
+    ToolCallArgumentsDelta,
+    ToolCallStart,
+    collect,
+)
+
+COMMON = ["text ", "\n", " ", "{", "}", '"', "\\", "日本😀", "<think>", "</think>", "<", "|"]
+PIECES = {
+    "plain": [],
+    "hermes": ["<tool_call>", "</tool_call>", '{"name": "f", "arguments": {"a": 1}}', '{"name"', ': "g"',
+               ', "arguments": {"x": "é\n"', "}}", "[", "]", ",", "<tool_", '{"arguments": {"b": [true, null]}, '],
+    "llama3_json": ["<|python_tag|>", '{"name": "f", "parameters": {"a": 1}}', ";", "brave_search.call(query='x')",
+                    '"name"', ":", '"g"', "<|python"],
+    "mistral": ["[TOOL_CALLS]", " [", '{"name": "f", "arguments": {"a": [1, 2]}}', ",", "]", '"id": "abcdefghi"', "[TOOL"],
+    "granite": ["<|tool_call|>", "[", '{"name": "f", "arguments": {"a": 1.5e3}}', "]", ","],
+    "internlm": ["<|action_start|>", "<|plugin|>", "<|interpreter|>", "<|action_end|>",
+                 '{"name": "f", "parameters": {"a": 1}}', "```python\n", "print(1)\n", "```", "<|action_st"],
+    "chatglm3": ["<|assistant|>", "get_weather\n", "```python\n", "tool_call(a=1, b='x')", "\n```", "interpreter\n",
+                 "tool_call(__import__('os'))", "<|assist"],
+    "glm4": ["<|assistant|>", "get_weather\n", '{"a": 1}', '{"b": [', "hello"],
+    "glm45": ["<tool_call>", "</tool_call>", "get_weather", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>",
+              "city", "3", "[1]", "<arg_"],
+    "deepseek_v3": ["<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "function", "<｜tool▁sep｜>", "get_weather",
+                    "```json\n", '{"a": 1}', "\n```", "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>", "<｜tool"],
+}
+assert set(PIECES) == set(FORMATS)
+
+
+def normal(parsed):
+    """What must agree: content, reasoning, call names, arguments as values, notes."""
+    args = [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in parsed.tool_calls]
+    return parsed.content, parsed.reasoning_content, args, parsed.errors
+
+
+def streamed(template, text, cuts, **options):
+    stream = ResponseStream(template, **options)
+    events, start = [], 0
+    for end in sorted(cuts) + [len(text)]:
+        events += stream.feed(text[start:end])
+        start = end
+    return events + stream.finish()
+
+
+@st.composite
+def answers(draw, name):
+    pieces = PIECES[name] + COMMON
+    text = "".join(draw(st.lists(st.sampled_from(pieces) | st.text(max_size=3), max_size=14)))
+    cuts = draw(st.lists(st.integers(0, len(text)), max_size=len(text)))
+    return text, cuts, draw(st.booleans()), draw(st.booleans())
+
+
+@pytest.mark.parametrize("name", sorted(FORMATS))
+@settings(max_examples=120, deadline=None)
+@given(data=st.data())
+def test_any_chunking_gives_the_whole_text_result(name, data):
+    text, cuts, reasoning, opened = data.draw(answers(name))
+    fmt = ResponseFormat(name, reasoning=reasoning)
+    whole = parse_response(fmt, text, prompt_opened=opened)
+    events = streamed(fmt, text, cuts, prompt_opened=opened)
+    assert normal(collect(events)) == normal(whole)
+    assert all(event.text for event in events if isinstance(event, (ContentDelta, ReasoningDelta)))
+
+
+@pytest.mark.parametrize("template, text", [
+    ("qwen3", '<think>\nplan\n</think>\n\nSure.\n<tool_call>\n{"name": "get_weather", "arguments": '
+              '{"city": "巴黎", "days": [1, 2]}}\n</tool_call>'),
+    ("llama3.1", '{"name": "get_weather", "parameters": {"city": "巴黎", "days": [1, 2]}}'),
+    ("mistral-v0.3", '[TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "巴黎", "days": [1, 2]}}]'),
+    ("internlm2", '<|action_start|><|plugin|>\n{"name": "get_weather", "parameters": {"city": "巴黎", "days": [1, 2]}}'),
+    ("glm4", 'get_weather\n{"city": "巴黎", "days": [1, 2]}'),
+    ("deepseek-r1", '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n'
+                    '{"city": "巴黎", "days": [1, 2]}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>'),
+])
+def test_names_come_whole_and_arguments_stream_as_they_arrive(template, text):
+    stream = ResponseStream(template)
+    seen = []  # (characters fed so far, event)
+    for k, ch in enumerate(text):
+        seen += [(k + 1, e) for e in stream.feed(ch)]
+    seen += [(len(text), e) for e in stream.finish()]
+    starts = [e for _, e in seen if isinstance(e, ToolCallStart)]
+    assert [e.name for e in starts] == ["get_weather"]
+    deltas = [(k, e.text) for k, e in seen if isinstance(e, ToolCallArgumentsDelta)]
+    assert len(deltas) > 5 and deltas[0][0] < text.index("巴黎") + 3  # not buffered until the call ends
+    assert json.loads("".join(t for _, t in deltas)) == {"city": "巴黎", "days": [1, 2]}
+
+
+@pytest.mark.parametrize("template, before, after", [
+    ("qwen2.5", "Hello <tool_", 'call>{"name": "f", "arguments": {}}</tool_call>'),
+    ("qwen3", "<thi", "nk>x</think>Hello"),
+    ("internlm2", "Hi<|action_start|><|plu", 'gin|>\n{"name": "f", "parameters": {}}'),
+    ("deepseek-v3", "Hi<｜tool▁call", "s▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n{}<｜tool▁call▁end｜>"),
+])
+def test_a_marker_prefix_at_a_chunk_end_is_held_back(template, before, after):
+    stream = ResponseStream(template)
+    shown = "".join(e.text for e in stream.feed(before) if isinstance(e, ContentDelta))
+    assert "<" not in shown
+    result = collect(stream.feed(after) + stream.finish())
+    assert "<" not in result.content and not result.errors
+
+
+def test_a_marker_prefix_that_stays_text_is_released_at_the_end():
+    stream = ResponseStream("qwen2.5")
+    events = stream.feed("a <tool_") + stream.finish()
+    assert collect(events).content == "a <tool_"
+
+
+def test_a_finished_stream_takes_no_more_text():
+    stream = ResponseStream("qwen2.5")
+    assert collect(stream.feed("Hi ") + stream.finish()).content == "Hi "
+    assert stream.finish() == []
+    with pytest.raises(RuntimeError):
+        stream.feed("more")
