@@ -1,0 +1,10 @@
+"""Generation backends: what turns a session's delta into streamed model output.
+
+The session engine stays backend-agnostic: a backend receives a
+:class:`GenerationRequest` (the turn's delta, the ids the engine must hold
+afterwards, sampling parameters) and yields :class:`Chunk` s. Backends are
+looked up by name with :func:`get_backend`; heavy ones import lazily.
+"""
+from .base import Backend, Chunk, GenerationRequest, SamplingParams, get_backend
+
+__all__ = ["Backend", "Chunk", "GenerationRequest", "SamplingParams", "get_backend"]
