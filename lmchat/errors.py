@@ -93,3 +93,30 @@ class SessionLengthExceeded(LmchatError, ValueError):
             f"session length exceeded: {used} tokens held + {new} new + {max_new_tokens} for the answer "
             f"= {used + new + max_new_tokens} > session_len {limit}"
         )
+
+
+class StoreError(LmchatError, RuntimeError):
+    """A session store could not read or write (bad file, newer schema, unusable data)."""
+
+
+class StoreConflict(StoreError):
+    """A compare-and-set save found another version than expected: someone else saved first."""
+
+    def __init__(self, session_id: str, *, expected: int, actual: int):
+        self.session_id, self.expected, self.actual = session_id, expected, actual
+        super().__init__(
+            f"session {session_id} is at version {actual}, not {expected}: it was saved elsewhere in the meantime"
+        )
+
+
+class BackendError(LmchatError, RuntimeError):
+    """An inference backend failed: unreachable, an HTTP error, a busy session. Says which and where.
+
+    ``url`` and ``status`` are set for remote servers (``status`` is None when no answer came).
+    """
+
+    def __init__(self, reason: str, *, url: str | None = None, status: int | None = None):
+        self.url = url
+        self.status = status
+        self.reason = reason
+        super().__init__(reason)

@@ -16,10 +16,10 @@ EXPORTABLE = exportable_names()
 
 
 def test_exportable_templates_are_the_data_templates():
-    required = {"chatml", "qwen", "yi", "smollm2", "hermes3", "internlm2", "internlm3", "internlm-chat-7b",
+    required = {"chatml", "qwen", "yi", "smollm2", "hermes3", "internlm-chat-7b",
                 "default", "internlm_chat", "vicuna", "baichuan2_chat", "chatglm2"}
     assert required <= set(EXPORTABLE)
-    assert not {"llama3", "qwen2.5", "mistral", "internlm-7b"} & set(EXPORTABLE)
+    assert not {"llama3", "qwen2.5", "mistral", "internlm-7b", "internlm2", "chatglm3"} & set(EXPORTABLE)
 
 
 @pytest.mark.parametrize("name", EXPORTABLE)
@@ -47,10 +47,10 @@ def test_exported_template_survives_overrides():
 # ---------------------------------------------------------------------- CLI
 def test_cli_export_then_check(tmp_path):
     out_file = tmp_path / "chat_template.jinja"
-    out = lmchat("export", "--template", "internlm2", "--output", str(out_file))
+    out = lmchat("export", "--template", "qwen", "--output", str(out_file))
     assert out.returncode == 0, out.stderr
-    assert out_file.read_text(encoding="utf-8") == export_jinja(get_template("internlm2"))
-    check = lmchat("check", "--template", "internlm2", "--jinja", str(out_file))
+    assert out_file.read_text(encoding="utf-8") == export_jinja(get_template("qwen"))
+    check = lmchat("check", "--template", "qwen", "--jinja", str(out_file))
     assert check.returncode == 0, check.stderr
     assert b"identical on 38 conversations" in check.stdout
 

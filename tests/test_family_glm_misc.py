@@ -62,7 +62,9 @@ def test_glm4_rejects_what_its_template_cannot_render():
 
 @pytest.mark.parametrize("name", ["chatglm3", "glm4"])
 def test_glm_missing_content_prints_nothing(name):
-    assert_same(name, [u("hi"), {"role": "assistant", "tool_calls": [call("add", {"a": 1, "b": 2})]}, u("ok")])
+    assert_same(name, [u("hi"), {"role": "assistant"}, u("ok")])
+    if name == "glm4":  # ChatGLM3 renders tool_calls (docs/tool-prompts.md); GLM-4 ignores them like its template
+        assert_same(name, [u("hi"), {"role": "assistant", "tool_calls": [call("add", {"a": 1, "b": 2})]}, u("ok")])
 
 
 @pytest.mark.parametrize("name, answer", [("chatglm3", "Hi there"), ("glm4", "Hi there"), ("openchat", "Hi there")])

@@ -3,7 +3,8 @@
 The model ends its turn with ``<|im_end|>`` (a stop word the engine keeps);
 the ``\\n`` after it is injected by the next turn's delta, as LMDeploy's Qwen
 delta starts with ``\\n<|im_start|>user``. Every member is prefix-stable: a
-plain conversation never resets.
+plain conversation never resets. InternLM2/2.5/3, ChatML with InternLM2's
+agent format, live in :mod:`.internlm2`.
 """
 from __future__ import annotations
 
@@ -36,36 +37,6 @@ class ChatML(AffixTemplate):
         if role in ("system", "user", "assistant"):
             return super().affixes(role)
         return f"{IM_START}{role}\n", f"{IM_END}\n"
-
-
-@register("internlm2", "internlm2_chat", "internlm2-chat", "internlm2-chat-7b", "internlm2-chat-20b")
-@attrs.frozen(kw_only=True)
-class InternLM2(ChatML):
-    """InternLM2-Chat: ChatML after ``<s>``. Roles pass through (``environment`` too)."""
-
-    official = "internlm__internlm2-chat-7b"
-    hyperparameter_source = "LMDeploy's internlm2 template (session_len 32768, top_p 0.8, temperature 0.8)"
-
-    session_len: int = 32768
-    bos: str = "<s>"
-    stop_words: tuple[str, ...] | None = stops(IM_END, "<|action_end|>")
-
-
-@register("internlm2.5", "internlm2_5", "internlm2d5", "internlm2_5-chat")
-@attrs.frozen(kw_only=True)
-class InternLM2_5(InternLM2):
-    """InternLM2.5-Chat: the InternLM2 format."""
-
-    official = "internlm__internlm2_5-7b-chat"
-
-
-@register("internlm3", "internlm3-instruct")
-@attrs.frozen(kw_only=True)
-class InternLM3(InternLM2):
-    """InternLM3-Instruct: the InternLM2 format."""
-
-    official = "internlm__internlm3-8b-instruct"
-    hyperparameter_source = "internlm3-8b-instruct generation_config.json (top_p 0.8, temperature 0.8); 32K context"
 
 
 @register("qwen", "qwen_chat", "qwen1.5", "qwen2", "qwen-chat", "qwen-7b", "qwen-14b")

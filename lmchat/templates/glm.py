@@ -20,9 +20,14 @@ from typing import Any
 import attrs
 
 from ..errors import InvalidMessages
+from ..messages import optional_text
 from ..registry import register
 from .base import BaseTemplate, Chat, stops
 from .render_utils import jstr, tojson
+from .toolcalls import call_arguments, call_function, functions, interpreter_code, is_interpreter_call
+
+#: ChatGLM3's tool system prompt (``TOOL_DEFINITION_PREFIX`` of its fine-tuning code, the demos' system content)
+TOOL_PROMPT = "Answer the following questions as best as you can. You have access to the following tools:"
 
 
 def printed(message: dict, field: str) -> str:
@@ -35,9 +40,15 @@ def printed(message: dict, field: str) -> str:
 class ChatGLM3(BaseTemplate):
     """ChatGLM3-6B: ``[gMASK]sop`` then ``<|role|>\\n {content}`` per message, any role.
 
-    The Hugging Face template prints neither ``metadata`` nor ``tools``, so a
-    ChatGLM3 tool call (tool name on the metadata line) cannot be written
-    byte-exactly; tool results go under the ``observation`` role.
+    Plain conversations render as the Hugging Face template, which prints
+    neither ``metadata`` nor tools. The tool format, from ChatGLM3's own code
+    (``build_chat_input``, ``build_single_message`` and the fine-tuning
+    ``format_conversation``), is rendered too: ``<|role|>{metadata}\\n {content}``;
+    ``tools`` as a first system message (:data:`TOOL_PROMPT` + the functions as
+    ``json.dumps(indent=4)``); a call as ``<|assistant|>{name}\\n ```python\\n
+    tool_call(k=repr(v), ...)\\n``` ``; ``tool`` results under ``<|observation|>``.
+    ``supports_tools`` stays False: the official template renders no tools.
+    See docs/tool-prompts.md.
     """
 
     official = "THUDM__chatglm3-6b"
@@ -53,9 +64,34 @@ class ChatGLM3(BaseTemplate):
     lead: str = "\n "
     stop_words: tuple[str, ...] | None = stops("<|user|>", "<|observation|>")
 
+    def header(self, chat: Chat) -> str:
+        if not chat.tools:
+            return self.bos
+        return f"{self.bos}<|system|>\n {TOOL_PROMPT}\n{tojson(functions(chat.tools), indent=4)}"
+
     def piece(self, chat: Chat, i: int) -> str:
         m = chat.messages[i]
-        return f"<|{m['role']}|>\n {printed(m, 'content')}"
+        role = m["role"]
+        if role == "assistant" and m.get("tool_calls"):
+            content = optional_text(m, i)
+            text = f"<|assistant|>\n {content}" if content else ""
+            return text + "".join(self.call(chat, call, i) for call in m["tool_calls"])
+        if role == "tool":  # OpenAI's tool result; ChatGLM3's fine-tuning code JSON-encodes non-text results
+            content = m.get("content", "")
+            return f"<|observation|>\n {content if isinstance(content, str) else tojson(content)}"
+        content = printed(m, "content")
+        if role == "system" and "tools" in m:  # ChatGLM3's native form: a system message carrying the tools
+            content += "\n" + tojson(m["tools"], indent=4)
+        return f"<|{role}|>{printed(m, 'metadata')}\n {content}"
+
+    def call(self, chat: Chat, call: Any, i: int) -> str:
+        """One tool call: the tool name on the metadata line, the call as a Python code block."""
+        fn = call_function(call, i)
+        if is_interpreter_call(chat, fn["name"]):
+            return f"<|assistant|>interpreter\n ```python\n{interpreter_code(fn, i)}\n```"
+        # ChatGLM3's format_function_call: astunparse of tool_call(k=Constant(v)), i.e. repr() of each value
+        args = ", ".join(f"{k}={v!r}" for k, v in call_arguments(fn, i).items())
+        return f"<|assistant|>{fn['name']}\n ```python\ntool_call({args})\n```"
 
 
 # GLM-4's system prompt for a message that carries ``tools``: an intro, then
@@ -140,6 +176,9 @@ class GLM4(ChatGLM3):
     bos: str = "[gMASK]<sop>"
     lead: str = "\n"
     stop_words: tuple[str, ...] | None = stops("<|endoftext|>", "<|user|>", "<|observation|>")
+
+    def header(self, chat: Chat) -> str:
+        return self.bos  # GLM-4 renders tools from messages only; the tools argument is ignored
 
     def piece(self, chat: Chat, i: int) -> str:
         m = chat.messages[i]
