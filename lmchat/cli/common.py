@@ -7,9 +7,9 @@ CHAT_TEMPLATE_HELP = (
 )
 
 
-def add_template_arguments(parser) -> None:
-    """``--template NAME`` or ``--chat-template FILE``: exactly one of them."""
-    group = parser.add_mutually_exclusive_group(required=True)
+def add_template_arguments(parser, required: bool = True) -> None:
+    """``--template NAME`` or ``--chat-template FILE``: one of them (at most one when not ``required``)."""
+    group = parser.add_mutually_exclusive_group(required=required)
     group.add_argument("--template", metavar="NAME", help="registered template name or alias (see `lmchat templates`)")
     group.add_argument("--chat-template", metavar="FILE", help=CHAT_TEMPLATE_HELP)
 

@@ -1,0 +1,137 @@
+"""``lmchat chat``: an interactive session with a model, saved after every turn (docs/repl.md)."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..backends.base import BACKENDS, get_backend
+from ..errors import SessionError, UnknownTemplate
+from ..registry import get_template
+from ..repl.commands import help_lines
+from ..repl.conversation import Conversation
+from ..repl.history import default_store_path, input_history
+from ..repl.rendering import PlainOutput, RichOutput
+from ..repl.snapshots import restored, saveable
+from ..session import Session
+from ..stores import VERSION_KEY, open_store
+from .common import add_template_arguments, resolve_template
+from .main import UsageError
+
+LATEST = "latest"  # --resume without an id
+
+EPILOG = """commands (type them at the prompt; Tab completes):
+{commands}
+
+keys: Enter sends; Alt+Enter or Esc Enter inserts a newline (pastes keep theirs);
+Up/Down recall earlier inputs; Ctrl-C stops a reply (the partial answer is kept)
+or clears the line; Ctrl-D leaves.
+
+With stdin or stdout not a terminal, each input line is a message or a command
+and replies are printed as plain text. Files: $LMCHAT_DATA_DIR (default: the user data dir)
+holds 'history' (inputs) and 'sessions.db' (sessions, saved after every turn).
+"""
+
+
+def add_arguments(p) -> None:
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = EPILOG.format(commands="\n".join(help_lines()))
+    add_template_arguments(p, required=False)
+    p.add_argument("--backend", choices=list(BACKENDS), default="embedded",
+                   help="what generates the answers (default: embedded, the bundled model, offline)")
+    p.add_argument("--model", metavar="PATH", help="embedded backend: the model to load instead of the bundled one")
+    remote = p.add_argument_group("remote backend (an OpenAI-compatible completions server)")
+    remote.add_argument("--base-url", metavar="URL")
+    remote.add_argument("--api-key", metavar="KEY")
+    remote.add_argument("--model-name", metavar="NAME")
+    p.add_argument("--system", metavar="TEXT", help="system prompt (with --resume: replaces the stored one)")
+    p.add_argument("--resume", nargs="?", const=LATEST, metavar="ID",
+                   help="continue the last stored session, or the one with this id (a unique prefix will do)")
+    p.add_argument("--store", metavar="PATH",
+                   help="SQLite file of saved sessions (default: <data dir>/sessions.db); 'memory' keeps nothing")
+
+
+def backend_options(args) -> dict:
+    if args.backend == "embedded":
+        return {"model": args.model} if args.model else {}
+    if args.backend == "remote":
+        if not args.base_url:
+            raise UsageError("--backend remote needs --base-url URL (and --template or --chat-template)")
+        given = {"base_url": args.base_url, "api_key": args.api_key, "model": args.model_name}
+        return {k: v for k, v in given.items() if v is not None}
+    return {}
+
+
+def run(args) -> int:
+    from ..repl.app import run_plain, run_terminal  # prompt_toolkit: only `lmchat chat` pays for it
+
+    template = None
+    if args.template or args.chat_template:
+        template = saveable(resolve_template(args), args.chat_template or args.template)
+    interactive = sys.stdin.isatty() and sys.stdout.isatty()
+    out = RichOutput() if interactive else PlainOutput()
+    store = open_store(args.store or default_store_path())
+    backend = None
+    try:
+        if interactive and args.backend == "embedded":
+            out.info("loading the model…")
+        backend = get_backend(args.backend, **backend_options(args))
+        conv = _open(args, store, backend, template, out)
+        if not interactive:
+            return run_plain(conv, sys.stdin)
+        state = f"resumed, {conv.session.turns} turns" if args.resume else "new"
+        out.info(
+            f"lmchat chat · {conv.session.template.name} · {backend.name} · session "
+            f"{conv.session.session_id[:8]} ({state}) · /help lists the commands, Ctrl-D leaves"
+        )
+        return run_terminal(conv, history=input_history())
+    finally:
+        if backend is not None:
+            backend.close()
+        store.close()
+
+
+def _open(args, store, backend, template, out) -> Conversation:
+    """A new session, or the stored one ``--resume`` names (its first delta resets: the cache is gone)."""
+    tokenizer = getattr(backend, "tokenizer", None)  # token deltas whenever the backend has one
+    if args.resume is None:
+        if template is None:
+            template = _backend_template(backend, args.backend)
+        session = Session(template, system=args.system, tokenizer=tokenizer)
+        return Conversation(session, backend, store, out, tokenizer=tokenizer)
+    session_id = store.latest() if args.resume == LATEST else _find(store, args.resume)
+    data = store.load(session_id) if session_id else None
+    if data is None:
+        which = "to resume" if args.resume == LATEST else repr(args.resume)
+        raise SessionError(f"no stored session {which} in {args.store or 'the default store'}")
+    try:
+        session = restored(data, tokenizer, "resumed: the engine holds nothing for this session")
+    except UnknownTemplate:
+        name = data["template"].get("name", "")
+        if name.startswith("file:"):
+            raise SessionError(f"session {session_id[:8]} uses a template file: pass --chat-template {name[5:]}") from None
+        raise
+    conv = Conversation(session, backend, store, out, tokenizer=tokenizer, version=data[VERSION_KEY])
+    if template is not None and template != session.template:
+        out.info(conv.set_template(template))
+    if args.system is not None:
+        conv.set_system(args.system)
+    return conv
+
+
+def _backend_template(backend, name: str):
+    template_name = getattr(backend, "template_name", None)
+    if template_name is None:
+        raise UsageError(
+            f"the {name} backend does not say which template it needs: pass --template NAME or --chat-template FILE"
+        )
+    return get_template(template_name)
+
+
+def _find(store, prefix: str) -> str | None:
+    """A stored id from its unique prefix (what /sessions shows)."""
+    if store.load(prefix) is not None:
+        return prefix
+    matches = [i.id for i in store.list(limit=10_000) if i.id.startswith(prefix)]
+    if len(matches) > 1:
+        raise SessionError(f"--resume {prefix}: ambiguous, matches {', '.join(m[:12] for m in matches[:5])}")
+    return matches[0] if matches else None

@@ -1,0 +1,121 @@
+"""The loops: a prompt_toolkit terminal UI, or plain stdin lines for scripts and tests.
+
+Keys (terminal): Enter sends; Esc+Enter or Alt+Enter inserts a newline, and so
+does a paste (bracketed paste keeps its newlines); ↑/↓ walk the persistent
+history; Tab completes commands; Ctrl-C clears the line, or at an empty
+prompt says how to leave; Ctrl-D leaves. Ctrl-C during a reply stops it
+(see :mod:`.streaming`).
+"""
+from __future__ import annotations
+
+from typing import TextIO
+
+from prompt_toolkit import PromptSession
+from prompt_toolkit.completion import Completer, Completion
+from prompt_toolkit.key_binding import KeyBindings
+
+from ..errors import LmchatError
+from ..registry import template_names
+from .commands import completion_tree, dispatch
+from .conversation import Conversation
+from .toolbar import toolbar_text
+
+EXIT_HINT = "(/exit or Ctrl-D leaves)"
+
+
+def handle(conv: Conversation, text: str) -> bool:
+    """One input: a command, or a message (``//`` escapes a leading slash). False: leave.
+
+    Errors print one line and the session lives on.
+    """
+    text = text.strip()
+    if not text:
+        return True
+    try:
+        if text.startswith("/") and not text.startswith("//"):
+            return dispatch(conv, text)
+        conv.ask(text[1:] if text.startswith("//") else text)
+    except (LmchatError, OSError) as exc:
+        conv.out.error(str(exc))
+    return True
+
+
+def run_plain(conv: Conversation, stdin: TextIO) -> int:
+    """Each line of stdin is a message or a command."""
+    for line in iter(stdin.readline, ""):
+        if not handle(conv, line):
+            break
+    return 0
+
+
+def run_terminal(conv: Conversation, *, history=None, input=None, output=None) -> int:
+    """The interactive prompt; ``input``/``output`` are prompt_toolkit's (tests pass a pipe)."""
+    prompt = PromptSession(
+        ">>> ",
+        multiline=True,
+        prompt_continuation="... ",
+        key_bindings=_key_bindings(),
+        history=history,
+        completer=_SlashCompleter(completion_tree(template_names())),
+        complete_while_typing=True,
+        bottom_toolbar=lambda: toolbar_text(conv),
+        input=input,
+        output=output,
+    )
+    while True:
+        try:
+            text = prompt.prompt()
+        except KeyboardInterrupt:  # only at an empty prompt: a non-empty line is just cleared
+            conv.out.info(EXIT_HINT)
+            continue
+        except EOFError:
+            return 0
+        try:
+            if not handle(conv, text):
+                return 0
+        except KeyboardInterrupt:  # Ctrl-C while a command ran (a turn only ever cancels)
+            conv.out.info(f"interrupted {EXIT_HINT}")
+
+
+def _key_bindings() -> KeyBindings:
+    kb = KeyBindings()
+
+    @kb.add("enter")
+    def _send(event):
+        event.current_buffer.validate_and_handle()
+
+    @kb.add("escape", "enter")  # what terminals send for Alt+Enter
+    def _newline(event):
+        event.current_buffer.insert_text("\n")
+
+    @kb.add("c-c")
+    def _clear_or_interrupt(event):
+        buffer = event.current_buffer
+        if buffer.text:
+            buffer.reset()
+        else:
+            event.app.exit(exception=KeyboardInterrupt, style="class:aborting")
+
+    return kb
+
+
+class _SlashCompleter(Completer):
+    """Completes a command at the start of the input, then its argument.
+
+    (prompt_toolkit's NestedCompleter splits words at '/', so it cannot complete '/he'.)
+    """
+
+    def __init__(self, tree: dict[str, dict | None]):
+        self.tree = tree
+
+    def get_completions(self, document, complete_event):
+        text = document.text_before_cursor
+        if not text.startswith("/") or "\n" in text:
+            return
+        name, space, arg = text.partition(" ")
+        options, word = (self.tree, name) if not space else (self.tree.get(name) or {}, arg)
+        if " " in word:
+            return
+        for option in options:
+            if option.startswith(word) and option != word:
+                yield Completion(option, start_position=-len(word))

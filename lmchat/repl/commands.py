@@ -1,0 +1,220 @@
+"""The slash commands: one table, used by /help, the completer and `lmchat chat --help`."""
+from __future__ import annotations
+
+import difflib
+import re
+import time
+from typing import Callable
+
+import attrs
+
+from ..errors import LmchatError
+from ..loading import load_template
+from .conversation import Conversation, describe_delta
+from .snapshots import saveable
+
+EXIT = object()  # a handler's return value that ends the REPL
+
+#: /set names and their parsers; validity checks below
+PARAMS = {"temperature": float, "top_p": float, "top_k": int, "max_new_tokens": int, "repetition_penalty": float}
+_VALID = {
+    "temperature": (lambda v: v >= 0, ">= 0 (0: greedy)"),
+    "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"),
+    "top_k": (lambda v: v >= 0, ">= 0 (0: off)"),
+    "max_new_tokens": (lambda v: v >= 1, ">= 1"),
+    "repetition_penalty": (lambda v: v > 0, "> 0 (1: off)"),
+}
+SHOW = ("template", "params", "context", "delta")
+
+
+class CommandError(LmchatError, ValueError):
+    """A slash command was misused; the message gives its usage."""
+
+
+@attrs.frozen
+class Command:
+    usage: str
+    help: str
+    run: Callable[[Conversation, str], object]
+
+
+COMMANDS: dict[str, Command] = {}
+
+
+def command(usage: str, help_text: str):
+    def deco(fn):
+        COMMANDS[usage.split()[0]] = Command(usage, help_text, fn)
+        return fn
+
+    return deco
+
+
+def dispatch(conv: Conversation, line: str) -> bool:
+    """Run one command line; False when the REPL should end."""
+    name, arg = re.match(r"(\S+)\s*(.*)", line.strip(), re.S).groups()
+    cmd = COMMANDS.get(name)
+    if cmd is None:
+        close = difflib.get_close_matches(name, COMMANDS, n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
+        raise CommandError(f"unknown command {name}: {hint}/help lists the commands (// sends a message starting with /)")
+    return cmd.run(conv, arg.strip()) is not EXIT
+
+
+def help_lines() -> list[str]:
+    return [f"  {c.usage:<30} {c.help}" for c in COMMANDS.values()]
+
+
+def completion_tree(template_names: list[str]) -> dict[str, dict | None]:
+    """Each command and the words its argument can be."""
+    args = {
+        "/set": dict.fromkeys(PARAMS),
+        "/show": dict.fromkeys(SHOW),
+        "/debug": dict.fromkeys(("on", "off")),
+        "/template": dict.fromkeys(template_names),
+    }
+    return {name: args.get(name) for name in COMMANDS}
+
+
+# ---------------------------------------------------------------------- commands
+@command("/help", "this list")
+def _help(conv, arg):
+    conv.out.show("\n".join(["commands:", *help_lines()]))
+
+
+@command("/system [TEXT]", "show or set the system prompt (the next turn resends the conversation)")
+def _system(conv, arg):
+    if not arg:
+        messages = conv.session.messages
+        has = messages and messages[0]["role"] == "system"
+        conv.out.show(messages[0]["content"] if has else "(no system prompt)")
+        return
+    conv.set_system(arg)
+    conv.out.info("system prompt set; the next turn sends the whole conversation")
+
+
+@command("/reset", "start over (the system prompt stays)")
+def _reset(conv, arg):
+    conv.session.reset()
+    conv.last = None
+    conv.save()
+    conv.out.info("conversation cleared")
+
+
+@command("/undo", "drop the last exchange")
+def _undo(conv, arg):
+    dropped = conv.session.undo()
+    conv.save()
+    conv.out.info(f"dropped the last exchange ({len(dropped)} messages)")
+
+
+@command("/retry", "drop the last exchange and answer its message again")
+def _retry(conv, arg):
+    conv.retry()
+
+
+@command("/continue", "generate more after the last answer (e.g. one cut by max_new_tokens)")
+def _continue(conv, arg):
+    conv.continue_answer()
+
+
+@command("/set [NAME VALUE|default]", f"sampling: {', '.join(PARAMS)}")
+def _set(conv, arg):
+    parts = arg.split()
+    if not parts:
+        return _show_params(conv)
+    if len(parts) != 2 or parts[0] not in PARAMS:
+        raise CommandError(f"usage: /set NAME VALUE|default, NAME one of {', '.join(PARAMS)}")
+    name, raw = parts
+    if raw == "default":
+        conv.overrides.pop(name, None)
+    else:
+        check, rule = _VALID[name]
+        try:
+            value = PARAMS[name](raw)
+        except ValueError:
+            value = None
+        if value is None or not check(value):
+            raise CommandError(f"/set {name}: expected a {PARAMS[name].__name__} {rule}, got {raw!r}")
+        conv.overrides[name] = value
+    conv.out.info(f"{name} = {getattr(conv.params, name)}")
+
+
+def _show_params(conv):
+    params = attrs.asdict(conv.params)
+    lines = [f"{k} = {v!r}{'  (set)' if k in conv.overrides else ''}" for k, v in params.items()]
+    conv.out.show("\n".join(lines))
+
+
+@command("/show WHAT", "WHAT: template, params, context (what the engine holds) or delta (the last one sent)")
+def _show(conv, arg):
+    if arg not in SHOW:
+        raise CommandError(f"usage: /show {'|'.join(SHOW)}")
+    session = conv.session
+    if arg == "params":
+        _show_params(conv)
+    elif arg == "template":
+        t = session.template
+        lines = [f"template: {t.name}", f"end of turn (eoa): {t.eoa!r}"]
+        lines += [f"{k}: {v!r}" for k, v in t.sampling_params.items()]
+        conv.out.show("\n".join(lines))
+    elif arg == "context":
+        conv.out.show(session.context or "(the engine holds nothing for this session yet)")
+        state = session.to_dict()
+        if state["needs_reset"] and session.context:
+            conv.out.info(f"[the next delta resets and replaces it: {state['reset_reason'] or 'reset requested'}]")
+    else:
+        conv.out.show(describe_delta(conv.last_delta) if conv.last_delta else "(no delta sent yet)")
+
+
+@command("/debug on|off", "print each delta exactly as sent")
+def _debug(conv, arg):
+    if arg not in ("on", "off"):
+        raise CommandError("usage: /debug on|off")
+    conv.debug = arg == "on"
+    conv.out.info(f"debug {arg}")
+
+
+@command("/save [FILE]", "write the session as JSON (default: lmchat-<id>.json)")
+def _save(conv, arg):
+    path = arg or f"lmchat-{conv.session.session_id[:8]}.json"
+    conv.save_file(path)
+    conv.out.info(f"saved to {path}")
+
+
+@command("/load FILE", "continue a session saved with /save")
+def _load(conv, arg):
+    if not arg:
+        raise CommandError("usage: /load FILE")
+    conv.load_file(arg)
+    conv.out.info(f"loaded session {conv.session.session_id[:8]} ({conv.session.turns} turns) from {arg}")
+
+
+@command("/sessions", "list stored sessions (resume one with lmchat chat --resume ID)")
+def _sessions(conv, arg):
+    infos = conv.store.list(limit=20)
+    if not infos:
+        return conv.out.show("(no stored sessions)")
+    lines = []
+    for i in infos:
+        mark = "*" if i.id == conv.session.session_id else " "
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(i.updated_at))
+        lines.append(f"{mark} {i.id[:8]}  {when}  {i.turns:>3} turns  {i.template:<14} {i.title}")
+    conv.out.show("\n".join(lines))
+
+
+@command("/fork", "copy the session under a new id and continue in the copy")
+def _fork(conv, arg):
+    old = conv.fork()
+    conv.out.info(f"forked {old[:8]} -> {conv.session.session_id[:8]}; continuing in the copy")
+
+
+@command("/template [NAME|FILE]", "show or switch the template (a reset: the backend cache is dropped)")
+def _template(conv, arg):
+    if not arg:
+        return conv.out.show(conv.session.template.name)
+    conv.out.info(conv.set_template(saveable(load_template(arg), arg)))
+
+
+@command("/exit", "leave (Ctrl-D too)")
+def _exit(conv, arg):
+    return EXIT

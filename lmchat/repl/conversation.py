@@ -1,0 +1,195 @@
+"""One chat: the session, the backend that answers it and the store that keeps it.
+
+Every turn operation takes a snapshot first. If the turn cannot start (an
+overflow, a template rule) the session is restored exactly: nothing reached
+the engine. If the backend fails mid-turn the session is restored but its
+next delta resets, since what the engine consumed is unknown. A finished or
+cancelled turn is committed and saved at once, so a crash never loses more
+than the turn in flight.
+"""
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any, Callable
+
+from ..backends.base import Backend, GenerationRequest, SamplingParams
+from ..errors import LmchatError, SessionError, StoreConflict
+from ..session import Delta, Session
+from ..stores import VERSION_KEY, SessionStore
+from ..templates.base import BaseTemplate
+from . import snapshots
+from .streaming import Outcome, generate, interrupt_flag
+
+NOTES = {
+    "length": "[stopped at max_new_tokens: /continue extends the answer]",
+    "cancelled": "[cancelled: the partial answer is kept]",
+}
+
+
+class Conversation:
+    """The REPL's state; ``out`` is a :mod:`.rendering` output (plain or rich)."""
+
+    def __init__(self, session: Session, backend: Backend, store: SessionStore, out, *,
+                 tokenizer: Any = None, version: int = 0):
+        self.session = session
+        self.backend = backend
+        self.store = store
+        self.out = out
+        self.tokenizer = tokenizer
+        self.version = version  # the stored version of this session (0: not stored yet)
+        self.overrides: dict[str, Any] = {}  # /set values; the rest comes from the template
+        self.debug = False
+        self.last_delta: Delta | None = None
+        self.last: Outcome | None = None
+        self.cached = False  # whether the backend may hold a cache for this session id (sent by this process)
+
+    @property
+    def params(self) -> SamplingParams:
+        return SamplingParams.from_template(self.session.template, **self.overrides)
+
+    # ------------------------------------------------------------------ turns
+    def ask(self, text: str) -> None:
+        self._turn(lambda: (self.session.prompt(text, max_new_tokens=self.params.max_new_tokens), "", ()))
+
+    def retry(self) -> None:
+        """Drop the last exchange and answer its user message again."""
+
+        def start():
+            dropped = self.session.undo()
+            return self.session.extend(dropped[:1], max_new_tokens=self.params.max_new_tokens), "", ()
+
+        self._turn(start)
+
+    def continue_answer(self) -> None:
+        """Generate more after the last answer (see :class:`snapshots.Continuation`)."""
+
+        def start():
+            cont = snapshots.reopen_last_answer(self.session, self.params.max_new_tokens, self.tokenizer)
+            return cont.delta, cont.prefix, cont.prefix_ids
+
+        self._turn(start)
+
+    def _turn(self, start: Callable[[], tuple[Delta, str, tuple[int, ...]]]) -> None:
+        snapshot = copy.deepcopy(self.session.to_dict())  # to_dict shares the session's live lists
+        # Ctrl-C only cancels from here on, so a prompted turn is always committed (or rolled back)
+        with interrupt_flag() as interrupted:
+            try:
+                delta, prefix, prefix_ids = start()
+            except BaseException:
+                self.session = Session.from_dict(snapshot, tokenizer=self.tokenizer)  # nothing was sent
+                raise
+            try:
+                outcome = self._stream(delta, prefix, prefix_ids, interrupted)
+            except BaseException:
+                self.session = snapshots.restored(
+                    snapshot, self.tokenizer, "the last generation failed: what the engine holds is unknown"
+                )
+                raise
+            self._commit(outcome, prefix, prefix_ids)
+            self.save()
+
+    def _stream(self, delta: Delta, prefix: str, prefix_ids: tuple[int, ...], interrupted) -> Outcome:
+        session = self.session
+        ids = session.context_ids
+        request = GenerationRequest(
+            session_id=session.session_id,
+            delta=delta,
+            params=self.params,
+            context=session.context + prefix,  # what the engine holds once the delta is consumed
+            context_ids=None if ids is None else tuple(ids) + tuple(prefix_ids),
+            messages=tuple(session.messages),
+        )
+        self.last_delta = delta
+        self.cached = True
+        if self.debug:
+            self.out.debug(describe_delta(delta))
+        self.out.begin_reply()
+        if prefix:
+            self.out.reply_text(prefix)  # the continued answer renders whole
+        try:
+            outcome = generate(self.backend, request, self.out.reply_text, interrupted)
+        except BaseException:
+            self.out.end_reply()
+            raise
+        self.out.end_reply(NOTES.get(outcome.finish_reason))
+        self.last = outcome
+        return outcome
+
+    def _commit(self, outcome: Outcome, prefix: str, prefix_ids: tuple[int, ...]) -> None:
+        """Commit what the engine now holds: a marker only when the model emitted one.
+
+        A turn cut short (max_new_tokens, Ctrl-C) is committed without an end
+        marker, as the engine holds it; the next delta then brings the marker
+        from the template, keeping ``context + delta == full prompt``.
+        """
+        ids = None
+        if self.session.context_ids is not None and (outcome.token_ids or not outcome.text):
+            ids = list(prefix_ids) + outcome.token_ids  # else the session encodes the text canonically
+        stop = outcome.stop if outcome.finish_reason == "stop" else ""
+        self.session.commit(prefix + outcome.text, token_ids=ids, stop=stop)
+
+    # ------------------------------------------------------------------ session changes
+    def replace(self, session: Session, version: int = 0) -> None:
+        """Continue with another session (edited, forked, loaded) and save it."""
+        self.cached = self.cached and session.session_id == self.session.session_id
+        self.session, self.version = session, version
+        self.last_delta = self.last = None
+        self.save()
+
+    def set_system(self, system: str | None) -> None:
+        self.replace(snapshots.with_system(self.session, system, self.tokenizer), self.version)
+
+    def set_template(self, template: BaseTemplate) -> str:
+        """Switch templates (a reset); returns what happened to the backend's cache."""
+        old = self.session
+        self.replace(snapshots.with_template(old, template, self.tokenizer), self.version)
+        if not self.cached:
+            return f"template {template.name}: the backend held nothing for this session"
+        self.backend.drop(old.session_id)
+        self.cached = False
+        return (
+            f"template {template.name}: the backend cache of this session was dropped "
+            f"({old.step} {'tokens' if old.context_ids is not None else 'chars'}); "
+            "the next turn sends the whole conversation"
+        )
+
+    def fork(self) -> str:
+        old = self.session.session_id
+        self.replace(snapshots.forked(self.session, self.tokenizer))
+        return old
+
+    def load_file(self, path: str) -> None:
+        with open(path, encoding="utf-8") as f:
+            try:
+                session = snapshots.restored(json.load(f), self.tokenizer, f"loaded from {path}")
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:  # not JSON, or not a snapshot
+                raise SessionError(f"{path}: not a session saved by /save ({type(exc).__name__}: {exc})") from None
+        stored = self.store.load(session.session_id)
+        self.replace(session, stored[VERSION_KEY] if stored else 0)
+
+    def save_file(self, path: str) -> None:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(self.session.to_dict(), f, ensure_ascii=False, indent=2)
+            f.write("\n")
+
+    def save(self) -> None:
+        """Save to the store (compare-and-set on the version this process last saw)."""
+        if self.version == 0 and self.session.turns == 0:
+            return  # nothing worth keeping yet
+        try:
+            self.version = self.store.save(self.session.to_dict(), expected_version=self.version)
+        except StoreConflict as exc:
+            self.out.error(f"not saved: {exc}; /fork keeps this conversation under a new id")
+        except LmchatError as exc:
+            self.out.error(f"not saved: {exc}")
+
+
+def describe_delta(delta: Delta) -> str:
+    """The delta exactly as sent (repr-escaped), with its reset flag and size."""
+    head = "delta"
+    if delta.reset:
+        head += f" (reset: {delta.reason})"
+    if delta.token_ids is not None:
+        head += f" [{len(delta.token_ids)} tokens]"
+    return f"{head}: {delta.text!r}"

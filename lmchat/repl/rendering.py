@@ -1,0 +1,117 @@
+"""Output of the REPL: rich Markdown on a terminal, plain text for scripts.
+
+Both classes have the same methods: a reply streams through ``begin_reply``,
+``reply_text`` and ``end_reply``; ``show`` prints text verbatim (command
+output: a context, a session list); ``info`` and ``debug`` are notices,
+``error`` one line per problem.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+
+class PlainOutput:
+    """stdin is not a terminal: replies and command output on stdout, notices and errors on stderr."""
+
+    def __init__(self, stdout: TextIO | None = None, stderr: TextIO | None = None):
+        self.stdout = stdout or sys.stdout
+        self.stderr = stderr or sys.stderr
+
+    def begin_reply(self) -> None:
+        pass
+
+    def reply_text(self, piece: str) -> None:
+        self.stdout.write(piece)
+        self.stdout.flush()  # a script reading our stdout sees each piece as it comes
+
+    def end_reply(self, note: str | None = None) -> None:
+        self.stdout.write("\n")
+        self.stdout.flush()
+        if note:
+            self.info(note)
+
+    def show(self, text: str) -> None:
+        self.stdout.write(text if text.endswith("\n") else text + "\n")
+        self.stdout.flush()
+
+    def info(self, text: str) -> None:
+        print(text, file=self.stderr, flush=True)
+
+    def debug(self, text: str) -> None:
+        print(text, file=self.stderr, flush=True)
+
+    def error(self, text: str) -> None:
+        print(f"error: {text}", file=self.stderr, flush=True)
+
+
+class _Tail:
+    """The last lines of a renderable that fit the screen, so a long streaming reply shows its newest text."""
+
+    def __init__(self, renderable):
+        self.renderable = renderable
+
+    def __rich_console__(self, console, options):
+        from rich.segment import Segment
+
+        lines = console.render_lines(self.renderable, options, pad=False)
+        for line in lines[-max(1, console.size.height - 2):]:
+            yield from line
+            yield Segment.line()
+
+
+class RichOutput:
+    """A terminal: replies render as Markdown while they stream, notices are dimmed."""
+
+    REFRESH_SECONDS = 0.05  # re-render Markdown at most 20 times a second
+
+    def __init__(self, console=None):
+        from rich.console import Console
+
+        self.console = console or Console(highlight=False)
+        self._live = None
+        self._text = ""
+        self._drawn = 0.0
+
+    def begin_reply(self) -> None:
+        from rich.live import Live
+
+        self._text = ""
+        if self.console.is_terminal:  # elsewhere (a file, a pipe) the reply is printed once, at the end
+            self._live = Live(console=self.console, auto_refresh=False, transient=False)
+            self._live.start()
+
+    def reply_text(self, piece: str) -> None:
+        from rich.markdown import Markdown
+
+        self._text += piece
+        now = time.monotonic()
+        if self._live is not None and now - self._drawn >= self.REFRESH_SECONDS:
+            self._drawn = now
+            self._live.update(_Tail(Markdown(self._text)), refresh=True)
+
+    def end_reply(self, note: str | None = None) -> None:
+        from rich.markdown import Markdown
+
+        if self._live is not None:
+            # the whole reply, taller than the screen if need be: Live prints its last render in full
+            self._live.update(Markdown(self._text))
+            self._live.stop()
+            self._live = None
+        else:
+            self.console.print(Markdown(self._text))
+        if note:
+            self.info(note)
+
+    def show(self, text: str) -> None:
+        self.console.print(text, markup=False, highlight=False, soft_wrap=True, end="" if text.endswith("\n") else "\n")
+
+    def info(self, text: str) -> None:
+        self.console.print(text, style="dim", markup=False, highlight=False)
+
+    def debug(self, text: str) -> None:
+        self.console.print(text, style="dim italic", markup=False, highlight=False, soft_wrap=True)
+
+    def error(self, text: str) -> None:
+        self.console.print(f"error: {text}", style="bold red", markup=False, highlight=False)

@@ -1,0 +1,171 @@
+"""`lmchat chat` as users and scripts run it: prompt_toolkit keys, a real terminal, stdin, a killed process."""
+from __future__ import annotations
+
+import io
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pexpect
+import pytest
+from prompt_toolkit.application import create_app_session
+from prompt_toolkit.document import Document
+from prompt_toolkit.history import FileHistory
+from prompt_toolkit.input import create_pipe_input
+from prompt_toolkit.output.plain_text import PlainTextOutput
+from rich.console import Console
+
+from lmchat import Session
+from lmchat.repl.app import _SlashCompleter, run_terminal
+from lmchat.repl.commands import completion_tree
+from lmchat.repl.conversation import Conversation
+from lmchat.repl.rendering import RichOutput
+from lmchat.stores import MemoryStore
+
+from .repl_backend import CacheBackend
+
+ROOT = Path(__file__).resolve().parent.parent
+# registers the test backend, then runs the real command line
+LAUNCH = (
+    "import sys, lmchat.backends.base as b; b.BACKENDS['test'] = 'tests.repl_backend:CacheBackend'; "
+    "from lmchat.cli.main import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
+def test_terminal_keys_history_and_toolbar(tmp_path):
+    console_file, screen = io.StringIO(), io.StringIO()
+    conv = Conversation(Session("qwen2.5"), CacheBackend(), MemoryStore(), RichOutput(Console(file=console_file)))
+    history = FileHistory(str(tmp_path / "history"))
+    typed = [
+        "hello **world**\r",
+        "line one\x1b\rline two\r",  # Esc+Enter (Alt+Enter) inserts a newline
+        "\x1b[200~pasted one\npasted two\x1b[201~\r",  # bracketed paste keeps its newline
+        "typed then cleared\x03",  # Ctrl-C clears a line...
+        "\x03",  # ...and at an empty prompt says how to leave
+        "\x04",  # Ctrl-D leaves
+    ]
+    with create_pipe_input() as keys:
+
+        def type_slowly():  # one input per prompt, so each prompt (and its toolbar) is drawn
+            for text in typed:
+                time.sleep(0.15)
+                keys.send_text(text)
+
+        threading.Thread(target=type_slowly, daemon=True).start()
+        with create_app_session(input=keys, output=PlainTextOutput(screen)):
+            assert run_terminal(conv, history=history) == 0
+    users = [m["content"] for m in conv.session.messages if m["role"] == "user"]
+    assert users == ["hello **world**", "line one\nline two", "pasted one\npasted two"]
+    printed = console_file.getvalue()
+    assert "You said: hello world" in printed  # rendered as Markdown: no asterisks
+    assert "(/exit or Ctrl-D leaves)" in printed and "typed then cleared" not in users
+    assert list(FileHistory(str(tmp_path / "history")).load_history_strings())[0] == "pasted one\npasted two"
+    assert "chars (no tokenizer) │ last turn: " in screen.getvalue()  # the bottom toolbar was drawn
+
+
+def test_completion_of_commands_and_arguments():
+    completer = _SlashCompleter(completion_tree(["qwen2.5", "qwen3", "llama3"]))
+
+    def complete(text):
+        return [c.text for c in completer.get_completions(Document(text), None)]
+
+    assert complete("/he") == ["/help"] and complete("/s") == ["/system", "/set", "/show", "/save", "/sessions"]
+    assert complete("/set t") == ["temperature", "top_p", "top_k"]
+    assert complete("/template qwen") == ["qwen2.5", "qwen3"] and complete("/debug o") == ["on", "off"]
+    assert complete("hello /he") == [] and complete("/reset x") == [] and complete("/help") == []
+
+
+def lmchat(*args, **kwargs):
+    return subprocess.run([sys.executable, "-m", "lmchat", "chat", *args], capture_output=True, text=True,
+                          timeout=60, cwd=ROOT, **kwargs)
+
+
+def test_plain_mode_for_scripts(tmp_path):
+    env = dict(os.environ, LMCHAT_DATA_DIR=str(tmp_path / "data"))
+    script = "hello\n/set max_new_tokens 1\nsecond question\n/show context\n/sessions\n/exit\nnot read\n"
+    out = lmchat("--backend", "echo", "--template", "qwen2.5", "--system", "Be brief.", input=script, env=env)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[:2] == ["echo: hello", "echo: "]
+    assert "<|im_start|>system\nBe brief.<|im_end|>" in out.stdout and "1 turns" not in out.stdout
+    assert re.search(r"^\* [0-9a-f]{8} .* 2 turns  qwen2.5 +hello$", out.stdout, re.M)
+    assert "max_new_tokens = 1" in out.stderr and "/continue" in out.stderr
+    assert (tmp_path / "data" / "sessions.db").exists()  # the default store lives in the data dir
+    bad = lmchat("--backend", "echo", input="hi\n", env=env)
+    assert bad.returncode == 2 and "pass --template NAME" in bad.stderr
+
+
+def test_resume_after_the_process_is_killed(tmp_path):
+    store = str(tmp_path / "s.db")
+    proc = subprocess.Popen([sys.executable, "-m", "lmchat", "chat", "--backend", "echo", "--template", "llama3",
+                             "--store", store], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        for message in ("first message", "second message"):
+            proc.stdin.write(message + "\n")
+            proc.stdin.flush()
+            assert proc.stdout.readline() == f"echo: {message}\n"
+        proc.stdin.write("/show delta\n")  # answered only once the second turn is saved
+        proc.stdin.flush()
+        assert proc.stdout.readline().startswith("delta")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    out = lmchat("--backend", "echo", "--store", store, "--resume", input="/debug on\nthird\n/show context\n")
+    assert out.returncode == 0, out.stderr
+    debug = next(line for line in out.stderr.splitlines() if line.startswith("delta"))
+    assert "reset: resumed" in debug and "first message" in debug and "echo: second message" in debug
+    assert out.stdout.startswith("echo: third\n")
+    assert out.stdout.count("<|start_header_id|>user<|end_header_id|>") == 3
+    sid = re.search(r"^\* ([0-9a-f]{8})", lmchat("--backend", "echo", "--store", store, "--resume",
+                                                  input="/sessions\n").stdout, re.M).group(1)
+    assert "echo: third" in lmchat("--backend", "echo", "--store", store, "--resume", sid,
+                                   input="/show context\n").stdout
+    switched = lmchat("--backend", "echo", "--store", store, "--resume", "--template", "qwen2.5", "--system", "New.",
+                      input="/show context\n")
+    assert "template qwen2.5: the backend held nothing" in switched.stderr
+    assert "next delta resets and replaces it: the system prompt changed" in switched.stderr
+    assert "<|im_start|>system\nNew.<|im_end|>" in lmchat("--backend", "echo", "--store", store, "--resume",
+                                                            input="fourth\n/show context\n").stdout
+    missing = lmchat("--backend", "echo", "--store", str(tmp_path / "empty.db"), "--resume", input="")
+    assert missing.returncode == 2 and "no stored session to resume" in missing.stderr
+
+
+@pytest.fixture
+def terminal(tmp_path):
+    env = dict(os.environ, LMCHAT_DATA_DIR=str(tmp_path), REPL_TEST_DELAY="0.05", PROMPT_TOOLKIT_NO_CPR="1",
+               TERM="xterm", COLUMNS="100", LINES="30")
+    child = pexpect.spawn(sys.executable, ["-c", LAUNCH, "chat", "--backend", "test"], cwd=str(ROOT), env=env,
+                          encoding="utf-8", dimensions=(30, 100), timeout=20)
+    yield child
+    child.close(force=True)
+
+
+def test_real_terminal_ctrl_c_multiline_and_exit(terminal, tmp_path):
+    child = terminal
+    child.expect("qwen2.5 · test-cache")  # the template comes from the backend
+    child.expect(">>>")
+    child.send("a **bold** statement that takes a while to echo back\r")
+    child.expect("You said: a")
+    child.sendcontrol("c")
+    child.expect(r"\[cancelled: the partial answer is kept\]")
+    child.expect(">>>")
+    child.send("one\x1b\rtwo\r")  # Alt+Enter
+    child.expect("You said: one two")  # rendered as Markdown, where a single newline is a soft break
+    child.expect(">>>")
+    child.send("/show context\r")
+    child.expect("<\\|im_start\\|>user\r?\none\r?\ntwo<\\|im_end\\|>")
+    child.expect("You said: one\r?\ntwo<\\|im_end\\|>")
+    child.expect(">>>")
+    child.sendcontrol("c")
+    child.expect(r"\(/exit or Ctrl-D leaves\)")
+    child.expect(">>>")  # drawn once the terminal is in raw mode again
+    child.sendcontrol("d")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    assert "a **bold** statement" in (tmp_path / "history").read_text()
