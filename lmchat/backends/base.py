@@ -56,7 +56,9 @@ class GenerationRequest:
     first). ``context_ids``/``context`` are what the engine must hold once the
     delta is consumed (the session's ``context_ids``/``context``): a stateful
     backend checks its cache against them and rebuilds from them if it lost
-    it; a stateless one sends ``context`` whole.
+    it; a stateless one sends ``context`` whole. ``messages`` is the
+    conversation the context renders (for backends that answer from the
+    messages rather than the prompt, such as the echo backend).
     """
 
     session_id: str
@@ -64,6 +66,7 @@ class GenerationRequest:
     params: SamplingParams
     context: str
     context_ids: tuple[int, ...] | None = None
+    messages: tuple[dict, ...] = ()
 
     @classmethod
     def from_session(cls, session: Session, delta: Delta, params: SamplingParams) -> "GenerationRequest":
@@ -74,6 +77,7 @@ class GenerationRequest:
             params=params,
             context=session.context,
             context_ids=None if ids is None else tuple(ids),
+            messages=tuple(session.messages),
         )
 
 

