@@ -21,6 +21,16 @@ from .templates.base import AffixTemplate, BaseTemplate, Chat
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str):
+    # the manager pulls in the backend protocol and the stores: loaded on first use only
+    if name in ("SessionManager", "TurnResult"):
+        from . import manager
+
+        return getattr(manager, name)
+    raise AttributeError(f"module 'lmchat' has no attribute {name!r}")
+
+
 __all__ = [
     "CHAT_TEMPLATES",
     "AffixTemplate",
@@ -34,10 +44,12 @@ __all__ = [
     "ResponseStream",
     "Session",
     "SessionError",
+    "SessionManager",
     "SessionLengthExceeded",
     "StopMatcher",
     "TemplateConfigError",
     "TemplateRuleError",
+    "TurnResult",
     "UnknownTemplate",
     "encode_for_training",
     "get_template",

@@ -120,3 +120,38 @@ class BackendError(LmchatError, RuntimeError):
         self.status = status
         self.reason = reason
         super().__init__(reason)
+
+
+class SessionNotFound(LmchatError, KeyError):
+    """No session with this id, or it belongs to another owner (the two are indistinguishable on purpose)."""
+
+    def __init__(self, session_id: str):
+        self.session_id = session_id
+        super().__init__(f"no session {session_id!r}")
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return self.args[0]
+
+
+class SessionExists(LmchatError, ValueError):
+    """A session was created under an id that is already taken."""
+
+    def __init__(self, session_id: str):
+        self.session_id = session_id
+        super().__init__(f"session {session_id!r} already exists")
+
+
+class SessionBusy(LmchatError, RuntimeError):
+    """A turn is already running on this session: one request at a time, never queued nor interleaved."""
+
+    def __init__(self, session_id: str):
+        self.session_id = session_id
+        super().__init__(f"session {session_id!r} is busy with another request; retry when it has finished")
+
+
+class CapacityExceeded(LmchatError, RuntimeError):
+    """The manager runs as many turns as it may (``max_active``); retry later."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        super().__init__(f"at capacity: {limit} turns are running; retry later")

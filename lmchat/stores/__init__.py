@@ -1,20 +1,39 @@
-"""Session stores: :class:`SQLiteStore` (the REPL's default) and :class:`MemoryStore`.
+"""Session stores: :class:`SQLiteStore` (the REPL's default), :class:`MemoryStore` and
+``lmchat.stores.redis.RedisStore`` (replicas sharing sessions; needs the ``redis`` extra).
 
-Both implement :class:`SessionStore`; the server reuses the protocol.
+All implement :class:`SessionStore`; the server reuses the protocol.
 """
 from __future__ import annotations
 
 import os
 
+from ..errors import StoreError
 from .base import VERSION_KEY, SessionInfo, SessionStore
 from .memory import MemoryStore
 from .sqlite import SQLiteStore
 
 __all__ = ["VERSION_KEY", "MemoryStore", "SQLiteStore", "SessionInfo", "SessionStore", "open_store"]
 
+REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
-def open_store(spec: str | os.PathLike) -> SessionStore:
-    """``'memory'`` for a store that keeps nothing after exit, else the path of an SQLite file."""
-    if os.fspath(spec) == "memory":
+
+def open_store(spec: str | os.PathLike, **options) -> SessionStore:
+    """A store from its spec: ``'memory'`` (nothing kept after exit), ``redis://HOST:PORT/DB`` (also
+    ``rediss://``, ``unix://``; ``options`` go to :class:`RedisStore`), ``sqlite:PATH`` or a plain path
+    (an SQLite file)."""
+    spec = os.fspath(spec)
+    if options and not spec.startswith(REDIS_SCHEMES):
+        raise StoreError(f"{spec}: options {sorted(options)} apply to Redis stores only")
+    if spec == "memory":
         return MemoryStore()
+    if spec.startswith(REDIS_SCHEMES):
+        try:
+            from .redis import RedisStore  # redis-py is an optional extra
+        except ImportError as exc:
+            raise StoreError(f"{spec}: the Redis store needs redis-py: pip install 'lmchat[redis]' ({exc})") from None
+        return RedisStore(spec, **options)
+    if spec.startswith("sqlite:"):
+        path = spec[len("sqlite:"):]
+        # sqlite:///abs/path.db (URL style) and sqlite:relative.db both name a file
+        return SQLiteStore(path[2:] if path.startswith("//") else path)
     return SQLiteStore(spec)

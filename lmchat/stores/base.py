@@ -6,6 +6,10 @@ a compare-and-set: it writes only if the stored version is still ``n`` (``0``:
 the session must not exist yet), so two writers of one session never silently
 overwrite each other. :meth:`SessionStore.load` returns the saved dict plus
 ``VERSION_KEY``, the version to pass back as ``expected_version``.
+
+A session dict may carry an ``"owner"`` string (the session manager stores a
+hash of the API key there): stores index it so ``list(owner=...)`` shows one
+owner's sessions. Sessions without it (the REPL's) have the owner ``""``.
 """
 from __future__ import annotations
 
@@ -31,6 +35,7 @@ class SessionInfo:
     updated_at: float
     template: str
     version: int
+    owner: str = ""
 
 
 @runtime_checkable
@@ -44,8 +49,11 @@ class SessionStore(Protocol):
     def delete(self, session_id: str) -> None:
         """Forget a session (no error when it is absent)."""
 
-    def list(self, limit: int = 50) -> list[SessionInfo]:
-        """Sessions, most recently saved first."""
+    def version(self, session_id: str) -> int:
+        """The stored version (0: absent), without reading the session: a cheap freshness check."""
+
+    def list(self, limit: int = 50, *, owner: str | None = None) -> list[SessionInfo]:
+        """Sessions, most recently saved first; only ``owner``'s when it is not None."""
 
     def latest(self) -> str | None:
         """Id of the most recently saved session."""
@@ -62,6 +70,7 @@ class Record:
     title: str
     turns: int
     template: str
+    owner: str
 
 
 def record(session_dict: Mapping[str, Any]) -> Record:
@@ -81,6 +90,7 @@ def record(session_dict: Mapping[str, Any]) -> Record:
         title=title_of(messages),
         turns=sum(1 for m in messages if isinstance(m, Mapping) and m.get("role") == "assistant"),
         template=str(template.get("name", "")) if isinstance(template, Mapping) else "",
+        owner=str(data.get("owner") or ""),
     )
 
 

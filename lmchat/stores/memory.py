@@ -36,10 +36,19 @@ class MemoryStore:
         with self._lock:
             self._rows.pop(session_id, None)
 
-    def list(self, limit: int = 50) -> list[SessionInfo]:
+    def version(self, session_id: str) -> int:
         with self._lock:
-            rows = sorted(self._rows.values(), key=lambda r: r[3], reverse=True)[:limit]
-        return [SessionInfo(r.id, r.title, r.turns, updated, r.template, version) for r, version, updated, _ in rows]
+            row = self._rows.get(session_id)
+        return 0 if row is None else row[1]
+
+    def list(self, limit: int = 50, *, owner: str | None = None) -> list[SessionInfo]:
+        with self._lock:
+            rows = [r for r in self._rows.values() if owner is None or r[0].owner == owner]
+        rows = sorted(rows, key=lambda r: r[3], reverse=True)[:limit]
+        return [
+            SessionInfo(r.id, r.title, r.turns, updated, r.template, version, r.owner)
+            for r, version, updated, _ in rows
+        ]
 
     def latest(self) -> str | None:
         infos = self.list(limit=1)

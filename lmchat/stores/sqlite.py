@@ -40,14 +40,20 @@ MIGRATIONS: list[tuple[str, ...]] = [
         )""",
         "CREATE INDEX sessions_by_seq ON sessions(seq)",
     ),
+    (
+        # who may see a session (the session manager's owner hash; '' for the REPL's sessions)
+        "ALTER TABLE sessions ADD COLUMN owner TEXT NOT NULL DEFAULT ''",
+        "CREATE INDEX sessions_by_owner ON sessions(owner, seq)",
+    ),
 ]
 
 _UPSERT = """
-INSERT INTO sessions (id, version, seq, created_at, updated_at, title, turns, template, data)
-VALUES (:id, :version, :seq, :now, :now, :title, :turns, :template, :data)
+INSERT INTO sessions (id, version, seq, created_at, updated_at, title, turns, template, owner, data)
+VALUES (:id, :version, :seq, :now, :now, :title, :turns, :template, :owner, :data)
 ON CONFLICT(id) DO UPDATE SET
     version = excluded.version, seq = excluded.seq, updated_at = excluded.updated_at,
-    title = excluded.title, turns = excluded.turns, template = excluded.template, data = excluded.data
+    title = excluded.title, turns = excluded.turns, template = excluded.template, owner = excluded.owner,
+    data = excluded.data
 """
 
 
@@ -133,7 +139,8 @@ class SQLiteStore:
                 seq = conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM sessions").fetchone()[0]
                 conn.execute(_UPSERT, {
                     "id": rec.id, "version": current + 1, "seq": seq, "now": time.time(),
-                    "title": rec.title, "turns": rec.turns, "template": rec.template, "data": rec.data,
+                    "title": rec.title, "turns": rec.turns, "template": rec.template, "owner": rec.owner,
+                    "data": rec.data,
                 })
         except sqlite3.Error as exc:
             raise StoreError(f"{self.path}: cannot save session {rec.id}: {exc}") from None
@@ -150,10 +157,16 @@ class SQLiteStore:
         except sqlite3.Error as exc:
             raise StoreError(f"{self.path}: cannot delete session {session_id}: {exc}") from None
 
-    def list(self, limit: int = 50) -> list[SessionInfo]:
-        rows = self._read(
-            "SELECT id, title, turns, updated_at, template, version FROM sessions ORDER BY seq DESC LIMIT ?", (limit,)
-        )
+    def version(self, session_id: str) -> int:
+        rows = self._read("SELECT version FROM sessions WHERE id = ?", (session_id,))
+        return rows[0][0] if rows else 0
+
+    def list(self, limit: int = 50, *, owner: str | None = None) -> list[SessionInfo]:
+        columns = "SELECT id, title, turns, updated_at, template, version, owner FROM sessions"
+        if owner is None:
+            rows = self._read(f"{columns} ORDER BY seq DESC LIMIT ?", (limit,))
+        else:
+            rows = self._read(f"{columns} WHERE owner = ? ORDER BY seq DESC LIMIT ?", (owner, limit))
         return [SessionInfo(*row) for row in rows]
 
     def latest(self) -> str | None:

@@ -1,0 +1,64 @@
+"""Counters and a latency histogram for :meth:`SessionManager.metrics` (Prometheus-shaped, no dependency)."""
+from __future__ import annotations
+
+import bisect
+import contextlib
+import threading
+from collections import Counter
+from typing import Iterator
+
+from ..errors import LmchatError
+
+#: upper bounds (seconds) of the turn latency buckets; a last, infinite one is implied
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+class Metrics:
+    """Thread-safe totals; :meth:`snapshot` returns plain data a server can render as it likes."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.counts: Counter[str] = Counter()
+        self.errors: Counter[str] = Counter()
+        self._buckets = [0] * (len(LATENCY_BUCKETS) + 1)
+        self._latency_sum = 0.0
+
+    def add(self, **amounts: int) -> None:
+        with self._lock:
+            self.counts.update(amounts)
+
+    def error(self, exc: BaseException) -> None:
+        with self._lock:
+            self.errors[type(exc).__name__] += 1
+
+    @contextlib.contextmanager
+    def counting(self) -> Iterator[None]:
+        """Count the LmchatErrors raised inside, by type (a public method's refusals)."""
+        try:
+            yield
+        except LmchatError as exc:
+            self.error(exc)
+            raise
+
+    def turn(self, seconds: float, prefilled: int, reused: int) -> None:
+        with self._lock:
+            self.counts.update(turns_total=1, tokens_prefilled_total=prefilled, tokens_reused_total=reused)
+            self._buckets[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
+            self._latency_sum += seconds
+
+    def snapshot(self) -> dict:
+        """Totals, errors by type, and the histogram as cumulative ``[le, count]`` pairs (``le`` "+Inf" last)."""
+        with self._lock:
+            cumulative, total = [], 0
+            for bound, n in zip((*LATENCY_BUCKETS, "+Inf"), self._buckets):
+                total += n
+                cumulative.append([bound, total])
+            return {
+                "turns_total": self.counts["turns_total"],
+                "tokens_prefilled_total": self.counts["tokens_prefilled_total"],
+                "tokens_reused_total": self.counts["tokens_reused_total"],
+                "sessions_loaded_total": self.counts["sessions_loaded_total"],
+                "sessions_evicted_total": self.counts["sessions_evicted_total"],
+                "turn_latency_seconds": {"buckets": cumulative, "sum": self._latency_sum, "count": total},
+                "errors": dict(self.errors),
+            }
