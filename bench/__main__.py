@@ -3,7 +3,8 @@ import importlib
 import sys
 
 if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
-    print("usage: python -m bench prompt_cost|token_cost|kv_reuse [--turns 1,10,50,200] (see --help of each)")
+    print("usage: python -m bench all|report|prompt_compare|prompt_cost|token_cost|kv_reuse|stores|server [options] "
+          "(see --help of each)")
     sys.exit(0)
 module = importlib.import_module(f"bench.{sys.argv[1]}")
 sys.exit(module.main(sys.argv[2:]))

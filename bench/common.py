@@ -4,12 +4,14 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import time
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent / "results"
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
 
 
 def median_time(fn, repeat: int = 50) -> float:
@@ -23,12 +25,38 @@ def median_time(fn, repeat: int = 50) -> float:
     return statistics.median(samples)
 
 
-def machine() -> dict:
+def _cpu_model() -> str:
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
     except OSError:
-        commit = "unknown"
-    return {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(), "commit": commit}
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _ram_gib() -> float | None:
+    try:
+        kib = int(re.search(r"MemTotal:\s+(\d+)", Path("/proc/meminfo").read_text()).group(1))
+    except (OSError, AttributeError):
+        return None
+    return round(kib / 2**20, 1)
+
+
+def _git(*args: str) -> str:
+    try:
+        out = subprocess.run(["git", *args], capture_output=True, text=True, cwd=ROOT)
+    except OSError:
+        return ""
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+def machine() -> dict:
+    """Where and from which code a result was measured (a dirty tree: HEAD plus uncommitted changes)."""
+    return {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
+            "cpu_model": _cpu_model(), "ram_gib": _ram_gib(), "commit": _git("rev-parse", "--short", "HEAD") or "unknown",
+            "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+            "date": time.strftime("%Y-%m-%d", time.gmtime())}
 
 
 def save(name: str, payload: dict) -> Path:

@@ -1,0 +1,146 @@
+"""Write docs/benchmarks.md and docs/img/prompt_cost.png from bench/results/ (``python -m bench report``).
+
+``python -m bench all`` measures and then calls this; run it alone to rebuild
+the page from the kept results. A benchmark appears once both its JSON and its
+printed tables (``NAME.md``) are in bench/results/.
+"""
+from __future__ import annotations
+
+import json
+
+from .common import RESULTS, ROOT
+
+PAGE = ROOT / "docs" / "benchmarks.md"
+PLOT = ROOT / "docs" / "img" / "prompt_cost.png"
+
+#: name -> (section title, what is measured and how to read it), in page order
+SECTIONS = {
+    "prompt_compare": (
+        "Prompt construction per turn",
+        ("The time to build the prompt of turn *n* of one conversation (a system prompt, then exchanges "
+         "of ~20 words): lmchat's `Session.prompt` delta (text, and token ids with SmolLM2's tokenizer), "
+         "transformers' `apply_chat_template` of the whole history (`tokenize=False` and `True`) and "
+         "FastChat's `Conversation.get_prompt()`. All three build byte-identical prompts (the benchmark "
+         "checks it first). Ratios are the other library's time over lmchat's delta of the same kind. "
+         "lmchat's cost stays flat; the others grow with the history. FastChat only joins strings (no "
+         "template engine, nothing verified), so it is the cheapest on short histories."),
+    ),
+    "token_cost": (
+        "Token deltas",
+        ("lmchat's token delta per turn (encode only the new turn, after checking the held ids are a "
+         "prefix) vs `apply_chat_template(tokenize=True)` of the whole history, SmolLM2's tokenizer."),
+    ),
+    "stores": (
+        "Session stores",
+        ("Commits per second of the session snapshot each turn saves (memory, SQLite, Redis on "
+         "loopback) and the memory an idle session costs the manager."),
+    ),
+    "server": (
+        "Server overhead",
+        ("Latency `lmchat serve` adds to a turn (echo backend, so the model costs nothing; its own time "
+         "is subtracted), p50 and p99, at 1, 50 and 200 concurrent sessions: paced (a think time between "
+         "turns, as people and agents leave) and saturated (every session always has a request in flight)."),
+    ),
+    "kv_reuse": (
+        "Embedded model: time to first token",
+        ("SmolLM2-135M-Instruct on the CPU: time to first token at turns 1, 10 and 30 with the session's "
+         "KV cache reused (only the delta is prefilled) vs re-prefilling the whole conversation."),
+    ),
+}
+
+
+def load(name: str) -> tuple[dict, str] | None:
+    data, tables = RESULTS / f"{name}.json", RESULTS / f"{name}.md"
+    if not (data.is_file() and tables.is_file()):
+        return None
+    return json.loads(data.read_text()), tables.read_text(encoding="utf-8").strip()
+
+
+def paragraphs(printed: str) -> str:
+    """A benchmark's printed lines as Markdown: each line of prose its own paragraph, tables kept whole."""
+    out = []
+    for line in printed.splitlines():
+        if out and out[-1] and line and not (line.startswith("|") and out[-1].startswith("|")):
+            out.append("")
+        out.append(line)
+    return "\n".join(out)
+
+
+def provenance(m: dict) -> str:
+    changes = " plus uncommitted changes" if m.get("dirty") else ""
+    return f"commit `{m.get('commit', 'unknown')}`{changes}, {m.get('date', 'date unknown')}"
+
+
+def hardware(m: dict) -> str:
+    ram = f"{m['ram_gib']} GiB RAM" if m.get("ram_gib") else "RAM unknown"
+    return (f"{m.get('cpu_model', 'CPU unknown')} ({m.get('machine', '?')}), {m.get('cpus', '?')} cores, {ram}, "
+            f"Python {m.get('python', '?')}")
+
+
+def plot(rows: list[dict]) -> bool:
+    """Per-turn cost against turn number, log-log; False when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # no display: write the file only
+        import matplotlib.pyplot as plt
+        import matplotlib.ticker
+    except ImportError:
+        return False
+    turns = [r["turn"] for r in rows]
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
+    # one colour per library; solid lines build text, dashed ones token ids
+    for key, label, style, colour in [
+        ("lmchat_text_s", "lmchat delta (text)", "o-", "tab:blue"),
+        ("lmchat_tokens_s", "lmchat delta (token ids)", "o--", "tab:blue"),
+        ("transformers_text_s", "transformers apply_chat_template (text)", "s-", "tab:orange"),
+        ("transformers_tokens_s", "transformers apply_chat_template (ids)", "s--", "tab:orange"),
+        ("fastchat_text_s", "FastChat get_prompt (text)", "^-", "tab:green"),
+    ]:
+        ax.plot(turns, [r[key] * 1e6 for r in rows], style, color=colour, label=label)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xticks(turns, [str(t) for t in turns])
+    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())  # only the measured turns
+    ax.set_xlabel("turn")
+    ax.set_ylabel("time to build the turn's prompt (µs)")
+    ax.set_title("Per-turn prompt cost (same conversation, same prompt)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    PLOT.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(PLOT)
+    plt.close(fig)
+    return True
+
+
+def render() -> str:
+    found = {name: got for name in SECTIONS if (got := load(name))}
+    intro = ("Generated by `python -m bench all` (`pip install -e '.[bench]'`), which runs every benchmark whose "
+             "dependencies are installed and rewrites this page; `python -m bench NAME` runs one. Each section "
+             "says which commit produced it. Times are medians; ratios are what to compare across machines.")
+    out = ["# Benchmarks", "", intro, ""]
+    if found:
+        newest = max((data["machine"] for data, _ in found.values()), key=lambda m: m.get("date", ""))
+        out += [f"Machine: {hardware(newest)}.", ""]
+    for name, (title, about) in SECTIONS.items():
+        out += [f"## {title}", "", about, ""]
+        if name not in found:
+            out += [f"Not measured yet: run `python -m bench all --only {name}`.", ""]
+            continue
+        data, tables = found[name]
+        if name == "prompt_compare" and PLOT.is_file():
+            out += ["![Per-turn prompt cost against turn number](img/prompt_cost.png)", ""]
+        out += [paragraphs(tables), "", f"*`python -m bench {name}`, {provenance(data['machine'])}.*", ""]
+        if data["machine"].get("cpu_model") != newest.get("cpu_model"):
+            out += [f"*Measured on another machine: {hardware(data['machine'])}.*", ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def main(argv=None) -> int:
+    compare = load("prompt_compare")
+    if compare and not plot(compare[0]["rows"]):
+        print("matplotlib is not installed: the plot was not redrawn (pip install -e '.[bench]')")
+    PAGE.write_text(render(), encoding="utf-8")
+    print(f"wrote {PAGE}" + (f" and {PLOT}" if PLOT.is_file() else ""))
+    return 0

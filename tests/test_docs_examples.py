@@ -1,0 +1,64 @@
+"""Every code example in the docs runs (conventions: tests/docs_examples.py), and the site builds strictly."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from .docs_examples import ROOT, extract, pages, run_page
+
+BLOCKS = [b for page in pages() for b in extract(page)]
+EXAMPLES = [b for b in BLOCKS if b.is_example]
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    """Run every page's examples once, in a child process (see tests/docs_examples.py)."""
+    out = tmp_path_factory.mktemp("docs") / "results.json"
+    proc = subprocess.run([sys.executable, "-m", "tests.docs_examples", str(out), *map(str, pages())], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return {r["id"]: r for r in json.loads(out.read_text())}
+
+
+@pytest.mark.parametrize("block", EXAMPLES, ids=[b.id for b in EXAMPLES])
+def test_example(block, results):
+    if not block.runs:
+        pytest.skip(f"marked not runnable: {block.arg or 'a shell block without <!-- run -->'}")
+    result = results[block.id]
+    assert result["status"] == "passed", result["detail"]
+
+
+def test_every_unmarked_example_runs(results):
+    unmarked = [b for b in EXAMPLES if b.mark is None]
+    passed = [b for b in unmarked if results[b.id]["status"] == "passed"]
+    failed = [r["id"] for r in results.values() if r["status"] == "failed"]
+    assert len(passed) / len(unmarked) == 1.0, f"{len(passed)} of {len(unmarked)} unmarked examples ran; failed: {failed}"
+    assert not failed, f"failed (marked runnable, hidden setups, files): {failed}"
+
+
+def test_command_examples_are_marked():
+    """A shell or console block with an lmchat command either runs or says why it cannot."""
+    unmarked = [b.id for b in EXAMPLES if b.lang != "python" and b.mark is None]
+    assert not unmarked, f"mark with <!-- run --> or <!-- no-run: REASON -->: {unmarked}"
+
+
+def test_site_builds_strictly(tmp_path):
+    pytest.importorskip("mkdocs", reason="mkdocs is not installed (pip install -e '.[docs]')")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}  # Material's end-of-life banner: not about this site
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+                          cwd=ROOT, capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+def test_the_runner_checks_outputs_and_marks(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("```python\nx = 1 + 1\nx   # 2\n```\n\n```python\nx   # 3\n```\n\n"
+                    "<!-- run -->\n```bash\nlmchat templates | grep -q qwen2.5\n```\n")
+    assert [r["status"] for r in run_page(page)] == ["passed", "failed", "passed"]
+    page.write_text("<!-- no-run -->\n```python\nimport lmchat\n```\n")
+    with pytest.raises(ValueError, match="needs a reason"):
+        extract(page)
