@@ -19,6 +19,7 @@ COMMANDS = {
     "export": ("lmchat.cli.export_cmd", "write a Jinja chat_template equivalent to a built-in template"),
     "match": ("lmchat.cli.match_cmd", "which template fits a model folder or hub id, and the evidence"),
     "chat": ("lmchat.cli.chat_cmd", "interactive chat with a model; sessions are saved after every turn and resumable"),
+    "serve": ("lmchat.cli.serve_cmd", "serve sessions over HTTP: LMDeploy's interactive protocol and OpenAI's API"),
 }
 
 

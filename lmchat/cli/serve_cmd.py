@@ -1,0 +1,136 @@
+"""``lmchat serve``: sessions over HTTP, LMDeploy's interactive protocol and OpenAI's API (docs/server.md)."""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+
+from ..backends.base import BACKENDS, get_backend
+from ..session import OVERFLOW_POLICIES
+from .common import add_template_arguments, resolve_template
+from .main import UsageError
+
+MAX_BODY = 8 * 1024 * 1024  # kept here too: building the parser must not import FastAPI
+KEYS_ENV = "LMCHAT_API_KEYS"
+
+EPILOG = f"""API keys can also come from ${KEYS_ENV} (comma-separated), which keeps them out of the
+process list. The default store is sqlite:<data dir>/server.db ($LMCHAT_DATA_DIR, default: the
+user data dir). Endpoints: POST /v1/chat/interactive, /v1/chat/completions, /v1/completions;
+GET /v1/models, /v1/sessions[/ID[/export]], /health, /metrics; DELETE /v1/sessions/ID;
+POST /v1/sessions[/ID/fork]."""
+
+
+def add_arguments(p) -> None:
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = EPILOG
+    add_template_arguments(p, required=False)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="port (default: 8000; 0 picks a free one)")
+    p.add_argument("--backend", choices=list(BACKENDS), default="embedded",
+                   help="what generates the answers (default: embedded, the bundled model)")
+    p.add_argument("--model", metavar="PATH", help="embedded backend: the model to load instead of the bundled one")
+    remote = p.add_argument_group("remote backend (an OpenAI-compatible completions server)")
+    remote.add_argument("--base-url", metavar="URL")
+    remote.add_argument("--remote-api-key", metavar="KEY")
+    remote.add_argument("--remote-model", metavar="NAME")
+    p.add_argument("--backend-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="another backend option; VALUE is read as JSON when it parses, else as a string "
+                        "(e.g. echo: prefix= , delay=0.01)")
+    p.add_argument("--tokenizer", metavar="PATH",
+                   help="tokenizer.json or model folder: token-level sessions for the echo or remote backend")
+    p.add_argument("--store", metavar="SPEC", help="memory | sqlite:PATH | redis://HOST:PORT/DB")
+    p.add_argument("--api-key", action="append", default=[], metavar="KEY",
+                   help="accepted Bearer key (repeatable); none: no authentication")
+    p.add_argument("--model-name", metavar="NAME", help="the model name /v1/models lists (default: the template's)")
+    limits = p.add_argument_group("limits")
+    limits.add_argument("--max-sessions", type=int, default=10_000, help="sessions kept in memory (default: 10000)")
+    limits.add_argument("--max-active", type=int, default=64, help="turns running at once (default: 64)")
+    limits.add_argument("--idle-ttl", type=float, metavar="SECONDS", help="evict sessions idle this long from memory")
+    limits.add_argument("--store-ttl", type=float, metavar="SECONDS", help="expire sessions in the store (Redis)")
+    limits.add_argument("--max-body-bytes", type=int, default=MAX_BODY, help=f"request size limit (default: {MAX_BODY})")
+    limits.add_argument("--shutdown-grace", type=float, default=5.0, metavar="SECONDS",
+                        help="on SIGTERM/SIGINT, how long running requests may finish before they are cancelled "
+                             "(their partial answers are saved; default: 5)")
+    sessions = p.add_argument_group("sessions")
+    sessions.add_argument("--session-len", type=int, help="tokens a session may hold (default: the template's)")
+    sessions.add_argument("--overflow", choices=OVERFLOW_POLICIES, default="error",
+                          help="what a turn that does not fit does (default: error)")
+    sessions.add_argument("--max-new-tokens", type=int, help="default answer budget per turn")
+    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+
+
+def backend_options(args) -> dict:
+    options: dict = {}
+    if args.backend == "embedded" and args.model:
+        options["model"] = args.model
+    if args.backend == "remote":
+        if not args.base_url:
+            raise UsageError("--backend remote needs --base-url URL (and --template or --chat-template)")
+        given = {"base_url": args.base_url, "api_key": args.remote_api_key, "model": args.remote_model}
+        options.update((k, v) for k, v in given.items() if v is not None)
+    for item in args.backend_option:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--backend-option {item!r}: expected KEY=VALUE")
+        try:
+            options[key] = json.loads(value)
+        except ValueError:
+            options[key] = value
+    if args.tokenizer:
+        options["tokenizer"] = _tokenizer(args.tokenizer)
+    return options
+
+
+def _tokenizer(path: str):
+    if path.endswith(".json"):
+        from tokenizers import Tokenizer
+
+        return Tokenizer.from_file(path)
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path)
+
+
+def run(args) -> int:
+    try:
+        import uvicorn
+
+        from ..serve import create_app
+    except ImportError as exc:
+        raise UsageError(f"lmchat serve needs the serve extra ({exc.name} is missing): pip install 'lmchat[serve]'")
+    from ..manager import SessionManager
+    from ..registry import get_template
+    from ..repl.history import data_dir
+    from ..repl.snapshots import saveable
+    from ..stores import open_store
+
+    keys = list(args.api_key) + [k for k in os.environ.get(KEYS_ENV, "").split(",") if k.strip()]
+    backend = get_backend(args.backend, **backend_options(args))
+    try:
+        if args.template or args.chat_template:
+            template = saveable(resolve_template(args), args.chat_template or args.template)
+        elif getattr(backend, "template_name", None):
+            template = get_template(backend.template_name)
+        else:
+            raise UsageError(f"the {args.backend} backend does not say which template it needs: "
+                             "pass --template NAME or --chat-template FILE")
+        defaults = {"session_len": args.session_len, "overflow": args.overflow, "max_new_tokens": args.max_new_tokens}
+        store = open_store(args.store or f"sqlite:{data_dir() / 'server.db'}")
+        manager = SessionManager(
+            backend, template, store, max_sessions=args.max_sessions, max_active=args.max_active,
+            idle_ttl=args.idle_ttl, store_ttl=args.store_ttl,
+            session_defaults={k: v for k, v in defaults.items() if v is not None},
+        )
+    except BaseException:
+        backend.close()
+        raise
+    app = create_app(manager, api_keys=[k.strip() for k in keys], model_name=args.model_name or template.name,
+                     max_body=args.max_body_bytes, close_manager=True)
+    # what is alive now (modules, templates, the model) lives until exit: keeping it out of every
+    # garbage collection shortens the collector's pauses, which land on request latency
+    gc.freeze()
+    # the app closes the manager when uvicorn shuts down: running turns are cancelled and saved
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
+                timeout_graceful_shutdown=args.shutdown_grace)
+    return 0

@@ -1,0 +1,95 @@
+"""``POST /v1/chat/completions``: OpenAI's chat API over sessions.
+
+Without a session id each request is a one-off session, ended after the
+answer. With one (header ``X-Session-Id``, else body ``session_id``, else
+``user``) the session persists, and a client resending its history only
+costs the new messages (:mod:`.history`). Tool calls are parsed from the
+model's output in its template's syntax and returned as ``tool_calls``
+(``tool_choice: "none"`` returns the raw text instead; the model cannot be
+forced to call a tool, so ``"required"`` and named choices parse like
+``"auto"``).
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from ..backends.base import Chunk
+from ..errors import LmchatError
+from .deps import blocking, check_n, new_id, owner
+from .history import for_session, plan_turn
+from .schemas import ChatRequest
+from .sse import Meta, chat_events, finish_reason, usage
+from .turns import count, end_soon, run, start_stream
+
+router = APIRouter()
+
+
+@router.post("/v1/chat/completions")
+async def chat_completions(body: ChatRequest, request: Request, who: str | None = Depends(owner)):
+    check_n(body.n)
+    mgr = request.app.state.manager
+    sid = request.headers.get("x-session-id") or body.session_id or body.user
+    tools = body.tools or None
+    sent = for_session(body.messages)
+    oneoff = sid is None
+    if oneoff:
+        sid = await blocking(mgr.create, None, who, tools=tools)
+        messages, template = sent, mgr.template
+    else:
+        messages, template = await plan_turn(mgr, sid, who, sent, tools)
+    kwargs: dict[str, Any] = {"params": body.sampling(), "stop": body.stop,
+                              "max_new_tokens": body.max_completion_tokens or body.max_tokens}
+    kind = "chat.completion.chunk" if body.stream else "chat.completion"
+    meta = Meta(new_id("chatcmpl"), kind, int(time.time()), body.model or request.app.state.model_name)
+    headers = {} if oneoff else {"X-Session-Id": sid}
+    parse = body.tool_choice != "none"
+    try:
+        if body.stream:
+            chunks = await start_stream(mgr, sid, messages, owner=who, **kwargs)
+            events = chat_events(
+                chunks, meta, template=template, tools=tools, parse=parse,
+                include_usage=bool((body.stream_options or {}).get("include_usage")),
+                count=lambda chars, ids: count(mgr.tokenizer, chars, ids),
+            )
+            return StreamingResponse(_ending(events, mgr, sid, who) if oneoff else events,
+                                     media_type="text/event-stream", headers=headers)
+        result = await run(request, mgr, sid, messages, owner=who, **kwargs)
+    except BaseException:
+        if oneoff:
+            end_soon(mgr, sid, who)
+        raise
+    if oneoff:
+        with contextlib.suppress(LmchatError):
+            await blocking(mgr.end, sid, who)
+    parsed = result.parsed
+    if parse:
+        message: dict[str, Any] = {"role": "assistant",
+                                   "content": parsed.content if parsed.content or not parsed.tool_calls else None}
+        if parsed.reasoning_content is not None:
+            message["reasoning_content"] = parsed.reasoning_content
+        if parsed.tool_calls:
+            message["tool_calls"] = parsed.tool_calls
+    else:
+        message = {"role": "assistant", "content": result.text}
+    last = Chunk(prefilled=result.prefilled, reused=result.reused)
+    body_out = {
+        "id": meta.id, "object": meta.object, "created": meta.created, "model": meta.model,
+        "choices": [{"index": 0, "message": message, "logprobs": None,
+                     "finish_reason": finish_reason(result.finish_reason, parse and bool(parsed.tool_calls))}],
+        "usage": usage(last, count(mgr.tokenizer, len(result.text), len(result.token_ids))),
+    }
+    return JSONResponse(body_out, headers=headers)
+
+
+async def _ending(events, mgr, sid: str, who: str | None):
+    """A one-off session's stream: the session ends with it, however it ends."""
+    try:
+        async for event in events:
+            yield event
+    finally:
+        end_soon(mgr, sid, who)

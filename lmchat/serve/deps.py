@@ -1,0 +1,66 @@
+"""What routes share: the API key check (who owns a session) and the manager's blocking calls."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import uuid
+from typing import Any, Callable
+
+from fastapi import Request
+from starlette.concurrency import run_in_threadpool
+
+from ..errors import LmchatError
+from .errors import ApiError
+
+
+async def owner(request: Request) -> str | None:
+    """The caller's API key, which owns the sessions it creates; None when the server has no keys.
+
+    ``async`` although it never awaits: FastAPI runs plain functions in its thread pool.
+    """
+    keys = request.app.state.api_keys
+    if not keys:
+        return None
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    # compare every key in constant time: no timing hint about which prefix matched
+    if scheme.lower() != "bearer" or not any([hmac.compare_digest(token.encode(), k.encode()) for k in keys]):
+        raise ApiError(401, "missing or invalid API key: send 'Authorization: Bearer KEY'",
+                       type="authentication_error", code="invalid_api_key")
+    return token
+
+
+async def blocking(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """A manager call that may touch the store (disk, network): off the event loop."""
+    return await run_in_threadpool(fn, *args, **kwargs)
+
+
+def check_n(n: int) -> None:
+    if n != 1:
+        raise ApiError(400, f"n={n}: only n=1 is supported (one answer per turn of a session)", param="n",
+                       code="unsupported_value")
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+@contextlib.asynccontextmanager
+async def cancel_on_disconnect(request: Request, cancel: Callable[[], Any]):
+    """Call ``cancel`` if the client goes away while a non-streamed answer is being generated.
+
+    The body has been read, so the next ASGI message is the disconnect (uvicorn
+    also sends it once the response is complete: the watcher stops before that).
+    """
+
+    async def watch() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        with contextlib.suppress(LmchatError):  # the turn may have just ended
+            cancel()
+
+    task = asyncio.create_task(watch())
+    try:
+        yield
+    finally:
+        task.cancel()

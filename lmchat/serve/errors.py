@@ -1,0 +1,76 @@
+"""Every failure the server reports, as an HTTP status and OpenAI's error JSON.
+
+``{"error": {"message", "type", "param", "code"}}`` is what the ``openai``
+client parses into its exceptions, so clients of either protocol handle one
+shape. The table maps lmchat's typed errors to statuses; order matters where
+classes overlap (``SessionNotFound`` and ``UnknownTemplate`` are KeyErrors,
+``StoreConflict`` is a ``StoreError``).
+"""
+from __future__ import annotations
+
+import logging
+
+from ..errors import (
+    BackendError, CapacityExceeded, InvalidMessages, LmchatError, SessionBusy, SessionExists,
+    SessionLengthExceeded, SessionNotFound, StoreConflict, StoreError, TemplateConfigError,
+    TemplateRuleError, UnknownTemplate,
+)
+
+log = logging.getLogger("lmchat.serve")
+
+#: (error class, status, OpenAI error type, code), first match wins
+STATUSES: list[tuple[type, int, str, str]] = [
+    (SessionNotFound, 404, "not_found_error", "session_not_found"),
+    (SessionExists, 409, "conflict_error", "session_exists"),
+    (SessionBusy, 409, "conflict_error", "session_busy"),
+    (StoreConflict, 409, "conflict_error", "store_conflict"),
+    (CapacityExceeded, 429, "rate_limit_error", "over_capacity"),
+    (StoreError, 503, "server_error", "store_unavailable"),
+    (BackendError, 502, "server_error", "backend_error"),
+    # OpenAI's own code for a prompt that does not fit, so clients that handle it already work
+    (SessionLengthExceeded, 400, "invalid_request_error", "context_length_exceeded"),
+    (TemplateRuleError, 400, "invalid_request_error", "template_rule"),
+    (InvalidMessages, 400, "invalid_request_error", "invalid_messages"),
+    (UnknownTemplate, 400, "invalid_request_error", "unknown_template"),
+    (TemplateConfigError, 400, "invalid_request_error", "invalid_value"),
+    (LmchatError, 400, "invalid_request_error", "invalid_request"),
+]
+
+
+class ApiError(Exception):
+    """An error response: ``status`` and the fields of OpenAI's error object."""
+
+    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",
+                 param: str | None = None, code: str | None = None, headers: dict | None = None):
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
+        self.headers = headers or {}
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+def api_error(exc: BaseException) -> ApiError:
+    """The response for any exception a route lets through (unexpected ones: 500, logged)."""
+    if isinstance(exc, ApiError):
+        return exc
+    for cls, status, kind, code in STATUSES:
+        if isinstance(exc, cls):
+            headers = {"Retry-After": "1"} if status == 429 else None
+            return ApiError(status, str(exc), type=kind, param=_param(exc), code=code, headers=headers)
+    log.exception("unexpected error", exc_info=exc)
+    return ApiError(500, f"internal error: {type(exc).__name__}", type="server_error", code="internal_error")
+
+
+def _param(exc: BaseException) -> str | None:
+    """The request field at fault, as OpenAI names it (``messages[2].content``)."""
+    if isinstance(exc, (SessionNotFound, SessionExists, SessionBusy, StoreConflict)):
+        return "session_id"
+    if isinstance(exc, SessionLengthExceeded):
+        return "messages"
+    if isinstance(exc, InvalidMessages):
+        where = "messages" if exc.index is None else f"messages[{exc.index}]"
+        return f"{where}.{exc.field}" if exc.field else where
+    if isinstance(exc, UnknownTemplate):
+        return "template"
+    return getattr(exc, "field", None)

@@ -1,0 +1,79 @@
+"""The outermost layer of the app: a request body size limit and per-route request metrics.
+
+A plain ASGI middleware (not Starlette's ``BaseHTTPMiddleware``, which
+buffers and re-wraps streaming responses): it only watches the messages
+going by. A declared ``Content-Length`` over the limit is refused before a
+byte of the body is read; a chunked body is counted as it arrives and cut
+off at the limit, so a huge upload never sits in memory.
+"""
+from __future__ import annotations
+
+import json
+import time
+
+from starlette.exceptions import HTTPException
+
+from .errors import ApiError
+from .metrics import RequestStats
+
+
+class TooLarge(HTTPException):
+    """Raised from ``receive`` mid-body; FastAPI lets HTTPExceptions through its body parsing."""
+
+
+class Guard:
+    def __init__(self, app, *, max_body: int, stats: RequestStats):
+        self.app, self.max_body, self.stats = app, max_body, stats
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500  # what a crash before the response starts amounts to
+        limit, seen = self.max_body, 0
+
+        async def counted_receive():
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    raise TooLarge(413, f"request body over {limit} bytes")
+            return message
+
+        async def watched_send(message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            if _declared_length(scope) > limit:
+                await _refuse(watched_send, limit)
+            else:
+                await self.app(scope, counted_receive, watched_send)
+        finally:
+            route = scope.get("route")
+            path = getattr(route, "path", None) or "unmatched"  # the route template: session ids stay out
+            self.stats.record(scope["method"], path, status, time.perf_counter() - started)
+
+
+def _declared_length(scope) -> int:
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return 0  # the HTTP parser rejects it before us; nothing to add
+    return 0
+
+
+async def _refuse(send, limit: int) -> None:
+    error = ApiError(413, f"request body over {limit} bytes", code="request_too_large")
+    body = json.dumps(error.body()).encode()
+    # close the connection: the unread body must not be parsed as the next request
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+               (b"connection", b"close")]
+    await send({"type": "http.response.start", "status": 413, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,119 @@
+"""``POST /v1/chat/interactive``: LMDeploy's stateful protocol (docs/server.md).
+
+The server keeps the conversation; each request sends only the new prompt.
+``interactive_mode=true`` keeps the session after the answer; ``false`` ends
+it after answering, and with an empty prompt only ends it. ``cancel=true``
+stops the turn running on the session. Streams are JSON lines, one per chunk.
+
+Counts never go negative (LMDeploy #388): ``input_tokens`` is what the engine
+computed for this turn, ``history_tokens`` what it served from its cache,
+``tokens`` what it generated. A turn that does not fit in ``session_len`` is
+refused with ``finish_reason: 'session_len'`` and an error saying by how
+much, never confused with ``'length'`` (``request_output_len`` reached).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Any, AsyncIterator
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from ..backends.base import Chunk
+from ..errors import LmchatError, SessionLengthExceeded, SessionNotFound
+from .deps import blocking, owner
+from .errors import ApiError, api_error
+from .schemas import InteractiveRequest
+from .turns import count, end_soon, run, start_stream
+
+router = APIRouter()
+
+
+@router.post("/v1/chat/interactive")
+async def interactive(body: InteractiveRequest, request: Request, who: str | None = Depends(owner)):
+    mgr = request.app.state.manager
+    sid = None if body.session_id in (-1, "-1") else str(body.session_id)
+    if body.cancel or body.stop is True:
+        if sid is None:
+            raise ApiError(400, "cancel needs the session_id of the running turn", param="session_id")
+        cancelled = await blocking(mgr.cancel, sid, who)
+        return reply(sid, "", 0, Chunk(), finish_reason=None, cancelled=cancelled)
+    if body.ignore_eos:
+        raise ApiError(400, "ignore_eos is not supported: the answer ends at the model's end-of-turn marker",
+                       param="ignore_eos", code="unsupported_value")
+    messages = [{"role": "user", "content": body.prompt}] if isinstance(body.prompt, str) else body.prompt
+    messages = [m for m in messages if m.get("content") != ""]
+    end = not body.interactive_mode
+    if not messages:
+        if not end:
+            raise ApiError(400, "empty prompt: nothing to answer (an empty prompt with interactive_mode=false "
+                                "ends the session)", param="prompt")
+        if sid is None:
+            raise ApiError(400, "session_id -1 names no session to end", param="session_id")
+        await blocking(mgr.end, sid, who)
+        return reply(sid, "", 0, Chunk(), finish_reason="stop", ended=True)
+    if sid is None:
+        sid = await blocking(mgr.create, None, who)
+    stop = None if isinstance(body.stop, bool) else body.stop
+    kwargs: dict[str, Any] = {"params": body.sampling(), "stop": stop,
+                              "max_new_tokens": body.request_output_len}
+    try:
+        if body.stream:
+            chunks = await _created_if_new(mgr, sid, who, lambda: start_stream(mgr, sid, messages, owner=who, **kwargs))
+            return StreamingResponse(_lines(mgr, sid, who, chunks, end), media_type="application/x-ndjson")
+        result = await _created_if_new(mgr, sid, who, lambda: run(request, mgr, sid, messages, owner=who, **kwargs))
+    except SessionLengthExceeded as exc:
+        if end:
+            end_soon(mgr, sid, who)
+        return _overflow(sid, exc)
+    except BaseException:
+        if end:
+            end_soon(mgr, sid, who)
+        raise
+    if end:
+        with contextlib.suppress(LmchatError):
+            await blocking(mgr.end, sid, who)
+    last = Chunk(prefilled=result.prefilled, reused=result.reused)
+    generated = count(mgr.tokenizer, len(result.text), len(result.token_ids))
+    # a JSONResponse as is: FastAPI's encoder would walk a dict that is JSON already
+    return JSONResponse(reply(sid, result.text, generated, last, result.finish_reason, ended=end or None))
+
+
+async def _created_if_new(mgr, sid: str, who: str | None, attempt):
+    """LMDeploy clients pick session ids themselves: the first turn on an id creates the session."""
+    try:
+        return await attempt()
+    except SessionNotFound:
+        await blocking(mgr.create, sid, who)  # SessionExists (409): another key's session has this id
+        return await attempt()
+
+
+async def _lines(mgr, sid: str, who: str | None, chunks: AsyncIterator[Chunk], end: bool) -> AsyncIterator[str]:
+    chars = ids = 0
+    try:
+        async for chunk in chunks:
+            chars += len(chunk.text)
+            ids += len(chunk.token_ids)
+            generated = count(mgr.tokenizer, chars, ids)
+            yield json.dumps(reply(sid, chunk.text, generated, chunk, chunk.finish_reason), ensure_ascii=False) + "\n"
+    except LmchatError as exc:  # the status line is sent already: the error is the stream's last line
+        yield json.dumps({**api_error(exc).body(), "finish_reason": "error", "session_id": sid}) + "\n"
+    finally:
+        if end:
+            end_soon(mgr, sid, who)
+
+
+def reply(sid: str, text: str, tokens: int, last: Chunk, finish_reason: str | None, **extra: Any) -> dict:
+    """LMDeploy's response fields; ``input_tokens``/``history_tokens`` are final on the last chunk."""
+    body = {"text": text, "tokens": tokens, "input_tokens": last.prefilled, "history_tokens": last.reused,
+            "finish_reason": finish_reason, "session_id": sid}
+    body.update((k, v) for k, v in extra.items() if v is not None)
+    return body
+
+
+def _overflow(sid: str, exc: SessionLengthExceeded) -> JSONResponse:
+    error = api_error(exc)
+    body = {**error.body(), "text": "", "tokens": 0, "input_tokens": exc.new, "history_tokens": exc.used,
+            "finish_reason": "session_len", "session_id": sid}
+    return JSONResponse(body, status_code=error.status)

@@ -1,0 +1,92 @@
+"""``GET /metrics``: the Prometheus text exposition format (version 0.0.4), written here.
+
+Two sources: the session manager's counters (sessions, turns, tokens
+prefilled vs reused, turn latency) and the server's own per-route request
+counts and latency. Written by hand rather than with ``prometheus_client``:
+a few dozen lines, and no registry global to share between app instances
+(tests run several in one process).
+"""
+from __future__ import annotations
+
+import bisect
+import threading
+from collections import Counter
+from typing import Iterable
+
+#: request latency buckets (seconds): fine at the low end, where server overhead lives
+REQUEST_BUCKETS = (0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                   30.0, 60.0)
+
+
+class RequestStats:
+    """Requests by route and status, and a latency histogram per route (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.counts: Counter[tuple[str, str, int]] = Counter()
+        self._hist: dict[str, list] = {}  # route -> [bucket counts..., sum]
+
+    def record(self, method: str, route: str, status: int, seconds: float) -> None:
+        with self._lock:
+            self.counts[(method, route, status)] += 1
+            hist = self._hist.setdefault(route, [0] * (len(REQUEST_BUCKETS) + 1) + [0.0])
+            hist[bisect.bisect_left(REQUEST_BUCKETS, seconds)] += 1
+            hist[-1] += seconds
+
+    def lines(self) -> list[str]:
+        with self._lock:
+            counts, hist = dict(self.counts), {k: list(v) for k, v in self._hist.items()}
+        out = _head("lmchat_http_requests", "counter", "HTTP requests by method, route and status")
+        for (method, route, status), n in sorted(counts.items()):
+            out.append(f'lmchat_http_requests_total{{method="{method}",route="{_esc(route)}",status="{status}"}} {n}')
+        out += _head("lmchat_http_request_duration_seconds", "histogram",
+                     "Time from the request to the last byte of the response, by route")
+        for route, values in sorted(hist.items()):
+            pairs, total = [], 0
+            for bound, n in zip((*REQUEST_BUCKETS, "+Inf"), values[:-1]):
+                total += n
+                pairs.append((bound, total))
+            out += _histogram("lmchat_http_request_duration_seconds", pairs, values[-1], total,
+                              f'route="{_esc(route)}",')
+        return out
+
+
+def render(manager: dict, requests: RequestStats) -> str:
+    """The whole exposition: ``manager`` is :meth:`SessionManager.metrics`."""
+    out: list[str] = []
+    for name, kind, help_text in (
+        ("sessions_in_memory", "gauge", "Sessions held in memory (the store may hold more)"),
+        ("sessions_active", "gauge", "Turns running now"),
+        ("turns_total", "counter", "Turns committed"),
+        ("tokens_prefilled_total", "counter", "Prompt tokens the backend computed (characters without a tokenizer)"),
+        ("tokens_reused_total", "counter", "Prompt tokens served from the backend's cache"),
+        ("sessions_loaded_total", "counter", "Sessions loaded from the store into memory"),
+        ("sessions_evicted_total", "counter", "Idle sessions evicted from memory"),
+    ):
+        if name in manager:
+            base = name[: -len("_total")] if kind == "counter" else name
+            out += _head(f"lmchat_{base}", kind, help_text)
+            out.append(f"lmchat_{name} {manager[name]}")
+    latency = manager.get("turn_latency_seconds")
+    if latency:
+        out += _head("lmchat_turn_latency_seconds", "histogram", "Turn time, from the request to the saved commit")
+        out += _histogram("lmchat_turn_latency_seconds", latency["buckets"], latency["sum"], latency["count"])
+    out += _head("lmchat_errors", "counter", "Errors raised by the session manager, by type")
+    for kind, n in sorted(manager.get("errors", {}).items()):
+        out.append(f'lmchat_errors_total{{type="{_esc(kind)}"}} {n}')
+    out += requests.lines()
+    return "\n".join(out) + "\n"
+
+
+def _head(name: str, kind: str, help_text: str) -> list[str]:
+    return [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
+
+
+def _histogram(name: str, pairs: Iterable, total_sum: float, count: int, labels: str = "") -> list[str]:
+    out = [f'{name}_bucket{{{labels}le="{bound}"}} {n}' for bound, n in pairs]
+    close = f"{{{labels[:-1]}}}" if labels else ""
+    return out + [f"{name}_sum{close} {total_sum}", f"{name}_count{close} {count}"]
+
+
+def _esc(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")

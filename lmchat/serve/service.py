@@ -1,0 +1,94 @@
+"""``/v1/sessions`` (list, create, get, delete, fork, export), ``GET /health`` and ``GET /metrics``.
+
+Every session route is scoped to the caller's API key: another key's session
+answers 404, exactly like a session that does not exist.
+"""
+from __future__ import annotations
+
+from fastapi import APIRouter, Body, Depends, Query, Request
+from fastapi.responses import JSONResponse, PlainTextResponse
+
+from ..errors import StoreError
+from ..session import Session
+from .deps import blocking, owner
+from .errors import api_error
+from .metrics import render
+from .schemas import Fork, NewSession
+
+router = APIRouter()
+
+
+def view(session: Session) -> dict:
+    """A session as the API shows it; ``unit`` says what ``step`` and ``session_len`` count."""
+    return {
+        "id": session.session_id, "object": "session", "template": session.template.name,
+        "step": session.step, "unit": "tokens" if session.context_ids is not None else "characters",
+        "session_len": session.session_len, "turns": session.turns, "messages": session.messages,
+        "tools": session.tools,
+    }
+
+
+@router.get("/v1/sessions")
+async def list_sessions(request: Request, limit: int = Query(100, ge=1, le=10_000),
+                        who: str | None = Depends(owner)):
+    infos = await blocking(request.app.state.manager.list, who, limit)
+    data = [{"id": i.id, "object": "session", "title": i.title, "turns": i.turns, "updated_at": i.updated_at,
+             "template": i.template} for i in infos]
+    return {"object": "list", "data": data}
+
+
+@router.post("/v1/sessions", status_code=201)
+async def create_session(request: Request, body: NewSession = Body(default_factory=NewSession),
+                         who: str | None = Depends(owner)):
+    mgr = request.app.state.manager
+    sid = await blocking(mgr.create, body.session_id, who, system=body.system, tools=body.tools,
+                         template=body.template)
+    return view(await blocking(mgr.get, sid, who))
+
+
+@router.get("/v1/sessions/{session_id}")
+async def get_session(session_id: str, request: Request, who: str | None = Depends(owner)):
+    return view(await blocking(request.app.state.manager.get, session_id, who))
+
+
+@router.delete("/v1/sessions/{session_id}")
+async def delete_session(session_id: str, request: Request, who: str | None = Depends(owner)):
+    await blocking(request.app.state.manager.end, session_id, who)
+    return {"id": session_id, "object": "session.deleted", "deleted": True}
+
+
+@router.post("/v1/sessions/{session_id}/fork", status_code=201)
+async def fork_session(session_id: str, request: Request, body: Fork = Body(default_factory=Fork),
+                       who: str | None = Depends(owner)):
+    mgr = request.app.state.manager
+    new = await blocking(mgr.fork, session_id, body.session_id, who)
+    return view(await blocking(mgr.get, new, who))
+
+
+@router.get("/v1/sessions/{session_id}/export")
+async def export_session(session_id: str, request: Request, who: str | None = Depends(owner)):
+    """The session's JSON snapshot (``lmchat.Session.from_dict`` restores it; ``lmchat chat`` can load it)."""
+    session = await blocking(request.app.state.manager.get, session_id, who)
+    return session.to_dict()
+
+
+@router.get("/health")
+async def health(request: Request):
+    """200 when the store answers; 503 otherwise (a load balancer takes the replica out)."""
+    state = request.app.state
+    mgr = state.manager
+    try:
+        await blocking(mgr.store.version, "lmchat-health-check")
+    except StoreError as exc:
+        error = api_error(exc)
+        return JSONResponse({"status": "unavailable", **error.body()}, status_code=error.status)
+    metrics = mgr.metrics()
+    return {"status": "ok", "model": state.model_name, "backend": mgr.backend.name,
+            "sessions_in_memory": metrics["sessions_in_memory"], "sessions_active": metrics["sessions_active"]}
+
+
+@router.get("/metrics")
+async def metrics(request: Request):
+    state = request.app.state
+    text = render(state.manager.metrics(), state.stats)
+    return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")

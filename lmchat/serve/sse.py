@@ -1,0 +1,111 @@
+"""OpenAI's streaming format: server-sent events of ``chat.completion.chunk`` / ``text_completion``.
+
+Tool calls stream as OpenAI deltas: a call's first delta carries its index,
+id and whole name (names are never split), later ones pieces of its
+arguments. Usage comes as a last chunk with no choices when the client asked
+with ``stream_options.include_usage``. A failure after the response started
+(the status line is gone) is sent as an ``error`` event, which the ``openai``
+client raises as an exception.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, AsyncIterator
+
+import attrs
+
+from ..backends.base import Chunk
+from ..errors import LmchatError
+from ..tools import ContentDelta, ReasoningDelta, ResponseStream, ToolCallArgumentsDelta, ToolCallStart
+from .errors import api_error
+
+DONE = "data: [DONE]\n\n"
+
+
+@attrs.frozen
+class Meta:
+    """What every chunk of one response repeats."""
+
+    id: str
+    object: str
+    created: int
+    model: str
+
+    def event(self, choices: list, **extra: Any) -> str:
+        payload = {"id": self.id, "object": self.object, "created": self.created, "model": self.model,
+                   "choices": choices, **extra}
+        return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
+
+
+def usage(last: Chunk, completion_tokens: int) -> dict:
+    """OpenAI usage from the backend's counts: the prompt is what it prefilled plus what it reused."""
+    prompt = last.prefilled + last.reused
+    return {"prompt_tokens": prompt, "completion_tokens": completion_tokens,
+            "total_tokens": prompt + completion_tokens, "prompt_tokens_details": {"cached_tokens": last.reused}}
+
+
+def finish_reason(reason: str, has_calls: bool) -> str:
+    return "tool_calls" if has_calls and reason == "stop" else reason
+
+
+async def chat_events(chunks: AsyncIterator[Chunk], meta: Meta, *, template: Any, tools: list | None,
+                      parse: bool, include_usage: bool, count) -> AsyncIterator[str]:
+    """``count(n_chars, n_ids)``: how many tokens were generated (see :func:`turns.count`)."""
+
+    def choice(delta: dict, finish: str | None = None) -> str:
+        return meta.event([{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}])
+
+    parser = ResponseStream(template, tools=tools) if parse else None
+    chars = ids = 0
+    has_calls = False
+    try:
+        yield choice({"role": "assistant", "content": ""})
+        async for chunk in chunks:
+            chars += len(chunk.text)
+            ids += len(chunk.token_ids)
+            if parser is None:
+                deltas = [{"content": chunk.text}] if chunk.text else []
+            else:
+                events = parser.feed(chunk.text) + (parser.finish() if chunk.finish_reason else [])
+                deltas = [d for d in map(_delta, events) if d]
+            for delta in deltas:
+                has_calls = has_calls or "tool_calls" in delta
+                yield choice(delta)
+            if chunk.finish_reason:
+                yield choice({}, finish_reason(chunk.finish_reason, has_calls))
+                if include_usage:
+                    yield meta.event([], usage=usage(chunk, count(chars, ids)))
+        yield DONE
+    except LmchatError as exc:
+        yield f"data: {json.dumps(api_error(exc).body())}\n\n"
+
+
+def _delta(event) -> dict | None:
+    if isinstance(event, ContentDelta):
+        return {"content": event.text} if event.text else None
+    if isinstance(event, ReasoningDelta):
+        return {"reasoning_content": event.text} if event.text else None
+    if isinstance(event, ToolCallStart):
+        call = {"index": event.index, "id": event.id, "type": "function",
+                "function": {"name": event.name, "arguments": ""}}
+        return {"tool_calls": [call]}
+    if isinstance(event, ToolCallArgumentsDelta):
+        return {"tool_calls": [{"index": event.index, "function": {"arguments": event.text}}]}
+    return None  # a ParseError: the text it concerns comes back as content, the note is not for clients
+
+
+async def completion_events(chunks: AsyncIterator[Chunk], meta: Meta, *, include_usage: bool, count
+                            ) -> AsyncIterator[str]:
+    chars = ids = 0
+    try:
+        async for chunk in chunks:
+            chars += len(chunk.text)
+            ids += len(chunk.token_ids)
+            if chunk.text or chunk.finish_reason:
+                yield meta.event([{"index": 0, "text": chunk.text, "logprobs": None,
+                                   "finish_reason": chunk.finish_reason}])
+            if chunk.finish_reason and include_usage:
+                yield meta.event([], usage=usage(chunk, count(chars, ids)))
+        yield DONE
+    except LmchatError as exc:
+        yield f"data: {json.dumps(api_error(exc).body())}\n\n"

