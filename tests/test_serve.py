@@ -73,6 +73,7 @@ def test_tool_calls_whole_then_the_tool_result_in_the_same_session(client, serve
                  {"role": "tool", "tool_call_id": call.id, "content": "22 C, sunny"}]
     r2 = client.chat.completions.create(model="m", messages=messages, tools=TOOLS, extra_body={"session_id": "tools-1"})
     assert r2.choices[0].message.tool_calls[0].function.name == "get_weather"  # echo repeats the last user message
+    assert r2.usage.prompt_tokens_details.cached_tokens > 0  # the tool turn extended the session's cache
     stored = http(server).get("/v1/sessions/tools-1").json()["messages"]
     assert [m["role"] for m in stored] == ["user", "assistant", "tool", "assistant"]
     assert stored[1]["tool_calls"][0]["function"]["name"] == "get_weather"

@@ -18,6 +18,8 @@ saved: a client that saw it can rely on the turn being durable.
 """
 from __future__ import annotations
 
+import json
+
 import time
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 
@@ -154,7 +156,7 @@ class Turn:
         if final.finish_reason == "stop" and parsed.tool_calls:
             # the conversation keeps the parsed calls, so tool results can answer their ids;
             # the context keeps the raw text, as the engine holds it
-            fields = {"content": parsed.content, "tool_calls": parsed.tool_calls}
+            fields = {"content": parsed.content, "tool_calls": _argument_objects(parsed.tool_calls)}
             if parsed.reasoning_content is not None:
                 fields["reasoning_content"] = parsed.reasoning_content
         session.commit(text, token_ids=ids, stop=stop, **fields)
@@ -165,3 +167,17 @@ class Turn:
             prompt_tokens=self.prompt_tokens, prefilled=final.prefilled, reused=final.reused,
             history_tokens=self.history, parsed=parsed,
         )
+
+
+def _argument_objects(calls: list[dict]) -> list[dict]:
+    """OpenAI calls with JSON-object arguments: templates render objects as the model wrote them,
+    while a JSON string would render escaped and reset the next turn."""
+    out = []
+    for call in calls:
+        fn = dict(call["function"])
+        try:
+            fn["arguments"] = json.loads(fn["arguments"])
+        except (TypeError, ValueError):
+            pass  # not JSON: keep what the model wrote
+        out.append({**call, "function": fn})
+    return out
