@@ -28,14 +28,12 @@ def conversation(turns: int) -> list[dict]:
     return msgs
 
 
-def lmchat_turn_cost(template: str, turn: int, window: int = 30) -> float:
-    """Median cost of Session.prompt at turns turn..turn+window (turn 1: fresh sessions)."""
+def session_turn_cost(new_session, turn: int, window: int = 30, repeat: int = 200) -> float:
+    """Median cost of ``Session.prompt`` at turns turn..turn+window (turn 1: fresh sessions)."""
     msgs = conversation(turn + window)
     if turn == 1:
-        def first():
-            lmchat.Session(template, system=msgs[0]["content"]).prompt(msgs[1]["content"])
-        return median_time(first, repeat=200)
-    session = lmchat.Session(template, system=msgs[0]["content"])
+        return median_time(lambda: new_session(msgs[0]["content"]).prompt(msgs[1]["content"]), repeat=repeat)
+    session = new_session(msgs[0]["content"])
     samples = []
     for i in range(turn + window):
         t0 = time.perf_counter()
@@ -45,6 +43,10 @@ def lmchat_turn_cost(template: str, turn: int, window: int = 30) -> float:
         if i + 1 >= turn:
             samples.append(elapsed)
     return statistics.median(samples)
+
+
+def lmchat_turn_cost(template: str, turn: int, window: int = 30) -> float:
+    return session_turn_cost(lambda system: lmchat.Session(template, system=system), turn, window)
 
 
 def transformers_cost(official: str, turn: int, tokenize: bool) -> float | None:

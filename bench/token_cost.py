@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import time
 
 import lmchat
 
 from .common import median_time, save, table
-from .prompt_cost import conversation
+from .prompt_cost import conversation, session_turn_cost
 
 
 def smollm2_tokenizer():
@@ -26,21 +24,10 @@ def smollm2_tokenizer():
 
 
 def lmchat_turn_cost(tok, turn: int, window: int = 20) -> float:
-    msgs = conversation(turn + window)
-    if turn == 1:
-        def first():
-            lmchat.Session("smollm2", system=msgs[0]["content"], tokenizer=tok, session_len=10**9).prompt(msgs[1]["content"])
-        return median_time(first, repeat=50)
-    session = lmchat.Session("smollm2", system=msgs[0]["content"], tokenizer=tok, session_len=10**9)
-    samples = []
-    for i in range(turn + window):
-        t0 = time.perf_counter()
-        session.prompt(msgs[1 + 2 * i]["content"])
-        elapsed = time.perf_counter() - t0
-        session.commit(msgs[2 + 2 * i]["content"])
-        if i + 1 >= turn:
-            samples.append(elapsed)
-    return statistics.median(samples)
+    def new_session(system):
+        return lmchat.Session("smollm2", system=system, tokenizer=tok, session_len=10**9)
+
+    return session_turn_cost(new_session, turn, window, repeat=50)
 
 
 def main(argv=None) -> int:
