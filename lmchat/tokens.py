@@ -20,7 +20,6 @@ real tokenizers.
 """
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -212,7 +211,3 @@ def encode_prompt(template: BaseTemplate, chat: Chat, codec: TokenCodec, policy:
     template.check(chat)
     text, _ = template.render_window(chat, 0)
     return text, codec.encode(text, codec.spans(template, chat, 0, text, policy))[0]
-
-
-def dumps_ids(ids: Sequence[int]) -> str:
-    return json.dumps(list(ids))

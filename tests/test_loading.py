@@ -111,19 +111,10 @@ def test_lmdeploy_config_errors_name_the_field_and_file(tmp_path, change, field,
 
 
 def test_xtuner_dict_reproduces_internlm_chat(tmp_path):
+    from .test_seed_templates import XTUNER_SEED_MESSAGES, XTUNER_SEED_TEXT
+
     t = load_template(write(tmp_path / "xtuner.json", INTERNLM_XTUNER))
-    seed = [
-        {"role": "system", "content": "{system}"},
-        {"role": "user", "content": "{input}"},
-        {"role": "assistant", "content": "{output}"},
-        {"role": "user", "content": "{input}"},
-        {"role": "assistant", "content": "{output}"},
-    ]
-    expected = (
-        "<|System|>:{system}\n<|User|>:{input}<eoh>\n<|Bot|>:{output}<eoa>\n"
-        "<|User|>:{input}<eoh>\n<|Bot|>:{output}<eoa>\n"
-    )
-    assert t.messages2prompt(seed, add_generation_prompt=False) == expected
+    assert t.messages2prompt(XTUNER_SEED_MESSAGES, add_generation_prompt=False) == XTUNER_SEED_TEXT
     assert attrs.asdict(t) == attrs.asdict(get_template("internlm_chat"))
     assert t.eoa == "<eoa>" and t.stop_words == ("<eoa>",)
 

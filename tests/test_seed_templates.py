@@ -55,19 +55,23 @@ def test_completion_templates_return_prompt_unchanged():
             t.decorate_prompt("x")
 
 
+#: XTuner's internlm_chat multi-turn example (seed 003), placeholders kept literally
+XTUNER_SEED_MESSAGES = [
+    {"role": "system", "content": "{system}"},
+    {"role": "user", "content": "{input}"},
+    {"role": "assistant", "content": "{output}"},
+    {"role": "user", "content": "{input}"},
+    {"role": "assistant", "content": "{output}"},
+]
+XTUNER_SEED_TEXT = (
+    "<|System|>:{system}\n<|User|>:{input}<eoh>\n<|Bot|>:{output}<eoa>\n"
+    "<|User|>:{input}<eoh>\n<|Bot|>:{output}<eoa>\n"
+)
+
+
 def test_xtuner_internlm_chat_multi_turn_matches_seed():
-    messages = [
-        {"role": "system", "content": "{system}"},
-        {"role": "user", "content": "{input}"},
-        {"role": "assistant", "content": "{output}"},
-        {"role": "user", "content": "{input}"},
-        {"role": "assistant", "content": "{output}"},
-    ]
-    expected = (
-        "<|System|>:{system}\n<|User|>:{input}<eoh>\n<|Bot|>:{output}<eoa>\n"
-        "<|User|>:{input}<eoh>\n<|Bot|>:{output}<eoa>\n"
-    )
-    assert get_template("internlm_chat").messages2prompt(messages, add_generation_prompt=False) == expected
+    rendered = get_template("internlm_chat").messages2prompt(XTUNER_SEED_MESSAGES, add_generation_prompt=False)
+    assert rendered == XTUNER_SEED_TEXT
 
 
 def test_xtuner_suffix_is_the_kept_end_marker():

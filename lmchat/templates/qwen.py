@@ -112,9 +112,23 @@ def last_query_index(chat: Chat, n: int) -> int:
     return n - 1
 
 
+@attrs.frozen(kw_only=True)
+class _QwenReasoning(ChatML):
+    """What Qwen3 and QwQ share: thinking-mode sampling, tools, history rewritten by reasoning."""
+
+    roles = None
+    prefix_stable = False
+    supports_tools = True
+
+    session_len: int = 32768
+    top_p: float = 0.95
+    temperature: float = 0.6
+    stop_words: tuple[str, ...] | None = stops(IM_END, "<|endoftext|>")
+
+
 @register("qwen3", "qwen3-instruct", "qwen3-8b")
 @attrs.frozen(kw_only=True)
-class Qwen3(ChatML):
+class Qwen3(_QwenReasoning):
     """Qwen3 (hybrid thinking): ``<think>`` kept only after the last user query.
 
     ``enable_thinking=False`` (a template keyword) adds an empty think block to
@@ -126,15 +140,8 @@ class Qwen3(ChatML):
     hyperparameter_source = (
         "Qwen3-8B generation_config.json (thinking mode): temperature 0.6, top_p 0.95, top_k 20; 32K context"
     )
-    roles = None
-    prefix_stable = False
-    supports_tools = True
 
-    session_len: int = 32768
-    top_p: float = 0.95
     top_k: int | None = 20
-    temperature: float = 0.6
-    stop_words: tuple[str, ...] | None = stops(IM_END, "<|endoftext|>")
 
     def header(self, chat: Chat) -> str:
         first_system = chat.role(0) == "system"
@@ -189,20 +196,13 @@ class Qwen3(ChatML):
 
 @register("qwq", "qwq-32b")
 @attrs.frozen(kw_only=True)
-class QwQ(ChatML):
+class QwQ(_QwenReasoning):
     """QwQ-32B: the generation prompt opens ``<think>``; earlier answers keep only what follows ``</think>``."""
 
     official = "Qwen__QwQ-32B"
     hyperparameter_source = "QwQ-32B generation_config.json: temperature 0.6, top_p 0.95, top_k 40; 32K context"
-    roles = None
-    prefix_stable = False
-    supports_tools = True
 
-    session_len: int = 32768
-    top_p: float = 0.95
     top_k: int | None = 40
-    temperature: float = 0.6
-    stop_words: tuple[str, ...] | None = stops(IM_END, "<|endoftext|>")
 
     def header(self, chat: Chat) -> str:
         first_system = chat.role(0) == "system"

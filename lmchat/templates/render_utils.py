@@ -15,8 +15,3 @@ def jstr(value: Any) -> str:
     if value is None:
         return "None"
     return value if isinstance(value, str) else str(value)
-
-
-def truthy(value: Any) -> bool:
-    """Jinja truthiness of a message field (missing fields are undefined, hence false)."""
-    return bool(value)
