@@ -133,6 +133,17 @@ class SessionNotFound(LmchatError, KeyError):
         return self.args[0]
 
 
+class EngineMismatch(LmchatError, RuntimeError):
+    """A stored session was created for another engine (backend and model) than the one asked to continue it."""
+
+    def __init__(self, session_id: str, *, stored: str, current: str):
+        self.session_id, self.stored, self.current = session_id, stored, current
+        super().__init__(
+            f"session {session_id!r} was created with {stored}, and this server runs {current}: "
+            "continue it on a server of that engine (its template and cache belong to that model)"
+        )
+
+
 class SessionExists(LmchatError, ValueError):
     """A session was created under an id that is already taken."""
 
@@ -155,3 +166,12 @@ class CapacityExceeded(LmchatError, RuntimeError):
     def __init__(self, limit: int):
         self.limit = limit
         super().__init__(f"at capacity: {limit} turns are running; retry later")
+
+
+class MissingExtra(LmchatError, ImportError):
+    """A feature needs an optional dependency that is not installed; names the extra that brings it."""
+
+    def __init__(self, feature: str, extra: str, module: str | None):
+        self.feature, self.extra, self.module = feature, extra, module
+        missing = f" ({module} is not installed)" if module else ""
+        super().__init__(f"{feature} needs the '{extra}' extra{missing}: pip install 'lmchat[{extra}]'")

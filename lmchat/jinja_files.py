@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import TemplateConfigError
+from .extras import needs
 
 #: generation_config.json keys copied as they are
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "repetition_penalty")
@@ -139,10 +140,8 @@ def _gguf_value(reader, key: str):
 
 def read_gguf(path) -> dict[str, Any]:
     """JinjaTemplate fields from GGUF metadata (``tokenizer.chat_template[.NAME]``, bos/eos ids)."""
-    try:
-        from gguf import GGUFReader  # optional dependency: pip install 'lmchat[jinja]'
-    except ImportError:
-        raise TemplateConfigError("reading GGUF files needs the 'gguf' package (pip install gguf)") from None
+    with needs("reading GGUF files", "jinja"):
+        from gguf import GGUFReader
     path = Path(path)
     if not path.is_file():
         raise TemplateConfigError("no such file", source=str(path))

@@ -24,6 +24,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from .extras import needs
 from .templates.base import BaseTemplate, Chat
 
 ANCHOR = "<lmchat|anchor>"
@@ -34,7 +35,8 @@ class TokenCodec:
     """A tokenizer seen as: special strings, their ids, and a content-safe encoder."""
 
     def __init__(self, tokenizer: Any):
-        from tokenizers import AddedToken, Tokenizer
+        with needs("token-level sessions", "tokens"):
+            from tokenizers import AddedToken, Tokenizer
 
         backend = getattr(tokenizer, "backend_tokenizer", None) or getattr(tokenizer, "_tokenizer", None)
         if isinstance(tokenizer, Tokenizer):

@@ -1,12 +1,12 @@
 """The backend protocol shared by the REPL and the server."""
 from __future__ import annotations
 
-import importlib
 from typing import Any, Iterator, Protocol, runtime_checkable
 
 import attrs
 
 from ..errors import TemplateConfigError
+from ..extras import load
 from ..session import Delta, Session
 
 #: backend name -> "module:factory" (imported only when chosen)
@@ -15,6 +15,8 @@ BACKENDS = {
     "echo": "lmchat.backends.echo:EchoBackend",
     "remote": "lmchat.backends.remote:RemoteBackend",
 }
+#: the extra each backend needs (the echo backend needs none)
+BACKEND_EXTRAS = {"embedded": "local", "remote": "remote"}
 
 
 @attrs.frozen(kw_only=True)
@@ -68,6 +70,22 @@ class GenerationRequest:
     context_ids: tuple[int, ...] | None = None
     messages: tuple[dict, ...] = ()
 
+    @property
+    def held(self) -> int | None:
+        """How many ids (characters without a tokenizer) the engine should hold before the delta
+        (after applying ``delta.discard``); None for a reset (it holds nothing it may keep)."""
+        if self.delta.reset:
+            return None
+        if self.context_ids is not None:
+            return len(self.context_ids) - len(self.delta.token_ids or ())
+        return len(self.context) - len(self.delta.text)
+
+    def full_ids(self) -> list[int]:
+        """Every id the engine holds once the delta is consumed: for rebuilding a lost cache."""
+        if self.context_ids is None:
+            raise ValueError("a request without token ids (the session has no tokenizer)")
+        return list(self.context_ids)
+
     @classmethod
     def from_session(cls, session: Session, delta: Delta, params: SamplingParams) -> "GenerationRequest":
         ids = session.context_ids
@@ -89,7 +107,9 @@ class Chunk:
     ``stop`` says which), ``'length'`` (``max_new_tokens`` reached),
     ``'cancelled'``. ``token_ids`` are generated ids (never the stop token).
     The last chunk also carries ``prefilled`` (prompt tokens computed this
-    turn) and ``reused`` (prompt tokens served from the cache).
+    turn) and ``reused`` (prompt tokens served from the cache); the session
+    manager adds ``cache_miss_reason``, why the engine could not reuse all it
+    held (the delta's ``reason``: a reset, a drift rewind, an overflow).
     """
 
     text: str = ""
@@ -98,6 +118,7 @@ class Chunk:
     stop: str | None = None
     prefilled: int = 0
     reused: int = 0
+    cache_miss_reason: str | None = None
 
 
 @runtime_checkable
@@ -105,6 +126,8 @@ class Backend(Protocol):
     """What the REPL and the server need from an inference engine."""
 
     name: str
+    #: which model answers (a file name, a served model); with ``name``, the engine a session belongs to
+    model_id: str
     #: a tokenizer sessions should use for token deltas (None: text-only backend)
     tokenizer: Any
 
@@ -119,11 +142,15 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
+def engine_id(backend: Backend) -> str:
+    """``name:model`` (e.g. ``embedded:SmolLM2-135M-Instruct-Q4_K_M.gguf``): what a stored session belongs to."""
+    return f"{backend.name}:{getattr(backend, 'model_id', '') or 'default'}"
+
+
 def get_backend(name: str, **options: Any) -> Backend:
     """Instantiate a backend by name (``embedded``, ``echo``, ``remote``)."""
     try:
         target = BACKENDS[name]
     except KeyError:
         raise TemplateConfigError(f"unknown backend {name!r} (known: {', '.join(BACKENDS)})", field="backend") from None
-    module, factory = target.split(":")
-    return getattr(importlib.import_module(module), factory)(**options)
+    return load(target, f"the {name} backend", BACKEND_EXTRAS.get(name))(**options)

@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
+import re
 import gc
 import json
 import os
 
-from ..backends.base import BACKENDS, get_backend
+from ..backends.base import BACKENDS, engine_id, get_backend
 from ..session import OVERFLOW_POLICIES
 from .common import add_template_arguments, resolve_template
 from .main import UsageError
@@ -15,8 +17,8 @@ MAX_BODY = 8 * 1024 * 1024  # kept here too: building the parser must not import
 KEYS_ENV = "LMCHAT_API_KEYS"
 
 EPILOG = f"""API keys can also come from ${KEYS_ENV} (comma-separated), which keeps them out of the
-process list. The default store is sqlite:<data dir>/server.db ($LMCHAT_DATA_DIR, default: the
-user data dir). Endpoints: POST /v1/chat/interactive, /v1/chat/completions, /v1/completions;
+process list. The default store is sqlite:<data dir>/server-<backend>-<model>.db, one per engine
+($LMCHAT_DATA_DIR, default: the user data dir); a session stored by another engine is refused (409). Endpoints: POST /v1/chat/interactive, /v1/chat/completions, /v1/completions;
 GET /v1/models, /v1/sessions[/ID[/export]], /health, /metrics; DELETE /v1/sessions/ID;
 POST /v1/sessions[/ID/fork]."""
 
@@ -39,7 +41,7 @@ def add_arguments(p) -> None:
                         "(e.g. echo: prefix= , delay=0.01)")
     p.add_argument("--tokenizer", metavar="PATH",
                    help="tokenizer.json or model folder: token-level sessions for the echo or remote backend")
-    p.add_argument("--store", metavar="SPEC", help="memory | sqlite:PATH | redis://HOST:PORT/DB")
+    p.add_argument("--store", metavar="SPEC", help="memory | sqlite:PATH | redis://HOST:PORT/DB (default: an SQLite file per backend and model)")
     p.add_argument("--api-key", action="append", default=[], metavar="KEY",
                    help="accepted Bearer key (repeatable); none: no authentication")
     p.add_argument("--model-name", metavar="NAME", help="the model name /v1/models lists (default: the template's)")
@@ -92,16 +94,25 @@ def _tokenizer(path: str):
     return AutoTokenizer.from_pretrained(path)
 
 
+def default_store_path(engine: str):
+    """One SQLite file per engine (backend and model): a server never continues another model's sessions."""
+    from ..paths import data_dir
+
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", engine).strip("-")
+    if len(slug) > 80:  # long remote URLs: keep the file name short and still unique
+        slug = f"{slug[:60]}-{hashlib.sha256(engine.encode()).hexdigest()[:12]}"
+    return data_dir() / f"server-{slug}.db"
+
+
 def run(args) -> int:
-    try:
+    from ..extras import needs
+
+    with needs("lmchat serve", "serve"):
         import uvicorn
 
         from ..serve import create_app
-    except ImportError as exc:
-        raise UsageError(f"lmchat serve needs the serve extra ({exc.name} is missing): pip install 'lmchat[serve]'")
     from ..manager import SessionManager
     from ..registry import get_template
-    from ..repl.history import data_dir
     from ..repl.snapshots import saveable
     from ..stores import open_store
 
@@ -116,11 +127,12 @@ def run(args) -> int:
             raise UsageError(f"the {args.backend} backend does not say which template it needs: "
                              "pass --template NAME or --chat-template FILE")
         defaults = {"session_len": args.session_len, "overflow": args.overflow, "max_new_tokens": args.max_new_tokens}
-        store = open_store(args.store or f"sqlite:{data_dir() / 'server.db'}")
+        engine = engine_id(backend)
+        store = open_store(args.store or f"sqlite:{default_store_path(engine)}")
         manager = SessionManager(
             backend, template, store, max_sessions=args.max_sessions, max_active=args.max_active,
             idle_ttl=args.idle_ttl, store_ttl=args.store_ttl,
-            session_defaults={k: v for k, v in defaults.items() if v is not None},
+            session_defaults={k: v for k, v in defaults.items() if v is not None}, engine=engine,
         )
     except BaseException:
         backend.close()

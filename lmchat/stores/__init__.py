@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 
 from ..errors import StoreError
+from ..extras import load
 from .base import VERSION_KEY, SessionInfo, SessionStore
 from .memory import MemoryStore
 from .sqlite import SQLiteStore
@@ -27,11 +28,7 @@ def open_store(spec: str | os.PathLike, **options) -> SessionStore:
     if spec == "memory":
         return MemoryStore()
     if spec.startswith(REDIS_SCHEMES):
-        try:
-            from .redis import RedisStore  # redis-py is an optional extra
-        except ImportError as exc:
-            raise StoreError(f"{spec}: the Redis store needs redis-py: pip install 'lmchat[redis]' ({exc})") from None
-        return RedisStore(spec, **options)
+        return load("lmchat.stores.redis:RedisStore", "the Redis store", "redis")(spec, **options)
     if spec.startswith("sqlite:"):
         path = spec[len("sqlite:"):]
         # sqlite:///abs/path.db (URL style) and sqlite:relative.db both name a file
