@@ -26,6 +26,7 @@ class EchoBackend:
     """``delay`` (seconds per piece) simulates generation speed, e.g. to test cancellation or a UI."""
 
     name = "echo"
+    model_id = "echo"
 
     def __init__(self, tokenizer: Any = None, prefix: str = "echo: ", delay: float = 0.0):
         self.tokenizer = tokenizer

@@ -16,6 +16,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ..errors import ModelMatchError
+from ..logs import quiet_transformers_handler
 from ..matching import match_template
 from ..registry import get_template
 from ..stops import StopMatcher, combine_stops
@@ -56,9 +57,11 @@ class EmbeddedBackend:
             raise FileNotFoundError(2, "no such model file or folder", str(source))
         folder = ensure_converted(source, cache_root(cache_dir)) if source.suffix == ".gguf" else source
         dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+        quiet_transformers_handler()
         with quiet_transformers():
             self.model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype).to(device).eval()
             self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
+        self.model_id = source.name
         self.device = torch.device(device)
         self.folder = folder
         self.template_name = template or _match(source, folder)

@@ -38,6 +38,7 @@ class RemoteBackend:
         base = base_url.rstrip("/")
         self.url = base + ("/completions" if base.endswith("/v1") else "/v1/completions")
         self.model = model
+        self.model_id = f"{model or 'default'}@{base}"
         self.tokenizer = tokenizer
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.Client(headers=headers, timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)))

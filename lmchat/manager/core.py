@@ -15,6 +15,7 @@ unauthenticated one), others get :class:`SessionNotFound`.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import threading
 import time
@@ -22,7 +23,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from ..backends.base import Backend, Chunk, SamplingParams
 from ..errors import (
-    CapacityExceeded, SessionBusy, SessionExists, SessionNotFound, StoreConflict, TemplateConfigError,
+    CapacityExceeded, EngineMismatch, SessionBusy, SessionExists, SessionNotFound, StoreConflict, TemplateConfigError,
 )
 from ..repl.snapshots import restored
 from ..session import Session
@@ -35,7 +36,7 @@ from .table import Entry, Table
 from .turn import Turn, TurnResult, sampling
 
 #: Session keyword arguments a manager applies to all its sessions
-SESSION_DEFAULTS = ("session_len", "overflow", "max_new_tokens", "injection", "max_message_chars")
+SESSION_DEFAULTS = ("session_len", "overflow", "max_new_tokens", "injection", "max_message_chars", "drift")
 
 
 class SessionManager:
@@ -45,8 +46,12 @@ class SessionManager:
         self, backend: Backend, template: str | BaseTemplate = "smollm2", store: SessionStore | None = None,
         tokenizer: Any = None, max_sessions: int = 10_000, max_active: int = 64, idle_ttl: float | None = None,
         store_ttl: float | None = None, session_defaults: Mapping[str, Any] | None = None,
+        engine: str | None = None,
     ):
         self.backend = backend
+        #: what generates the answers (e.g. ``embedded:SmolLM2-135M-Instruct.gguf``); stored with each session,
+        #: which another engine then refuses to continue (None: not checked)
+        self.engine = engine
         self.template = template
         self.store = MemoryStore() if store is None else store
         if store_ttl is not None:
@@ -83,6 +88,13 @@ class SessionManager:
         with self._metrics.counting():
             return self._snapshot(session_id, owner_key(owner))
 
+    def find(self, session_id: str, owner: str | None = None) -> Session | None:
+        """Like :meth:`get`, but None when there is no such session (a miss is not an error)."""
+        try:
+            return self._snapshot(session_id, owner_key(owner))
+        except SessionNotFound:
+            return None
+
     def end(self, session_id: str, owner: str | None = None) -> None:
         """Delete the session from memory and the store; the backend forgets it."""
         with self._metrics.counting():
@@ -105,7 +117,7 @@ class SessionManager:
             data = self._snapshot(session_id, owner_key(owner)).to_dict()
             data["session_id"] = checked_id(new_id)
             session = restored(data, self.tokenizer, f"forked from session {session_id}")
-            return self._add(self._with_defaults(session), owner_key(owner))
+            return self._add(session, owner_key(owner))
 
     def list(self, owner: str | None = None, limit: int = 100) -> list[SessionInfo]:
         """The owner's sessions in the store, most recently saved first."""
@@ -125,14 +137,20 @@ class SessionManager:
     # ------------------------------------------------------------------ turns
     def stream_turn(self, session_id: str, messages: Iterable[Mapping[str, Any]],
                     params: SamplingParams | Mapping[str, Any] | None = None, owner: str | None = None,
-                    stop: str | Iterable[str] | None = None, max_new_tokens: int | None = None) -> Iterator[Chunk]:
+                    stop: str | Iterable[str] | None = None, max_new_tokens: int | None = None,
+                    create: bool = False) -> Iterator[Chunk]:
         """Run one turn: append ``messages``, stream the answer, commit and save it.
 
         Errors that stop the turn from starting (``SessionNotFound``,
         ``SessionBusy``, ``CapacityExceeded``, ``InvalidMessages``,
         ``SessionLengthExceeded``) raise here, before the iterator is returned.
+        ``create``: a session id that names no session creates it (LMDeploy
+        clients choose their ids), instead of ``SessionNotFound``.
         """
         with self._metrics.counting():
+            if create and self._table.get(session_id) is None and self.store.version(session_id) == 0:
+                with contextlib.suppress(SessionExists):  # another request created it first
+                    self.create(session_id, owner)
             entry = self._acquire(session_id, owner_key(owner))
             try:
                 turn = Turn(self, entry, messages, sampling(entry.session, params, stop, max_new_tokens))
@@ -186,7 +204,7 @@ class SessionManager:
         if self._table.get(sid) is not None:
             raise SessionExists(sid)
         try:
-            version = self.store.save(dump(session, owner), expected_version=0)
+            version = self.store.save(dump(session, owner, self.engine), expected_version=0)
         except StoreConflict:
             raise SessionExists(sid) from None
         self._table.add(Entry(session, version, owner))
@@ -208,7 +226,7 @@ class SessionManager:
         entry = self._table.get(session_id)
         if entry is None:
             data = self.store.load(session_id)
-            if data is None:
+            if data is None or (data.get("owner") or "") != owner:
                 raise SessionNotFound(session_id)
             self._metrics.add(sessions_loaded_total=1)
             entry = self._table.add(Entry(self._restore(data), data[VERSION_KEY], data.get("owner") or ""))
@@ -256,7 +274,7 @@ class SessionManager:
             self._active -= 1
 
     def _save(self, entry: Entry) -> None:
-        entry.version = self.store.save(dump(entry.session, entry.owner), expected_version=entry.version)
+        entry.version = self.store.save(dump(entry.session, entry.owner, self.engine), expected_version=entry.version)
 
     def _discard(self, entry: Entry, *, drop_backend: bool) -> None:
         """Forget the in-memory copy (the caller's turn owns it): the next use reloads the last commit."""
@@ -270,11 +288,7 @@ class SessionManager:
             self.backend.drop(entry.session.session_id)  # an idle session's cache is freed with it
 
     def _restore(self, data: Mapping[str, Any]) -> Session:
-        return self._with_defaults(Session.from_dict(data, tokenizer=self.tokenizer))
-
-    def _with_defaults(self, session: Session) -> Session:
-        """Settings a snapshot does not carry (the injection policy, the message size limit)."""
-        for name in ("injection", "max_message_chars"):
-            if name in self.session_defaults:
-                setattr(session, name, self.session_defaults[name])
-        return session
+        stored = data.get("engine")
+        if stored and self.engine and stored != self.engine:
+            raise EngineMismatch(data.get("session_id", "?"), stored=stored, current=self.engine)
+        return Session.from_dict(data, tokenizer=self.tokenizer)

@@ -28,8 +28,10 @@ def checked_id(session_id: str | None) -> str:
     return session_id
 
 
-def dump(session: Session, owner: str) -> dict:
-    """What a commit saves: the session's snapshot plus who may see it."""
+def dump(session: Session, owner: str, engine: str | None = None) -> dict:
+    """What a commit saves: the session's snapshot plus who may see it and which engine it runs on."""
     data = session.to_dict()
     data["owner"] = owner
+    if engine:
+        data["engine"] = engine
     return data

@@ -40,8 +40,10 @@ class TurnResult:
 
     ``history_tokens``: what the engine held before the turn; ``prompt_tokens``:
     the whole prompt of this turn (history + delta); ``prefilled``/``reused``:
-    how the backend served it. ``parsed`` splits ``text`` into content,
-    reasoning and tool calls (:func:`lmchat.parse_response`).
+    how the backend served it; ``cache_miss_reason``: why it could not reuse
+    all it held (a reset, a drift rewind, an overflow; None when it could).
+    ``parsed`` splits ``text`` into content, reasoning and tool calls
+    (:func:`lmchat.parse_response`).
     """
 
     text: str
@@ -53,6 +55,7 @@ class TurnResult:
     reused: int
     history_tokens: int
     parsed: ParsedResponse
+    cache_miss_reason: str | None = None
 
 
 def sampling(session, params: SamplingParams | Mapping[str, Any] | None, stop, max_new_tokens) -> SamplingParams:
@@ -82,7 +85,7 @@ class Turn:
         session = entry.session
         self.started = time.monotonic()
         self.history = session.step
-        delta = session.extend(messages, max_new_tokens=params.max_new_tokens)
+        self.delta = delta = session.extend(messages, max_new_tokens=params.max_new_tokens)
         self.prompt_tokens = session.step
         self.request = GenerationRequest.from_session(session, delta, params)
         self.texts: list[str] = []
@@ -161,11 +164,12 @@ class Turn:
                 fields["reasoning_content"] = parsed.reasoning_content
         session.commit(text, token_ids=ids, stop=stop, **fields)
         self.mgr._save(self.entry)
+        self.final = final = attrs.evolve(final, cache_miss_reason=self.delta.reason)
         self.mgr._metrics.turn(time.monotonic() - self.started, final.prefilled, final.reused)
         return TurnResult(
             text=text, token_ids=tuple(self.ids), finish_reason=final.finish_reason, stop=final.stop,
             prompt_tokens=self.prompt_tokens, prefilled=final.prefilled, reused=final.reused,
-            history_tokens=self.history, parsed=parsed,
+            history_tokens=self.history, parsed=parsed, cache_miss_reason=self.delta.reason,
         )
 
 

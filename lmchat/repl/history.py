@@ -1,4 +1,4 @@
-"""Where the REPL keeps its files: the user data dir, or ``$LMCHAT_DATA_DIR``.
+"""The REPL's files in the data dir (:mod:`lmchat.paths`).
 
 ``history`` holds the input history (prompt_toolkit's FileHistory: every
 submitted input, so ↑ recalls it across runs); ``sessions.db`` is the default
@@ -6,19 +6,9 @@ session store.
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-DATA_DIR_ENV = "LMCHAT_DATA_DIR"
-
-
-def data_dir() -> Path:
-    override = os.environ.get(DATA_DIR_ENV)
-    if override:
-        return Path(override)
-    import platformdirs
-
-    return Path(platformdirs.user_data_dir("lmchat"))
+from ..paths import data_dir
 
 
 def default_store_path() -> Path:

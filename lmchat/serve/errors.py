@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 
 from ..errors import (
-    BackendError, CapacityExceeded, InvalidMessages, LmchatError, SessionBusy, SessionExists,
+    BackendError, CapacityExceeded, EngineMismatch, InvalidMessages, LmchatError, SessionBusy, SessionExists,
     SessionLengthExceeded, SessionNotFound, StoreConflict, StoreError, TemplateConfigError,
     TemplateRuleError, UnknownTemplate,
 )
@@ -23,6 +23,7 @@ STATUSES: list[tuple[type, int, str, str]] = [
     (SessionNotFound, 404, "not_found_error", "session_not_found"),
     (SessionExists, 409, "conflict_error", "session_exists"),
     (SessionBusy, 409, "conflict_error", "session_busy"),
+    (EngineMismatch, 409, "conflict_error", "engine_mismatch"),
     (StoreConflict, 409, "conflict_error", "store_conflict"),
     (CapacityExceeded, 429, "rate_limit_error", "over_capacity"),
     (StoreError, 503, "server_error", "store_unavailable"),
@@ -64,7 +65,7 @@ def api_error(exc: BaseException) -> ApiError:
 
 def _param(exc: BaseException) -> str | None:
     """The request field at fault, as OpenAI names it (``messages[2].content``)."""
-    if isinstance(exc, (SessionNotFound, SessionExists, SessionBusy, StoreConflict)):
+    if isinstance(exc, (SessionNotFound, SessionExists, SessionBusy, StoreConflict, EngineMismatch)):
         return "session_id"
     if isinstance(exc, SessionLengthExceeded):
         return "messages"

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..errors import SessionNotFound
 from ..manager import SessionManager
 from ..tools import parse_response
 from .deps import blocking
@@ -24,9 +23,8 @@ from .deps import blocking
 async def plan_turn(mgr: SessionManager, sid: str, who: str | None, sent: list[dict], tools: list | None
                     ) -> tuple[list[dict], Any]:
     """The messages to send for this turn, and the session's template; creates or resets the session."""
-    try:
-        session = await blocking(mgr.get, sid, who)
-    except SessionNotFound:
+    session = await blocking(mgr.find, sid, who)
+    if session is None:
         await blocking(mgr.create, sid, who, tools=tools)  # SessionExists (409): another key's session
         return sent, mgr.template
     held = session.messages

@@ -21,7 +21,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from ..backends.base import Chunk
-from ..errors import LmchatError, SessionLengthExceeded, SessionNotFound
+from ..errors import LmchatError, SessionLengthExceeded
 from .deps import blocking, owner
 from .errors import ApiError, api_error
 from .schemas import InteractiveRequest
@@ -60,9 +60,9 @@ async def interactive(body: InteractiveRequest, request: Request, who: str | Non
                               "max_new_tokens": body.request_output_len}
     try:
         if body.stream:
-            chunks = await _created_if_new(mgr, sid, who, lambda: start_stream(mgr, sid, messages, owner=who, **kwargs))
+            chunks = await start_stream(mgr, sid, messages, owner=who, create=True, **kwargs)
             return StreamingResponse(_lines(mgr, sid, who, chunks, end), media_type="application/x-ndjson")
-        result = await _created_if_new(mgr, sid, who, lambda: run(request, mgr, sid, messages, owner=who, **kwargs))
+        result = await run(request, mgr, sid, messages, owner=who, create=True, **kwargs)
     except SessionLengthExceeded as exc:
         if end:
             end_soon(mgr, sid, who)
@@ -74,19 +74,10 @@ async def interactive(body: InteractiveRequest, request: Request, who: str | Non
     if end:
         with contextlib.suppress(LmchatError):
             await blocking(mgr.end, sid, who)
-    last = Chunk(prefilled=result.prefilled, reused=result.reused)
+    last = Chunk(prefilled=result.prefilled, reused=result.reused, cache_miss_reason=result.cache_miss_reason)
     generated = count(mgr.tokenizer, len(result.text), len(result.token_ids))
     # a JSONResponse as is: FastAPI's encoder would walk a dict that is JSON already
     return JSONResponse(reply(sid, result.text, generated, last, result.finish_reason, ended=end or None))
-
-
-async def _created_if_new(mgr, sid: str, who: str | None, attempt):
-    """LMDeploy clients pick session ids themselves: the first turn on an id creates the session."""
-    try:
-        return await attempt()
-    except SessionNotFound:
-        await blocking(mgr.create, sid, who)  # SessionExists (409): another key's session has this id
-        return await attempt()
 
 
 async def _lines(mgr, sid: str, who: str | None, chunks: AsyncIterator[Chunk], end: bool) -> AsyncIterator[str]:
@@ -108,6 +99,8 @@ def reply(sid: str, text: str, tokens: int, last: Chunk, finish_reason: str | No
     """LMDeploy's response fields; ``input_tokens``/``history_tokens`` are final on the last chunk."""
     body = {"text": text, "tokens": tokens, "input_tokens": last.prefilled, "history_tokens": last.reused,
             "finish_reason": finish_reason, "session_id": sid}
+    if last.cache_miss_reason:
+        body["cache_miss_reason"] = last.cache_miss_reason
     body.update((k, v) for k, v in extra.items() if v is not None)
     return body
 

@@ -36,7 +36,7 @@ class RequestStats:
     def lines(self) -> list[str]:
         with self._lock:
             counts, hist = dict(self.counts), {k: list(v) for k, v in self._hist.items()}
-        out = _head("lmchat_http_requests", "counter", "HTTP requests by method, route and status")
+        out = _head("lmchat_http_requests_total", "counter", "HTTP requests by method, route and status")
         for (method, route, status), n in sorted(counts.items()):
             out.append(f'lmchat_http_requests_total{{method="{method}",route="{_esc(route)}",status="{status}"}} {n}')
         out += _head("lmchat_http_request_duration_seconds", "histogram",
@@ -64,14 +64,13 @@ def render(manager: dict, requests: RequestStats) -> str:
         ("sessions_evicted_total", "counter", "Idle sessions evicted from memory"),
     ):
         if name in manager:
-            base = name[: -len("_total")] if kind == "counter" else name
-            out += _head(f"lmchat_{base}", kind, help_text)
+            out += _head(f"lmchat_{name}", kind, help_text)
             out.append(f"lmchat_{name} {manager[name]}")
     latency = manager.get("turn_latency_seconds")
     if latency:
         out += _head("lmchat_turn_latency_seconds", "histogram", "Turn time, from the request to the saved commit")
         out += _histogram("lmchat_turn_latency_seconds", latency["buckets"], latency["sum"], latency["count"])
-    out += _head("lmchat_errors", "counter", "Errors raised by the session manager, by type")
+    out += _head("lmchat_errors_total", "counter", "Errors raised by the session manager, by type")
     for kind, n in sorted(manager.get("errors", {}).items()):
         out.append(f'lmchat_errors_total{{type="{_esc(kind)}"}} {n}')
     out += requests.lines()
@@ -79,6 +78,7 @@ def render(manager: dict, requests: RequestStats) -> str:
 
 
 def _head(name: str, kind: str, help_text: str) -> list[str]:
+    # a counter's HELP/TYPE name its samples, `_total` included: otherwise parsers read them as untyped
     return [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
 
 

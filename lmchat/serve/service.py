@@ -83,7 +83,8 @@ async def health(request: Request):
         error = api_error(exc)
         return JSONResponse({"status": "unavailable", **error.body()}, status_code=error.status)
     metrics = mgr.metrics()
-    return {"status": "ok", "model": state.model_name, "backend": mgr.backend.name,
+    return {"status": "ok", "model": state.model_name, "backend": mgr.backend.name, "engine": mgr.engine,
+            "store": getattr(mgr.store, "spec", type(mgr.store).__name__),
             "sessions_in_memory": metrics["sessions_in_memory"], "sessions_active": metrics["sessions_active"]}
 
 

@@ -40,6 +40,9 @@ class SessionInfo:
 
 @runtime_checkable
 class SessionStore(Protocol):
+    #: where the sessions live, as ``open_store`` takes it (a Redis password masked)
+    spec: str
+
     def save(self, session_dict: Mapping[str, Any], *, expected_version: int | None = None) -> int:
         """Write a session atomically and return its new version; :class:`StoreConflict` on a CAS miss."""
 

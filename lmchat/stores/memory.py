@@ -12,6 +12,8 @@ from .base import Record, SessionInfo, loaded, record
 class MemoryStore:
     """Sessions in a dict; saves are atomic under a lock and JSON-encoded, as the SQLite store's."""
 
+    spec = "memory"
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._rows: dict[str, tuple[Record, int, float, int]] = {}  # id -> (record, version, updated_at, seq)

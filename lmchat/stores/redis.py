@@ -82,6 +82,19 @@ end
 return 1
 """
 
+def _without_password(url: str) -> str:
+    """The URL to show (``/health``, logs): a password becomes ``***``."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
 _FIELDS = ("title", "turns", "updated_at", "template", "version", "owner")
 
 
@@ -90,6 +103,7 @@ class RedisStore:
 
     def __init__(self, url: str, prefix: str = "lmchat:", ttl: float | None = None, timeout: float = 5.0):
         self.url = url
+        self.spec = _without_password(url)
         self.prefix = prefix
         self.ttl = ttl
         try:

@@ -64,6 +64,7 @@ class SQLiteStore:
         self.path = os.fspath(path)
         if self.path == ":memory:" or not self.path:
             raise StoreError("SQLiteStore needs a file path (each thread opens its own connection); use MemoryStore")
+        self.spec = f"sqlite:{os.path.abspath(self.path)}"
         folder = os.path.dirname(os.path.abspath(self.path))
         os.makedirs(folder, exist_ok=True)
         self._local = threading.local()
