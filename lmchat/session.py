@@ -13,6 +13,7 @@ from its canonical rendering) the delta is a reset carrying the full prompt.
 from __future__ import annotations
 
 import bisect
+import copy
 import datetime as _dt
 import uuid
 from typing import Any, Iterable, Mapping
@@ -27,6 +28,8 @@ from .templates.base import BaseTemplate, Chat
 
 FORMAT_VERSION = 1
 OVERFLOW_POLICIES = ("error", "truncate", "shift")
+#: what a session does when the engine's ids of an answer differ from its canonical encoding
+DRIFT_POLICIES = ("rewind", "reset", "keep")
 
 
 @attrs.frozen
@@ -82,10 +85,14 @@ class Session:
         max_new_tokens: int = 0,
         injection: str = "split",
         max_message_chars: int | None = validation.DEFAULT_MAX_CHARS,
+        drift: str = "rewind",
     ):
         self.template = get_template(template) if isinstance(template, str) else template
         if overflow not in OVERFLOW_POLICIES:
             raise TemplateConfigError(f"must be one of {', '.join(OVERFLOW_POLICIES)}, got {overflow!r}", field="overflow")
+        if drift not in DRIFT_POLICIES:
+            raise TemplateConfigError(f"must be one of {', '.join(DRIFT_POLICIES)}, got {drift!r}", field="drift")
+        self.drift = drift
         if injection not in validation.INJECTION_POLICIES:
             raise TemplateConfigError(
                 f"must be one of {', '.join(validation.INJECTION_POLICIES)}, got {injection!r}", field="injection"
@@ -125,6 +132,7 @@ class Session:
         self._reset_reason: str | None = None
         self._ids: list[int] = []  # the token twin of the context
         self._anchor = (0, 0)  # (chars, ids) just after the last structural special token
+        self._rewind: tuple[int, int] | None = None  # drift policy 'rewind': (start, count) the engine drops
 
     @property
     def tools(self) -> list[dict] | None:
@@ -219,6 +227,14 @@ class Session:
         plan = _Plan(Delta(text[len(held):]), [start + o for o in offsets], max(k, 0))
         if self._codec is not None and not self._plan_ids(plan, text, len(held)):
             return self._plan_full("the new turn changes how the held tokens split (token boundary)")
+        if self._rewind is not None:
+            start, count = self._rewind
+            plan.delta = attrs.evolve(
+                plan.delta, token_ids=self._ids[start:] + plan.delta.token_ids, discard=(start, count),
+                reason=f"the engine's ids of the last answer differ from its canonical encoding from token {start} "
+                       f"on (retokenization drift): {count} ids dropped from its cache, "
+                       f"{len(self._ids) - start} canonical ids sent instead",
+            )
         return plan
 
     def _plan_ids(self, plan: _Plan, window: str, held: int) -> bool:
@@ -259,11 +275,11 @@ class Session:
         """Apply the overflow policy when the turn does not fit in ``session_len``."""
         if self._codec is None or self.session_len is None:
             return plan
-        used = 0 if plan.full else len(self._ids)
+        used = 0 if plan.full else plan.delta.discard[0] if plan.delta.discard else len(self._ids)
         new = len(plan.delta.token_ids)
         if used + new + max_new_tokens <= self.session_len:
             return plan
-        if self.overflow == "shift" and not plan.full:
+        if self.overflow == "shift" and not plan.full and self._rewind is None:
             return budget.shift(self, max_new_tokens, used, new)
         if self.overflow in ("truncate", "shift"):  # a reset has nothing in the cache to shift
             return budget.truncate(self, max_new_tokens, used, new)
@@ -284,8 +300,11 @@ class Session:
         self._tail = plan.offsets[-1]
         self._rendered = len(self._chat.messages)
         if plan.delta.token_ids is not None:
+            if self._rewind is not None and not plan.full:
+                del self._ids[self._rewind[0]:]  # the delta re-sends them
             self._ids += plan.delta.token_ids
             self._anchor = plan.anchor
+        self._rewind = None
 
     def _special_strings(self) -> set[str]:
         """What the 'reject' policy refuses: the tokenizer's special tokens, else the template's markers."""
@@ -341,13 +360,27 @@ class Session:
             new = [int(t) for t in token_ids] + stop_ids
         else:
             new = canonical if canonical is not None else codec.encode_text(answer, at_start=False) + stop_ids
+        anchor = (char0 + anchor[0], id0 + anchor[1]) if anchor else self._anchor
         if new != canonical:
-            self._needs_reset = True
-            self._reset_reason = (
-                "the held ids differ from the canonical encoding of the answer (retokenization drift)"
-            )
+            new, anchor = self._drifted(new, canonical, anchor, char0 + len(text))
         self._ids += new
-        self._anchor = (char0 + anchor[0], id0 + anchor[1]) if anchor else self._anchor
+        self._anchor = anchor
+
+    def _drifted(self, new: list[int], canonical: list[int] | None, anchor, end: int):
+        """The engine's ids of an answer differ from the canonical encoding: apply the drift policy.
+
+        Returns the ids the session holds from now on and its next anchor.
+        """
+        if self.drift == "keep":
+            # token-in/token-out: the engine's own ids stay; the next delta is encoded after them
+            return new, (end, len(self._ids) + len(new))
+        if self.drift == "rewind" and canonical is not None:
+            same = next((i for i, (a, b) in enumerate(zip(new, canonical)) if a != b), min(len(new), len(canonical)))
+            self._rewind = (len(self._ids) + same, len(new) - same)
+            return canonical, anchor
+        self._needs_reset = True
+        self._reset_reason = "the held ids differ from the canonical encoding of the answer (retokenization drift)"
+        return new, anchor
 
     def undo(self) -> list[Message]:
         """Drop the last exchange (from the last user message on); the next delta resets."""
@@ -376,11 +409,11 @@ class Session:
             "template": self.template.to_dict(),
             "date": self.date.isoformat(),
             "system": self._system,
-            "tools": self._chat.tools,
-            "template_kwargs": self.template_kwargs,
-            "messages": self._chat.messages,
-            "context": self._parts,
-            "offsets": self._offsets,
+            "tools": copy.deepcopy(self._chat.tools),
+            "template_kwargs": copy.deepcopy(self.template_kwargs),
+            "messages": copy.deepcopy(self._chat.messages),
+            "context": list(self._parts),
+            "offsets": list(self._offsets),
             "tail": self._tail,
             "rendered": self._rendered,
             "pending": self._pending,
@@ -389,8 +422,12 @@ class Session:
             "session_len": self.session_len,
             "overflow": self.overflow,
             "max_new_tokens": self.max_new_tokens,
-            "context_ids": self._ids if self._codec is not None else None,
+            "injection": self.injection,
+            "max_message_chars": self.max_message_chars,
+            "drift": self.drift,
+            "context_ids": list(self._ids) if self._codec is not None else None,
             "anchor": list(self._anchor),
+            "rewind": list(self._rewind) if self._rewind else None,
         }
 
     @classmethod
@@ -412,6 +449,9 @@ class Session:
             session_len=data.get("session_len"),
             overflow=data.get("overflow", "error"),
             max_new_tokens=data.get("max_new_tokens", 0),
+            injection=data.get("injection", "split"),
+            max_message_chars=data.get("max_message_chars", validation.DEFAULT_MAX_CHARS),
+            drift=data.get("drift", "rewind"),
         )
         session._system = data.get("system")
         session._chat.messages[:] = normalize_messages(data["messages"])
@@ -427,6 +467,7 @@ class Session:
         if tokenizer is not None and ids is not None:
             session._ids = list(ids)
             session._anchor = tuple(data["anchor"])
+            session._rewind = tuple(data["rewind"]) if data.get("rewind") else None
         elif (tokenizer is not None) != (ids is not None) and session._parts:
             session._needs_reset = True
             session._reset_reason = "restored without the token ids the engine holds"

@@ -3,7 +3,8 @@
 It keeps per session the text (and, with a tokenizer, the ids) an engine would
 hold in its KV cache and checks every request against it: a delta that does
 not reset must extend exactly what it holds to ``request.context`` /
-``request.context_ids`` — the session invariant seen from the engine. It
+``request.context_ids`` (after dropping ``delta.discard``) — the session
+invariant seen from the engine. It
 answers "You said: <last user message>" a few characters per chunk (only the
 rest of it when the context already ends with its start: /continue), ends
 with its template's end marker, and honours ``max_new_tokens`` (counted in
@@ -60,6 +61,9 @@ class CacheBackend:
             raise AssertionError(f"a delta that does not reset, for session {sid} the engine holds nothing for")
         if before + delta.text != request.context:
             raise AssertionError(f"held + delta != context: {before + delta.text!r} vs {request.context!r}")
+        if delta.discard:  # the session asks the engine to drop a range of what it holds (shift, drift rewind)
+            start, count = delta.discard
+            before_ids = before_ids[:start] + before_ids[start + count:]
         if self.codec is not None and before_ids + list(delta.token_ids) != list(request.context_ids):
             raise AssertionError("held ids + delta ids != context_ids")
         users = [m["content"] for m in request.messages if m["role"] == "user"]

@@ -170,6 +170,7 @@ def test_template_from_a_file_is_saved_and_restored(tmp_path):
 
 def test_fork_save_load_and_sessions(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LMCHAT_DATA_DIR", str(tmp_path / "data"))
     conv = make(tmp_path)
     chat(conv, "first question")
     old = conv.session.session_id
@@ -181,7 +182,13 @@ def test_fork_save_load_and_sessions(tmp_path, monkeypatch):
     out, _ = chat(conv, "/sessions")
     assert f"* {new[:8]}" in out and f"  {old[:8]}" in out and "2 turns" in out and "first question" in out
     _, err = chat(conv, "/save", "/save named.json")
-    assert json.loads((tmp_path / f"lmchat-{new[:8]}.json").read_text()) == conv.session.to_dict()
+    default = tmp_path / "data" / "saved" / f"lmchat-{new[:8]}.json"  # the data dir, never the cwd
+    assert f"saved to {default}" in err and not (tmp_path / f"lmchat-{new[:8]}.json").exists()
+    assert json.loads(default.read_text()) == json.loads((tmp_path / "named.json").read_text()) == conv.snapshot()
+    _, err = chat(conv, "/save named.json", "/save")
+    assert err.count("exists: /save! ") == 2  # never overwritten without asking
+    chat(conv, "/set temperature 0.5", "/save! named.json")
+    assert json.loads((tmp_path / "named.json").read_text())["chat"]["settings"] == {"temperature": 0.5}
     chat(conv, "/reset")
     _, err = chat(conv, "/load named.json", "after load")
     assert "loaded session" in err and conv.session.turns == 3 and conv.backend.requests[-1].delta.reset

@@ -105,18 +105,46 @@ def test_typed_special_strings_stay_text():
     assert hf.count(im_end) == clean.count(im_end) + 1
 
 
-def test_generated_ids_are_kept_verbatim_and_drift_forces_a_reset():
+def _drifted(policy: str):
+    """A session whose engine generated "Hello there" as H + ello + Ġthere (canonical: Hello + Ġthere)."""
     tok = tf.smollm2()
     codec = codec_for(tok)
-    s = Session("smollm2", tokenizer=tok)
+    s = Session("smollm2", tokenizer=tok, drift=policy)
     s.prompt("Say hello")
     canonical = codec.encode_text("Hello there", at_start=False)
     s.commit("Hello there", token_ids=canonical)
     assert not s.prompt("again").reset
-    s.commit("Hello there", token_ids=[tok.convert_tokens_to_ids(t) for t in ["H", "ello", "Ġthere"]])
-    assert s.context_ids[-4:-1] == [tok.convert_tokens_to_ids(t) for t in ["H", "ello", "Ġthere"]]
+    engine = s.context_ids
+    drifted = [tok.convert_tokens_to_ids(t) for t in ["H", "ello", "Ġthere"]]
+    s.commit("Hello there", token_ids=drifted)
+    return s, engine + drifted + [tok.convert_tokens_to_ids("<|im_end|>")], canonical
+
+
+def test_drift_reset_keeps_the_engine_ids_then_resets():
+    s, engine, _ = _drifted("reset")
+    assert s.context_ids == engine
     d = s.prompt("more")
     assert d.reset and "drift" in d.reason and d.token_ids == full_ids(s)
+
+
+def test_drift_rewind_drops_only_the_drifted_tail_from_the_cache():
+    s, engine, canonical = _drifted("rewind")
+    d = s.prompt("more")
+    start, count = d.discard
+    assert not d.reset and "drift" in d.reason
+    # the engine keeps what it shares with the canonical ids, drops the rest, and gets canonical ids
+    assert engine[:start] + d.token_ids == full_ids(s) == s.context_ids
+    assert start + count == len(engine) and count == 4  # H ello Ġthere <|im_end|>: from H on
+    snapshot = Session.from_dict(s.to_dict(), tokenizer=tf.smollm2())
+    assert snapshot.context_ids == s.context_ids
+
+
+def test_drift_keep_continues_from_the_engine_ids():
+    s, engine, _ = _drifted("keep")
+    d = s.prompt("more")
+    assert not d.reset and d.discard is None and d.reason is None
+    assert s.context_ids == engine + d.token_ids  # token-in/token-out: not the canonical encoding
+    assert s.context_ids != full_ids(s) and s.context == s.template.messages2prompt(s.messages)
 
 
 def test_overflow_error_reports_the_numbers():

@@ -2,13 +2,16 @@
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 
-from ..backends.base import BACKENDS, get_backend
+from .. import logs
+from ..backends.base import BACKENDS, engine_id, get_backend
 from ..errors import SessionError, UnknownTemplate
 from ..registry import get_template
 from ..repl.commands import help_lines
 from ..repl.conversation import Conversation
+from ..paths import data_dir
 from ..repl.history import default_store_path, input_history
 from ..repl.rendering import PlainOutput, RichOutput
 from ..repl.snapshots import restored, saveable
@@ -35,6 +38,9 @@ holds 'history' (inputs) and 'sessions.db' (sessions, saved after every turn).
 def add_arguments(p) -> None:
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.epilog = EPILOG.format(commands="\n".join(help_lines()))
+    p.add_argument("prompt", nargs="?", metavar="PROMPT",
+                   help="answer this one message, print the answer and exit (the session is saved); "
+                        "'-' reads it from stdin")
     add_template_arguments(p, required=False)
     p.add_argument("--backend", choices=list(BACKENDS), default="embedded",
                    help="what generates the answers (default: embedded, the bundled model, offline)")
@@ -67,8 +73,10 @@ def run(args) -> int:
     template = None
     if args.template or args.chat_template:
         template = saveable(resolve_template(args), args.chat_template or args.template)
-    interactive = sys.stdin.isatty() and sys.stdout.isatty()
+    one_shot = args.prompt is not None
+    interactive = sys.stdin.isatty() and sys.stdout.isatty() and not one_shot
     out = RichOutput() if interactive else PlainOutput()
+    logs.to_file(data_dir() / "debug.log")  # library warnings must not land in the conversation
     store = open_store(args.store or default_store_path())
     backend = None
     try:
@@ -76,6 +84,8 @@ def run(args) -> int:
             out.info("loading the model…")
         backend = get_backend(args.backend, **backend_options(args))
         conv = _open(args, store, backend, template, out)
+        if one_shot:
+            return run_plain(conv, io.StringIO(_one_message(args.prompt)))
         if not interactive:
             return run_plain(conv, sys.stdin)
         state = f"resumed, {conv.session.turns} turns" if args.resume else "new"
@@ -111,11 +121,24 @@ def _open(args, store, backend, template, out) -> Conversation:
             raise SessionError(f"session {session_id[:8]} uses a template file: pass --chat-template {name[5:]}") from None
         raise
     conv = Conversation(session, backend, store, out, tokenizer=tokenizer, version=data[VERSION_KEY])
+    conv.restore_settings(data)
+    stored_engine, engine = data.get("engine"), engine_id(backend)
+    if template is None and stored_engine and stored_engine != engine and getattr(backend, "template_name", None):
+        out.info(f"session {session_id[:8]} was saved with {stored_engine}; continuing with {engine}")
+        template = get_template(backend.template_name)  # the template belongs to the model
     if template is not None and template != session.template:
         out.info(conv.set_template(template))
     if args.system is not None:
         conv.set_system(args.system)
     return conv
+
+
+def _one_message(prompt: str) -> str:
+    """The one-shot prompt as one input of the plain loop: always a message, even with newlines."""
+    text = sys.stdin.read() if prompt == "-" else prompt
+    if text.startswith("/"):
+        text = "/" + text  # a message, not a command
+    return f'"""{text}"""' if "\n" in text else text
 
 
 def _backend_template(backend, name: str):

@@ -59,6 +59,15 @@ def _kwargs(text: str) -> dict:
     return value
 
 
+def _validate(messages: list, tools) -> None:
+    """The checks a session and the server make (roles, content, tool calls and schemas)."""
+    from ..messages import normalize_messages
+    from ..validation import validate_messages, validate_tools
+
+    validate_tools(tools)
+    validate_messages([], normalize_messages(messages), start=0, max_chars=None)
+
+
 def replay(template, messages, *, tools=None, date=None, template_kwargs=None) -> list[dict]:
     """Feed a conversation to a session turn by turn; one record per delta."""
     from ..session import Session
@@ -95,6 +104,7 @@ def run(args) -> int:
         raise InvalidMessages("the messages file must hold a JSON list of messages")
     if args.tools:
         tools = _load_json(args.tools, "tools")
+    _validate(data, tools)
     date, kwargs = _date(args.date), _kwargs(args.kwargs)
     if args.deltas:
         records = replay(template, data, tools=tools, date=date, template_kwargs=kwargs)

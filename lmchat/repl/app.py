@@ -1,8 +1,9 @@
 """The loops: a prompt_toolkit terminal UI, or plain stdin lines for scripts and tests.
 
 Keys (terminal): Enter sends; Esc+Enter or Alt+Enter inserts a newline, and so
-does a paste (bracketed paste keeps its newlines); ↑/↓ walk the persistent
-history; Tab completes commands; Ctrl-C clears the line, or at an empty
+does a paste (bracketed paste keeps its newlines); a message that starts with
+three double quotes goes on over several lines until one that ends with them
+(as in Ollama); ↑/↓ walk the persistent history; Tab completes commands; Ctrl-C clears the line, or at an empty
 prompt says how to leave; Ctrl-D leaves. Ctrl-C during a reply stops it
 (see :mod:`.streaming`).
 """
@@ -21,14 +22,15 @@ from .conversation import Conversation
 from .toolbar import toolbar_text
 
 EXIT_HINT = "(/exit or Ctrl-D leaves)"
+BLOCK = '"""'  # opens and closes a multi-line message
 
 
 def handle(conv: Conversation, text: str) -> bool:
     """One input: a command, or a message (``//`` escapes a leading slash). False: leave.
 
-    Errors print one line and the session lives on.
+    Errors print one line and the session lives on; ``conv.failures`` counts them.
     """
-    text = text.strip()
+    text = unquote(text.strip())
     if not text:
         return True
     try:
@@ -36,16 +38,38 @@ def handle(conv: Conversation, text: str) -> bool:
             return dispatch(conv, text)
         conv.ask(text[1:] if text.startswith("//") else text)
     except (LmchatError, OSError) as exc:
+        conv.failures += 1
         conv.out.error(str(exc))
     return True
 
 
+def unquote(text: str) -> str:
+    """The text of a triple-quoted block (Ollama's multi-line input), else ``text``."""
+    if len(text) >= 6 and text.startswith(BLOCK) and text.endswith(BLOCK):
+        return text[3:-3].strip("\n")
+    return text
+
+
+def open_block(text: str) -> bool:
+    """Whether ``text`` starts a triple-quoted block that is not closed yet."""
+    text = text.strip()
+    return text.startswith(BLOCK) and (len(text) < 6 or not text.endswith(BLOCK))
+
+
 def run_plain(conv: Conversation, stdin: TextIO) -> int:
-    """Each line of stdin is a message or a command."""
+    """Each line of stdin is a message or a command (a triple-quoted block spans lines); 1 if any failed."""
+    pending = ""
     for line in iter(stdin.readline, ""):
+        if pending or open_block(line):
+            pending += line
+            if open_block(pending):
+                continue
+            line, pending = pending, ""
         if not handle(conv, line):
             break
-    return 0
+    if pending:
+        handle(conv, pending + BLOCK)  # input ended inside a block: send what it holds
+    return 1 if conv.failures else 0
 
 
 def run_terminal(conv: Conversation, *, history=None, input=None, output=None) -> int:
@@ -82,7 +106,11 @@ def _key_bindings() -> KeyBindings:
 
     @kb.add("enter")
     def _send(event):
-        event.current_buffer.validate_and_handle()
+        buffer = event.current_buffer
+        if open_block(buffer.text):  # inside a triple-quoted block Enter is a newline, until the closing quotes
+            buffer.insert_text("\n")
+        else:
+            buffer.validate_and_handle()
 
     @kb.add("escape", "enter")  # what terminals send for Alt+Enter
     def _newline(event):

@@ -4,26 +4,20 @@ from __future__ import annotations
 import difflib
 import re
 import time
+from pathlib import Path
 from typing import Callable
 
 import attrs
 
 from ..errors import LmchatError
 from ..loading import load_template
+from ..paths import data_dir
+from . import settings
 from .conversation import Conversation, describe_delta
 from .snapshots import saveable
 
 EXIT = object()  # a handler's return value that ends the REPL
 
-#: /set names and their parsers; validity checks below
-PARAMS = {"temperature": float, "top_p": float, "top_k": int, "max_new_tokens": int, "repetition_penalty": float}
-_VALID = {
-    "temperature": (lambda v: v >= 0, ">= 0 (0: greedy)"),
-    "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"),
-    "top_k": (lambda v: v >= 0, ">= 0 (0: off)"),
-    "max_new_tokens": (lambda v: v >= 1, ">= 1"),
-    "repetition_penalty": (lambda v: v > 0, "> 0 (1: off)"),
-}
 SHOW = ("template", "params", "context", "delta")
 
 
@@ -67,7 +61,7 @@ def help_lines() -> list[str]:
 def completion_tree(template_names: list[str]) -> dict[str, dict | None]:
     """Each command and the words its argument can be."""
     args = {
-        "/set": dict.fromkeys(PARAMS),
+        "/set": dict.fromkeys(settings.SETTINGS),
         "/show": dict.fromkeys(SHOW),
         "/debug": dict.fromkeys(("on", "off")),
         "/template": dict.fromkeys(template_names),
@@ -117,26 +111,20 @@ def _continue(conv, arg):
     conv.continue_answer()
 
 
-@command("/set [NAME VALUE|default]", f"sampling: {', '.join(PARAMS)}")
+@command("/set [NAME VALUE|default]", f"this session's {', '.join(settings.SETTINGS)} (saved with it)")
 def _set(conv, arg):
-    parts = arg.split()
-    if not parts:
+    name, _, raw = arg.partition(" ")
+    raw = raw.strip()
+    if not name:
         return _show_params(conv)
-    if len(parts) != 2 or parts[0] not in PARAMS:
-        raise CommandError(f"usage: /set NAME VALUE|default, NAME one of {', '.join(PARAMS)}")
-    name, raw = parts
+    if name not in settings.SETTINGS or not raw:
+        raise CommandError(f"usage: /set NAME VALUE|default, NAME one of {', '.join(settings.SETTINGS)}")
     if raw == "default":
         conv.overrides.pop(name, None)
     else:
-        check, rule = _VALID[name]
-        try:
-            value = PARAMS[name](raw)
-        except ValueError:
-            value = None
-        if value is None or not check(value):
-            raise CommandError(f"/set {name}: expected a {PARAMS[name].__name__} {rule}, got {raw!r}")
-        conv.overrides[name] = value
-    conv.out.info(f"{name} = {getattr(conv.params, name)}")
+        conv.overrides[name] = settings.parse(name, raw)
+    conv.save()
+    conv.out.info(f"{name} = {getattr(conv.params, name)!r}")
 
 
 def _show_params(conv):
@@ -174,10 +162,24 @@ def _debug(conv, arg):
     conv.out.info(f"debug {arg}")
 
 
-@command("/save [FILE]", "write the session as JSON (default: lmchat-<id>.json)")
+@command("/save [FILE]", "write the session as JSON (default: <data dir>/saved/lmchat-<id>.json); never overwrites")
 def _save(conv, arg):
-    path = arg or f"lmchat-{conv.session.session_id[:8]}.json"
-    conv.save_file(path)
+    path = Path(arg).expanduser() if arg else data_dir() / "saved" / f"lmchat-{conv.session.session_id[:8]}.json"
+    if path.exists():
+        raise CommandError(f"{path} exists: /save! {path} overwrites it")
+    _write(conv, path)
+
+
+@command("/save! FILE", "like /save, replacing FILE if it exists")
+def _save_over(conv, arg):
+    if not arg:
+        raise CommandError("usage: /save! FILE")
+    _write(conv, Path(arg).expanduser())
+
+
+def _write(conv, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conv.save_file(str(path))
     conv.out.info(f"saved to {path}")
 
 

@@ -13,12 +13,12 @@ import copy
 import json
 from typing import Any, Callable
 
-from ..backends.base import Backend, GenerationRequest, SamplingParams
+from ..backends.base import Backend, GenerationRequest, SamplingParams, engine_id
 from ..errors import LmchatError, SessionError, StoreConflict
 from ..session import Delta, Session
 from ..stores import VERSION_KEY, SessionStore
 from ..templates.base import BaseTemplate
-from . import snapshots
+from . import settings, snapshots
 from .streaming import Outcome, generate, interrupt_flag
 
 NOTES = {
@@ -40,13 +40,14 @@ class Conversation:
         self.version = version  # the stored version of this session (0: not stored yet)
         self.overrides: dict[str, Any] = {}  # /set values; the rest comes from the template
         self.debug = False
+        self.failures = 0  # inputs that ended in an error (piped mode exits 1 if any)
         self.last_delta: Delta | None = None
         self.last: Outcome | None = None
         self.cached = False  # whether the backend may hold a cache for this session id (sent by this process)
 
     @property
     def params(self) -> SamplingParams:
-        return SamplingParams.from_template(self.session.template, **self.overrides)
+        return settings.sampling(self.session.template, self.overrides)
 
     # ------------------------------------------------------------------ turns
     def ask(self, text: str) -> None:
@@ -162,15 +163,28 @@ class Conversation:
     def load_file(self, path: str) -> None:
         with open(path, encoding="utf-8") as f:
             try:
-                session = snapshots.restored(json.load(f), self.tokenizer, f"loaded from {path}")
+                data = json.load(f)
+                session = snapshots.restored(data, self.tokenizer, f"loaded from {path}")
             except (ValueError, KeyError, TypeError, AttributeError) as exc:  # not JSON, or not a snapshot
                 raise SessionError(f"{path}: not a session saved by /save ({type(exc).__name__}: {exc})") from None
         stored = self.store.load(session.session_id)
+        self.restore_settings(data)
         self.replace(session, stored[VERSION_KEY] if stored else 0)
+
+    def snapshot(self) -> dict:
+        """The session as saved: its snapshot plus this chat's /set values."""
+        return {**self.session.to_dict(), settings.SNAPSHOT_KEY: settings.saved(self.overrides),
+                "engine": engine_id(self.backend)}
+
+    def restore_settings(self, data: dict) -> None:
+        """Take the /set values saved with ``data`` (invalid ones are reported and ignored)."""
+        self.overrides, problems = settings.restored(data)
+        for line in problems:
+            self.out.error(line)
 
     def save_file(self, path: str) -> None:
         with open(path, "w", encoding="utf-8") as f:
-            json.dump(self.session.to_dict(), f, ensure_ascii=False, indent=2)
+            json.dump(self.snapshot(), f, ensure_ascii=False, indent=2)
             f.write("\n")
 
     def save(self) -> None:
@@ -178,7 +192,7 @@ class Conversation:
         if self.version == 0 and self.session.turns == 0:
             return  # nothing worth keeping yet
         try:
-            self.version = self.store.save(self.session.to_dict(), expected_version=self.version)
+            self.version = self.store.save(self.snapshot(), expected_version=self.version)
         except StoreConflict as exc:
             self.out.error(f"not saved: {exc}; /fork keeps this conversation under a new id")
         except LmchatError as exc:
