@@ -9,13 +9,15 @@ answers "You said: <last user message>" a few characters per chunk (only the
 rest of it when the context already ends with its start: /continue), ends
 with its template's end marker, and honours ``max_new_tokens`` (counted in
 chunks), ``cancel`` and ``drop``. ``$REPL_TEST_DELAY`` (seconds per chunk)
-makes it slow in a subprocess.
+makes it slow in a subprocess; ``$REPL_TEST_WARN`` makes it raise that Python warning on
+every turn, as libraries do.
 """
 from __future__ import annotations
 
 import os
 import threading
 import time
+import warnings
 
 from lmchat import get_template
 from lmchat.backends.base import Chunk, GenerationRequest
@@ -49,6 +51,8 @@ class CacheBackend:
         return self.codec.encode_text(text, at_start=False)
 
     def generate(self, request: GenerationRequest):
+        if os.environ.get("REPL_TEST_WARN"):  # what libraries do (transformers' FutureWarnings)
+            warnings.warn(os.environ["REPL_TEST_WARN"], FutureWarning, stacklevel=1)
         sid, delta = request.session_id, request.delta
         self.requests.append(request)
         self._cancel.discard(sid)

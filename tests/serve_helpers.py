@@ -31,11 +31,11 @@ def deepseek_tokenizer_json() -> str:
 class Server:
     """``lmchat serve --backend echo ARGS`` in a subprocess; ``url`` once it answers ``/health``."""
 
-    def __init__(self, *args: str, keys: tuple[str, ...] = ()):
+    def __init__(self, *args: str, keys: tuple[str, ...] = (), env: dict | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = tempfile.NamedTemporaryFile("w+", prefix="lmchat-serve-", suffix=".log", delete=False)
-        env = {**os.environ, "LMCHAT_API_KEYS": ",".join(keys)}
+        env = {**os.environ, **(env or {}), "LMCHAT_API_KEYS": ",".join(keys)}
         command = [sys.executable, "-m", "lmchat", "serve", "--backend", "echo", "--port", str(self.port),
                    "--log-level", "warning", *args]
         self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, env=env)

@@ -169,3 +169,67 @@ def test_real_terminal_ctrl_c_multiline_and_exit(terminal, tmp_path):
     child.close()
     assert child.exitstatus == 0
     assert "a **bold** statement" in (tmp_path / "history").read_text()
+
+
+def _screen(child, screen, stream, seconds: float) -> None:
+    """Feed what the child prints for ``seconds`` into a terminal emulator."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            stream.feed(child.read_nonblocking(65536, timeout=0.05))
+        except pexpect.TIMEOUT:
+            pass
+
+
+def test_ctrl_c_leaves_each_line_of_the_reply_once_on_screen(tmp_path):
+    pyte = pytest.importorskip("pyte")
+    env = dict(os.environ, LMCHAT_DATA_DIR=str(tmp_path), REPL_TEST_DELAY="0.05", PROMPT_TOOLKIT_NO_CPR="1",
+               TERM="xterm", REPL_TEST_WARN="past_key_values is deprecated")
+    child = pexpect.spawn(sys.executable, ["-c", LAUNCH, "chat", "--backend", "test"], cwd=str(ROOT), env=env,
+                          encoding="utf-8", dimensions=(24, 80), timeout=20)
+    screen = pyte.Screen(80, 24)
+    stream = pyte.Stream(screen)
+    try:
+        _screen(child, screen, stream, 3)
+        child.send("alpha " * 30 + "\r")  # the reply wraps over two lines of the screen
+        _screen(child, screen, stream, 1.5)
+        child.sendcontrol("c")
+        _screen(child, screen, stream, 1.5)
+    finally:
+        child.close(force=True)
+    lines = [line.rstrip() for line in screen.display]
+    replies = [line for line in lines if line.startswith("You said:")]
+    cancelled = lines.index("[cancelled: the partial answer is kept]")
+    assert len(replies) == 1, "\n".join(lines)  # the echoed ^C used to leave the first line twice
+    assert lines[cancelled + 1].startswith(">>>") and "^C" not in "".join(lines)
+    assert "deprecated" not in "".join(lines)  # a library warning is not printed into the chat
+    assert "FutureWarning: past_key_values is deprecated" in (tmp_path / "debug.log").read_text()
+
+
+def test_one_shot_prompt_blocks_and_exit_status(tmp_path):
+    env = dict(os.environ, LMCHAT_DATA_DIR=str(tmp_path / "data"), REPL_TEST_WARN="noisy library")
+    one = lmchat("--backend", "echo", "--template", "qwen2.5", "What is the capital of France?", env=env)
+    assert (one.returncode, one.stdout) == (0, "echo: What is the capital of France?\n")
+    assert "noisy" not in one.stderr
+    piped = lmchat("--backend", "echo", "--template", "qwen2.5", "-", input="line one\nline two\n", env=env)
+    assert piped.stdout == "echo: line one\nline two\n"  # '-': the whole of stdin is one message
+    script = '"""first\n\nsecond"""\n"""\nopen\nblock\n"""\n/nonsense\nafter\n'
+    out = lmchat("--backend", "echo", "--template", "qwen2.5", input=script, env=env)
+    assert out.stdout == "echo: first\n\nsecond\necho: open\nblock\necho: after\n"
+    assert out.returncode == 1 and "unknown command /nonsense" in out.stderr  # a failed input fails the script
+    overflow = lmchat("--backend", "echo", "--template", "qwen2.5", "--store", "memory", input="hi\n/undo\n/undo\n",
+                      env=env)
+    assert overflow.returncode == 1 and "nothing to undo" in overflow.stderr
+
+
+def test_set_values_come_back_with_resume(tmp_path):
+    env = dict(os.environ, LMCHAT_DATA_DIR=str(tmp_path / "data"))
+    first = lmchat("--backend", "echo", "--template", "qwen2.5",
+                   input="/set temperature 0.3\n/set stop ###\n/set seed 7\nhello\n", env=env)
+    assert first.returncode == 0, first.stderr
+    shown = lmchat("--backend", "echo", "--resume", input="/set\n", env=env)
+    assert "temperature = 0.3  (set)" in shown.stdout and "seed = 7  (set)" in shown.stdout
+    assert "'###'" in shown.stdout and "'<|im_end|>'" in shown.stdout  # added to the template's stop words
+    bad = lmchat("--backend", "echo", "--template", "qwen2.5", input="/set seed -1\n/set top_p 2\n/set stop []\n",
+                 env=env)
+    assert bad.returncode == 1 and bad.stderr.count("error: /set") == 3

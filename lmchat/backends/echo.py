@@ -23,12 +23,13 @@ from .base import Chunk, GenerationRequest
 
 
 class EchoBackend:
-    """``delay`` (seconds per piece) simulates generation speed, e.g. to test cancellation or a UI."""
+    """``delay`` (seconds per piece) simulates generation speed, e.g. to test cancellation or a UI;
+    ``model`` is the model name it stands for."""
 
     name = "echo"
-    model_id = "echo"
 
-    def __init__(self, tokenizer: Any = None, prefix: str = "echo: ", delay: float = 0.0):
+    def __init__(self, tokenizer: Any = None, prefix: str = "echo: ", delay: float = 0.0, model: str = "echo"):
+        self.model_id = model  # stands for a model name: two echo "engines" keep their sessions apart
         self.tokenizer = tokenizer
         self.codec = codec_for(tokenizer) if tokenizer is not None else None
         self.prefix = prefix

@@ -15,7 +15,7 @@ from ..paths import data_dir
 from ..repl.history import default_store_path, input_history
 from ..repl.rendering import PlainOutput, RichOutput
 from ..repl.snapshots import restored, saveable
-from ..session import Session
+from ..session import DRIFT_POLICIES, Session
 from ..stores import VERSION_KEY, open_store
 from .common import add_template_arguments, resolve_template
 from .main import UsageError
@@ -47,11 +47,19 @@ def add_arguments(p) -> None:
     p.add_argument("--model", metavar="PATH", help="embedded backend: the model to load instead of the bundled one")
     remote = p.add_argument_group("remote backend (an OpenAI-compatible completions server)")
     remote.add_argument("--base-url", metavar="URL")
-    remote.add_argument("--api-key", metavar="KEY")
-    remote.add_argument("--model-name", metavar="NAME")
+    # spelled as `lmchat serve` spells them; the old --api-key/--model-name still work
+    remote.add_argument("--remote-api-key", "--api-key", dest="remote_api_key", metavar="KEY",
+                        help="the server's API key")
+    remote.add_argument("--remote-model", "--model-name", dest="remote_model", metavar="NAME",
+                        help="the model name to send")
     p.add_argument("--system", metavar="TEXT", help="system prompt (with --resume: replaces the stored one)")
     p.add_argument("--resume", nargs="?", const=LATEST, metavar="ID",
                    help="continue the last stored session, or the one with this id (a unique prefix will do)")
+    p.add_argument("--drift", choices=DRIFT_POLICIES,
+                   help="when the engine's ids of an answer differ from their canonical encoding: 'rewind' "
+                        "(default) drops them from the cache and sends the canonical ones, 'reset' resends the "
+                        "conversation, 'keep' continues from the engine's own ids (docs/tokens.md); with --resume: "
+                        "replaces the stored policy")
     p.add_argument("--store", metavar="PATH",
                    help="SQLite file of saved sessions (default: <data dir>/sessions.db); 'memory' keeps nothing")
 
@@ -62,7 +70,7 @@ def backend_options(args) -> dict:
     if args.backend == "remote":
         if not args.base_url:
             raise UsageError("--backend remote needs --base-url URL (and --template or --chat-template)")
-        given = {"base_url": args.base_url, "api_key": args.api_key, "model": args.model_name}
+        given = {"base_url": args.base_url, "api_key": args.remote_api_key, "model": args.remote_model}
         return {k: v for k, v in given.items() if v is not None}
     return {}
 
@@ -106,7 +114,7 @@ def _open(args, store, backend, template, out) -> Conversation:
     if args.resume is None:
         if template is None:
             template = _backend_template(backend, args.backend)
-        session = Session(template, system=args.system, tokenizer=tokenizer)
+        session = Session(template, system=args.system, tokenizer=tokenizer, drift=args.drift or "rewind")
         return Conversation(session, backend, store, out, tokenizer=tokenizer)
     session_id = store.latest() if args.resume == LATEST else _find(store, args.resume)
     data = store.load(session_id) if session_id else None
@@ -122,6 +130,8 @@ def _open(args, store, backend, template, out) -> Conversation:
         raise
     conv = Conversation(session, backend, store, out, tokenizer=tokenizer, version=data[VERSION_KEY])
     conv.restore_settings(data)
+    if args.drift:
+        session.drift = args.drift
     stored_engine, engine = data.get("engine"), engine_id(backend)
     if template is None and stored_engine and stored_engine != engine and getattr(backend, "template_name", None):
         out.info(f"session {session_id[:8]} was saved with {stored_engine}; continuing with {engine}")

@@ -9,7 +9,7 @@ import json
 import os
 
 from ..backends.base import BACKENDS, engine_id, get_backend
-from ..session import OVERFLOW_POLICIES
+from ..session import DRIFT_POLICIES, OVERFLOW_POLICIES
 from .common import add_template_arguments, resolve_template
 from .main import UsageError
 
@@ -59,6 +59,9 @@ def add_arguments(p) -> None:
     sessions.add_argument("--overflow", choices=OVERFLOW_POLICIES, default="error",
                           help="what a turn that does not fit does (default: error)")
     sessions.add_argument("--max-new-tokens", type=int, help="default answer budget per turn")
+    sessions.add_argument("--drift", choices=DRIFT_POLICIES, default="rewind",
+                          help="when the engine's ids of an answer differ from their canonical encoding "
+                               "(default: rewind; docs/tokens.md)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
 
 
@@ -126,7 +129,8 @@ def run(args) -> int:
         else:
             raise UsageError(f"the {args.backend} backend does not say which template it needs: "
                              "pass --template NAME or --chat-template FILE")
-        defaults = {"session_len": args.session_len, "overflow": args.overflow, "max_new_tokens": args.max_new_tokens}
+        defaults = {"session_len": args.session_len, "overflow": args.overflow, "max_new_tokens": args.max_new_tokens,
+                    "drift": args.drift}
         engine = engine_id(backend)
         store = open_store(args.store or f"sqlite:{default_store_path(engine)}")
         manager = SessionManager(

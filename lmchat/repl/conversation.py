@@ -19,11 +19,13 @@ from ..session import Delta, Session
 from ..stores import VERSION_KEY, SessionStore
 from ..templates.base import BaseTemplate
 from . import settings, snapshots
+from ..repetition import RepetitionGuard
 from .streaming import Outcome, generate, interrupt_flag
 
 NOTES = {
     "length": "[stopped at max_new_tokens: /continue extends the answer]",
     "cancelled": "[cancelled: the partial answer is kept]",
+    "repetition": "[stopped: the answer kept repeating itself; the partial answer is kept]",
 }
 
 
@@ -109,7 +111,7 @@ class Conversation:
         if prefix:
             self.out.reply_text(prefix)  # the continued answer renders whole
         try:
-            outcome = generate(self.backend, request, self.out.reply_text, interrupted)
+            outcome = generate(self.backend, request, self.out.reply_text, interrupted, RepetitionGuard())
         except BaseException:
             self.out.end_reply()
             raise

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import signal
+import sys
 import threading
 import time
 from typing import Callable, Iterator
@@ -23,6 +24,7 @@ from typing import Callable, Iterator
 import attrs
 
 from ..backends.base import Backend, GenerationRequest
+from ..repetition import RepetitionGuard
 
 CANCEL_GRACE = 5.0
 _END = object()
@@ -48,11 +50,13 @@ class Outcome:
 
 
 def generate(
-    backend: Backend, request: GenerationRequest, on_text: Callable[[str], None], interrupted: threading.Event
+    backend: Backend, request: GenerationRequest, on_text: Callable[[str], None], interrupted: threading.Event,
+    guard: RepetitionGuard | None = None,
 ) -> Outcome:
     """Stream ``request`` through ``backend``, calling ``on_text`` per piece; backend errors are re-raised.
 
-    ``interrupted`` (see :func:`interrupt_flag`) cancels the generation once set.
+    ``interrupted`` (see :func:`interrupt_flag`) cancels the generation once set;
+    so does ``guard`` once the answer loops (finish reason ``'repetition'``).
     """
     chunks: queue.SimpleQueue = queue.SimpleQueue()
 
@@ -92,8 +96,12 @@ def generate(
             out.prefilled, out.reused = item.prefilled, item.reused
         if item.text:
             on_text(item.text)
+            if guard is not None and guard.feed(item.text) and not interrupted.is_set():
+                interrupted.set()  # cancels at the top of the loop; what is in flight is still recorded
     if out.finish_reason is None:  # cancelled, or a stream that ended without its last chunk
         out.finish_reason = "cancelled"
+    if guard is not None and guard.tripped and out.finish_reason == "cancelled":
+        out.finish_reason = "repetition"
     out.seconds = (last - first) if first is not None else 0.0
     return out
 
@@ -113,6 +121,35 @@ def interrupt_flag() -> Iterator[threading.Event]:
         return
     previous = signal.signal(signal.SIGINT, lambda signum, frame: event.set())
     try:
-        yield event
+        with _no_echo():
+            yield event
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+@contextlib.contextmanager
+def _no_echo() -> Iterator[None]:
+    """The terminal does not echo typed keys (Ctrl-C's ``^C``) into a reply being drawn.
+
+    The reply is redrawn in place by moving the cursor up over what it drew;
+    an echoed ``^C`` moves the cursor first, and the redraw then leaves the
+    reply's first line twice on the screen.
+    """
+    try:
+        import termios
+    except ImportError:  # Windows
+        yield
+        return
+    try:
+        fd = sys.stdin.fileno()
+        saved = termios.tcgetattr(fd)
+    except (termios.error, OSError, ValueError, AttributeError):  # not a terminal: pipes, tests
+        yield
+        return
+    quiet = list(saved)
+    quiet[3] &= ~(termios.ECHO | termios.ECHOCTL)
+    termios.tcsetattr(fd, termios.TCSANOW, quiet)
+    try:
+        yield
+    finally:
+        termios.tcsetattr(fd, termios.TCSANOW, saved)
