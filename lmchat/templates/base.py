@@ -247,13 +247,14 @@ class BaseTemplate:
         session = Session(self, **{k: v for k, v in options.items() if k in ("tools", "date")})
         session.template_kwargs.update({k: v for k, v in options.items() if k not in ("tools", "date")})
         session.prompt("\x00")
-        session.commit("\x01")
+        session.commit(self.lead + "\x01")  # the answer as the model writes it, lead included
         delta = session.extend(messages)
         if delta.reset:
+            opened = self.tail(Chat([{"role": "user", "content": "\x00"}]))
             raise TemplateRuleError(
                 "history-rewrite",
-                f"template {self.name!r} rewrites earlier turns for these messages; "
-                "no continuation exists, render the whole conversation instead",
+                f"template {self.name!r} has no continuation: its generation prompt {opened!r} opens text that "
+                f"the rendered history of an answer drops ({delta.reason}); render the whole conversation instead",
             )
         return delta.text
 

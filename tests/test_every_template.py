@@ -1,0 +1,125 @@
+"""Every public entry point, on every registered template: a new template is covered without a new test.
+
+The seed API (``get_prompt``/``decorate_prompt``/``messages2prompt`` with both
+``sequence_start`` values), sessions whose answers carry the template's
+``lead``, snapshots, the response parser and, where the template exports,
+its Jinja twin.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+
+import lmchat
+from lmchat import Session, get_template, parse_response
+from lmchat.errors import TemplateConfigError, TemplateRuleError
+from lmchat.export import export_problem
+
+ALL = lmchat.template_names()
+CHAT = [n for n in ALL if get_template(n).capability == "chat"]
+DATE = dt.date(2024, 7, 26)
+#: templates whose generation prompt opens text the history of an answer drops: no continuation exists
+NO_CONTINUATION = {"qwq"}
+
+
+def u(text):
+    return {"role": "user", "content": text}
+
+
+def conversation(template):
+    """user / answer / user, with a system message when the template renders one."""
+    turns = [u("What is 2 + 2?"), {"role": "assistant", "content": "4."}, u("And 3 + 3?")]
+    try:
+        template.messages2prompt([{"role": "system", "content": "Be brief."}, *turns], date=DATE)
+        return [{"role": "system", "content": "Be brief."}, *turns]
+    except TemplateRuleError:
+        return turns
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_first_turn_prompts_agree(name):
+    t = get_template(name)
+    if t.capability == "completion":
+        assert t.get_prompt("hi") == t.get_prompt("hi", False) == "hi"
+        with pytest.raises(TemplateConfigError):
+            t.decorate_prompt("hi")
+        return
+    full = t.messages2prompt([u("hi")])
+    assert t.get_prompt("hi") == t.decorate_prompt("hi") == t.decorate_prompt("hi", True) == full
+    assert t.messages2prompt("hi") == full  # a bare prompt string is one user turn
+
+
+@pytest.mark.parametrize("name", CHAT)
+def test_continuation_is_what_a_session_sends_after_an_answer(name):
+    t = get_template(name)
+    if name in NO_CONTINUATION:
+        for call in (lambda: t.get_prompt("again", False), lambda: t.decorate_prompt("again", False),
+                     lambda: t.messages2prompt([u("again")], False)):
+            with pytest.raises(TemplateRuleError, match="generation prompt .* opens text that the rendered history"):
+                call()
+        return
+    delta = t.decorate_prompt("again", False)
+    assert t.get_prompt("again", False) == t.messages2prompt([u("again")], False) == delta
+    assert "again" in delta and len(delta) < len(t.messages2prompt([u("again")])) + len(t.eoa) + len(t.lead) + 8
+    session = Session(t)
+    session.prompt("hi")
+    session.commit(t.lead + "Hello.")  # raw model output: the lead, then the content
+    assert session.prompt("again").text == delta
+
+
+@pytest.mark.parametrize("name", CHAT)
+def test_a_session_with_lead_answers_keeps_the_invariant_and_survives_snapshots(name):
+    t = get_template(name)
+    messages = conversation(t)
+    system = messages[0]["content"] if messages[0]["role"] == "system" else None
+    session = Session(t, system=system, date=DATE)
+    first = session.prompt(messages[-3]["content"])
+    assert first.text == t.messages2prompt(messages[:-2], date=DATE) and first.sequence_start
+    session.commit(t.lead + messages[-2]["content"])
+    assert session.messages == lmchat.messages.normalize_messages(messages[:-1])
+    snapshot = json.loads(json.dumps(session.to_dict()))
+    copy = Session.from_dict(snapshot)
+    before = session.context
+    delta = session.prompt(messages[-1]["content"])
+    full = t.messages2prompt(messages, date=DATE)
+    assert (delta.text == full) if delta.reset else (before + delta.text == full)
+    assert not delta.reset or not t.prefix_stable, delta.reason
+    assert copy.prompt(messages[-1]["content"]) == delta  # the restored session continues identically
+    assert copy.to_dict() == session.to_dict()
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_the_parser_returns_a_plain_answer_unchanged(name):
+    t = get_template(name)
+    text = "Paris is the capital of France."
+    parsed = parse_response(t, text)
+    assert not parsed.tool_calls
+    # a template whose generation prompt opened a think block (QwQ) reads an unclosed answer as reasoning
+    assert (parsed.content, parsed.reasoning_content) in ((text, None), ("", text))
+    closed = parse_response(t, "hmm</think>\n\n" + text)
+    assert closed.content.strip() == text or closed.content == "hmm</think>\n\n" + text
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_export_renders_what_the_template_renders_or_says_why_not(name):
+    t = get_template(name)
+    problem = export_problem(t)
+    if problem:
+        with pytest.raises(TemplateConfigError):
+            lmchat.export.export_jinja(t)
+        return
+    twin = lmchat.JinjaTemplate(chat_template=lmchat.export.export_jinja(t), special_tokens={"bos_token": t.bos})
+    for generation_prompt in (True, False):
+        messages = conversation(t)
+        assert twin.messages2prompt(messages, add_generation_prompt=generation_prompt, date=DATE) == \
+            t.messages2prompt(messages, add_generation_prompt=generation_prompt, date=DATE)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_sampling_settings_are_complete(name):
+    params = get_template(name).sampling_params
+    assert set(params) == {"session_len", "top_p", "top_k", "temperature", "repetition_penalty", "stop_words",
+                           "capability"}
+    assert params["session_len"] > 0 and 0 < params["top_p"] <= 1 and params["temperature"] >= 0
