@@ -196,7 +196,7 @@ class Session:
         new = normalize_messages(list(messages), start=n_old)
         validation.validate_messages(chat.messages, new, start=n_old, max_chars=self.max_message_chars)
         if self.injection == "reject":
-            validation.injected_specials(new, self._special_strings(), n_old)
+            validation.injected_specials(new, self._special_strings(), n_old, self._output_markers())
         chat.messages.extend(new)
         self._turn_start = n_old
         try:
@@ -307,10 +307,18 @@ class Session:
         self._rewind = None
 
     def _special_strings(self) -> set[str]:
-        """What the 'reject' policy refuses: the tokenizer's special tokens, else the template's markers."""
+        """What the 'reject' policy refuses: the template's markers and the tokenizer's added tokens."""
+        markers = validation.template_markers(self.template)
+        return markers | set(self._codec.special) if self._codec is not None else markers
+
+    def _output_markers(self) -> frozenset[str]:
+        """What an assistant message may hold all the same: its model's output markup."""
+        from .tools.registry import output_markers
+
+        found = set(output_markers(self.template))
         if self._codec is not None:
-            return set(self._codec.special)
-        return validation.template_markers(self.template)
+            found |= self._codec.output_tokens(self.template)
+        return frozenset(found)
 
     def commit(
         self, answer: str, token_ids: list[int] | None = None, *, stop: str | None = None, **fields: Any
@@ -351,11 +359,14 @@ class Session:
         open_text = self._context_from(char0)  # held text after the last structural token
         text = open_text + answer + stop
         stop_at = len(open_text) + len(answer)
-        spans = [(stop_at, len(text))] if stop in codec.special else []
+        # the answer's own output markup (tool-call markers, think tags) is markup, as the model wrote it
+        spans = [(len(open_text) + a, len(open_text) + b)
+                 for a, b in codec.special_spans(answer, keep=codec.output_tokens(self.template))]
+        spans += [(stop_at, len(text))] if stop in codec.special else []
         ids, anchor = codec.encode(text, spans, base=char0)
         held = self._ids[id0:]
         canonical = ids[len(held):] if ids[: len(held)] == held else None
-        stop_ids = [codec.special[stop]] if spans else codec.encode_text(stop, at_start=False)
+        stop_ids = [codec.special[stop]] if stop in codec.special else codec.encode_text(stop, at_start=False)
         if token_ids is not None:
             new = [int(t) for t in token_ids] + stop_ids
         else:

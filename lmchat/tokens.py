@@ -6,69 +6,57 @@ everything between them is encoded with special-token parsing off, so a user
 who types ``<|im_end|>`` gets ordinary text tokens, never a forged turn (the
 guard ChatGLM3's own tokenizer has, and transformers#29279 lacks).
 
-Which occurrences are structural is found by rendering the window a second
-time with every special string inside message fields *defused* (replaced by
-same-length private-use characters): what still reads as a special token was
-written by the template.
+"Special" means every *added* token of the tokenizer, flagged special or not
+(DeepSeek-V3's ``<｜User｜>`` is not flagged, and is a role marker all the
+same). Which occurrences are structural is found by rendering the window a
+second time with every special string inside message fields *defused*
+(replaced by same-length private-use characters): what still reads as a
+special token was written by the template. The one exception is an
+assistant message's own output markup (``<tool_call>``, ``<think>``: what the
+model writes in its answers, :func:`lmchat.tools.output_markers`), which stays
+markup there, as the model generated it.
 
 Text between structural tokens is encoded the way the tokenizer encodes a
-split that follows an added token (an anchor token is prepended and dropped),
-so SentencePiece's dummy-prefix ``▁`` appears only where the tokenizer itself
-would put it. Without special strings in content, the result equals
+split that follows an added token (:mod:`lmchat.vocab`), so SentencePiece's
+dummy-prefix ``▁`` appears only where the tokenizer itself would put it. Without special strings in content, the result equals
 ``tokenizer.encode(prompt, add_special_tokens=False)``; tests check that on
 real tokenizers.
 """
 from __future__ import annotations
 
 import re
+import weakref
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-from .extras import needs
 from .templates.base import BaseTemplate, Chat
+from .vocab import HFVocab, Vocabulary
 
-ANCHOR = "<lmchat|anchor>"
 _PUA = "\ue000"
 
 
 class TokenCodec:
-    """A tokenizer seen as: special strings, their ids, and a content-safe encoder."""
+    """A vocabulary seen as: marker strings, their ids, and a content-safe encoder.
+
+    ``special`` maps every added token (special or not) to its id: those are
+    the strings that are markup when the template writes them and text
+    anywhere else.
+    """
 
     def __init__(self, tokenizer: Any):
-        with needs("token-level sessions", "tokens"):
-            from tokenizers import AddedToken, Tokenizer
-
-        backend = getattr(tokenizer, "backend_tokenizer", None) or getattr(tokenizer, "_tokenizer", None)
-        if isinstance(tokenizer, Tokenizer):
-            backend = tokenizer
-        if not isinstance(backend, Tokenizer):
-            raise TypeError(
-                f"expected a transformers fast tokenizer or a tokenizers.Tokenizer, got {type(tokenizer).__name__}"
-            )
+        self.vocab: Vocabulary = tokenizer if isinstance(tokenizer, Vocabulary) else HFVocab(tokenizer)
         self.tokenizer = tokenizer
-        self._markup = backend
-        added = backend.get_added_tokens_decoder()
-        self.special: dict[str, int] = {t.content: i for i, t in added.items() if t.special}
+        self.special: dict[str, int] = dict(self.vocab.added)
         # longest first, so '<|im_start|>' never matches inside a longer special string
         self._pattern = re.compile("|".join(re.escape(s) for s in sorted(self.special, key=len, reverse=True))) \
             if self.special else None
-        # a private copy that treats special strings as text, plus an anchor added token
-        self._content = Tokenizer.from_str(backend.to_str())
-        self._content.encode_special_tokens = True
-        self._content.add_tokens([AddedToken(ANCHOR, special=False, normalized=False)])
-        self._anchor_id = self._content.token_to_id(ANCHOR)
+        self._outputs: dict[type, frozenset[str]] = {}
 
     # ------------------------------------------------------------------ encoding
     def encode_text(self, text: str, *, at_start: bool) -> list[int]:
         """Plain-text ids of ``text``; ``at_start``: it opens the prompt (no added token before it)."""
-        if not text:
-            return []
-        if at_start:
-            return self._content.encode(text, add_special_tokens=False).ids
-        ids = self._content.encode(ANCHOR + text, add_special_tokens=False).ids
-        if not ids or ids[0] != self._anchor_id:
-            raise AssertionError("anchor token was not kept first")  # tokenizer normalises added tokens away
-        return ids[1:]
+        return self.vocab.encode_plain(text, at_start=at_start) if text else []
 
     def encode(
         self, text: str, spans: Sequence[tuple[int, int]], *, base: int = 0
@@ -97,16 +85,10 @@ class TokenCodec:
         pos = 0
 
         def plain(chunk: str, at: int) -> None:
-            if not chunk:
-                return
-            if at == 0:
-                enc = self._content.encode(chunk, add_special_tokens=False)
-                ids.extend(enc.ids)
-                starts.extend(at + a for a, _ in enc.offsets)
-            else:
-                enc = self._content.encode(ANCHOR + chunk, add_special_tokens=False)
-                ids.extend(enc.ids[1:])
-                starts.extend(at + a - len(ANCHOR) for a, _ in enc.offsets[1:])
+            if chunk:
+                chunk_ids, offsets = self.vocab.encode_plain_offsets(chunk, at_start=at == 0)
+                ids.extend(chunk_ids)
+                starts.extend(at + a for a in offsets)
 
         for start, end in spans:
             plain(text[pos:start], pos)
@@ -118,29 +100,50 @@ class TokenCodec:
 
     def plain_encode(self, text: str) -> list[int]:
         """The tokenizer's own encoding (special strings parsed everywhere), for comparison."""
-        return self._markup.encode(text, add_special_tokens=False).ids
+        return self.vocab.encode_parsed(text)
 
     def decode(self, ids: Sequence[int]) -> str:
-        return self._markup.decode(list(ids), skip_special_tokens=False)
+        return self.vocab.decode(ids)
 
-    def special_spans(self, text: str) -> list[tuple[int, int]]:
+    def special_spans(self, text: str, keep: frozenset[str] | None = None) -> list[tuple[int, int]]:
+        """Where marker strings occur in ``text`` (only those in ``keep`` when it is given)."""
         if self._pattern is None:
             return []
-        return [m.span() for m in self._pattern.finditer(text)]
+        return [m.span() for m in self._pattern.finditer(text) if keep is None or m.group() in keep]
 
     # ------------------------------------------------------------------ structure
-    def defuse(self, value: Any) -> Any:
-        """``value`` with every special string replaced by private-use characters of the same length."""
+    def output_tokens(self, template: BaseTemplate) -> frozenset[str]:
+        """The added tokens in the markup the template's model writes in its answers (tool-call
+        markers, think tags): an assistant message keeps them as markers, as the model wrote them."""
+        kind = type(template)
+        if kind not in self._outputs:
+            from .tools.registry import output_markers  # the parsers know each model's output markup
+
+            markers = output_markers(template)
+            self._outputs[kind] = frozenset(t for t in self.special if any(t in m for m in markers))
+        return self._outputs[kind]
+
+    def defuse(self, value: Any, keep: frozenset[str] = frozenset()) -> Any:
+        """``value`` with every special string (but those in ``keep``) replaced by private-use
+        characters of the same length."""
         if isinstance(value, str):
-            return self._pattern.sub(lambda m: _PUA * len(m.group()), value) if self._pattern else value
+            if self._pattern is None:
+                return value
+            return self._pattern.sub(lambda m: m.group() if m.group() in keep else _PUA * len(m.group()), value)
         if isinstance(value, dict):
-            return {k: self.defuse(v) for k, v in value.items()}
+            return {k: self.defuse(v, keep) for k, v in value.items()}
         if isinstance(value, list):
-            return [self.defuse(v) for v in value]
+            return [self.defuse(v, keep) for v in value]
         return value
 
+    def defuse_message(self, message: dict, template: BaseTemplate) -> dict:
+        """A message as :meth:`structural_spans` sees it: an answer keeps its model's output markers."""
+        keep = self.output_tokens(template) if message.get("role") == "assistant" else frozenset()
+        return self.defuse(message, keep)
+
     def structural_spans(self, template: BaseTemplate, chat: Chat, start: int, text: str) -> list[tuple[int, int]] | None:
-        """Spans of the special tokens the template itself wrote in ``render_window(chat, start)``.
+        """Spans of the special tokens the template itself wrote in ``render_window(chat, start)``,
+        plus an answer's own output markers.
 
         None when defusing content changed the rendering (content steers the
         template's markup), in which case the spans cannot be told apart.
@@ -148,7 +151,7 @@ class TokenCodec:
         if self._pattern is None:
             return []
         defused = Chat(
-            _DefusedMessages(chat.messages, self),
+            _DefusedMessages(chat.messages, self, template),
             tools=self.defuse(chat.tools),
             add_generation_prompt=chat.add_generation_prompt,
             date=chat.date,
@@ -159,12 +162,12 @@ class TokenCodec:
             return None
         return self.special_spans(shadow)
 
-
     def spans(self, template: BaseTemplate, chat: Chat, start: int, text: str, policy: str = "split"):
         """The special-token spans to encode as control ids in ``render_window(chat, start)``.
 
-        ``'split'``/``'reject'``: only those the template wrote; ``'allow'`` (legacy,
-        transformers' behaviour): every special string, content included.
+        ``'split'``/``'reject'``: only those the template wrote (and an answer's
+        output markers); ``'allow'`` (legacy, transformers' behaviour): every
+        special string, content included.
         """
         if policy != "allow":
             structural = self.structural_spans(template, chat, start, text)
@@ -176,9 +179,10 @@ class TokenCodec:
 class _DefusedMessages(Sequence):
     """A lazy, defused view of a message list (only the messages a window reads are copied)."""
 
-    def __init__(self, messages: list[dict], codec: TokenCodec):
+    def __init__(self, messages: list[dict], codec: TokenCodec, template: BaseTemplate):
         self._messages = messages
         self._codec = codec
+        self._template = template
         self._cache: dict[int, dict] = {}
 
     def __len__(self) -> int:
@@ -190,21 +194,35 @@ class _DefusedMessages(Sequence):
         if i < 0:
             i += len(self)
         if i not in self._cache:
-            self._cache[i] = self._codec.defuse(self._messages[i])
+            self._cache[i] = self._codec.defuse_message(self._messages[i], self._template)
         return self._cache[i]
 
 
-_CODECS: dict[int, tuple[Any, TokenCodec]] = {}
+#: one codec per tokenizer, for as long as the tokenizer lives (building one copies the tokenizer)
+_CODECS: "weakref.WeakKeyDictionary[Any, TokenCodec]" = weakref.WeakKeyDictionary()
+#: tokenizers that cannot be weakly referenced (``tokenizers.Tokenizer``): the few most recent
+_PINNED: OrderedDict[int, tuple[Any, TokenCodec]] = OrderedDict()
+PINNED_CODECS = 8
 
 
 def codec_for(tokenizer: Any) -> TokenCodec:
-    """One codec per tokenizer object (building one copies the tokenizer once)."""
+    """The codec of a tokenizer (or vocabulary), built once per tokenizer object."""
     if isinstance(tokenizer, TokenCodec):
         return tokenizer
-    entry = _CODECS.get(id(tokenizer))
+    try:
+        codec = _CODECS.get(tokenizer)
+        if codec is None:
+            codec = _CODECS[tokenizer] = TokenCodec(tokenizer)
+        return codec
+    except TypeError:  # not weakly referenceable
+        pass
+    entry = _PINNED.get(id(tokenizer))
     if entry is None or entry[0] is not tokenizer:
         entry = (tokenizer, TokenCodec(tokenizer))
-        _CODECS[id(tokenizer)] = entry
+        _PINNED[id(tokenizer)] = entry
+        while len(_PINNED) > PINNED_CODECS:
+            _PINNED.popitem(last=False)
+    _PINNED.move_to_end(id(tokenizer))
     return entry[1]
 
 

@@ -112,17 +112,39 @@ def validate_messages(history: Sequence[dict], new: Iterable[dict], *, start: in
         seen.append(message)
 
 
-def injected_specials(messages: Iterable[dict], specials: Iterable[str], start: int) -> None:
-    """The ``'reject'`` policy: name the first special-token string typed into a message."""
+def injected_specials(messages: Iterable[dict], specials: Iterable[str], start: int,
+                      answer_markup: Iterable[str] = ()) -> None:
+    """The ``'reject'`` policy: name the first special-token string typed into a message.
+
+    An assistant message may hold ``answer_markup`` (its model's tool-call and
+    think markers); every other marker is refused anywhere, in any string of
+    the message (content, content parts, tool-call arguments, names).
+    """
     specials = sorted(set(specials), key=len, reverse=True)
+    allowed = set(answer_markup)
     for k, message in enumerate(messages):
-        for field, value in message.items():
-            if field == "role" or not isinstance(value, str):
-                continue
+        exempt = allowed if message.get("role") == "assistant" else set()
+        for field, value in _strings(message):
+            text = value
+            for marker in exempt:
+                text = text.replace(marker, "")
             for token in specials:
-                if token and token in value:
+                if token and token in text:
                     raise InvalidMessages(f"contains the special token {token!r} (injection policy 'reject')",
                                           index=start + k, field=field)
+
+
+def _strings(value: Any, path: str = "") -> Iterable[tuple[str, str]]:
+    """Every string inside a message, with the path of the field that holds it (the role aside)."""
+    if isinstance(value, str):
+        yield path, value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if not (path == "" and key == "role"):
+                yield from _strings(item, f"{path}.{key}" if path else str(key))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _strings(item, f"{path}[{i}]")
 
 
 _MARKER = re.compile(r"<\|[^|<>\s]+\|>|<｜[^｜\s]+｜>|</?s>|<(?:start|end)_of_turn>|\[/?[A-Z_]{3,}\]")

@@ -59,6 +59,8 @@ class Format:
 
     #: how call ids are made (given the id the model wrote, if any)
     ids = staticmethod(openai_id)
+    #: marker strings the model writes in its answers in this format (they are its markup, not content)
+    markers: tuple[str, ...] = ()
 
     def __init__(self, sink: Sink):
         self.sink = sink
@@ -88,6 +90,11 @@ class RegionFormat(Format):
 
     opens: tuple[str, ...] = ()
     closes: tuple[str, ...] = ()
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "markers" not in cls.__dict__:  # a format with markers inside its regions lists them itself
+            cls.markers = tuple(dict.fromkeys((*cls.opens, *cls.closes)))
 
     def __init__(self, sink: Sink):
         super().__init__(sink)

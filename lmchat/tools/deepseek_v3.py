@@ -62,6 +62,7 @@ class DeepSeekCall:
 class DeepSeekV3(RegionFormat):
     opens = (CALLS_BEGIN, CALL_BEGIN, CALLS_END)
     closes = (CALL_END,)
+    markers = (*opens, *closes, SEP)
 
     def open(self, marker: str) -> DeepSeekCall | None:
         return DeepSeekCall(self.sink) if marker == CALL_BEGIN else None  # the list markers only group calls

@@ -77,6 +77,18 @@ def response_format(template: Any) -> ResponseFormat:
     return next((TEMPLATE_FORMATS[n] for n in names if n in TEMPLATE_FORMATS), ResponseFormat())
 
 
+def output_markers(template: Any) -> tuple[str, ...]:
+    """The markup a template's model writes in its own answers: tool-call markers, think tags.
+
+    In an assistant message these are the model's format, so a token-level
+    session encodes them as the tokenizer's marker ids, as the model generated
+    them; anywhere else (a user's message, a tool result) they are text.
+    """
+    fmt = response_format(template)
+    think = (OPEN, CLOSE) if fmt.reasoning else ()
+    return tuple(dict.fromkeys((*FORMATS[fmt.tools].markers, *think)))
+
+
 def prompt_opens_think(template: Any, **template_kwargs: Any) -> bool:
     """Whether the template's generation prompt leaves a ``<think>`` block open (QwQ; not Qwen3).
 

@@ -20,6 +20,8 @@ NAME_SO_FAR = re.compile(r"[ \t\r]*[\w.\-:/]*[ \t\r]*")  # a line that may still
 class SegmentFormat(Format):
     """Segment bookkeeping; subclasses parse a tool segment's body (``tool_feed``/``tool_close``)."""
 
+    markers = (SEP,)
+
     def __init__(self, sink):
         super().__init__(sink)
         self.state = "meta"  # meta (reading the first line), content, tool
