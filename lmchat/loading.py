@@ -25,6 +25,7 @@ import attrs
 from .errors import TemplateConfigError, UnknownTemplate
 from .registry import canonical_name, get_template, register, template_class
 from .templates.base import AffixTemplate, BaseTemplate
+from .templates.fields import check_overrides
 from .templates.xtuner import XTUNER_KEYS, XTunerTemplate
 
 #: LMDeploy ``ChatTemplateConfig`` field -> accepted JSON type (float fields take integers too)
@@ -134,6 +135,7 @@ def template_from_lmdeploy_config(data: dict, source: str | None = None) -> Base
             field=given[0],
             source=source,
         )
+    check_overrides(cls(), fields, source)
     return cls(**fields)
 
 
@@ -221,6 +223,7 @@ def _with_overrides(template: BaseTemplate, overrides: dict, source: str) -> Bas
         if key not in known:
             raise TemplateConfigError(f"unknown field (fields: {', '.join(sorted(known))})", field=key, source=source)
     try:
+        check_overrides(template, overrides, source)
         return attrs.evolve(template, **overrides)
     except TemplateConfigError:
         raise

@@ -96,11 +96,16 @@ def get_template(name: str, **overrides: Any):
                 f"unknown field for template {name!r} (fields: {', '.join(sorted(known))})", field=key
             )
     try:
-        return cls(**overrides)
+        template = cls(**overrides)
     except (TypeError, ValueError) as exc:
         if isinstance(exc, TemplateConfigError):
             raise
         raise TemplateConfigError(str(exc), source=f"template {name!r}") from exc
+    if overrides:
+        from .templates.fields import check_overrides  # rendering probes, once per template value
+
+        check_overrides(cls(), overrides)
+    return template
 
 
 def template_names() -> list[str]:

@@ -114,6 +114,8 @@ class Session:
         self.date = date or _dt.date.today()  # frozen so the prompt prefix never changes at midnight
         self.template_kwargs: dict[str, Any] = dict(template_kwargs or {})
         self._chat = Chat([], tools=None if tools is None else list(tools), date=self.date, kwargs=self.template_kwargs)
+        if system is None:
+            system = self.template.default_system  # meta_instruction on a template that does not render it
         self._system = system
         if system is not None:
             self._chat.messages.append({"role": "system", "content": system})

@@ -123,3 +123,43 @@ def test_sampling_settings_are_complete(name):
     assert set(params) == {"session_len", "top_p", "top_k", "temperature", "repetition_penalty", "stop_words",
                            "capability"}
     assert params["session_len"] > 0 and 0 < params["top_p"] <= 1 and params["temperature"] >= 0
+
+
+STRING_FIELDS = ("system", "meta_instruction", "eosys", "user", "eoh", "assistant", "eoa", "separator", "bos")
+
+
+@pytest.mark.parametrize("name", CHAT)
+def test_an_override_is_honoured_or_refused_never_ignored(name, tmp_path):
+    t = get_template(name)
+    probe = [{"role": "system", "content": "s"}, u("u"), {"role": "assistant", "content": "a"}, u("v")]
+    try:
+        before = t.messages2prompt(probe)
+    except TemplateRuleError:
+        probe = probe[1:]
+        before = t.messages2prompt(probe)
+    for field in STRING_FIELDS:
+        value = (getattr(t, field) or "") + "<<marker>>"
+        try:
+            changed = get_template(name, **{field: value})
+        except TemplateConfigError as exc:
+            assert exc.field == field and "cannot honour" in str(exc)
+            config = tmp_path / f"{field}.json"  # the same refusal through an LMDeploy config
+            config.write_text(json.dumps({"model_name": name, field: value}))
+            with pytest.raises(TemplateConfigError, match=field):
+                lmchat.load_template(str(config))
+            continue
+        rendered = [changed.messages2prompt(m) for m in (probe, [u("v")])]
+        assert any("<<marker>>" in r for r in rendered) or rendered[0] != before, f"{field} ignored"
+        if field == "meta_instruction":  # a default system prompt: used when the conversation has none
+            assert "<<marker>>" in changed.messages2prompt([u("v")])
+
+
+def test_meta_instruction_is_the_default_system_prompt_of_code_templates():
+    llama2 = get_template("llama2", meta_instruction="Be terse.")
+    assert llama2.messages2prompt([u("hi")]) == get_template("llama2").messages2prompt(
+        [{"role": "system", "content": "Be terse."}, u("hi")])
+    session = Session(llama2)
+    assert session.messages[0] == {"role": "system", "content": "Be terse."}
+    assert session.prompt("hi").text == llama2.messages2prompt([u("hi")])
+    with pytest.raises(TemplateConfigError, match="field 'eoh': template 'qwen3' cannot honour"):
+        get_template("qwen3", eoh="<|im_end|>\n")

@@ -193,8 +193,12 @@ class BaseTemplate:
     ) -> Chat:
         if isinstance(date, _dt.datetime):
             date = date.date()
+        messages = normalize_messages(messages)
+        default = self.default_system
+        if default is not None and (not messages or messages[0]["role"] != "system"):
+            messages.insert(0, {"role": "system", "content": default})
         return Chat(
-            normalize_messages(messages),
+            messages,
             tools=tools,
             add_generation_prompt=add_generation_prompt,
             date=date,
@@ -264,6 +268,16 @@ class BaseTemplate:
         return self.registered_name or type(self).__name__
 
     @property
+    def default_system(self) -> str | None:
+        """The system prompt a conversation without one gets: ``meta_instruction`` on a template
+        that does not render it itself (LMDeploy's meaning of the field); None otherwise."""
+        if self.meta_instruction is None:
+            return None
+        from .fields import honoured  # rendering probes: asked once per template value
+
+        return None if "meta_instruction" in honoured(self) else self.meta_instruction
+
+    @property
     def sampling_params(self) -> dict[str, Any]:
         """The bundled sampling settings."""
         return {f: getattr(self, f) for f in SAMPLING_FIELDS}
@@ -290,6 +304,10 @@ class BaseTemplate:
         return get_template(name, **data)
 
     def evolve(self, **changes: Any) -> "BaseTemplate":
+        """A copy with ``changes``; a field this template would ignore is refused (:mod:`.fields`)."""
+        from .fields import check_overrides
+
+        check_overrides(self, changes)
         return attrs.evolve(self, **changes)
 
 

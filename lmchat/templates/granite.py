@@ -73,7 +73,7 @@ class Granite3(BaseTemplate):
     separator: str = "\n"
     stop_words: tuple[str, ...] | None = stops(EOT)
 
-    def default_system(self, chat: Chat) -> str:
+    def builtin_system(self, chat: Chat) -> str:
         tools, documents, controls = chat.tools, chat.kwargs.get("documents"), chat.kwargs.get("controls") or ()
         text = DEFAULT_SYSTEM.format(date=chat.today().strftime("%B %d, %Y"))
         if tools and documents:
@@ -92,7 +92,7 @@ class Granite3(BaseTemplate):
 
     def header(self, chat: Chat) -> str:
         own = chat.role(0) == "system"
-        out = [self.system, chat.text(0) if own else self.default_system(chat), self.eosys]
+        out = [self.system, chat.text(0) if own else self.builtin_system(chat), self.eosys]
         if chat.tools:
             out += [f"{START}tools{END}", tojson(chat.tools, indent=4), f"{EOT}\n"]
         documents = chat.kwargs.get("documents")
