@@ -162,4 +162,4 @@ def test_meta_instruction_is_the_default_system_prompt_of_code_templates():
     assert session.messages[0] == {"role": "system", "content": "Be terse."}
     assert session.prompt("hi").text == llama2.messages2prompt([u("hi")])
     with pytest.raises(TemplateConfigError, match="field 'eoh': template 'qwen3' cannot honour"):
-        get_template("qwen3", eoh="<|im_end|>\n")
+        get_template("qwen3", eoh="X")
