@@ -257,3 +257,20 @@ def test_agent_format_renderings_parse_back(name, interpreter):
 
 def test_every_mapped_template_exists():
     assert set(lmchat.tools.TEMPLATE_FORMATS) <= set(lmchat.template_names())
+
+
+@pytest.mark.parametrize("fmt, call", [
+    ("hermes", '<tool_call>\n{"name": "f", "arguments": {"k": "v"}}\n</tool_call>'),
+    ("glm45", "<tool_call>f\n<arg_key>k</arg_key><arg_value>v</arg_value></tool_call>"),
+    ("internlm", '<|action_start|><|plugin|>\n{"name": "f", "parameters": {"k": "v"}}<|action_end|>'),
+    ("deepseek_v3", '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{"k": "v"}\n```'
+                    '<｜tool▁call▁end｜><｜tool▁calls▁end｜>'),
+])
+def test_text_around_a_call_is_kept_as_the_model_wrote_it(fmt, call):
+    """The content is the answer minus the call markup: text on both sides is never glued together."""
+    parsed = parse_response(ResponseFormat(fmt), f"First part. {call} second part.")
+    assert parsed.content == "First part.  second part."
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in parsed.tool_calls] == \
+        [("f", {"k": "v"})]
+    # the whitespace a template puts between the content and a call is its separator, not content
+    assert parse_response(ResponseFormat(fmt), f"Sure.\n\n{call}\n").content == "Sure."

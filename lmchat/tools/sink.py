@@ -35,16 +35,23 @@ _TYPES: dict[str, Callable[[Any], bool]] = {
 
 
 class Channel:
-    """One text stream (content or reasoning) that can drop whitespace touching structure.
+    """One text stream (content or reasoning) whose whitespace around structure depends on where it is.
 
-    Trailing whitespace is held until more text shows it is not at a boundary;
-    after a boundary, leading characters of the set given are dropped.
+    Whitespace that touches structure (a tool call, a think block) is held at
+    the boundary: when text follows on the same channel and text came before,
+    it is the model's own and is kept (``"First part. <call> second part."``
+    reads ``"First part.  second part."``: the model's text minus the call);
+    at the start or the end of the channel it is the template's separator
+    (the blank line before a first call) and is dropped.
     """
 
     def __init__(self, emit: Callable[[str], None]):
         self._emit = emit
         self._pending = ""  # held trailing whitespace
         self.drop = ""  # characters to drop before the next text
+        self._gap: str | None = None  # whitespace held at a boundary, None when there is none
+        self._gap_chars = WS
+        self._wrote = False
 
     def write(self, text: str) -> None:
         if self.drop:
@@ -52,23 +59,34 @@ class Channel:
             if not stripped:
                 return
             text, self.drop = stripped, ""
+        if self._gap is not None:
+            rest = text.lstrip(self._gap_chars)
+            self._gap += text[: len(text) - len(rest)]
+            if not rest:
+                return
+            if self._wrote and self._gap:  # between two texts: the model's whitespace
+                self._emit(self._gap)
+            text, self._gap = rest, None
         body = text.rstrip(WS)
         if body:
             self._emit(self._pending + body)
-            self._pending = ""
+            self._pending, self._wrote = "", True
         self._pending += text[len(body):]
 
     def boundary(self, chars: str = WS) -> None:
-        """Structure starts here: drop the held whitespace in ``chars``, and the same after."""
+        """Structure starts here: the held whitespace in ``chars`` waits to see what follows."""
         kept = self._pending.rstrip(chars)
         if kept:
             self._emit(kept)
-        self._pending, self.drop = "", chars
+            self._wrote = True
+        self._gap = (self._gap or "") + self._pending[len(kept):]
+        self._gap_chars = chars
+        self._pending = ""
 
     def flush(self) -> None:
         if self._pending:
             self._emit(self._pending)
-        self._pending = ""
+        self._pending, self._gap = "", None  # whitespace held at a boundary at the end: a separator
 
 
 def openai_id(model_id: Any) -> str:
