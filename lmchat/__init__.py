@@ -1,7 +1,9 @@
 """lmchat: exact chat prompts and stateful interactive sessions for chat LLMs."""
 from .errors import (
+    ConfigError,
     InvalidMessages,
     LmchatError,
+    MissingExtra,
     ModelMatchError,
     SessionError,
     SessionLengthExceeded,
@@ -48,6 +50,8 @@ __all__ = [
     "SessionLengthExceeded",
     "StopMatcher",
     "TemplateConfigError",
+    "ConfigError",
+    "MissingExtra",
     "TemplateRuleError",
     "TurnResult",
     "UnknownTemplate",

@@ -57,14 +57,18 @@ class UnknownTemplate(LmchatError, KeyError):
         return self.args[0]
 
 
-class TemplateConfigError(LmchatError, ValueError):
-    """A template definition (overrides, config file) has a bad field."""
+class ConfigError(LmchatError, ValueError):
+    """A bad option: names the option (``field``) and where it came from (``source``)."""
 
     def __init__(self, reason: str, *, field: str | None = None, source: str | None = None):
         self.field = field
         self.source = source
         where = " ".join(p for p in (source, f"field {field!r}" if field else None) if p)
         super().__init__(f"{where}: {reason}" if where else reason)
+
+
+class TemplateConfigError(ConfigError):
+    """A template definition (overrides, config file) has a bad field."""
 
 
 class SessionError(LmchatError, RuntimeError):

@@ -11,7 +11,8 @@
   ``.gguf`` file: the chat template the model ships.
 
 ``register_template(name, template)`` makes a loaded template available by
-name, everywhere a built-in one is.
+name, everywhere a built-in one is; ``saveable`` registers a file's template
+under ``file:<path>`` so that sessions on it can be saved and resumed.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from typing import Any
 
 import attrs
 
-from .errors import TemplateConfigError, UnknownTemplate
+from .errors import LmchatError, TemplateConfigError, UnknownTemplate
 from .registry import canonical_name, get_template, register, template_class
 from .templates.base import AffixTemplate, BaseTemplate
 from .templates.fields import check_overrides
@@ -262,3 +263,18 @@ def register_template(name: str, template: BaseTemplate, *aliases: str, force: b
     )
     register(name, *aliases, force=force)(cls)
     return get_template(name)
+
+
+def saveable(template: BaseTemplate, source: str) -> BaseTemplate:
+    """``template`` such that sessions on it round-trip through ``to_dict``.
+
+    A template loaded from a file has no registered name, so a snapshot could
+    not name it; it is registered as ``file:<absolute path>`` (again on each
+    start, so ``--chat-template FILE --resume`` restores its sessions).
+    """
+    try:
+        if BaseTemplate.from_dict(template.to_dict()) == template:
+            return template
+    except LmchatError:
+        pass  # not registered under its name: register it below
+    return register_template(f"file:{os.path.abspath(source)}", template, force=True)

@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
-from .errors import SessionError, TemplateConfigError
+from .errors import SessionError, ConfigError
 
 _REPLACEMENT = "\ufffd"  # what decoders produce for an incomplete UTF-8 sequence
 
@@ -37,9 +37,9 @@ def _words(value: str | Iterable[str] | None, field: str) -> list[str]:
     words = [value] if isinstance(value, str) else list(value)
     for i, w in enumerate(words):
         if not isinstance(w, str):
-            raise TemplateConfigError(f"stop words must be strings, got {type(w).__name__} at [{i}]", field=field)
+            raise ConfigError(f"stop words must be strings, got {type(w).__name__} at [{i}]", field=field)
         if not w:
-            raise TemplateConfigError(f"empty stop word at [{i}]: it would stop before any text", field=field)
+            raise ConfigError(f"empty stop word at [{i}]: it would stop before any text", field=field)
     return words
 
 

@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 
 from .registry import get_template
 from .templates.base import BaseTemplate
-from .tokens import codec_for
+from .session.tokens import codec_for
 
 IGNORE_INDEX = -100
 

@@ -34,7 +34,7 @@ class CacheBackend:
         self.eoa = get_template(template_name).eoa  # the end marker this engine's model emits
         self.codec = None
         if tokenizer is not None:
-            from lmchat.tokens import codec_for
+            from lmchat.session.tokens import codec_for
 
             self.codec = codec_for(tokenizer)
         self.held: dict[str, tuple[str, list[int]]] = {}
@@ -63,11 +63,15 @@ class CacheBackend:
             before, before_ids = self.held[sid]
         else:
             raise AssertionError(f"a delta that does not reset, for session {sid} the engine holds nothing for")
+        if delta.discard:  # the session asks the engine to drop a range of what it holds (shift, rewind, reopen)
+            start, count = delta.discard
+            if self.codec is None:  # a text session counts characters
+                before = before[:start] + before[start + count:]
+            else:  # ids are checked below; the text kept is what the context has before the delta
+                before_ids = before_ids[:start] + before_ids[start + count:]
+                before = request.context[: len(request.context) - len(delta.text)]
         if before + delta.text != request.context:
             raise AssertionError(f"held + delta != context: {before + delta.text!r} vs {request.context!r}")
-        if delta.discard:  # the session asks the engine to drop a range of what it holds (shift, drift rewind)
-            start, count = delta.discard
-            before_ids = before_ids[:start] + before_ids[start + count:]
         if self.codec is not None and before_ids + list(delta.token_ids) != list(request.context_ids):
             raise AssertionError("held ids + delta ids != context_ids")
         users = [m["content"] for m in request.messages if m["role"] == "user"]

@@ -8,7 +8,7 @@ import pytest
 import lmchat
 from lmchat.backends import Backend, GenerationRequest, SamplingParams, get_backend
 from lmchat.backends.echo import EchoBackend
-from lmchat.errors import TemplateConfigError
+from lmchat.errors import ConfigError
 
 from . import tokenizers_fixtures as tf
 
@@ -28,7 +28,7 @@ def test_get_backend_builds_it_and_it_meets_the_protocol():
     backend = get_backend("echo")
     assert isinstance(backend, EchoBackend) and isinstance(backend, Backend)
     assert backend.tokenizer is None
-    with pytest.raises(TemplateConfigError, match="unknown backend 'nope'"):
+    with pytest.raises(ConfigError, match="unknown backend 'nope'"):
         get_backend("nope")
 
 

@@ -11,7 +11,7 @@ from lmchat import SessionManager
 from lmchat.backends.echo import EchoBackend
 from lmchat.errors import (
     CapacityExceeded, InvalidMessages, LmchatError, SessionBusy, SessionExists, SessionNotFound,
-    TemplateConfigError,
+    ConfigError,
 )
 from lmchat.stores import VERSION_KEY, SQLiteStore
 
@@ -69,12 +69,12 @@ def test_bad_input_and_refusals_change_nothing():
     mgr.run_turn(sid, user("one"))
     with pytest.raises(InvalidMessages):
         mgr.stream_turn(sid, [{"role": "bogus", "content": "x"}])  # raised before any chunk
-    with pytest.raises(TemplateConfigError):
+    with pytest.raises(ConfigError):
         mgr.run_turn(sid, user("x"), params={"nope": 1})
     assert mgr.store.load(sid)[VERSION_KEY] == 2 and mgr.metrics()["sessions_active"] == 0
     with pytest.raises(SessionExists):
         mgr.create(session_id=sid)
-    with pytest.raises(TemplateConfigError, match="session id"):
+    with pytest.raises(ConfigError, match="session id"):
         mgr.create(session_id="has space")
     with pytest.raises(SessionNotFound) as info:
         mgr.run_turn("absent", user("x"))
@@ -82,11 +82,11 @@ def test_bad_input_and_refusals_change_nothing():
     mgr.stream_turn(sid, user("started, never read"))  # dropped at once: rolled back, unlocked
     assert mgr.run_turn(sid, user("two")).text == "echo: two"
     assert_alternates(mgr.get(sid).messages)
-    assert mgr.metrics()["errors"] == {"InvalidMessages": 1, "TemplateConfigError": 2, "SessionExists": 1,
+    assert mgr.metrics()["errors"] == {"InvalidMessages": 1, "ConfigError": 2, "SessionExists": 1,
                                        "SessionNotFound": 1}
-    with pytest.raises(TemplateConfigError, match="cannot expire"):
+    with pytest.raises(ConfigError, match="cannot expire"):
         SessionManager(EchoBackend(), store_ttl=10)
-    with pytest.raises(TemplateConfigError, match="unknown"):
+    with pytest.raises(ConfigError, match="unknown"):
         SessionManager(EchoBackend(), session_defaults={"colour": "red"})
 
 

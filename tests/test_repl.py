@@ -18,7 +18,7 @@ from lmchat.errors import BackendError
 from lmchat.repl.app import run_plain
 from lmchat.repl.conversation import Conversation
 from lmchat.repl.rendering import PlainOutput
-from lmchat.repl.snapshots import restored
+from lmchat.session.edits import restored
 from lmchat.repl.toolbar import toolbar_text
 from lmchat.stores import VERSION_KEY, SQLiteStore
 
@@ -120,7 +120,8 @@ def test_max_new_tokens_cut_then_continue_makes_one_answer(tmp_path):
     out, _ = chat(conv, "/set max_new_tokens default", "/continue")
     assert out == "You said: tell me more please\n"
     assert conv.session.messages[-1]["content"] == "You said: tell me more please" and conv.session.turns == 1
-    assert conv.backend.requests[-1].delta.text.endswith("<|im_start|>assistant\nYou said")
+    continued = conv.backend.requests[-1].delta  # the engine holds the cut answer: nothing is resent
+    assert continued.text == "" and not continued.reset and continued.discard is None
     chat(conv, "next")
     assert not conv.backend.requests[-1].delta.reset
     assert_canonical_after(conv)

@@ -8,9 +8,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import lmchat
-from lmchat.errors import SessionError, TemplateConfigError
+from lmchat.errors import ConfigError, SessionError
 from lmchat.stops import StopMatcher, combine_stops
-from lmchat.tokens import TokenCodec
+from lmchat.session.tokens import TokenCodec
 
 from .tokenizers_fixtures import deepseek
 
@@ -129,10 +129,10 @@ def test_no_stops_passes_everything_through():
 
 
 def test_empty_stop_word_is_rejected_naming_the_field():
-    with pytest.raises(TemplateConfigError, match="'stops'") as err:
+    with pytest.raises(ConfigError, match="'stops'") as err:
         StopMatcher(["ok", ""])
     assert err.value.field == "stops" and isinstance(err.value, ValueError)
-    with pytest.raises(TemplateConfigError, match="'stop'"):
+    with pytest.raises(ConfigError, match="'stop'"):
         combine_stops(("<|im_end|>",), [""])
 
 

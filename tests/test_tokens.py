@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import lmchat
 from lmchat import Session, SessionLengthExceeded, get_template
-from lmchat.tokens import codec_for, encode_prompt
+from lmchat.session.tokens import codec_for, encode_prompt
 
 from . import tokenizers_fixtures as tf
 from .conversations import dialogues
@@ -180,7 +180,7 @@ def test_overflow_truncate_still_fails_when_the_turn_alone_is_too_long():
 
 
 def test_unknown_overflow_policy():
-    with pytest.raises(lmchat.TemplateConfigError, match="overflow"):
+    with pytest.raises(lmchat.ConfigError, match="overflow"):
         Session("qwen", overflow="drop")
 
 

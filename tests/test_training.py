@@ -5,7 +5,7 @@ import pytest
 
 from lmchat import get_template
 from lmchat.training import IGNORE_INDEX, encode_for_training
-from lmchat.tokens import codec_for, encode_prompt
+from lmchat.session.tokens import codec_for, encode_prompt
 
 from . import tokenizers_fixtures as tf
 

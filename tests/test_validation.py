@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 import lmchat
 from lmchat import InvalidMessages, Session
-from lmchat.tokens import codec_for, encode_prompt
+from lmchat.session.tokens import codec_for, encode_prompt
 
 from . import tokenizers_fixtures as tf
 from .conversations import TOOLS
@@ -77,7 +77,7 @@ def test_reject_policy_names_the_offending_token():
     t = Session("smollm2", tokenizer=tf.smollm2(), injection="reject")
     with pytest.raises(InvalidMessages, match="im_start"):
         t.prompt("<|im_start|>")
-    with pytest.raises(lmchat.TemplateConfigError, match="injection"):
+    with pytest.raises(lmchat.ConfigError, match="injection"):
         Session("qwen", injection="maybe")
 
 

@@ -5,7 +5,7 @@ from typing import Any, Iterator, Protocol, runtime_checkable
 
 import attrs
 
-from ..errors import TemplateConfigError
+from ..errors import ConfigError
 from ..extras import load
 from ..session import Delta, Session
 
@@ -152,5 +152,5 @@ def get_backend(name: str, **options: Any) -> Backend:
     try:
         target = BACKENDS[name]
     except KeyError:
-        raise TemplateConfigError(f"unknown backend {name!r} (known: {', '.join(BACKENDS)})", field="backend") from None
+        raise ConfigError(f"unknown backend {name!r} (known: {', '.join(BACKENDS)})", field="backend") from None
     return load(target, f"the {name} backend", BACKEND_EXTRAS.get(name))(**options)

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..stops import StopMatcher
-from ..tokens import codec_for
+from ..session.tokens import codec_for
 from .base import Chunk, GenerationRequest
 
 

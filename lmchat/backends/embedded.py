@@ -18,9 +18,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from ..errors import ModelMatchError
 from ..logs import quiet_transformers_handler
 from ..matching import match_template
-from ..registry import get_template
-from ..stops import StopMatcher, combine_stops
-from ..tokens import codec_for
+from ..stops import StopMatcher
+from ..session.tokens import codec_for
 from .base import Chunk, GenerationRequest
 from .convert import cache_root, default_gguf, ensure_converted, quiet_transformers
 from .kvcache import KVStore
@@ -64,8 +63,7 @@ class EmbeddedBackend:
         self.model_id = source.name
         self.device = torch.device(device)
         self.folder = folder
-        self.template_name = template or _match(source, folder)
-        self.template = get_template(self.template_name)
+        self.template_name = template or _match(source, folder)  # a suggestion for new sessions: never used here
         self.codec = codec_for(self.tokenizer)
         self.caches = KVStore(self.model, budget_bytes=int(memory_budget_mb * 2**20), shift=shift)
         eos = self.model.generation_config.eos_token_id
@@ -143,9 +141,10 @@ class EmbeddedBackend:
         return logits
 
     def _decode(self, slot, logits, params, ids, cancelled, counts) -> Iterator[Chunk]:
-        stops = combine_stops(self.template.stop_words, params.stop)
-        stop_ids = self.eos_ids | {self.codec.special[w] for w in stops if w in self.codec.special}
-        matcher = StopMatcher(stops, stop_ids=stop_ids)
+        # the stops of the session's template and of the request, never those of a template this backend
+        # matched for its model (a session may use another); the model's own end-of-sequence ids end it too
+        stop_ids = self.eos_ids | {self.codec.special[w] for w in params.stop if w in self.codec.special}
+        matcher = StopMatcher(params.stop, stop_ids=stop_ids)
         sampler = Sampler(params, ids)
         kept = 0
         finish, text = "length", ""

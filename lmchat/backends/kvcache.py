@@ -19,7 +19,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 from transformers.models.llama.modeling_llama import rotate_half
 
-from ..errors import BackendError, TemplateConfigError
+from ..errors import BackendError, ConfigError
 
 #: architectures whose keys are rotated with ``rotate_half`` over the whole head (Llama's RoPE layout)
 ROTATE_HALF_MODELS = ("llama", "mistral", "qwen2", "qwen3")
@@ -50,7 +50,7 @@ class KVStore:
 
     def __init__(self, model, budget_bytes: int, shift: str = "rotate"):
         if shift not in ("rotate", "recompute"):
-            raise TemplateConfigError(f"must be 'rotate' or 'recompute', got {shift!r}", field="shift")
+            raise ConfigError(f"must be 'rotate' or 'recompute', got {shift!r}", field="shift")
         self.model = model
         self.config = model.config
         self.budget_bytes = budget_bytes

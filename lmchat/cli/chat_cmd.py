@@ -14,7 +14,8 @@ from ..repl.conversation import Conversation
 from ..paths import data_dir
 from ..repl.history import default_store_path, input_history
 from ..repl.rendering import PlainOutput, RichOutput
-from ..repl.snapshots import restored, saveable
+from ..loading import saveable
+from ..session.edits import restored
 from ..session import DRIFT_POLICIES, Session
 from ..stores import VERSION_KEY, open_store
 from .common import add_template_arguments, resolve_template

@@ -5,7 +5,7 @@ import datetime as dt
 import json
 import sys
 
-from ..errors import InvalidMessages, TemplateConfigError
+from ..errors import InvalidMessages, ConfigError
 from .common import add_template_arguments, resolve_template
 
 
@@ -46,16 +46,16 @@ def _date(text: str | None) -> dt.date | None:
     try:
         return dt.date.fromisoformat(text)
     except ValueError:
-        raise TemplateConfigError(f"expected YYYY-MM-DD, got {text!r}", field="--date") from None
+        raise ConfigError(f"expected YYYY-MM-DD, got {text!r}", field="--date") from None
 
 
 def _kwargs(text: str) -> dict:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise TemplateConfigError(f"not valid JSON: {exc}", field="--kwargs") from None
+        raise ConfigError(f"not valid JSON: {exc}", field="--kwargs") from None
     if not isinstance(value, dict):
-        raise TemplateConfigError("must be a JSON object", field="--kwargs")
+        raise ConfigError("must be a JSON object", field="--kwargs")
     return value
 
 

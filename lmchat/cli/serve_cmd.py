@@ -116,7 +116,7 @@ def run(args) -> int:
         from ..serve import create_app
     from ..manager import SessionManager
     from ..registry import get_template
-    from ..repl.snapshots import saveable
+    from ..loading import saveable
     from ..stores import open_store
 
     keys = list(args.api_key) + [k for k in os.environ.get(KEYS_ENV, "").split(",") if k.strip()]

@@ -23,9 +23,9 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from ..backends.base import Backend, Chunk, SamplingParams
 from ..errors import (
-    CapacityExceeded, EngineMismatch, SessionBusy, SessionExists, SessionNotFound, StoreConflict, TemplateConfigError,
+    CapacityExceeded, EngineMismatch, SessionBusy, SessionExists, SessionNotFound, StoreConflict, ConfigError,
 )
-from ..repl.snapshots import restored
+from ..session.edits import restored
 from ..session import Session
 from ..stores import VERSION_KEY, MemoryStore, SessionInfo, SessionStore
 from ..templates.base import BaseTemplate
@@ -56,7 +56,7 @@ class SessionManager:
         self.store = MemoryStore() if store is None else store
         if store_ttl is not None:
             if not hasattr(self.store, "ttl"):
-                raise TemplateConfigError(
+                raise ConfigError(
                     f"{type(self.store).__name__} cannot expire sessions (RedisStore can)", field="store_ttl"
                 )
             self.store.ttl = store_ttl
@@ -64,7 +64,7 @@ class SessionManager:
         self.session_defaults = dict(session_defaults or {})
         unknown = sorted(set(self.session_defaults) - set(SESSION_DEFAULTS))
         if unknown:
-            raise TemplateConfigError(f"unknown {unknown} (known: {', '.join(SESSION_DEFAULTS)})",
+            raise ConfigError(f"unknown {unknown} (known: {', '.join(SESSION_DEFAULTS)})",
                                       field="session_defaults")
         Session(template, **self.session_defaults)  # bad defaults fail here, not on the first request
         self.max_active = max_active

@@ -5,7 +5,7 @@ import hashlib
 import re
 import uuid
 
-from ..errors import TemplateConfigError
+from ..errors import ConfigError
 from ..session import Session
 
 #: ids go into store keys and URLs: printable, no spaces or slashes
@@ -22,7 +22,7 @@ def checked_id(session_id: str | None) -> str:
     if session_id is None:
         return uuid.uuid4().hex
     if not isinstance(session_id, str) or not SESSION_ID.fullmatch(session_id):
-        raise TemplateConfigError(
+        raise ConfigError(
             f"a session id is 1-128 of A-Z a-z 0-9 . _ : @ -, got {session_id!r}", field="session_id"
         )
     return session_id

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 import attrs
 
 from ..backends.base import Chunk, GenerationRequest, SamplingParams
-from ..errors import LmchatError, TemplateConfigError
+from ..errors import LmchatError, ConfigError
+from ..session.edits import Generation, commit_generation
 from ..tools import ParsedResponse, parse_response
 from .table import Entry
 
@@ -67,7 +68,7 @@ def sampling(session, params: SamplingParams | Mapping[str, Any] | None, stop, m
         try:
             base = SamplingParams.from_template(session.template, **overrides)
         except TypeError as exc:
-            raise TemplateConfigError(f"unknown sampling parameter: {exc}", field="params") from None
+            raise ConfigError(f"unknown sampling parameter: {exc}", field="params") from None
     changes: dict[str, Any] = {}
     if stop:
         extra = (stop,) if isinstance(stop, str) else tuple(stop)
@@ -152,8 +153,6 @@ class Turn:
         if final is None:  # a stream cut short (cancelled, or a backend that ended without its last chunk)
             final = self.final = Chunk(finish_reason="cancelled")
         text = "".join(self.texts)
-        ids = self.ids if session.context_ids is not None and (self.ids or not text) else None
-        stop = final.stop if final.finish_reason == "stop" else ""
         parsed = parse_response(session.template, text, tools=session.tools)
         fields: dict[str, Any] = {}
         if final.finish_reason == "stop" and parsed.tool_calls:
@@ -162,7 +161,7 @@ class Turn:
             fields = {"content": parsed.content, "tool_calls": _argument_objects(parsed.tool_calls)}
             if parsed.reasoning_content is not None:
                 fields["reasoning_content"] = parsed.reasoning_content
-        session.commit(text, token_ids=ids, stop=stop, **fields)
+        commit_generation(session, Generation(text, tuple(self.ids), final.finish_reason, final.stop), **fields)
         self.mgr._save(self.entry)
         self.final = final = attrs.evolve(final, cache_miss_reason=self.delta.reason)
         self.mgr._metrics.turn(time.monotonic() - self.started, final.prefilled, final.reused)

@@ -2,8 +2,7 @@
 
 Modules: :mod:`.conversation` (the session, backend and store of one chat, and
 its turns), :mod:`.streaming` (running a generation, Ctrl-C cancels),
-:mod:`.snapshots` (session edits through the ``to_dict`` format: resume,
-fork, system prompt, template, continuation), :mod:`.commands` (the slash
+:mod:`.commands` (the slash
 commands), :mod:`.rendering` (plain and rich output), :mod:`.toolbar`,
 :mod:`.history` (where files live) and :mod:`.app` (the terminal and plain
 loops).

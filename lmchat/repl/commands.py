@@ -10,11 +10,10 @@ from typing import Callable
 import attrs
 
 from ..errors import LmchatError
-from ..loading import load_template
+from ..loading import load_template, saveable
 from ..paths import data_dir
 from . import settings
 from .conversation import Conversation, describe_delta
-from .snapshots import saveable
 
 EXIT = object()  # a handler's return value that ends the REPL
 

@@ -9,16 +9,16 @@ than the turn in flight.
 """
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any, Callable
 
 from ..backends.base import Backend, GenerationRequest, SamplingParams, engine_id
 from ..errors import LmchatError, SessionError, StoreConflict
-from ..session import Delta, Session
+from ..session import Delta, Session, edits
+from ..session.edits import Generation, commit_generation
 from ..stores import VERSION_KEY, SessionStore
 from ..templates.base import BaseTemplate
-from . import settings, snapshots
+from . import settings
 from ..repetition import RepetitionGuard
 from .streaming import Outcome, generate, interrupt_flag
 
@@ -53,63 +53,52 @@ class Conversation:
 
     # ------------------------------------------------------------------ turns
     def ask(self, text: str) -> None:
-        self._turn(lambda: (self.session.prompt(text, max_new_tokens=self.params.max_new_tokens), "", ()))
+        self._turn(lambda: self.session.prompt(text, max_new_tokens=self.params.max_new_tokens))
 
     def retry(self) -> None:
         """Drop the last exchange and answer its user message again."""
 
         def start():
             dropped = self.session.undo()
-            return self.session.extend(dropped[:1], max_new_tokens=self.params.max_new_tokens), "", ()
+            return self.session.extend(dropped[:1], max_new_tokens=self.params.max_new_tokens)
 
         self._turn(start)
 
     def continue_answer(self) -> None:
-        """Generate more after the last answer (see :class:`snapshots.Continuation`)."""
+        """Generate more after the last answer: the session reopens it (:meth:`Session.reopen`)."""
+        shown = self.session.messages[-1].get("content") if self.session.messages else None
+        self._turn(self.session.reopen, shown if isinstance(shown, str) else "")
 
-        def start():
-            cont = snapshots.reopen_last_answer(self.session, self.params.max_new_tokens, self.tokenizer)
-            return cont.delta, cont.prefix, cont.prefix_ids
-
-        self._turn(start)
-
-    def _turn(self, start: Callable[[], tuple[Delta, str, tuple[int, ...]]]) -> None:
-        snapshot = copy.deepcopy(self.session.to_dict())  # to_dict shares the session's live lists
+    def _turn(self, start: Callable[[], Delta], shown: str = "") -> None:
+        """One turn: ``start`` computes the delta; ``shown`` is text to print before the reply (a reopened answer)."""
+        snapshot = self.session.to_dict()
         # Ctrl-C only cancels from here on, so a prompted turn is always committed (or rolled back)
         with interrupt_flag() as interrupted:
             try:
-                delta, prefix, prefix_ids = start()
+                delta = start()
             except BaseException:
                 self.session = Session.from_dict(snapshot, tokenizer=self.tokenizer)  # nothing was sent
                 raise
             try:
-                outcome = self._stream(delta, prefix, prefix_ids, interrupted)
+                outcome = self._stream(delta, shown, interrupted)
             except BaseException:
-                self.session = snapshots.restored(
+                self.session = edits.restored(
                     snapshot, self.tokenizer, "the last generation failed: what the engine holds is unknown"
                 )
                 raise
-            self._commit(outcome, prefix, prefix_ids)
+            commit_generation(self.session, Generation(outcome.text, tuple(outcome.token_ids),
+                                                       outcome.finish_reason, outcome.stop))
             self.save()
 
-    def _stream(self, delta: Delta, prefix: str, prefix_ids: tuple[int, ...], interrupted) -> Outcome:
-        session = self.session
-        ids = session.context_ids
-        request = GenerationRequest(
-            session_id=session.session_id,
-            delta=delta,
-            params=self.params,
-            context=session.context + prefix,  # what the engine holds once the delta is consumed
-            context_ids=None if ids is None else tuple(ids) + tuple(prefix_ids),
-            messages=tuple(session.messages),
-        )
+    def _stream(self, delta: Delta, shown: str, interrupted) -> Outcome:
+        request = GenerationRequest.from_session(self.session, delta, self.params)
         self.last_delta = delta
         self.cached = True
         if self.debug:
             self.out.debug(describe_delta(delta))
         self.out.begin_reply()
-        if prefix:
-            self.out.reply_text(prefix)  # the continued answer renders whole
+        if shown:
+            self.out.reply_text(shown)  # the continued answer renders whole
         try:
             outcome = generate(self.backend, request, self.out.reply_text, interrupted, RepetitionGuard())
         except BaseException:
@@ -118,19 +107,6 @@ class Conversation:
         self.out.end_reply(NOTES.get(outcome.finish_reason))
         self.last = outcome
         return outcome
-
-    def _commit(self, outcome: Outcome, prefix: str, prefix_ids: tuple[int, ...]) -> None:
-        """Commit what the engine now holds: a marker only when the model emitted one.
-
-        A turn cut short (max_new_tokens, Ctrl-C) is committed without an end
-        marker, as the engine holds it; the next delta then brings the marker
-        from the template, keeping ``context + delta == full prompt``.
-        """
-        ids = None
-        if self.session.context_ids is not None and (outcome.token_ids or not outcome.text):
-            ids = list(prefix_ids) + outcome.token_ids  # else the session encodes the text canonically
-        stop = outcome.stop if outcome.finish_reason == "stop" else ""
-        self.session.commit(prefix + outcome.text, token_ids=ids, stop=stop)
 
     # ------------------------------------------------------------------ session changes
     def replace(self, session: Session, version: int = 0) -> None:
@@ -141,12 +117,12 @@ class Conversation:
         self.save()
 
     def set_system(self, system: str | None) -> None:
-        self.replace(snapshots.with_system(self.session, system, self.tokenizer), self.version)
+        self.replace(edits.with_system(self.session, system, self.tokenizer), self.version)
 
     def set_template(self, template: BaseTemplate) -> str:
         """Switch templates (a reset); returns what happened to the backend's cache."""
         old = self.session
-        self.replace(snapshots.with_template(old, template, self.tokenizer), self.version)
+        self.replace(edits.with_template(old, template, self.tokenizer), self.version)
         if not self.cached:
             return f"template {template.name}: the backend held nothing for this session"
         self.backend.drop(old.session_id)
@@ -159,14 +135,14 @@ class Conversation:
 
     def fork(self) -> str:
         old = self.session.session_id
-        self.replace(snapshots.forked(self.session, self.tokenizer))
+        self.replace(edits.forked(self.session, self.tokenizer))
         return old
 
     def load_file(self, path: str) -> None:
         with open(path, encoding="utf-8") as f:
             try:
                 data = json.load(f)
-                session = snapshots.restored(data, self.tokenizer, f"loaded from {path}")
+                session = edits.restored(data, self.tokenizer, f"loaded from {path}")
             except (ValueError, KeyError, TypeError, AttributeError) as exc:  # not JSON, or not a snapshot
                 raise SessionError(f"{path}: not a session saved by /save ({type(exc).__name__}: {exc})") from None
         stored = self.store.load(session.session_id)

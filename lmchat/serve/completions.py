@@ -79,7 +79,7 @@ def _request(mgr, prompt: str, body: CompletionRequest) -> GenerationRequest:
     params = SamplingParams.from_template(template, **body.sampling(), stop=stop, max_new_tokens=body.max_tokens)
     ids = None
     if mgr.backend.tokenizer is not None:
-        from ..tokens import codec_for
+        from ..session.tokens import codec_for
 
         codec = codec_for(mgr.backend.tokenizer)
         ids = tuple(codec.encode(prompt, codec.special_spans(prompt))[0])

@@ -12,7 +12,7 @@ import logging
 
 from ..errors import (
     BackendError, CapacityExceeded, EngineMismatch, InvalidMessages, LmchatError, SessionBusy, SessionExists,
-    SessionLengthExceeded, SessionNotFound, StoreConflict, StoreError, TemplateConfigError,
+    SessionLengthExceeded, SessionNotFound, StoreConflict, StoreError, ConfigError,
     TemplateRuleError, UnknownTemplate,
 )
 
@@ -33,7 +33,7 @@ STATUSES: list[tuple[type, int, str, str]] = [
     (TemplateRuleError, 400, "invalid_request_error", "template_rule"),
     (InvalidMessages, 400, "invalid_request_error", "invalid_messages"),
     (UnknownTemplate, 400, "invalid_request_error", "unknown_template"),
-    (TemplateConfigError, 400, "invalid_request_error", "invalid_value"),
+    (ConfigError, 400, "invalid_request_error", "invalid_value"),
     (LmchatError, 400, "invalid_request_error", "invalid_request"),
 ]
 

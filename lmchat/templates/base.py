@@ -21,6 +21,7 @@ import attrs
 
 from ..errors import InvalidMessages, TemplateConfigError, TemplateRuleError
 from ..messages import Message, normalize_messages, text
+from . import continued
 
 SAMPLING_FIELDS = ("session_len", "top_p", "top_k", "temperature", "repetition_penalty", "stop_words", "capability")
 
@@ -212,7 +213,8 @@ class BaseTemplate:
         sequence_start: bool = True,
         *,
         tools: list[dict] | None = None,
-        add_generation_prompt: bool = True,
+        add_generation_prompt: bool | None = None,
+        continue_final_message: bool | str = False,
         date: _dt.date | None = None,
         **template_kwargs: Any,
     ) -> str:
@@ -221,14 +223,25 @@ class BaseTemplate:
         With ``sequence_start=False`` the result is what a session that already
         holds a finished exchange receives for these messages (no meta
         instruction, the glue after the last answer first).
+        ``continue_final_message`` (transformers' option; a field name such as
+        ``'reasoning_content'`` picks another field than ``'content'``) leaves
+        the final message open after its text, for the model to continue; it
+        excludes the generation prompt, which is otherwise on by default.
         """
         if isinstance(messages, str):
             return self.get_prompt(messages, sequence_start)
+        if continue_final_message and add_generation_prompt:
+            raise TemplateConfigError("continue_final_message and add_generation_prompt are not compatible",
+                                      field="continue_final_message")
+        generation = not continue_final_message if add_generation_prompt is None else add_generation_prompt
         if not sequence_start:
             return self._continuation(messages, tools=tools, date=date, **template_kwargs)
-        chat = self.make_chat(
-            messages, tools=tools, add_generation_prompt=add_generation_prompt, date=date, **template_kwargs
-        )
+        if continue_final_message:
+            field = continued.field_of(continue_final_message)
+            messages, text = continued.tagged(normalize_messages(messages), field)
+            chat = self.make_chat(messages, tools=tools, add_generation_prompt=False, date=date, **template_kwargs)
+            return continued.cut(self.render(chat), text)
+        chat = self.make_chat(messages, tools=tools, add_generation_prompt=generation, date=date, **template_kwargs)
         return self.render(chat)
 
     def get_prompt(self, prompt: str, sequence_start: bool = True) -> str:
@@ -245,22 +258,25 @@ class BaseTemplate:
             return self.messages2prompt(message)
         return self._continuation(message)
 
-    def _continuation(self, messages, **options) -> str:
-        from ..session import Session  # the session owns delta computation
+    def _continuation(self, messages, *, tools=None, date=None, **template_kwargs) -> str:
+        """What a session that holds one finished exchange receives for ``messages``.
 
-        session = Session(self, **{k: v for k, v in options.items() if k in ("tools", "date")})
-        session.template_kwargs.update({k: v for k, v in options.items() if k not in ("tools", "date")})
-        session.prompt("\x00")
-        session.commit(self.lead + "\x01")  # the answer as the model writes it, lead included
-        delta = session.extend(messages)
-        if delta.reset:
-            opened = self.tail(Chat([{"role": "user", "content": "\x00"}]))
+        The engine holds the first turn's prompt and an answer as the model
+        writes it (``lead``, text, ``eoa``); the continuation is the rest of the
+        full rendering, which must start with exactly that.
+        """
+        options = {"tools": tools, "date": date, **template_kwargs}
+        first = [{"role": "user", "content": "\x00"}]
+        held = self.messages2prompt(first, **options) + self.lead + "\x01" + self.eoa
+        full = self.messages2prompt([*first, {"role": "assistant", "content": "\x01"}, *messages], **options)
+        if not full.startswith(held):
+            opened = self.tail(Chat(first))
             raise TemplateRuleError(
                 "history-rewrite",
                 f"template {self.name!r} has no continuation: its generation prompt {opened!r} opens text that "
-                f"the rendered history of an answer drops ({delta.reason}); render the whole conversation instead",
+                "the rendered history of an answer drops; render the whole conversation instead",
             )
-        return delta.text
+        return full[len(held):]
 
     # ------------------------------------------------------------------ metadata
     @property

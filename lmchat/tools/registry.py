@@ -10,7 +10,7 @@ from typing import Any
 
 import attrs
 
-from ..errors import LmchatError, TemplateConfigError
+from ..errors import LmchatError, ConfigError
 from ..registry import canonical_name, get_template
 from .base import Format
 from .chatglm3 import ChatGLM3
@@ -47,7 +47,7 @@ class ResponseFormat:
     @tools.validator
     def _known(self, attribute, value):
         if value not in FORMATS:
-            raise TemplateConfigError(f"unknown tool-call format {value!r} (known: {', '.join(FORMATS)})", field="tools")
+            raise ConfigError(f"unknown tool-call format {value!r} (known: {', '.join(FORMATS)})", field="tools")
 
 
 #: canonical template name -> its model's output format (templates not listed: plain, no reasoning)

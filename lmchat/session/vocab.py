@@ -15,7 +15,7 @@ import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from .extras import needs
+from ..extras import needs
 
 
 @runtime_checkable

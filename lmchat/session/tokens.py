@@ -30,7 +30,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-from .templates.base import BaseTemplate, Chat
+from ..templates.base import BaseTemplate, Chat
 from .vocab import HFVocab, Vocabulary
 
 _PUA = "\ue000"
@@ -117,7 +117,7 @@ class TokenCodec:
         markers, think tags): an assistant message keeps them as markers, as the model wrote them."""
         kind = type(template)
         if kind not in self._outputs:
-            from .tools.registry import output_markers  # the parsers know each model's output markup
+            from ..tools.registry import output_markers  # the parsers know each model's output markup
 
             markers = output_markers(template)
             self._outputs[kind] = frozenset(t for t in self.special if any(t in m for m in markers))

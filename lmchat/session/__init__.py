@@ -1,0 +1,12 @@
+"""Sessions: one conversation kept in step with what the engine holds (see :mod:`.core`).
+
+:mod:`.state` (the delta, the held state), :mod:`.planning` (the next delta in
+O(turn)), :mod:`.overflow` (``session_len`` policies), :mod:`.reopening`
+(continuing the last answer), :mod:`.tokens` and :mod:`.vocab` (token ids,
+content never parsed as markers), :mod:`.edits` (resume, fork, system,
+template, the commit of a generation).
+"""
+from .core import DRIFT_POLICIES, FORMAT_VERSION, OVERFLOW_POLICIES, Session
+from .state import Delta
+
+__all__ = ["DRIFT_POLICIES", "FORMAT_VERSION", "OVERFLOW_POLICIES", "Delta", "Session"]

@@ -1,0 +1,374 @@
+"""Stateful interactive sessions: the conversation plus what the engine holds.
+
+The invariant, for every template: after each :meth:`Session.prompt`,
+either ``not d.reset and context_before + d.text == full`` or
+``d.reset and d.text == full``, where ``full`` is
+``template.messages2prompt(all messages so far, add_generation_prompt=True)``.
+
+Deltas cost O(turn) (:mod:`.planning`); a turn that does not fit in
+``session_len`` meets the overflow policy (:mod:`.overflow`); generated ids
+that are not the canonical encoding of their text meet the drift policy.
+"""
+from __future__ import annotations
+
+import copy
+import datetime as _dt
+import uuid
+from typing import Any, Iterable, Mapping
+
+from .. import validation
+from ..errors import ConfigError, SessionError
+from ..messages import Message, normalize_messages
+from ..registry import get_template
+from ..templates.base import BaseTemplate, Chat
+from . import overflow, reopening
+from .planning import Frame, next_plan
+from .state import Delta, Held, Plan
+
+FORMAT_VERSION = 1
+OVERFLOW_POLICIES = overflow.POLICIES
+#: what a session does when the engine's ids of an answer differ from their canonical encoding
+DRIFT_POLICIES = ("rewind", "reset", "keep")
+
+
+def _choice(value: str, allowed: tuple[str, ...], field: str) -> str:
+    if value not in allowed:
+        raise ConfigError(f"must be one of {', '.join(allowed)}, got {value!r}", field=field)
+    return value
+
+
+class Session:
+    """One conversation with one model, kept in step with the engine's KV cache."""
+
+    def __init__(
+        self,
+        template: BaseTemplate | str,
+        *,
+        system: str | None = None,
+        tools: list[dict] | None = None,
+        date: _dt.date | None = None,
+        session_id: str | None = None,
+        template_kwargs: Mapping[str, Any] | None = None,
+        tokenizer: Any = None,
+        session_len: int | None = None,
+        overflow: str = "error",
+        max_new_tokens: int = 0,
+        injection: str = "split",
+        max_message_chars: int | None = validation.DEFAULT_MAX_CHARS,
+        drift: str = "rewind",
+    ):
+        self.template = get_template(template) if isinstance(template, str) else template
+        self.overflow = _choice(overflow, OVERFLOW_POLICIES, "overflow")
+        self.injection = _choice(injection, validation.INJECTION_POLICIES, "injection")
+        self.drift = _choice(drift, DRIFT_POLICIES, "drift")
+        validation.validate_tools(tools)
+        self.max_message_chars = max_message_chars
+        self.max_new_tokens = max_new_tokens
+        self.session_len = session_len or self.template.session_len
+        self._codec = None
+        if tokenizer is not None:
+            from .tokens import codec_for  # tokenizers is only needed with a tokenizer
+
+            self._codec = codec_for(tokenizer)
+        self.session_id = session_id or uuid.uuid4().hex
+        if isinstance(date, _dt.datetime):
+            date = date.date()
+        self.date = date or _dt.date.today()  # frozen so the prompt prefix never changes at midnight
+        self.template_kwargs: dict[str, Any] = dict(template_kwargs or {})
+        self._chat = Chat([], tools=None if tools is None else list(tools), date=self.date, kwargs=self.template_kwargs)
+        if system is None:
+            system = self.template.default_system  # meta_instruction on a template that does not render it
+        self._system = system
+        if system is not None:
+            self._chat.messages.append({"role": "system", "content": system})
+        self._held = Held()
+
+    # ------------------------------------------------------------------ state
+    @property
+    def tools(self) -> list[dict] | None:
+        return self._chat.tools
+
+    @property
+    def messages(self) -> list[Message]:
+        """The conversation so far (copies; editing them does not change the session)."""
+        return [dict(m) for m in self._chat.messages]
+
+    @property
+    def context(self) -> str:
+        """Everything the engine holds for this session since the last reset."""
+        return self._held.context
+
+    @property
+    def context_ids(self) -> list[int] | None:
+        """The token ids the engine holds (None without a tokenizer)."""
+        return list(self._held.ids) if self._codec is not None else None
+
+    @property
+    def step(self) -> int:
+        """Size of what the engine holds: tokens with a tokenizer, else characters."""
+        return len(self._held.ids) if self._codec is not None else self._held.length
+
+    @property
+    def pending(self) -> bool:
+        """True between a prompt (or :meth:`reopen`) and the commit of its answer."""
+        return self._held.pending
+
+    @property
+    def needs_reset(self) -> str | None:
+        """Why the next delta will be a reset (the engine's cache no longer matches), or None."""
+        held = self._held
+        return (held.reset_reason or "reset requested") if held.needs_reset and held.parts else None
+
+    @property
+    def turns(self) -> int:
+        """Number of committed assistant answers."""
+        return sum(1 for m in self._chat.messages if m["role"] == "assistant")
+
+    def _frame(self) -> Frame:
+        return Frame(self.template, self._chat, self._codec, self.injection)
+
+    # ------------------------------------------------------------------ turns
+    def prompt(self, content: Any, role: str = "user", *, max_new_tokens: int | None = None) -> Delta:
+        """Add one message and return the delta the engine must consume."""
+        return self.extend([{"role": role, "content": content}], max_new_tokens=max_new_tokens)
+
+    def extend(self, messages: Iterable[Mapping[str, Any]], *, max_new_tokens: int | None = None) -> Delta:
+        """Add messages (e.g. several tool results) and return one delta.
+
+        With a tokenizer, the turn must fit: ``step + len(delta ids) +
+        max_new_tokens <= session_len``, otherwise the overflow policy applies.
+        """
+        chat = self._chat
+        n_old = len(chat.messages)
+        new = normalize_messages(list(messages), start=n_old)
+        validation.validate_messages(chat.messages, new, start=n_old, max_chars=self.max_message_chars)
+        if self.injection == "reject":
+            validation.injected_specials(new, self._special_strings(), n_old, self._output_markers())
+        chat.messages.extend(new)
+        try:
+            frame = self._frame()
+            plan = next_plan(frame, self._held)
+            if self._codec is not None and self.session_len is not None:
+                budget = overflow.Budget(self.session_len, self.max_new_tokens if max_new_tokens is None
+                                         else max_new_tokens, self.overflow, n_old)
+                plan = overflow.fit(frame, self._held, plan, budget)
+        except Exception:
+            del chat.messages[n_old:]  # bad input loses nothing already held
+            raise
+        self._apply(plan)
+        self._held.pending = True
+        return plan.delta
+
+    def _apply(self, plan: Plan) -> None:
+        held = self._held
+        if plan.full:
+            held = self._held = Held()
+        if plan.shift:
+            keep, resume = plan.shift
+            context, (start, count) = held.context, plan.delta.discard
+            held.truncate(0)
+            held.append(context[:keep] + context[resume:])
+            del held.ids[start:start + count]
+        held.append(plan.delta.text)
+        held.offsets[plan.window:] = plan.offsets[:-1]
+        held.tail = plan.offsets[-1]
+        held.rendered = len(self._chat.messages)
+        if plan.delta.token_ids is not None:
+            if held.rewind is not None and not plan.full:
+                del held.ids[held.rewind[0]:]  # the delta re-sends them
+            held.ids += plan.delta.token_ids
+            held.anchor = plan.anchor
+        held.rewind = held.answer_end = None
+
+    def _special_strings(self) -> set[str]:
+        """What the 'reject' policy refuses: the template's markers and the tokenizer's added tokens."""
+        markers = validation.template_markers(self.template)
+        return markers | set(self._codec.special) if self._codec is not None else markers
+
+    def _output_markers(self) -> frozenset[str]:
+        """What an assistant message may hold all the same: its model's output markup."""
+        from ..tools.registry import output_markers
+
+        found = set(output_markers(self.template))
+        if self._codec is not None:
+            found |= self._codec.output_tokens(self.template)
+        return frozenset(found)
+
+    def commit(
+        self, answer: str, token_ids: list[int] | None = None, *, stop: str | None = None, **fields: Any
+    ) -> None:
+        """Record the model's answer for the pending prompt.
+
+        ``answer`` is the text the model generated after the generation prompt
+        (after the reopened answer, following :meth:`reopen`), without the stop
+        word. The context gains it plus the end-of-turn marker that stopped it
+        (``stop``, by default ``template.eoa``; ``''`` when the answer was cut
+        short, as the engine then holds no marker). The stored message content
+        is the answer without the template's ``lead`` (text the model writes
+        before the content proper). ``fields`` are stored on the assistant
+        message (e.g. parsed ``tool_calls``).
+
+        ``token_ids`` are the generated ids (without the stop token). When they
+        differ from the canonical encoding of the answer (decode/encode drift),
+        the ``drift`` policy applies (see docs/tokens.md).
+        """
+        held = self._held
+        if not held.pending:
+            raise SessionError("commit() without a pending prompt: call prompt() first")
+        if not isinstance(answer, str):
+            raise SessionError(f"the answer must be a string, got {type(answer).__name__}")
+        stop = self.template.eoa if stop is None else stop
+        lead = self.template.lead
+        if held.reopened is not None:
+            content = held.reopened + answer
+        else:
+            content = answer[len(lead):] if lead and answer.startswith(lead) else answer
+        message = {"role": "assistant", "content": content, **fields}  # fields may override the content
+        validation.validate_messages(self._chat.messages, [message], start=len(self._chat.messages), max_chars=None)
+        self._chat.messages.extend(normalize_messages([message], len(self._chat.messages)))
+        end = held.length + len(answer)
+        ids_end = anchor = None
+        if self._codec is not None:
+            ids_end, anchor = self._commit_ids(answer, stop, token_ids)
+        held.append(answer + stop)
+        held.answer_end = (end, ids_end, *anchor) if anchor else (end, None, 0, 0)
+        held.pending, held.reopened = False, None
+
+    def _commit_ids(self, answer: str, stop: str, token_ids: list[int] | None) -> tuple[int | None, tuple[int, int]]:
+        """Append the answer's ids; returns where they end before the stop, and the anchor there."""
+        codec, held = self._codec, self._held
+        char0, id0 = held.anchor
+        open_text = held.context_from(char0)  # held text after the last structural token
+        text = open_text + answer + stop
+        stop_at = len(open_text) + len(answer)
+        # the answer's own output markup (tool-call markers, think tags) is markup, as the model wrote it
+        spans = [(len(open_text) + a, len(open_text) + b)
+                 for a, b in codec.special_spans(answer, keep=codec.output_tokens(self.template))]
+        inner = codec.encode(open_text + answer, spans, base=char0)[1]  # the anchor before the stop
+        before_stop = (char0 + inner[0], id0 + inner[1]) if inner else (char0, id0)
+        special_stop = stop in codec.special
+        spans += [(stop_at, len(text))] if special_stop else []
+        ids, anchor = codec.encode(text, spans, base=char0)
+        held_ids = held.ids[id0:]
+        canonical = ids[len(held_ids):] if ids[: len(held_ids)] == held_ids else None
+        stop_ids = [codec.special[stop]] if special_stop else codec.encode_text(stop, at_start=False)
+        if token_ids is not None:
+            new = [int(t) for t in token_ids] + stop_ids
+        else:
+            new = canonical if canonical is not None else codec.encode_text(answer, at_start=False) + stop_ids
+        anchor = (char0 + anchor[0], id0 + anchor[1]) if anchor else held.anchor
+        if new != canonical:
+            new, anchor = self._drifted(new, canonical, anchor, char0 + len(text))
+        start = len(held.ids)
+        held.ids += new
+        held.anchor = anchor
+        # where the answer ends in the ids is exact when the stop is one marker id, or nothing
+        ids_end = start + len(new) - len(stop_ids) if special_stop or not stop else None
+        return ids_end, before_stop
+
+    def _drifted(self, new: list[int], canonical: list[int] | None, anchor, end: int):
+        """The engine's ids of an answer differ from the canonical encoding: apply the drift policy.
+
+        Returns the ids the session holds from now on and its next anchor.
+        """
+        held = self._held
+        if self.drift == "keep":
+            # token-in/token-out: the engine's own ids stay; the next delta is encoded after them
+            return new, (end, len(held.ids) + len(new))
+        if self.drift == "rewind" and canonical is not None:
+            same = next((i for i, (a, b) in enumerate(zip(new, canonical)) if a != b), min(len(new), len(canonical)))
+            held.rewind = (len(held.ids) + same, len(new) - same)
+            return canonical, anchor
+        held.needs_reset = True
+        held.reset_reason = "the held ids differ from the canonical encoding of the answer (retokenization drift)"
+        return new, anchor
+
+    def reopen(self) -> Delta:
+        """Take the last answer back, open, for the engine to continue it (``/continue``).
+
+        The conversation ends with that answer rendered as transformers'
+        ``continue_final_message`` renders it, and the session is pending again:
+        :meth:`commit` records the continuation, which joins the answer. The
+        delta is usually empty text with ``discard`` dropping the end marker
+        the engine holds after the answer; a reset carrying the whole prompt
+        when what the engine holds does not end with the open answer (a
+        template that trims answers, a reset pending).
+        """
+        if self._held.pending:
+            raise SessionError("reopen() with a pending prompt: commit its answer first")
+        messages = self._chat.messages
+        if not messages or messages[-1]["role"] != "assistant":
+            raise SessionError("nothing to continue: the conversation does not end with an answer")
+        delta, self._held = reopening.reopen(self._frame(), self._held)
+        return delta
+
+    def undo(self) -> list[Message]:
+        """Drop the last exchange (from the last user message on); the next delta resets."""
+        msgs = self._chat.messages
+        last_user = max((i for i, m in enumerate(msgs) if m["role"] == "user"), default=None)
+        if last_user is None:
+            raise SessionError("nothing to undo: the session has no user message")
+        dropped = msgs[last_user:]
+        del msgs[last_user:]
+        self._held.pending, self._held.reopened = False, None
+        self._held.needs_reset = True
+        return dropped
+
+    def reset(self) -> None:
+        """Start the conversation over (the system prompt and tools stay); the next delta resets."""
+        del self._chat.messages[int(self._system is not None):]
+        self._held.pending, self._held.reopened = False, None
+        self._held.needs_reset = bool(self._held.parts)
+
+    # ------------------------------------------------------------------ persistence
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready snapshot that shares nothing with the session; :meth:`from_dict` restores it."""
+        return {
+            "version": FORMAT_VERSION,
+            "session_id": self.session_id,
+            "template": self.template.to_dict(),
+            "date": self.date.isoformat(),
+            "system": self._system,
+            "tools": copy.deepcopy(self._chat.tools),
+            "template_kwargs": copy.deepcopy(self.template_kwargs),
+            "messages": copy.deepcopy(self._chat.messages),
+            **self._held.to_dict(with_ids=self._codec is not None),
+            "session_len": self.session_len,
+            "overflow": self.overflow,
+            "max_new_tokens": self.max_new_tokens,
+            "injection": self.injection,
+            "max_message_chars": self.max_message_chars,
+            "drift": self.drift,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, tokenizer: Any = None) -> "Session":
+        """Restore a snapshot; pass the tokenizer again for token-level sessions.
+
+        A snapshot taken without token ids but restored with a tokenizer (or the
+        reverse) makes the next delta a reset, since the engine's ids are unknown.
+        """
+        if data.get("version") != FORMAT_VERSION:
+            raise SessionError(f"unsupported session format version {data.get('version')!r}")
+        session = cls(
+            BaseTemplate.from_dict(data["template"]),
+            tools=data.get("tools"),
+            date=_dt.date.fromisoformat(data["date"]),
+            session_id=data["session_id"],
+            template_kwargs=data.get("template_kwargs"),
+            tokenizer=tokenizer,
+            session_len=data.get("session_len"),
+            overflow=data.get("overflow", "error"),
+            max_new_tokens=data.get("max_new_tokens", 0),
+            injection=data.get("injection", "split"),
+            max_message_chars=data.get("max_message_chars", validation.DEFAULT_MAX_CHARS),
+            drift=data.get("drift", "rewind"),
+        )
+        session._system = data.get("system")
+        session._chat.messages[:] = normalize_messages(data["messages"])
+        with_ids = tokenizer is not None and data.get("context_ids") is not None
+        held = session._held = Held.from_dict(dict(data), with_ids=with_ids)
+        if (tokenizer is not None) != (data.get("context_ids") is not None) and held.parts:
+            held.needs_reset = True
+            held.reset_reason = "restored without the token ids the engine holds"
+        return session

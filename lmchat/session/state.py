@@ -1,0 +1,133 @@
+"""What a session hands the engine (:class:`Delta`) and what it holds (:class:`Held`).
+
+``Held`` is declared once: a reset starts a fresh one, a snapshot writes its
+fields (under the names of the snapshot format) and a restore reads them back.
+"""
+from __future__ import annotations
+
+import bisect
+from typing import Any
+
+import attrs
+
+
+@attrs.frozen
+class Delta:
+    """What the engine must consume for one turn.
+
+    ``text`` extends the engine's context unless ``reset``, in which case the
+    engine drops what it holds for the session and ``text`` is the whole prompt.
+    ``sequence_start`` is true for the first delta of a sequence (and for resets).
+    ``reason`` says why the engine could not simply extend what it held (a
+    reset, a drift rewind, an overflow). With a tokenizer, ``token_ids`` are
+    the ids of ``text`` (content never parsed as special tokens). ``dropped``
+    counts the messages an overflow policy removed from the front.
+    ``discard=(start, count)`` is a range the engine removes from what it
+    holds before appending the delta (no reset): old turns shifted out by the
+    ``'shift'`` overflow policy, drifted ids rewound, the end marker of an
+    answer reopened; it counts token ids with a tokenizer, else characters.
+    """
+
+    text: str
+    reset: bool = False
+    sequence_start: bool = False
+    reason: str | None = None
+    token_ids: list[int] | None = None
+    dropped: int = 0
+    discard: tuple[int, int] | None = None
+
+
+@attrs.define
+class Plan:
+    """A computed delta and the state it leads to, applied only once it is accepted."""
+
+    delta: Delta
+    offsets: list[int]  # piece starts from ``window`` on, then the tail start (context offsets)
+    window: int
+    full: bool = False
+    anchor: tuple[int, int] = (0, 0)
+    shift: tuple[int, int] | None = None  # (keep, resume): the context keeps [:keep] + [resume:]
+
+
+def _snapshot(key: str, **kwargs: Any):
+    """A held field, written to snapshots under ``key``."""
+    return attrs.field(metadata={"key": key}, **kwargs)
+
+
+@attrs.define
+class Held:
+    """What the engine holds for a session since its last reset, and where the conversation stands."""
+
+    parts: list[str] = _snapshot("context", factory=list)  # the context as the deltas and answers that built it
+    offsets: list[int] = _snapshot("offsets", factory=list)  # where each rendered message's piece starts
+    rendered: int = _snapshot("rendered", default=0)  # messages covered by the last rendering
+    tail: int = _snapshot("tail", default=0)  # where the last rendering's tail (generation prompt) starts
+    pending: bool = _snapshot("pending", default=False)  # a prompt awaits its answer
+    needs_reset: bool = _snapshot("needs_reset", default=False)
+    reset_reason: str | None = _snapshot("reset_reason", default=None)
+    ids: list[int] = _snapshot("context_ids", factory=list)  # the token twin of the context
+    anchor: tuple[int, int] = _snapshot("anchor", default=(0, 0), converter=tuple)  # (chars, ids) after the last marker
+    rewind: tuple[int, int] | None = _snapshot("rewind", default=None)  # drift 'rewind': (start, count) to drop
+    # the last answer's end before its stop marker: (chars, ids, anchor chars, anchor ids), for reopen()
+    answer_end: tuple[int, int, int, int] | None = _snapshot("answer_end", default=None)
+    reopened: str | None = _snapshot("reopened", default=None)  # content of the answer being continued
+    starts: list[int] = attrs.field(factory=list, repr=False)  # offset of each part (derived)
+    length: int = attrs.field(default=0, repr=False)  # characters held (derived)
+
+    def __attrs_post_init__(self) -> None:
+        if self.parts and not self.starts:
+            parts, self.parts = self.parts, []
+            for part in parts:
+                self.append(part)
+
+    # ------------------------------------------------------------------ text
+    def append(self, text: str) -> None:
+        if text:
+            self.starts.append(self.length)
+            self.parts.append(text)
+            self.length += len(text)
+
+    @property
+    def context(self) -> str:
+        return "".join(self.parts)
+
+    def context_from(self, pos: int) -> str:
+        """The held text from offset ``pos`` on, joining only the parts it spans."""
+        j = bisect.bisect_right(self.starts, pos) - 1
+        if j < 0:
+            return self.context[pos:]
+        return "".join(self.parts[j:])[pos - self.starts[j]:]
+
+    def truncate(self, chars: int) -> None:
+        """Keep the first ``chars`` characters of the context."""
+        kept = self.context[:chars]
+        self.parts, self.starts, self.length = [], [], 0
+        self.append(kept)
+
+    # ------------------------------------------------------------------ snapshots
+    def to_dict(self, with_ids: bool) -> dict[str, Any]:
+        out = {}
+        for a in attrs.fields(Held):
+            key = a.metadata.get("key")
+            if key is None:
+                continue
+            value = getattr(self, a.name)
+            if a.name == "ids" and not with_ids:
+                value = None
+            out[key] = list(value) if isinstance(value, (list, tuple)) else value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], with_ids: bool) -> "Held":
+        values = {}
+        for a in attrs.fields(cls):
+            key = a.metadata.get("key")
+            if key is None or data.get(key) is None:
+                continue
+            value = data[key]
+            values[a.name] = tuple(value) if a.name in ("rewind", "answer_end") else value
+        if not with_ids:
+            values.pop("ids", None)
+            values.pop("rewind", None)
+        held = cls(**values)
+        return held

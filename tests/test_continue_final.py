@@ -1,0 +1,44 @@
+"""``continue_final_message``: byte-exact with transformers on every official template; sessions reopen answers."""
+from __future__ import annotations
+
+import pytest
+
+import lmchat
+from lmchat import Session, get_template
+from lmchat.registry import template_class
+
+from . import oracle
+
+OFFICIAL = sorted(n for n in lmchat.template_names() if template_class(n).official)
+OPEN_ANSWERS = {
+    "plain": [{"role": "user", "content": "What is the capital of France?"},
+              {"role": "assistant", "content": "The capital of France is"}],
+    "system": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"},
+               {"role": "assistant", "content": "Hello"}, {"role": "user", "content": "Count to 3."},
+               {"role": "assistant", "content": "1, 2,"}],
+    "trailing space": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Well, "}],
+    "unicode": [{"role": "user", "content": "你好"}, {"role": "assistant", "content": "你好！我是"}],
+}
+
+
+@oracle.needs_corpus
+@pytest.mark.parametrize("name", OFFICIAL)
+def test_continue_final_message_matches_transformers(name):
+    cls = template_class(name)
+    for label, messages in OPEN_ANSWERS.items():
+        try:
+            expected = oracle.render(cls, messages, add_generation_prompt=False, continue_final_message=True)
+        except Exception:  # the official template refuses this conversation
+            with pytest.raises(ValueError):
+                cls().messages2prompt(messages, continue_final_message=True, date=oracle.DATE)
+            continue
+        got = cls().messages2prompt(messages, continue_final_message=True, date=oracle.DATE)
+        assert got == expected, f"{label}: {got[-80:]!r} != {expected[-80:]!r}"
+
+
+def test_continue_final_message_excludes_the_generation_prompt():
+    t = get_template("qwen2.5")
+    with pytest.raises(lmchat.TemplateConfigError, match="not compatible"):
+        t.messages2prompt(OPEN_ANSWERS["plain"], add_generation_prompt=True, continue_final_message=True)
+    assert t.messages2prompt(OPEN_ANSWERS["plain"], continue_final_message=True).endswith(
+        "<|im_start|>assistant\nThe capital of France is")
