@@ -22,6 +22,10 @@ OFFICIAL_TEXTS: dict[str, tuple[str, ...]] = {
         "deepseek-ai__deepseek-coder-6.7b-instruct",
     ),
     "3a3036eeb96ca0e48565fc1f19b4d7d3fa17ada32bb1b3d5ed539ae74cf22923": ("deepseek-ai__DeepSeek-R1",),
+    "56a1447ad31926fdc21fb07e56e5642bd9c850c4f52d8c8af7bbe5f079a84f5f": (
+        "deepseek-ai__DeepSeek-R1-Distill-Llama-8B",
+        "deepseek-ai__DeepSeek-R1-Distill-Qwen-32B",
+    ),
     "8aeba567270fa9a8d5372caf4b04affea947c4421d96adc01e3ff94021b0ae8e": (
         "deepseek-ai__DeepSeek-V2-Chat",
         "deepseek-ai__deepseek-llm-7b-chat",

@@ -47,6 +47,7 @@ NAME_RULES: list[tuple[str, str]] = [
     (r"glm-4-.*chat|glm4", "glm4"),
     (r"deepseek-coder", "deepseek-coder"),
     (r"deepseek-moe|deepseek-llm-.*-chat", "deepseek"),
+    (r"deepseek-r1-distill", "deepseek-r1-distill"),
     (r"deepseek-r1", "deepseek-r1"),
     (r"deepseek-v3", "deepseek-v3"),
     (r"deepseek-v2", "deepseek-v2"),
@@ -94,11 +95,11 @@ _COMPILED = [re.compile(p) for p, _ in NAME_RULES]
 ARCHITECTURES: dict[str, tuple[str, ...]] = {
     "llama": (
         "llama2", "llama3", "llama3.1", "llama3.2", "tinyllama", "hermes3", "vicuna", "wizardlm", "deepseek",
-        "deepseek-coder", "deepseek-r1", "yi", "smollm2", "falcon3", "solar", "openchat",
+        "deepseek-coder", "deepseek-r1", "deepseek-r1-distill", "yi", "smollm2", "falcon3", "solar", "openchat",
     ),
     "mistral": ("mistral", "mistral-v0.3", "zephyr", "openchat"),
     "mixtral": ("mixtral", "mistral-v0.3"),
-    "qwen2": ("qwen", "qwen2.5", "qwq", "deepseek-r1"),
+    "qwen2": ("qwen", "qwen2.5", "qwq", "deepseek-r1", "deepseek-r1-distill"),
     "qwen3": ("qwen3",),
     "gemma": ("gemma",),
     "gemma2": ("gemma2",),

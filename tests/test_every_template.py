@@ -21,7 +21,7 @@ ALL = lmchat.template_names()
 CHAT = [n for n in ALL if get_template(n).capability == "chat"]
 DATE = dt.date(2024, 7, 26)
 #: templates whose generation prompt opens text the history of an answer drops: no continuation exists
-NO_CONTINUATION = {"qwq"}
+NO_CONTINUATION = {"qwq", "deepseek-r1-distill"}
 
 
 def u(text):
@@ -163,3 +163,27 @@ def test_meta_instruction_is_the_default_system_prompt_of_code_templates():
     assert session.prompt("hi").text == llama2.messages2prompt([u("hi")])
     with pytest.raises(TemplateConfigError, match="field 'eoh': template 'qwen3' cannot honour"):
         get_template("qwen3", eoh="X")
+
+
+@pytest.mark.parametrize("name", CHAT)
+def test_reopen_continues_the_last_answer_as_transformers_would(name):
+    t = get_template(name)
+    session = Session(t, date=DATE)
+    session.prompt("Count to five.")
+    session.commit(t.lead + "1, 2,")
+    before = session.context
+    delta = session.reopen()
+    opened = t.messages2prompt([u("Count to five."), {"role": "assistant", "content": "1, 2,"}],
+                               continue_final_message=True, date=DATE)
+    if delta.reset:
+        assert delta.text == opened and delta.reason
+    else:  # only what follows the answer is dropped: nothing is sent again
+        assert delta.text == "" and before[: len(before) - (delta.discard or (0, 0))[1]] == opened
+    assert session.context == opened and session.pending
+    session.commit(" 3, 4, 5.")
+    assert session.messages[-1]["content"] == "1, 2, 3, 4, 5." and session.turns == 1
+    after = session.context
+    full = t.messages2prompt([u("Count to five."), {"role": "assistant", "content": "1, 2, 3, 4, 5."}, u("Thanks")],
+                             date=DATE)
+    d = session.prompt("Thanks")
+    assert (d.text == full) if d.reset else (after + d.text == full)

