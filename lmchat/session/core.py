@@ -21,7 +21,7 @@ from ..errors import ConfigError, SessionError
 from ..messages import Message, normalize_messages
 from ..registry import get_template
 from ..templates.base import BaseTemplate, Chat
-from . import overflow, reopening
+from . import overflow, patches, reopening
 from .planning import Frame, next_plan
 from .state import Delta, Held, Plan
 
@@ -29,6 +29,11 @@ FORMAT_VERSION = 1
 OVERFLOW_POLICIES = overflow.POLICIES
 #: what a session does when the engine's ids of an answer differ from their canonical encoding
 DRIFT_POLICIES = ("rewind", "reset", "keep")
+
+
+def _first_change(old: list, new: list) -> int:
+    """The first index where ``new`` differs from ``old`` (rare edits only: it walks the lists)."""
+    return next((i for i, (a, b) in enumerate(zip(old, new)) if a != b), min(len(old), len(new)))
 
 
 def _choice(value: str, allowed: tuple[str, ...], field: str) -> str:
@@ -82,6 +87,7 @@ class Session:
         if system is not None:
             self._chat.messages.append({"role": "system", "content": system})
         self._held = Held()
+        self._lows: dict[str, int] | None = None  # per list, where it changed since mark_saved()
 
     # ------------------------------------------------------------------ state
     @property
@@ -145,6 +151,7 @@ class Session:
         if self.injection == "reject":
             validation.injected_specials(new, self._special_strings(), n_old, self._output_markers())
         chat.messages.extend(new)
+        parts, ids = len(self._held.parts), len(self._held.ids)
         try:
             frame = self._frame()
             plan = next_plan(frame, self._held)
@@ -155,8 +162,14 @@ class Session:
         except Exception:
             del chat.messages[n_old:]  # bad input loses nothing already held
             raise
+        rewind = self._held.rewind
         self._apply(plan)
         self._held.pending = True
+        if plan.full or plan.shift or plan.delta.dropped:
+            self._mark(messages=0, context=0, offsets=0, context_ids=0)
+        else:
+            self._mark(messages=n_old, context=parts, offsets=plan.window,
+                       context_ids=rewind[0] if rewind else ids)
         return plan.delta
 
     def _apply(self, plan: Plan) -> None:
@@ -226,6 +239,7 @@ class Session:
         message = {"role": "assistant", "content": content, **fields}  # fields may override the content
         validation.validate_messages(self._chat.messages, [message], start=len(self._chat.messages), max_chars=None)
         self._chat.messages.extend(normalize_messages([message], len(self._chat.messages)))
+        self._mark(messages=len(self._chat.messages) - 1, context=len(held.parts), context_ids=len(held.ids))
         end = held.length + len(answer)
         ids_end = anchor = None
         if self._codec is not None:
@@ -299,7 +313,11 @@ class Session:
         messages = self._chat.messages
         if not messages or messages[-1]["role"] != "assistant":
             raise SessionError("nothing to continue: the conversation does not end with an answer")
-        delta, self._held = reopening.reopen(self._frame(), self._held)
+        old = self._held
+        delta, self._held = reopening.reopen(self._frame(), old)
+        self._mark(messages=len(messages), context=_first_change(old.parts, self._held.parts),
+                   offsets=_first_change(old.offsets, self._held.offsets),
+                   context_ids=_first_change(old.ids, self._held.ids))
         return delta
 
     def undo(self) -> list[Message]:
@@ -310,6 +328,7 @@ class Session:
             raise SessionError("nothing to undo: the session has no user message")
         dropped = msgs[last_user:]
         del msgs[last_user:]
+        self._mark(messages=last_user)
         self._held.pending, self._held.reopened = False, None
         self._held.needs_reset = True
         return dropped
@@ -317,10 +336,35 @@ class Session:
     def reset(self) -> None:
         """Start the conversation over (the system prompt and tools stay); the next delta resets."""
         del self._chat.messages[int(self._system is not None):]
+        self._mark(messages=int(self._system is not None))
         self._held.pending, self._held.reopened = False, None
         self._held.needs_reset = bool(self._held.parts)
 
     # ------------------------------------------------------------------ persistence
+    def _mark(self, **lows: int) -> None:
+        if self._lows is not None:
+            for key, low in lows.items():
+                self._lows[key] = min(self._lows.get(key, low), low)
+
+    def mark_saved(self) -> None:
+        """The snapshot was saved: :meth:`changes` counts from here."""
+        self._lows = {}
+
+    def changes(self) -> dict | None:
+        """What changed since :meth:`mark_saved` as a snapshot patch (:mod:`.patches`): O(turn) for a turn.
+
+        None when the session was never marked saved (restored, forked, edited:
+        only a whole snapshot describes it).
+        """
+        if self._lows is None:
+            return None
+        lists = {"messages": self._chat.messages, "context": self._held.parts, "offsets": self._held.offsets,
+                 "context_ids": self._held.ids}
+        lows = {k: v for k, v in self._lows.items() if k != "context_ids" or self._codec is not None}
+        held = self._held.to_dict(with_ids=self._codec is not None)
+        small = {k: held[k] if k in held else getattr(self, k) for k in patches.SMALL}
+        return patches.make(lists, lows, small)
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready snapshot that shares nothing with the session; :meth:`from_dict` restores it."""
         return {

@@ -1,0 +1,42 @@
+"""Snapshot patches: what a turn changed, so a store appends O(turn) instead of rewriting O(history).
+
+A session's snapshot (:meth:`Session.to_dict`) has four lists that grow with
+the conversation (``messages``, ``context``, ``offsets``, ``context_ids``) and
+a few small fields. A patch holds, for each list, the index from which it
+changed and the items from there on, plus the small fields' new values::
+
+    {"lists": {"messages": [4, [...]], "context_ids": [812, [...]]}, "set": {"tail": 1204, ...}}
+
+:func:`apply` turns the snapshot before a turn into the snapshot after it;
+a store keeps a base snapshot and the patches since, and folds them in when
+they outgrow it.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any, Mapping
+
+#: the snapshot's lists, patched from an index on
+LISTS = ("messages", "context", "offsets", "context_ids")
+#: the small fields a patch sets every time (the rest only change with a new session: a full save)
+SMALL = ("tail", "rendered", "pending", "needs_reset", "reset_reason", "anchor", "rewind", "answer_end", "reopened",
+         "session_len", "overflow", "max_new_tokens", "injection", "max_message_chars", "drift")
+
+
+def make(snapshot_lists: Mapping[str, list], lows: Mapping[str, int], small: Mapping[str, Any]) -> dict:
+    """A patch from each list's low-water mark (lists not in ``lows`` did not change)."""
+    lists = {key: [low, copy.deepcopy(snapshot_lists[key][low:])] for key, low in lows.items()}
+    return {"lists": lists, "set": {k: copy.deepcopy(v) for k, v in small.items()}}
+
+
+def apply(snapshot: dict, patch: Mapping[str, Any]) -> dict:
+    """``snapshot`` with ``patch`` applied (in place; returned for convenience)."""
+    for key, (low, items) in patch.get("lists", {}).items():
+        current = snapshot.get(key)
+        if current is None:
+            current = []
+        if not isinstance(low, int) or not 0 <= low <= len(current) or not isinstance(items, list):
+            raise ValueError(f"patch of {key!r} does not fit the snapshot (from {low!r} of {len(current)})")
+        snapshot[key] = current[:low] + items
+    snapshot.update(patch.get("set", {}))
+    return snapshot

@@ -1,0 +1,65 @@
+"""Snapshot patches: applying what a session says it changed gives exactly its new snapshot."""
+from __future__ import annotations
+
+import json
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import lmchat
+from lmchat import Session
+from lmchat.session import patches
+
+from . import tokenizers_fixtures as tf
+
+OPS = st.lists(st.tuples(st.sampled_from(["turn", "turn", "cut", "undo", "reopen", "reset", "bad"]),
+                         st.text(alphabet="ab <|>\n中", max_size=12)), min_size=1, max_size=25)
+
+
+def json_copy(value):
+    return json.loads(json.dumps(value))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(name=st.sampled_from(lmchat.template_names()), tokens=st.booleans(), overflow=st.sampled_from(
+    ["error", "truncate", "shift"]), drift=st.sampled_from(["rewind", "reset", "keep"]), ops=OPS)
+def test_changes_patch_the_saved_snapshot_into_the_current_one(name, tokens, overflow, drift, ops):
+    tok = tf.smollm2() if tokens else None
+    session = Session(name, tokenizer=tok, overflow=overflow, drift=drift, session_len=200 if tokens else None)
+    stored = json_copy(session.to_dict())
+    session.mark_saved()
+    for op, text in ops:
+        try:
+            if op in ("turn", "cut"):
+                session.prompt(text or ".", max_new_tokens=8)
+                ids = tok.encode("H" + text, add_special_tokens=False) if tok and op == "cut" else None
+                session.commit("H" + text, token_ids=ids, stop="" if op == "cut" else None)
+            elif op == "undo":
+                session.undo()
+            elif op == "reopen":
+                session.reopen()
+                session.commit(text)
+            elif op == "reset":
+                session.reset()
+            else:
+                session.prompt({"not": "text"})
+        except (ValueError, lmchat.SessionError):
+            pass  # refused: the session is as it was, and so must the patch say
+        if session.pending:
+            continue
+        patch = json_copy(session.changes())
+        stored = patches.apply(stored, patch)
+        session.mark_saved()
+        assert stored == json_copy(session.to_dict())
+
+
+def test_a_turn_patch_does_not_grow_with_the_history():
+    session = Session("qwen2.5", tokenizer=tf.smollm2())
+    session.mark_saved()
+    sizes = []
+    for i in range(200):
+        session.prompt(f"question {i}")
+        session.commit(f"answer {i}")
+        sizes.append(len(json.dumps(session.changes())))
+        session.mark_saved()
+    assert max(sizes[-20:]) <= max(sizes[:20]) + 64  # the turn number's digits, not the history
