@@ -52,3 +52,12 @@ def optional_text(message: Message, index: int, field: str = "content") -> str:
     if message.get(field) is None:
         return ""
     return text(message, index, field)
+
+
+def flatten_text(content: Any) -> str:
+    """The text of content parts (``[{"type": "text", "text": ...}, ...]``); other parts are left out."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, (list, tuple)):
+        return ""
+    return "".join(p["text"] for p in content if isinstance(p, Mapping) and isinstance(p.get("text"), str))

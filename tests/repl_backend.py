@@ -2,9 +2,9 @@
 
 It keeps per session the text (and, with a tokenizer, the ids) an engine would
 hold in its KV cache and checks every request against it: a delta that does
-not reset must extend exactly what it holds to ``request.context`` /
-``request.context_ids`` (after dropping ``delta.discard``) — the session
-invariant seen from the engine. It
+not reset must extend exactly what it holds to ``request.prompt()`` (after
+dropping ``delta.discard``), and ``request.held`` must be what it holds — the
+session invariant seen from the engine. It
 answers "You said: <last user message>" a few characters per chunk (only the
 rest of it when the context already ends with its start: /continue), ends
 with its template's end marker, and honours ``max_new_tokens`` (counted in
@@ -63,25 +63,27 @@ class CacheBackend:
             before, before_ids = self.held[sid]
         else:
             raise AssertionError(f"a delta that does not reset, for session {sid} the engine holds nothing for")
+        prompt = request.prompt()  # a test engine checks every request against the whole context
         if delta.discard:  # the session asks the engine to drop a range of what it holds (shift, rewind, reopen)
             start, count = delta.discard
             if self.codec is None:  # a text session counts characters
                 before = before[:start] + before[start + count:]
             else:  # ids are checked below; the text kept is what the context has before the delta
                 before_ids = before_ids[:start] + before_ids[start + count:]
-                before = request.context[: len(request.context) - len(delta.text)]
-        if before + delta.text != request.context:
-            raise AssertionError(f"held + delta != context: {before + delta.text!r} vs {request.context!r}")
-        if self.codec is not None and before_ids + list(delta.token_ids) != list(request.context_ids):
-            raise AssertionError("held ids + delta ids != context_ids")
-        users = [m["content"] for m in request.messages if m["role"] == "user"]
-        reply = f"You said: {users[-1] if users else ''}"
-        written = next((k for k in range(len(reply), 0, -1) if request.context.endswith(reply[:k])), 0)
+                before = prompt.text[: len(prompt.text) - len(delta.text)]
+        if before + delta.text != prompt.text:
+            raise AssertionError(f"held + delta != context: {before + delta.text!r} vs {prompt.text!r}")
+        if self.codec is not None and before_ids + list(delta.token_ids) != list(prompt.ids):
+            raise AssertionError("held ids + delta ids != the context's ids")
+        if request.held is not None and request.held != (len(before_ids) if self.codec else len(before)):
+            raise AssertionError(f"request.held {request.held} is not what the engine holds")
+        reply = f"You said: {request.last_user}"
+        written = next((k for k in range(len(reply), 0, -1) if prompt.text.endswith(reply[:k])), 0)
         pieces = [reply[i:i + self.chunk] for i in range(written, len(reply), self.chunk)]
         finish, stop = "stop", self.eoa or None
         if len(pieces) > request.params.max_new_tokens:
             pieces, finish, stop = pieces[: request.params.max_new_tokens], "length", None
-        text, ids = request.context, list(request.context_ids or ())
+        text, ids = prompt.text, list(prompt.ids or ())
         for piece in pieces:
             if sid in self._cancel:
                 finish, stop = "cancelled", None

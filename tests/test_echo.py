@@ -93,8 +93,8 @@ def test_cancel_from_another_thread_keeps_the_partial_answer():
     assert "".join(pieces) == "echo: w0 w1 "
 
 
-def test_a_request_without_messages_echoes_the_delta():
+def test_a_request_without_a_user_message_echoes_the_delta():
     session = lmchat.Session("smollm2")
     delta = session.prompt("hi")
-    request = GenerationRequest(session_id="s", delta=delta, params=SamplingParams(), context=session.context)
+    request = GenerationRequest(session_id="s", delta=delta, params=SamplingParams())
     assert "".join(c.text for c in EchoBackend().generate(request)) == "echo: " + delta.text

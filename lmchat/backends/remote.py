@@ -1,7 +1,7 @@
 """Any OpenAI-compatible ``/v1/completions`` server (vLLM, LMDeploy, llama.cpp's server, ``lmchat serve``).
 
 Such servers are stateless per request, so each turn sends the session's
-whole prompt (``request.context``, rendered by lmchat, never re-templated by
+whole prompt (``request.prompt()``, rendered by lmchat, never re-templated by
 the server); their prefix caches do the reuse. The session id goes along as
 the ``user`` field and an ``X-Session-Id`` header, for routers that pin a
 session to the replica holding its cache. ``add_special_tokens: false`` keeps
@@ -19,6 +19,7 @@ import httpx
 from ..errors import BackendError
 from ..stops import StopMatcher
 from .base import Chunk, GenerationRequest
+from .cancel import Cancels
 
 
 class RemoteBackend:
@@ -42,14 +43,13 @@ class RemoteBackend:
         self.tokenizer = tokenizer
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.Client(headers=headers, timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)))
-        self._running: dict[str, threading.Event] = {}
-        self._lock = threading.Lock()
+        self._cancels = Cancels()
 
     def payload(self, request: GenerationRequest) -> dict:
         """The JSON body sent for ``request``."""
         p = request.params
         body: dict[str, Any] = {
-            "prompt": request.context,
+            "prompt": request.prompt().text,
             "stream": True,
             "stream_options": {"include_usage": True},
             "max_tokens": p.max_new_tokens,
@@ -66,10 +66,10 @@ class RemoteBackend:
         return body
 
     def generate(self, request: GenerationRequest) -> Iterator[Chunk]:
-        sid = request.session_id
-        cancelled = threading.Event()
-        with self._lock:
-            self._running[sid] = cancelled
+        with self._cancels.running(request.session_id) as cancelled:
+            yield from self._stream(request, cancelled)
+
+    def _stream(self, request: GenerationRequest, cancelled) -> Iterator[Chunk]:
         # the server applies the stop words too; matching them here as well names the one that fired
         # and holds to lmchat's semantics on servers that cap or ignore them
         matcher = StopMatcher(request.params.stop)
@@ -99,9 +99,6 @@ class RemoteBackend:
             yield Chunk(text=tail, finish_reason=finish, stop=stop, **counts)
         finally:
             events.close()  # closes the HTTP stream when we stop first (stop word, cancel, consumer gone)
-            with self._lock:
-                if self._running.get(sid) is cancelled:
-                    del self._running[sid]
 
     def _events(self, request: GenerationRequest, cancelled: threading.Event) -> Iterator[dict | None]:
         """The server's SSE events as dicts; None once cancelled (closing the stream aborts the request)."""
@@ -137,10 +134,7 @@ class RemoteBackend:
                                url=url) from exc
 
     def cancel(self, session_id: str) -> None:
-        with self._lock:
-            event = self._running.get(session_id)
-        if event is not None:
-            event.set()
+        self._cancels.cancel(session_id)
 
     def drop(self, session_id: str) -> None:
         """Nothing to forget locally: the server's prefix cache evicts on its own."""

@@ -16,7 +16,7 @@ from typing import AsyncIterator
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 
-from ..backends.base import Chunk, GenerationRequest, SamplingParams
+from ..backends.base import Chunk, GenerationRequest, Prompt, SamplingParams
 from ..errors import CapacityExceeded
 from ..registry import get_template
 from ..session import Delta
@@ -84,8 +84,8 @@ def _request(mgr, prompt: str, body: CompletionRequest) -> GenerationRequest:
         codec = codec_for(mgr.backend.tokenizer)
         ids = tuple(codec.encode(prompt, codec.special_spans(prompt))[0])
     delta = Delta(prompt, sequence_start=True, token_ids=None if ids is None else list(ids))
-    return GenerationRequest(session_id=new_id("oneoff"), delta=delta, params=params, context=prompt,
-                             context_ids=ids)
+    return GenerationRequest(session_id=new_id("oneoff"), delta=delta, params=params,
+                             source=lambda: Prompt(prompt, ids))
 
 
 async def _counted(state, chunks: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:

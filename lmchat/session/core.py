@@ -18,7 +18,7 @@ from typing import Any, Iterable, Mapping
 
 from .. import validation
 from ..errors import ConfigError, SessionError
-from ..messages import Message, normalize_messages
+from ..messages import Message, flatten_text, normalize_messages
 from ..registry import get_template
 from ..templates.base import BaseTemplate, Chat
 from . import overflow, patches, reopening
@@ -124,6 +124,14 @@ class Session:
         """Why the next delta will be a reset (the engine's cache no longer matches), or None."""
         held = self._held
         return (held.reset_reason or "reset requested") if held.needs_reset and held.parts else None
+
+    def last_user(self) -> str:
+        """The text of the last user message ('' when there is none): a backward scan, O(turn)."""
+        for message in reversed(self._chat.messages):
+            if message["role"] == "user":
+                content = message.get("content")
+                return content if isinstance(content, str) else flatten_text(content)
+        return ""
 
     @property
     def turns(self) -> int:

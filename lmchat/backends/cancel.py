@@ -1,0 +1,42 @@
+"""Which generations are running, per session, so that ``cancel(session_id)`` can stop them.
+
+Every backend has the same need: ``generate`` runs in some thread while
+``cancel`` comes from another (a Ctrl-C, a client that went away). A backend
+opens a generation with :meth:`Cancels.running` and checks the event it gets
+between tokens (or chunks of a stream); :meth:`Cancels.cancel` sets it.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Iterator
+
+
+class Cancels:
+    """Thread-safe: session id -> the cancel event of its running generation."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: dict[str, threading.Event] = {}
+
+    @contextlib.contextmanager
+    def running(self, session_id: str) -> Iterator[threading.Event]:
+        """Register a generation of ``session_id`` for as long as the block runs."""
+        event = threading.Event()
+        with self._lock:
+            self._running[session_id] = event
+        try:
+            yield event
+        finally:
+            with self._lock:
+                if self._running.get(session_id) is event:
+                    del self._running[session_id]
+
+    def cancel(self, session_id: str) -> bool:
+        """Stop the running generation of ``session_id``; False when none runs."""
+        with self._lock:
+            event = self._running.get(session_id)
+        if event is None:
+            return False
+        event.set()
+        return True
