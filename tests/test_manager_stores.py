@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from lmchat.manager.ids import owner_key, store_key
 from lmchat import SessionManager
 from lmchat.backends.echo import EchoBackend
 from lmchat.errors import SessionNotFound, StoreConflict, StoreError
@@ -38,7 +39,7 @@ def test_two_replicas_continue_one_session_alternately(redis_server, prefix):  #
         assert [m["content"] for m in messages if m["role"] == "user"] == [
             f"from {who} {n}" for n in range(3) for who in "ab"]
         assert_alternates(messages)
-    assert a.store.version(sid) == 7
+    assert a.store.version(store_key(sid, owner_key("k"))) == 7  # ids live in their owner's namespace
     with pytest.raises(SessionNotFound):
         b.get(sid, owner="other")
     b.end(sid, owner="k")

@@ -42,12 +42,13 @@ def test_templates_say_whether_their_prompt_opens_the_block():
 
 def test_reasoning_templates_are_known():
     thinking = sorted(name for name, fmt in TEMPLATE_FORMATS.items() if fmt.reasoning)
-    assert thinking == ["deepseek-r1", "phi4", "qwen3", "qwq"]
+    assert thinking == ["deepseek-r1", "deepseek-r1-distill", "phi4", "qwen3", "qwq"]
     assert response_format("deepseek_r1") == response_format(lmchat.get_template("deepseek-r1"))
 
 
 def test_prompt_opened_overrides_the_template():
-    # an R1 distill whose (newer) template ends the prompt with <think>\n
+    # R1 served with a later Hub revision of its template, which ends the prompt with <think>\n
+    assert split_reasoning("deepseek-r1-distill", "hmm\n</think>\n\n42") == ("hmm", "42")  # its prompt opens it
     assert split_reasoning("deepseek-r1", "hmm\n</think>\n\n42", prompt_opened=True) == ("hmm", "42")
     parsed = parse_response("deepseek-r1", "hmm\n</think>\n\n42")
     assert parsed.content == "hmm\n</think>\n\n42" and "prompt_opened=True" in parsed.errors[0]

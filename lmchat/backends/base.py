@@ -89,8 +89,10 @@ class GenerationRequest:
         return self.source()
 
     @classmethod
-    def from_session(cls, session: Session, delta: Delta, params: SamplingParams) -> "GenerationRequest":
-        """The request for ``delta``, which ``session`` has just applied."""
+    def from_session(cls, session: Session, delta: Delta, params: SamplingParams,
+                     key: str | None = None) -> "GenerationRequest":
+        """The request for ``delta``, which ``session`` has just applied; ``key`` names the session for
+        the backend (default: its id; a server namespaces ids by owner)."""
         size = len(delta.token_ids or ()) if session.context_ids is not None else len(delta.text)
         cached: list[Prompt] = []
 
@@ -100,7 +102,7 @@ class GenerationRequest:
                 cached.append(Prompt(session.context, None if ids is None else tuple(ids)))
             return cached[0]
 
-        return cls(session_id=session.session_id, delta=delta, params=params,
+        return cls(session_id=key or session.session_id, delta=delta, params=params,
                    held=None if delta.reset else session.step - size, last_user=session.last_user(),
                    source=source)
 

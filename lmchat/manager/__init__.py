@@ -5,6 +5,6 @@ compare-and-set save), one at a time per session, within capacity limits,
 from threads or asyncio; :class:`TurnResult` is a collected turn.
 """
 from .core import SessionManager
-from .turn import TurnResult
+from ..turns.turn import TurnResult
 
 __all__ = ["SessionManager", "TurnResult"]

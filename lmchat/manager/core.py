@@ -1,7 +1,8 @@
 """The session manager: many sessions, one backend, one store, for servers.
 
 The store is the source of truth. Every committed turn is saved with
-compare-and-set on the version the manager last saw, and the in-memory copy
+compare-and-set on the version the manager last saw (as a patch of the
+turn: O(turn), see :mod:`lmchat.session.patches`), and the in-memory copy
 never runs ahead of it: a failed turn or save discards the copy, which then
 reloads from the store. Before each turn the manager compares the stored
 version with its own (one cheap read), so replicas sharing a store (Redis)
@@ -9,31 +10,34 @@ continue each other's sessions; two replicas racing on one session both
 generate, but only the first save lands and the other gets
 :class:`StoreConflict`, so a turn is never appended twice.
 
-Owners: ``owner`` (e.g. an API key) is stored only as a hash; a session is
-visible to exactly the owner that created it (``None`` is its own owner, the
-unauthenticated one), others get :class:`SessionNotFound`.
+Owners: ``owner`` (e.g. an API key) is stored only as a hash, and session ids
+live in their owner's namespace: two owners may use the same id, and neither
+can learn that the other's exists. ``None`` is its own owner.
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
-import copy
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterable, Iterator, Mapping
 
 from ..backends.base import Backend, Chunk, SamplingParams
 from ..errors import (
-    CapacityExceeded, EngineMismatch, SessionBusy, SessionExists, SessionNotFound, StoreConflict, ConfigError,
+    CapacityExceeded, ConfigError, EngineMismatch, SessionBusy, SessionExists, SessionNotFound, StoreConflict,
 )
-from ..session.edits import restored
+from ..registry import get_template
 from ..session import Session
+from ..session.edits import restored
 from ..stores import VERSION_KEY, MemoryStore, SessionInfo, SessionStore
 from ..templates.base import BaseTemplate
-from . import aio
-from .ids import checked_id, dump, owner_key
+from ..turns.bridge import Done, Pump
+from ..turns.turn import TurnResult
+from .ids import checked_id, dump, owner_key, public_id, store_key
 from .metrics import Metrics
 from .table import Entry, Table
-from .turn import Turn, TurnResult, sampling
+from .turns import Claim, run_turn
 
 #: Session keyword arguments a manager applies to all its sessions
 SESSION_DEFAULTS = ("session_len", "overflow", "max_new_tokens", "injection", "max_message_chars", "drift")
@@ -56,37 +60,48 @@ class SessionManager:
         self.store = MemoryStore() if store is None else store
         if store_ttl is not None:
             if not hasattr(self.store, "ttl"):
-                raise ConfigError(
-                    f"{type(self.store).__name__} cannot expire sessions (RedisStore can)", field="store_ttl"
-                )
+                raise ConfigError(f"{type(self.store).__name__} cannot expire sessions (RedisStore can)",
+                                  field="store_ttl")
             self.store.ttl = store_ttl
         self.tokenizer = tokenizer if tokenizer is not None else getattr(backend, "tokenizer", None)
         self.session_defaults = dict(session_defaults or {})
         unknown = sorted(set(self.session_defaults) - set(SESSION_DEFAULTS))
         if unknown:
-            raise ConfigError(f"unknown {unknown} (known: {', '.join(SESSION_DEFAULTS)})",
-                                      field="session_defaults")
+            raise ConfigError(f"unknown {unknown} (known: {', '.join(SESSION_DEFAULTS)})", field="session_defaults")
         Session(template, **self.session_defaults)  # bad defaults fail here, not on the first request
         self.max_active = max_active
         self._table = Table(max_sessions, idle_ttl, self._evicted)
         self._metrics = Metrics()
         self._lock = threading.Lock()
         self._active = 0
+        # one worker per turn that may run, and a few for the ones finishing: reserved before submitting,
+        # so a turn never waits in the pool's queue
+        self.pool = ThreadPoolExecutor(max_active + 4, thread_name_prefix="lmchat-turn")
 
     # ------------------------------------------------------------------ sessions
+    def new_session(self, session_id: str | None = None, system: str | None = None, tools: list[dict] | None = None,
+                    template: str | BaseTemplate | None = None) -> Session:
+        """A session with this manager's defaults (not stored: :meth:`create` stores one)."""
+        return Session(template or self.template, system=system, tools=tools, session_id=checked_id(session_id),
+                       tokenizer=self.tokenizer, **self.session_defaults)
+
     def create(self, session_id: str | None = None, owner: str | None = None, system: str | None = None,
                tools: list[dict] | None = None, template: str | BaseTemplate | None = None) -> str:
-        """A new, saved session; returns its id (``SessionExists`` when taken)."""
+        """A new, saved session; returns its id (``SessionExists`` when the owner has one by that id)."""
         with self._metrics.counting():
-            sid = checked_id(session_id)
-            session = Session(template or self.template, system=system, tools=tools, session_id=sid,
-                              tokenizer=self.tokenizer, **self.session_defaults)
-            return self._add(session, owner_key(owner))
+            return self._add(self.new_session(session_id, system, tools, template), owner_key(owner))
 
     def get(self, session_id: str, owner: str | None = None) -> Session:
         """A copy of the session as last committed (mid-turn: the state before the turn)."""
         with self._metrics.counting():
             return self._snapshot(session_id, owner_key(owner))
+
+    def template_of(self, session_id: str, owner: str | None = None) -> BaseTemplate:
+        """The template the session renders with (the manager's for a session not created yet)."""
+        try:
+            return self._lookup(session_id, owner_key(owner)).session.template
+        except SessionNotFound:
+            return self.template if isinstance(self.template, BaseTemplate) else get_template(self.template)
 
     def find(self, session_id: str, owner: str | None = None) -> Session | None:
         """Like :meth:`get`, but None when there is no such session (a miss is not an error)."""
@@ -104,25 +119,26 @@ class SessionManager:
                     raise SessionBusy(session_id)
                 entry.running = True  # no turn starts while the session is deleted
             try:
-                self.store.delete(session_id)
+                self.store.delete(entry.key)
                 self._table.remove(entry)
             finally:
                 with entry.lock:
                     entry.running = False
-            self.backend.drop(session_id)
+            self.backend.drop(entry.key)
 
     def fork(self, session_id: str, new_id: str | None = None, owner: str | None = None) -> str:
         """The conversation as last committed, under a new id (its first delta resets)."""
         with self._metrics.counting():
             data = self._snapshot(session_id, owner_key(owner)).to_dict()
             data["session_id"] = checked_id(new_id)
-            session = restored(data, self.tokenizer, f"forked from session {session_id}")
-            return self._add(session, owner_key(owner))
+            return self._add(restored(data, self.tokenizer, f"forked from session {session_id}"), owner_key(owner))
 
     def list(self, owner: str | None = None, limit: int = 100) -> list[SessionInfo]:
         """The owner's sessions in the store, most recently saved first."""
         with self._metrics.counting():
-            return self.store.list(limit, owner=owner_key(owner))
+            infos = self.store.list(limit, owner=owner_key(owner))
+            return [SessionInfo(public_id(i.id), i.title, i.turns, i.updated_at, i.template, i.version, i.owner)
+                    for i in infos]
 
     def cancel(self, session_id: str, owner: str | None = None) -> bool:
         """Stop the turn running on this replica for the session; False when none runs here."""
@@ -131,39 +147,49 @@ class SessionManager:
             if not entry.running:
                 return False
             entry.cancel_requested = True
-            self.backend.cancel(session_id)
+            self.backend.cancel(entry.key)
             return True
 
     # ------------------------------------------------------------------ turns
-    def stream_turn(self, session_id: str, messages: Iterable[Mapping[str, Any]],
+    def stream_turn(self, session_id: str, messages: Iterable[Mapping[str, Any]] | None = None,
                     params: SamplingParams | Mapping[str, Any] | None = None, owner: str | None = None,
                     stop: str | Iterable[str] | None = None, max_new_tokens: int | None = None,
-                    create: bool = False) -> Iterator[Chunk]:
+                    create: bool = False, history: list[Mapping[str, Any]] | None = None,
+                    tools: list[dict] | None = None, idempotency_key: str | None = None,
+                    reserved: bool = False) -> Iterator[Chunk]:
         """Run one turn: append ``messages``, stream the answer, commit and save it.
 
+        ``history`` instead of ``messages``: the whole conversation as an OpenAI
+        client resends it (with its ``tools``); the turn is what the session
+        does not hold yet, or the session is replaced by it (see
+        :mod:`.history`); a missing session is created. ``create``: a session
+        id that names no session creates it (LMDeploy clients choose their
+        ids). ``idempotency_key``: a retry of the turn that last committed
+        with this key returns that turn's result instead of running again.
         Errors that stop the turn from starting (``SessionNotFound``,
         ``SessionBusy``, ``CapacityExceeded``, ``InvalidMessages``,
-        ``SessionLengthExceeded``) raise here, before the iterator is returned.
-        ``create``: a session id that names no session creates it (LMDeploy
-        clients choose their ids), instead of ``SessionNotFound``.
+        ``SessionLengthExceeded``) raise here, before the iterator is
+        returned, and leave the stored session as it was.
         """
         with self._metrics.counting():
-            if create and self._table.get(session_id) is None and self.store.version(session_id) == 0:
-                with contextlib.suppress(SessionExists):  # another request created it first
-                    self.create(session_id, owner)
-            entry = self._acquire(session_id, owner_key(owner))
             try:
-                turn = Turn(self, entry, messages, sampling(entry.session, params, stop, max_new_tokens))
+                entry = self._acquire(session_id, owner_key(owner), create or history is not None, tools)
             except BaseException:
-                if entry.session.pending:  # extend() succeeded, what followed did not: drop the prompt
-                    self._discard(entry, drop_backend=False)
-                self._release(entry)  # a failed extend() leaves the session as it was
+                if reserved:
+                    self.unreserve()
                 raise
-            stream = turn.run()
-            next(stream)  # started: closing or dropping it now always runs its cleanup
-            return stream
+            if not reserved:  # a busy session says so first; then capacity, before any work
+                try:
+                    self.reserve()
+                except CapacityExceeded:
+                    with entry.lock:
+                        entry.running = False
+                    raise
+            return run_turn(Claim(self, entry), messages, params, stop, max_new_tokens, history, tools,
+                            idempotency_key)
 
-    def run_turn(self, session_id: str, messages: Iterable[Mapping[str, Any]], **kwargs: Any) -> TurnResult:
+    def run_turn(self, session_id: str, messages: Iterable[Mapping[str, Any]] | None = None,
+                 **kwargs: Any) -> TurnResult:
         """:meth:`stream_turn`, collected."""
         stream = self.stream_turn(session_id, messages, **kwargs)
         while True:
@@ -172,12 +198,35 @@ class SessionManager:
             except StopIteration as done:
                 return done.value
 
-    def astream_turn(self, session_id: str, messages: Iterable[Mapping[str, Any]], **kwargs: Any):
-        """``async for chunk in mgr.astream_turn(...)``: the turn runs in a worker thread."""
-        return aio.chunks(self, session_id, messages, kwargs)
+    def pump(self, session_id: str, messages: Iterable[Mapping[str, Any]] | None, kwargs: dict[str, Any]) -> Pump:
+        """A turn running in a pool worker, for an asyncio caller (capacity is checked here, at once)."""
+        self.reserve()
+        owner = kwargs.get("owner")
+        pump = Pump(lambda: self.stream_turn(session_id, messages, reserved=True, **kwargs), self.pool,
+                    on_abandon=lambda: self._cancel_quietly(session_id, owner), loop=asyncio.get_running_loop())
+        return pump
 
-    async def arun_turn(self, session_id: str, messages: Iterable[Mapping[str, Any]], **kwargs: Any) -> TurnResult:
-        return await aio.result(self, session_id, messages, kwargs)
+    async def astream_turn(self, session_id: str, messages: Iterable[Mapping[str, Any]] | None = None,
+                           **kwargs: Any):
+        """``async for chunk in mgr.astream_turn(...)``: the turn runs in a pool worker."""
+        async for item in self.pump(session_id, messages, kwargs).items():
+            if not isinstance(item, Done):
+                yield item
+
+    async def arun_turn(self, session_id: str, messages: Iterable[Mapping[str, Any]] | None = None,
+                        **kwargs: Any) -> TurnResult:
+        items = self.pump(session_id, messages, kwargs).items()
+        try:
+            async for item in items:
+                if isinstance(item, Done):
+                    return item.value
+        finally:
+            await items.aclose()
+        raise AssertionError("a turn's stream ended without its result")  # the pump ends with Done or raises
+
+    def _cancel_quietly(self, session_id: str, owner: str | None) -> None:
+        with contextlib.suppress(SessionNotFound):
+            self.cancel(session_id, owner)
 
     # ------------------------------------------------------------------ service
     def metrics(self) -> dict:
@@ -191,51 +240,77 @@ class SessionManager:
         for entry in self._table.entries():
             if entry.running:
                 entry.cancel_requested = True
-                self.backend.cancel(entry.session.session_id)
+                self.backend.cancel(entry.key)
         deadline = time.monotonic() + grace
         while self._active and time.monotonic() < deadline:
             time.sleep(0.01)
+        self.pool.shutdown(wait=False, cancel_futures=True)
         self.store.close()
         self.backend.close()
 
     # ------------------------------------------------------------------ internals
+    def reserve(self) -> None:
+        """Count one more turn (or one-off generation) running; ``CapacityExceeded`` at ``max_active``."""
+        with self._lock:
+            if self._active >= self.max_active:
+                raise CapacityExceeded(self.max_active)
+            self._active += 1
+
+    def unreserve(self) -> None:
+        with self._lock:
+            self._active -= 1
+
     def _add(self, session: Session, owner: str) -> str:
         sid = session.session_id
-        if self._table.get(sid) is not None:
+        key = store_key(sid, owner)
+        if self._table.get(key) is not None:
             raise SessionExists(sid)
         try:
-            version = self.store.save(dump(session, owner, self.engine), expected_version=0)
+            version = self.store.save(dump(session, key, owner, self.engine), expected_version=0)
         except StoreConflict:
             raise SessionExists(sid) from None
-        self._table.add(Entry(session, version, owner))
+        session.mark_saved()
+        self._table.add(Entry(key, session, version, owner))
         return sid
 
     def _snapshot(self, session_id: str, owner: str) -> Session:
         entry = self._lookup(session_id, owner)
         with entry.lock:  # an idle session is not mutated while this copies it
             idle = not entry.running and not entry.evicted
-            data, version = (copy.deepcopy(entry.session.to_dict()), entry.version) if idle else (None, 0)
-        if data is not None and self.store.version(session_id) == version:
-            return self._restore(data)
-        data = self.store.load(session_id)  # mid-turn or stale: the store has the last commit
+            data, version = (entry.session.to_dict(), entry.version) if idle else (None, 0)
+        if data is not None and self.store.version(entry.key) == version:
+            return Session.from_dict(data, tokenizer=self.tokenizer)
+        data = self._load(entry.key, session_id, owner)  # mid-turn or stale: the store has the last commit
+        return self._restore(data, session_id)
+
+    def _load(self, key: str, session_id: str, owner: str) -> dict:
+        data = self.store.load(key)
         if data is None or (data.get("owner") or "") != owner:
             raise SessionNotFound(session_id)
-        return self._restore(data)
+        return data
 
     def _lookup(self, session_id: str, owner: str) -> Entry:
-        entry = self._table.get(session_id)
+        key = store_key(session_id, owner)
+        entry = self._table.get(key)
         if entry is None:
-            data = self.store.load(session_id)
-            if data is None or (data.get("owner") or "") != owner:
-                raise SessionNotFound(session_id)
+            data = self._load(key, session_id, owner)
             self._metrics.add(sessions_loaded_total=1)
-            entry = self._table.add(Entry(self._restore(data), data[VERSION_KEY], data.get("owner") or ""))
+            entry = self._table.add(self._entry(key, data, session_id, owner))
         if entry.owner != owner:
             raise SessionNotFound(session_id)
         return entry
 
-    def _acquire(self, session_id: str, owner: str) -> Entry:
-        """The session's entry, claimed (``running``), fresh from the store, counted as active."""
+    def _entry(self, key: str, data: dict, session_id: str, owner: str) -> Entry:
+        session = self._restore(data, session_id)
+        session.mark_saved()
+        return Entry(key, session, data[VERSION_KEY], owner, last_turn=data.get("last_turn"))
+
+    def _acquire(self, session_id: str, owner: str, create: bool, tools: list[dict] | None) -> Entry:
+        """The session's entry, claimed (``running``) and fresh from the store; created when asked."""
+        key = store_key(session_id, owner)
+        if create and self._table.get(key) is None and self.store.version(key) == 0:
+            with contextlib.suppress(SessionExists):  # another request created it first
+                self._add(self.new_session(session_id, tools=tools), owner)
         while True:
             entry = self._lookup(session_id, owner)
             with entry.lock:
@@ -245,50 +320,60 @@ class SessionManager:
                     raise SessionBusy(session_id)
                 entry.running = True
             break
-        with self._lock:
-            full = self._active >= self.max_active
-            self._active += not full
-        if full:
-            with entry.lock:
-                entry.running = False
-            raise CapacityExceeded(self.max_active)
         try:
-            version = self.store.version(session_id)
+            version = self.store.version(key)
             if version != entry.version:  # another replica saved it (or deleted it) since
-                data = self.store.load(session_id)
+                data = self.store.load(key)
                 if data is None or (data.get("owner") or "") != owner:
                     self._table.remove(entry)
                     raise SessionNotFound(session_id)
                 self._metrics.add(sessions_loaded_total=1)
-                entry.session, entry.version = self._restore(data), data[VERSION_KEY]
+                fresh = self._entry(key, data, session_id, owner)
+                entry.session, entry.version, entry.last_turn, entry.digests = (
+                    fresh.session, fresh.version, fresh.last_turn, [])
         except BaseException:
-            self._release(entry)
+            with entry.lock:
+                entry.running = False
             raise
         return entry
 
-    def _release(self, entry: Entry) -> None:
+    def release(self, entry: Entry) -> None:
+        """The turn on ``entry`` is over (committed or not): free the session and the capacity."""
         with entry.lock:
             entry.running = entry.cancel_requested = False
         self._table.touch(entry)
-        with self._lock:
-            self._active -= 1
+        self.unreserve()
 
-    def _save(self, entry: Entry) -> None:
-        entry.version = self.store.save(dump(entry.session, entry.owner, self.engine), expected_version=entry.version)
+    def save(self, entry: Entry, record: dict | None = None) -> None:
+        """Save the entry's session after a turn: its patch when the store appends, else a whole snapshot."""
+        session = entry.session
+        patch, append = session.changes(), getattr(self.store, "append", None)
+        entry.last_turn = record
+        if patch is None or append is None:
+            data = dump(session, entry.key, entry.owner, self.engine)
+            data["last_turn"] = record
+            entry.version = self.store.save(data, expected_version=entry.version)
+        else:
+            from ..stores.base import Summary  # the summary columns of an append
 
-    def _discard(self, entry: Entry, *, drop_backend: bool) -> None:
+            patch["set"]["last_turn"] = record
+            entry.version = append(entry.key, patch, expected_version=entry.version,
+                                   summary=Summary.of(session, entry.owner))
+        session.mark_saved()
+
+    def discard(self, entry: Entry, *, drop_backend: bool) -> None:
         """Forget the in-memory copy (the caller's turn owns it): the next use reloads the last commit."""
         self._table.remove(entry)
         if drop_backend:
-            self.backend.drop(entry.session.session_id)
+            self.backend.drop(entry.key)
 
     def _evicted(self, entries: list[Entry]) -> None:
         self._metrics.add(sessions_evicted_total=len(entries))
         for entry in entries:
-            self.backend.drop(entry.session.session_id)  # an idle session's cache is freed with it
+            self.backend.drop(entry.key)  # an idle session's cache is freed with it
 
-    def _restore(self, data: Mapping[str, Any]) -> Session:
+    def _restore(self, data: Mapping[str, Any], session_id: str) -> Session:
         stored = data.get("engine")
         if stored and self.engine and stored != self.engine:
-            raise EngineMismatch(data.get("session_id", "?"), stored=stored, current=self.engine)
-        return Session.from_dict(data, tokenizer=self.tokenizer)
+            raise EngineMismatch(session_id, stored=stored, current=self.engine)
+        return Session.from_dict({**data, "session_id": session_id}, tokenizer=self.tokenizer)

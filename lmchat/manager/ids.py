@@ -1,4 +1,4 @@
-"""Session ids, owners, and what a save writes."""
+"""Session ids, owners, store keys, and what a save writes."""
 from __future__ import annotations
 
 import hashlib
@@ -28,9 +28,24 @@ def checked_id(session_id: str | None) -> str:
     return session_id
 
 
-def dump(session: Session, owner: str, engine: str | None = None) -> dict:
-    """What a commit saves: the session's snapshot plus who may see it and which engine it runs on."""
+def store_key(session_id: str, owner: str) -> str:
+    """The session's key in the store and the backend: its id within its owner's namespace.
+
+    Two owners may use the same id without seeing each other (a ``/`` never
+    appears in an id, so the key is unambiguous).
+    """
+    return f"{owner}/{session_id}" if owner else session_id
+
+
+def public_id(key: str) -> str:
+    """The id a client uses, from a store key."""
+    return key.rpartition("/")[2]
+
+
+def dump(session: Session, key: str, owner: str, engine: str | None = None) -> dict:
+    """What a whole save writes: the session's snapshot under its key, who may see it, its engine."""
     data = session.to_dict()
+    data["session_id"] = key
     data["owner"] = owner
     if engine:
         data["engine"] = engine

@@ -22,6 +22,7 @@ from ..session import Session
 class Entry:
     """One session in memory: its state, the store version it matches, and who may see it."""
 
+    key: str  # the session's key in the store and the backend: its id, within its owner's namespace
     session: Session
     version: int  # the store version this state was saved as (the next save's expected_version)
     owner: str  # the owner key ('' for none), see ``owner_key``
@@ -31,10 +32,14 @@ class Entry:
     evicted: bool = False
     cancel_requested: bool = False
     last_used: float = attrs.field(factory=time.monotonic)
+    #: the last turn's idempotency key and result (a retried turn returns it instead of running again)
+    last_turn: dict | None = None
+    #: a digest of each message as a client sees it, for matching resent histories (filled lazily)
+    digests: list[str] = attrs.field(factory=list)
 
 
 class Table:
-    """Thread-safe map of session id -> :class:`Entry`, least recently used first."""
+    """Thread-safe map of session key -> :class:`Entry`, least recently used first."""
 
     def __init__(self, max_sessions: int, idle_ttl: float | None, on_evict: Callable[[list[Entry]], None]):
         self.max_sessions = max_sessions
@@ -61,7 +66,7 @@ class Table:
     def add(self, entry: Entry) -> Entry:
         """Keep ``entry``, or return the one another thread added first for the same id."""
         with self._lock:
-            sid = entry.session.session_id
+            sid = entry.key
             existing = self._entries.get(sid)
             if existing is not None:
                 self._entries.move_to_end(sid)
@@ -77,13 +82,13 @@ class Table:
         with self._lock:
             entry.last_used = time.monotonic()
             if not entry.evicted:
-                self._entries.move_to_end(entry.session.session_id)
+                self._entries.move_to_end(entry.key)
 
     def remove(self, entry: Entry) -> None:
         """Forget ``entry`` (the caller owns it: ``running`` is its own)."""
         with self._lock:
             entry.evicted = True
-            sid = entry.session.session_id
+            sid = entry.key
             if self._entries.get(sid) is entry:
                 del self._entries[sid]
 
@@ -116,6 +121,6 @@ class Table:
                 victims.append(entry)  # its lock is kept until it is marked and removed
         for entry in victims:
             entry.evicted = True
-            del self._entries[entry.session.session_id]
+            del self._entries[entry.key]
             entry.lock.release()
         return victims

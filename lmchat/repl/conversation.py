@@ -1,26 +1,28 @@
 """One chat: the session, the backend that answers it and the store that keeps it.
 
-Every turn operation takes a snapshot first. If the turn cannot start (an
-overflow, a template rule) the session is restored exactly: nothing reached
-the engine. If the backend fails mid-turn the session is restored but its
-next delta resets, since what the engine consumed is unknown. A finished or
-cancelled turn is committed and saved at once, so a crash never loses more
-than the turn in flight.
+A turn runs on the protocol the session manager uses too
+(:class:`lmchat.turns.Turn`), with the conversation as its owner. Every turn
+takes a snapshot first. If the turn cannot start (an overflow, a template
+rule) the session is restored exactly: nothing reached the engine. If the
+backend fails mid-turn the session is restored but its next delta resets,
+since what the engine consumed is unknown. A finished or cancelled turn is
+committed and saved at once, so a crash never loses more than the turn in
+flight.
 """
 from __future__ import annotations
 
 import json
 from typing import Any, Callable
 
-from ..backends.base import Backend, GenerationRequest, SamplingParams, engine_id
+from ..backends.base import Backend, SamplingParams, engine_id
 from ..errors import LmchatError, SessionError, StoreConflict
 from ..session import Delta, Session, edits
-from ..session.edits import Generation, commit_generation
 from ..stores import VERSION_KEY, SessionStore
 from ..templates.base import BaseTemplate
-from . import settings
 from ..repetition import RepetitionGuard
-from .streaming import Outcome, generate, interrupt_flag
+from . import settings
+from ..turns import Turn
+from .streaming import Outcome, interrupt_flag, stream
 
 NOTES = {
     "length": "[stopped at max_new_tokens: /continue extends the answer]",
@@ -71,42 +73,43 @@ class Conversation:
 
     def _turn(self, start: Callable[[], Delta], shown: str = "") -> None:
         """One turn: ``start`` computes the delta; ``shown`` is text to print before the reply (a reopened answer)."""
-        snapshot = self.session.to_dict()
+        self._before = self.session.to_dict()
         # Ctrl-C only cancels from here on, so a prompted turn is always committed (or rolled back)
         with interrupt_flag() as interrupted:
             try:
-                delta = start()
+                turn = Turn(self, start, self.params, guard=RepetitionGuard())
             except BaseException:
-                self.session = Session.from_dict(snapshot, tokenizer=self.tokenizer)  # nothing was sent
+                self.discard(sent=False)  # nothing was sent
                 raise
+            self.last_delta = turn.delta
+            self.cached = True
+            if self.debug:
+                self.out.debug(describe_delta(turn.delta))
+            self.out.begin_reply()
+            if shown:
+                self.out.reply_text(shown)  # the continued answer renders whole
             try:
-                outcome = self._stream(delta, shown, interrupted)
+                outcome = stream(turn, self.out.reply_text, interrupted)
             except BaseException:
-                self.session = edits.restored(
-                    snapshot, self.tokenizer, "the last generation failed: what the engine holds is unknown"
-                )
+                self.out.end_reply()
                 raise
-            commit_generation(self.session, Generation(outcome.text, tuple(outcome.token_ids),
-                                                       outcome.finish_reason, outcome.stop))
-            self.save()
+            self.out.end_reply(NOTES.get(outcome.finish_reason))
+            self.last = outcome
 
-    def _stream(self, delta: Delta, shown: str, interrupted) -> Outcome:
-        request = GenerationRequest.from_session(self.session, delta, self.params)
-        self.last_delta = delta
-        self.cached = True
-        if self.debug:
-            self.out.debug(describe_delta(delta))
-        self.out.begin_reply()
-        if shown:
-            self.out.reply_text(shown)  # the continued answer renders whole
-        try:
-            outcome = generate(self.backend, request, self.out.reply_text, interrupted, RepetitionGuard())
-        except BaseException:
-            self.out.end_reply()
-            raise
-        self.out.end_reply(NOTES.get(outcome.finish_reason))
-        self.last = outcome
-        return outcome
+    # ------------------------------------------------------------------ the turn protocol's owner
+    def discard(self, *, sent: bool) -> None:
+        """A turn did not commit: back to the session as it was (a reset next, when the engine got it)."""
+        if sent:
+            why = "the last generation failed: what the engine holds is unknown"
+            self.session = edits.restored(self._before, self.tokenizer, why)
+        else:
+            self.session = Session.from_dict(self._before, tokenizer=self.tokenizer)
+
+    def cancel_requested(self) -> bool:
+        return False  # Ctrl-C cancels through the backend (see streaming)
+
+    def failed(self, error: BaseException) -> None:
+        self.out.error(f"the turn failed while stopping: {error}")
 
     # ------------------------------------------------------------------ session changes
     def replace(self, session: Session, version: int = 0) -> None:
@@ -165,8 +168,8 @@ class Conversation:
             json.dump(self.snapshot(), f, ensure_ascii=False, indent=2)
             f.write("\n")
 
-    def save(self) -> None:
-        """Save to the store (compare-and-set on the version this process last saw)."""
+    def save(self, record: dict | None = None) -> None:
+        """Save to the store (compare-and-set on the version this process last saw); a failure is told, not raised."""
         if self.version == 0 and self.session.turns == 0:
             return  # nothing worth keeping yet
         try:

@@ -1,15 +1,15 @@
-"""Running one generation: chunks stream in from a worker thread, Ctrl-C cancels.
+"""Running one turn for the REPL: the turn streams from a worker thread, Ctrl-C cancels.
 
-The backend's iterator runs in a daemon thread and hands chunks over a queue;
-the main thread waits on the queue with Ctrl-C turned into a flag (see
+The turn (:class:`lmchat.turns.Turn`: generation, commit, save) runs in a
+daemon thread and hands its chunks over a :class:`~lmchat.turns.Pump`; the
+main thread waits on it with Ctrl-C turned into a flag (see
 :func:`interrupt_flag`), so a Ctrl-C never lands inside the backend nor
 between a chunk's arrival and its recording. On Ctrl-C the backend is asked
-to ``cancel`` and the stream is drained until it ends, so every chunk the
-engine produced is accounted for; a stream that finished anyway keeps its
-own finish reason (the engine then holds the end marker it emitted). A
-backend that does not end within ``CANCEL_GRACE`` seconds is told to
-``drop`` the session: its cache state is then unknown, and the next request
-carries the whole context to rebuild from.
+to ``cancel`` and the turn goes on to its end, which commits what the engine
+produced (a stream that finished anyway keeps its own finish reason: the
+engine then holds the end marker it emitted). A backend that does not end
+within ``CANCEL_GRACE`` seconds is told to ``drop`` the session, which makes
+engines give up what they were doing.
 """
 from __future__ import annotations
 
@@ -23,87 +23,68 @@ from typing import Callable, Iterator
 
 import attrs
 
-from ..backends.base import Backend, GenerationRequest
-from ..repetition import RepetitionGuard
+from ..turns import Done, Pump, Turn, TurnResult
 
 CANCEL_GRACE = 5.0
-_END = object()
 
 
-@attrs.define
+@attrs.frozen
 class Outcome:
-    """A finished (or cancelled) generation; ``seconds`` runs from the first chunk to the last."""
+    """A finished (or cancelled) turn as the toolbar shows it; ``seconds`` from the first chunk to the last."""
 
-    text: str = ""
-    token_ids: list[int] = attrs.field(factory=list)
-    finish_reason: str | None = None
-    stop: str | None = None
-    prefilled: int = 0
-    reused: int = 0
+    result: TurnResult
     seconds: float = 0.0
+
+    @property
+    def finish_reason(self) -> str:
+        return self.result.finish_reason
+
+    @property
+    def reused(self) -> int:
+        return self.result.reused
+
+    @property
+    def prefilled(self) -> int:
+        return self.result.prefilled
 
     @property
     def speed(self) -> tuple[float, str]:
         """Generation speed and its unit: tokens/s when the backend gave ids, else chars/s."""
-        count, unit = (len(self.token_ids), "tok/s") if self.token_ids else (len(self.text), "chars/s")
+        ids, text = self.result.token_ids, self.result.text
+        count, unit = (len(ids), "tok/s") if ids else (len(text), "chars/s")
         return (count / self.seconds if self.seconds > 0 else 0.0), unit
 
 
-def generate(
-    backend: Backend, request: GenerationRequest, on_text: Callable[[str], None], interrupted: threading.Event,
-    guard: RepetitionGuard | None = None,
-) -> Outcome:
-    """Stream ``request`` through ``backend``, calling ``on_text`` per piece; backend errors are re-raised.
+class _Daemons:
+    """An executor of daemon threads: a hung backend never keeps the REPL from exiting."""
 
-    ``interrupted`` (see :func:`interrupt_flag`) cancels the generation once set;
-    so does ``guard`` once the answer loops (finish reason ``'repetition'``).
-    """
-    chunks: queue.SimpleQueue = queue.SimpleQueue()
+    def submit(self, fn: Callable, *args) -> None:
+        threading.Thread(target=fn, args=args, name="lmchat-turn", daemon=True).start()
 
-    def work() -> None:
-        try:
-            for chunk in backend.generate(request):
-                chunks.put(chunk)
-            chunks.put(_END)
-        except BaseException as exc:  # handed to the main thread, which raises it
-            chunks.put(exc)
 
-    out = Outcome()
-    first = last = None
-    cancelled_at = None
-    threading.Thread(target=work, name="lmchat-generate", daemon=True).start()
+def stream(turn: Turn, on_text: Callable[[str], None], interrupted: threading.Event) -> Outcome:
+    """Run the primed ``turn`` to its end, calling ``on_text`` per piece; its errors are re-raised."""
+    generator = turn.run()
+    next(generator)  # primed: errors before the generation raised already
+    pump = Pump(lambda: generator, _Daemons())
+    backend, key = turn.owner.backend, turn.session_id
+    cancelled_at, dropped = None, False
     while True:
         if interrupted.is_set() and cancelled_at is None:
-            backend.cancel(request.session_id)
+            backend.cancel(key)
             cancelled_at = time.monotonic()
         try:
-            item = chunks.get(timeout=0.05)
+            item = pump.get(timeout=0.05)
         except queue.Empty:
-            if cancelled_at is not None and time.monotonic() - cancelled_at > CANCEL_GRACE:
-                backend.drop(request.session_id)
-                break
+            if cancelled_at is not None and not dropped and time.monotonic() - cancelled_at > CANCEL_GRACE:
+                backend.drop(key)  # a backend that ignores cancel gives up what it was doing
+                dropped = True
             continue
-        if item is _END:
-            break
-        if isinstance(item, BaseException):
-            raise item
-        last = time.monotonic()
-        first = first or last
-        out.text += item.text
-        out.token_ids.extend(item.token_ids)
-        if item.finish_reason:
-            out.finish_reason, out.stop = item.finish_reason, item.stop
-            out.prefilled, out.reused = item.prefilled, item.reused
+        if isinstance(item, Done):
+            last = time.monotonic()
+            return Outcome(item.value, (last - turn.first_chunk) if turn.first_chunk else 0.0)
         if item.text:
             on_text(item.text)
-            if guard is not None and guard.feed(item.text) and not interrupted.is_set():
-                interrupted.set()  # cancels at the top of the loop; what is in flight is still recorded
-    if out.finish_reason is None:  # cancelled, or a stream that ended without its last chunk
-        out.finish_reason = "cancelled"
-    if guard is not None and guard.tripped and out.finish_reason == "cancelled":
-        out.finish_reason = "repetition"
-    out.seconds = (last - first) if first is not None else 0.0
-    return out
 
 
 @contextlib.contextmanager

@@ -43,7 +43,6 @@ def create_app(manager: SessionManager, *, api_keys: Iterable[str] | None = None
     app.state.model_name = model_name
     app.state.started = int(time.time())
     app.state.stats = RequestStats()
-    app.state.oneoff_active = 0
     for module in (interactive, chat, completions, service):
         app.include_router(module.router)
     app.add_exception_handler(ApiError, _respond)

@@ -3,7 +3,7 @@
 Without a session id each request is a one-off session, ended after the
 answer. With one (header ``X-Session-Id``, else body ``session_id``, else
 ``user``) the session persists, and a client resending its history only
-costs the new messages (:mod:`.history`). Tool calls are parsed from the
+costs the new messages (:mod:`lmchat.manager.history`). Tool calls are parsed from the
 model's output in its template's syntax and returned as ``tool_calls``
 (``tool_choice: "none"`` returns the raw text instead; the model cannot be
 forced to call a tool, so ``"required"`` and named choices parse like
@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from ..backends.base import Chunk
 from ..errors import LmchatError
 from .deps import blocking, check_n, new_id, owner
-from .history import for_session, plan_turn
+from ..manager.history import object_arguments
 from .schemas import ChatRequest
 from .sse import Meta, chat_events, finish_reason, usage
 from .turns import count, end_soon, run, start_stream
@@ -35,15 +35,16 @@ async def chat_completions(body: ChatRequest, request: Request, who: str | None 
     mgr = request.app.state.manager
     sid = request.headers.get("x-session-id") or body.session_id or body.user
     tools = body.tools or None
-    sent = for_session(body.messages)
     oneoff = sid is None
+    kwargs: dict[str, Any] = {"params": body.sampling(), "stop": body.stop,
+                              "max_new_tokens": body.max_completion_tokens or body.max_tokens,
+                              "idempotency_key": request.headers.get("idempotency-key")}
     if oneoff:
         sid = await blocking(mgr.create, None, who, tools=tools)
-        messages, template = sent, mgr.template
-    else:
-        messages, template = await plan_turn(mgr, sid, who, sent, tools)
-    kwargs: dict[str, Any] = {"params": body.sampling(), "stop": body.stop,
-                              "max_new_tokens": body.max_completion_tokens or body.max_tokens}
+        messages, template = object_arguments(body.messages), mgr.template
+    else:  # the manager matches the resent history with the session (validated before anything changes)
+        messages, template = None, await blocking(mgr.template_of, sid, who)
+        kwargs.update(history=body.messages, tools=tools)
     kind = "chat.completion.chunk" if body.stream else "chat.completion"
     meta = Meta(new_id("chatcmpl"), kind, int(time.time()), body.model or request.app.state.model_name)
     headers = {} if oneoff else {"X-Session-Id": sid}

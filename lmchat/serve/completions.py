@@ -3,13 +3,12 @@
 A raw prompt goes to the backend as is, under a one-off backend session id
 that is dropped afterwards: nothing is stored. Special tokens written in the
 prompt are read as such (the caller wrote the template markup). These
-requests count against the manager's ``max_active`` separately from turns.
+requests count against the manager's ``max_active`` like turns, and run in
+its worker pool.
 """
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import threading
 import time
 from typing import AsyncIterator
 
@@ -17,9 +16,9 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 
 from ..backends.base import Chunk, GenerationRequest, Prompt, SamplingParams
-from ..errors import CapacityExceeded
 from ..registry import get_template
 from ..session import Delta
+from ..turns.bridge import Done, Pump
 from .deps import cancel_on_disconnect, check_n, new_id, owner
 from .errors import ApiError
 from .schemas import CompletionRequest
@@ -48,12 +47,10 @@ async def completions(body: CompletionRequest, request: Request, who: str | None
         prompt = prompt[0]
     state = request.app.state
     mgr = state.manager
-    if state.oneoff_active >= mgr.max_active:
-        raise CapacityExceeded(mgr.max_active)
     generation = _request(mgr, prompt, body)
     meta = Meta(new_id("cmpl"), "text_completion", int(time.time()), body.model or state.model_name)
     counter = lambda chars, ids: count(mgr.backend.tokenizer, chars, ids)  # noqa: E731
-    chunks = _counted(state, generate(mgr.backend, generation))
+    chunks = generate(mgr, generation)
     if body.stream:
         chunks = await primed(chunks)
         include_usage = bool((body.stream_options or {}).get("include_usage"))
@@ -88,43 +85,20 @@ def _request(mgr, prompt: str, body: CompletionRequest) -> GenerationRequest:
                              source=lambda: Prompt(prompt, ids))
 
 
-async def _counted(state, chunks: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
-    state.oneoff_active += 1  # only touched on the event loop: no lock needed
-    try:
-        async for chunk in chunks:
-            yield chunk
-    finally:
-        state.oneoff_active -= 1
+async def generate(mgr, request: GenerationRequest) -> AsyncIterator[Chunk]:
+    """The backend's chunks, generated in a worker of the manager's pool (a turn's worth of capacity);
+    leaving early cancels the generation, and the backend forgets the one-off session either way."""
+    mgr.reserve()
+    backend = mgr.backend
 
-
-async def generate(backend, request: GenerationRequest) -> AsyncIterator[Chunk]:
-    """The backend's chunks, generated in a thread of their own; leaving early cancels the generation."""
-    loop = asyncio.get_running_loop()
-    queue: asyncio.Queue = asyncio.Queue()
-
-    def put(item) -> None:
-        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is listening any more
-            loop.call_soon_threadsafe(queue.put_nowait, item)
-
-    def work() -> None:
+    def produce():
         try:
-            for chunk in backend.generate(request):
-                put(chunk)
-            put(None)
-        except BaseException as exc:
-            put(exc)
+            yield from backend.generate(request)
         finally:
             backend.drop(request.session_id)
+            mgr.unreserve()
 
-    threading.Thread(target=work, name="lmchat-completion", daemon=True).start()
-    finished = False
-    try:
-        while (item := await queue.get()) is not None:
-            if isinstance(item, BaseException):
-                finished = True
-                raise item
+    async for item in Pump(produce, mgr.pool, on_abandon=lambda: backend.cancel(request.session_id),
+                           loop=asyncio.get_running_loop()).items():
+        if not isinstance(item, Done):
             yield item
-        finished = True
-    finally:
-        if not finished:
-            backend.cancel(request.session_id)

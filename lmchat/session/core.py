@@ -125,6 +125,14 @@ class Session:
         held = self._held
         return (held.reset_reason or "reset requested") if held.needs_reset and held.parts else None
 
+    def first_message(self) -> Message | None:
+        """A copy of the first message (None in an empty conversation)."""
+        return dict(self._chat.messages[0]) if self._chat.messages else None
+
+    def messages_since(self, start: int) -> list[Message]:
+        """Copies of the messages from index ``start`` on (O(turn) where ``messages`` is O(history))."""
+        return [dict(m) for m in self._chat.messages[start:]]
+
     def last_user(self) -> str:
         """The text of the last user message ('' when there is none): a backward scan, O(turn)."""
         for message in reversed(self._chat.messages):

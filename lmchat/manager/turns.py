@@ -1,0 +1,177 @@
+"""A manager's turn on a claimed session: what to append, the shared turn protocol, the release.
+
+The turn itself (delta, stream, commit, save, restore on failure) is
+:class:`lmchat.turns.Turn`, the REPL's too; this module decides what the
+turn appends (the messages given, or what a resent history adds, or the
+whole history replacing the session), answers a retried request from the
+turn it already ran, and frees the session and the capacity at the end.
+"""
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
+
+import attrs
+
+from ..backends.base import Backend, Chunk, SamplingParams
+from ..errors import ConfigError
+from ..messages import normalize_messages
+from ..session import Delta, Session
+from ..turns.turn import Turn, TurnResult, replayed
+from ..validation import validate_messages, validate_tools
+from . import history as hist
+from .table import Entry
+
+if TYPE_CHECKING:
+    from .core import SessionManager
+
+
+class Claim:
+    """A claimed entry as the turn protocol's owner."""
+
+    def __init__(self, mgr: SessionManager, entry: Entry, idempotency_key: str | None = None):
+        self.mgr, self.entry, self.idempotency_key = mgr, entry, idempotency_key
+
+    @property
+    def session(self) -> Session:
+        return self.entry.session
+
+    @property
+    def backend(self) -> Backend:
+        return self.mgr.backend
+
+    def save(self, record: dict) -> None:
+        self.mgr.save(self.entry, {**record, "key": self.idempotency_key})
+
+    def discard(self, *, sent: bool) -> None:
+        self.mgr.discard(self.entry, drop_backend=sent)
+
+    def cancel_requested(self) -> bool:
+        return self.entry.cancel_requested
+
+    def failed(self, error: BaseException) -> None:
+        self.mgr._metrics.error(error)
+
+
+def sampling(session: Session, params, stop, max_new_tokens) -> SamplingParams:
+    """The turn's sampling: the template's values, the session's budget, then the request's."""
+    if isinstance(params, SamplingParams):
+        base = params
+    else:
+        overrides = {"max_new_tokens": session.max_new_tokens or None, **(params or {})}
+        try:
+            base = SamplingParams.from_template(session.template, **overrides)
+        except TypeError as exc:
+            raise ConfigError(f"unknown sampling parameter: {exc}", field="params") from None
+    changes: dict[str, Any] = {}
+    if stop:
+        extra = (stop,) if isinstance(stop, str) else tuple(stop)
+        changes["stop"] = tuple(dict.fromkeys(base.stop + extra))
+    if max_new_tokens is not None:
+        changes["max_new_tokens"] = max_new_tokens
+    return attrs.evolve(base, **changes)
+
+
+def run_turn(claim: Claim, messages: Iterable[Mapping[str, Any]] | None, params, stop, max_new_tokens,
+             history: list[Mapping[str, Any]] | None, tools: list[dict] | None,
+             idempotency_key: str | None) -> Iterator[Chunk]:
+    """The primed stream of one turn on the claimed session (see :meth:`SessionManager.stream_turn`)."""
+    mgr, entry = claim.mgr, claim.entry
+    claim.idempotency_key = idempotency_key
+    try:
+        last = entry.last_turn
+        if idempotency_key is not None and last and last.get("key") == idempotency_key:
+            stream = _replay(mgr, entry, last)
+        else:
+            sent = _validated(history, tools, entry.session) if history is not None else None
+            turn_params = sampling(entry.session, params, stop, max_new_tokens)
+            budget = turn_params.max_new_tokens
+
+            def start() -> Delta:
+                if sent is not None:
+                    return _from_history(mgr, entry, sent, tools, budget)
+                return entry.session.extend(messages or (), max_new_tokens=budget)
+
+            turn = Turn(claim, start, turn_params, parse=True, key=entry.key)
+            stream = _run(mgr, entry, turn)
+        next(stream)  # primed: closing or dropping it now always runs its cleanup
+        return stream
+    except BaseException:
+        if entry.session.pending:  # extend() succeeded, what followed did not: drop the prompt
+            mgr.discard(entry, drop_backend=False)
+        mgr.release(entry)  # a failed extend() leaves the session as it was
+        raise
+
+
+def _run(mgr: SessionManager, entry: Entry, turn: Turn) -> Iterator[Chunk | None]:
+    try:
+        inner = turn.run()
+        yield next(inner)  # primed
+        result = yield from inner
+        final = turn.final
+        mgr._metrics.turn(time.monotonic() - turn.started, final.prefilled, final.reused)
+        if turn.delta.reset or turn.delta.dropped:
+            entry.digests.clear()  # the session's messages are not the ones digested any more
+        return result
+    except Exception as exc:  # a failed generation or save, raised to the consumer: counted here
+        mgr._metrics.error(exc)
+        raise
+    finally:
+        mgr.release(entry)
+
+
+def _replay(mgr: SessionManager, entry: Entry, record: dict) -> Iterator[Chunk | None]:
+    """A retried request: the turn it names is already committed; its result, again."""
+    try:
+        yield None
+        session = entry.session
+        result = replayed(record, session.template, session.tools)
+        yield Chunk(text=result.text)
+        yield Chunk(finish_reason=result.finish_reason, stop=result.stop, prefilled=result.prefilled,
+                    reused=result.reused, cache_miss_reason=result.cache_miss_reason)
+        return result
+    finally:
+        mgr.release(entry)
+
+
+def _validated(history: list[Mapping[str, Any]], tools: list[dict] | None, session: Session) -> list[dict]:
+    """The resent conversation, normalised and checked before anything is touched."""
+    validate_tools(tools)
+    sent = hist.object_arguments(normalize_messages(history))
+    validate_messages([], sent, start=0, max_chars=session.max_message_chars)
+    return sent
+
+
+def _from_history(mgr: SessionManager, entry: Entry, sent: list[dict], tools: list[dict] | None,
+                  budget: int) -> Delta:
+    """The delta for a resent conversation: what the session lacks, or the conversation replacing it."""
+    session = entry.session
+    held = _digests(entry)
+    skip = 1 if _default_system(session) and sent[0].get("role") != "system" else 0
+    sent_digests = [hist.digest(m) for m in sent]
+    k = None
+    if hist.tools_digest(session.tools) == hist.tools_digest(tools):
+        k = hist.new_messages(held[skip:], sent_digests)
+    if k is not None:
+        return session.extend(sent[k:], max_new_tokens=budget)
+    # another conversation under this id (edited, regenerated, new tools): it replaces the session
+    fresh = mgr.new_session(session.session_id, tools=tools, template=session.template)
+    delta = fresh.extend(sent, max_new_tokens=budget)  # may raise: the session stays as it was
+    entry.session = fresh
+    entry.digests = []
+    # the engine may hold the old conversation under this key: it must drop it first
+    return attrs.evolve(delta, reset=True, reason="the client sent another conversation under this session id")
+
+
+def _digests(entry: Entry) -> list[str]:
+    """The digests of the session's messages, computing only those not digested yet."""
+    session, digests = entry.session, entry.digests
+    missing = session.messages_since(len(digests))
+    digests.extend(hist.digest(m, session.template, session.tools) for m in missing)
+    return digests
+
+
+def _default_system(session: Session) -> bool:
+    """The session opens with its template's default system prompt (which clients do not send)."""
+    default = session.template.default_system
+    return default is not None and session.first_message() == {"role": "system", "content": default}

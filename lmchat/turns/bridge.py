@@ -1,0 +1,113 @@
+"""Running a turn's generator in a worker thread and handing its items to a consumer.
+
+One bridge for every caller: the REPL waits on it with Ctrl-C turned into a
+flag, the server's asyncio routes await it. Workers come from a bounded
+pool (the session manager's has ``max_active`` threads, reserved before
+work is submitted, so nothing ever queues behind a busy pool). The worker
+owns the generator: when the consumer goes away (:meth:`Pump.abandon`: a
+client disconnected) the worker is told, ``on_abandon`` runs at once (it
+cancels the generation), and the worker closes the generator, which then
+commits and saves the partial answer.
+"""
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+from concurrent.futures import Executor
+from typing import Any, AsyncIterator, Callable, Iterator
+
+import attrs
+
+
+@attrs.frozen
+class Done:
+    """The generator returned ``value``: the last item of a pump."""
+
+    value: Any
+
+
+@attrs.frozen
+class _Raised:
+    error: BaseException
+
+
+class Pump:
+    """``produce()`` (it returns an iterator) runs in a worker; its items, then :class:`Done`, cross over.
+
+    ``loop``: deliver to an asyncio consumer on that loop (iterate with
+    ``async for``); None: to a thread, with :meth:`get`.
+    """
+
+    def __init__(self, produce: Callable[[], Iterator[Any]], executor: Executor, *,
+                 on_abandon: Callable[[], Any] | None = None, loop: asyncio.AbstractEventLoop | None = None):
+        self._loop = loop
+        self._queue: Any = asyncio.Queue() if loop is not None else queue.SimpleQueue()
+        self._on_abandon = on_abandon
+        self._abandoned = threading.Event()
+        self._started = threading.Event()  # the iterator exists: from here on abandoning must cancel it
+        self._ended = threading.Event()
+        self.finished = False  # the consumer has seen Done or an error
+        executor.submit(self._work, produce)
+
+    # ------------------------------------------------------------------ worker side
+    def _put(self, item: Any) -> None:
+        if self._loop is None:
+            self._queue.put(item)
+            return
+        try:
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
+        except RuntimeError:  # the loop is closed: nobody is listening any more
+            pass
+
+    def _work(self, produce: Callable[[], Iterator[Any]]) -> None:
+        try:
+            iterator = produce()
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, which raises it
+            self._put(_Raised(exc))
+            return
+        self._started.set()
+        try:
+            while not self._abandoned.is_set():
+                try:
+                    item = next(iterator)
+                except StopIteration as stop:
+                    self._ended.set()
+                    self._put(Done(stop.value))
+                    return
+                self._put(item)
+        except BaseException as exc:  # noqa: BLE001
+            self._ended.set()
+            self._put(_Raised(exc))
+        finally:
+            close = getattr(iterator, "close", None)
+            if close is not None:
+                close()  # after abandonment: the generator cancels, drains, commits and saves
+
+    # ------------------------------------------------------------------ consumer side
+    def _take(self, item: Any) -> Any:
+        if isinstance(item, _Raised):
+            self.finished = True
+            raise item.error
+        if isinstance(item, Done):
+            self.finished = True
+        return item
+
+    def get(self, timeout: float) -> Any:
+        """The next item (a thread consumer); ``queue.Empty`` after ``timeout`` seconds without one."""
+        return self._take(self._queue.get(timeout=timeout))
+
+    async def items(self) -> AsyncIterator[Any]:
+        """Every item, :class:`Done` last (an asyncio consumer); leaving early abandons the pump."""
+        try:
+            while not self.finished:
+                yield self._take(await self._queue.get())
+        finally:
+            if not self.finished:
+                self.abandon()
+
+    def abandon(self) -> None:
+        """The consumer is gone: stop the worker (the generator is closed, its cleanup runs)."""
+        self._abandoned.set()
+        if self._on_abandon is not None and self._started.is_set() and not self._ended.is_set():
+            self._on_abandon()  # at once: the worker only sees the flag between items

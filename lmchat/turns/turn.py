@@ -1,0 +1,208 @@
+"""One turn, end to end, for the REPL and the session manager alike: delta, stream, commit, save.
+
+A :class:`Turn` is built once its caller owns the session (the REPL always
+does; the manager claims it first); building it computes the delta, so
+overflow and bad input raise before anything reaches the engine or the
+store. :meth:`Turn.run` is a generator, primed past its first ``yield`` by
+whoever hands it on, so that closing or dropping it always runs its cleanup:
+
+* never iterated: the prompt reached nobody; the owner restores the session
+  as it was (``discard(sent=False)``);
+* closed mid-stream (a client disconnect): the generation is cancelled and
+  drained, and the partial answer is committed and saved;
+* the backend or the save failed: what the engine holds is unknown; the owner
+  restores the session as last saved and the backend forgets it
+  (``discard(sent=True)``).
+
+The last chunk (with ``finish_reason``) is yielded only once the turn is
+saved: a client that saw it can rely on the turn being durable.
+"""
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Callable, Iterator, Protocol
+
+import attrs
+
+from ..backends.base import Backend, Chunk, GenerationRequest, SamplingParams
+from ..repetition import RepetitionGuard
+from ..session import Delta, Session
+from ..session.edits import Generation, commit_generation
+from ..tools import ParsedResponse, parse_response
+
+
+@attrs.frozen
+class TurnResult:
+    """A finished turn. Counts are tokens with a tokenizer, else characters.
+
+    ``history_tokens``: what the engine held before the turn; ``prompt_tokens``:
+    the whole prompt of this turn (history + delta); ``prefilled``/``reused``:
+    how the backend served it; ``cache_miss_reason``: why it could not reuse
+    all it held (a reset, a drift rewind, an overflow; None when it could).
+    ``parsed`` splits ``text`` into content, reasoning and tool calls
+    (:func:`lmchat.parse_response`), when the turn was asked to parse.
+    """
+
+    text: str
+    token_ids: tuple[int, ...]
+    finish_reason: str
+    stop: str | None
+    prompt_tokens: int
+    prefilled: int
+    reused: int
+    history_tokens: int
+    parsed: ParsedResponse | None = None
+    cache_miss_reason: str | None = None
+
+
+class Owner(Protocol):
+    """Whoever holds the session a turn runs on: the REPL's conversation, the manager's entry."""
+
+    session: Session
+    backend: Backend
+
+    def save(self, record: dict) -> None:
+        """Save the committed turn (compare-and-set); a failure raises. ``record`` sums the turn up
+        (text, finish reason, counts) for an owner that replays retried turns."""
+
+    def discard(self, *, sent: bool) -> None:
+        """The turn did not commit: go back to the session as last saved (``sent``: the engine got the delta)."""
+
+    def cancel_requested(self) -> bool:
+        """Whether someone asked to stop the turn (checked between chunks)."""
+
+    def failed(self, error: BaseException) -> None:
+        """A turn failed where nobody is left to tell (an abandoned stream): count it."""
+
+
+class Turn:
+    """One turn on a session its owner holds: built with its delta, then :meth:`run` streams, commits, saves."""
+
+    def __init__(self, owner: Owner, start: Callable[[], Delta], params: SamplingParams, *,
+                 parse: bool = False, guard: RepetitionGuard | None = None, key: str | None = None):
+        self.owner = owner
+        session = owner.session
+        self.started = time.monotonic()
+        self.history = session.step
+        self.delta = start()
+        self.prompt_tokens = session.step
+        self.request = GenerationRequest.from_session(session, self.delta, params, key)
+        self.parse, self.guard = parse, guard
+        self.texts: list[str] = []
+        self.ids: list[int] = []
+        self.final: Chunk | None = None
+        self.first_chunk: float | None = None  # when output began (generation speed)
+
+    @property
+    def session_id(self) -> str:
+        return self.request.session_id
+
+    def run(self) -> Iterator[Chunk | None]:
+        """Yields None once (primed), then the answer's chunks; returns the :class:`TurnResult`."""
+        backend = self.owner.backend
+        stage = "primed"
+        try:
+            yield None  # primed by the caller: everything before this raised eagerly
+            stage = "streaming"
+            chunks = iter(backend.generate(self.request))
+            try:
+                for chunk in chunks:
+                    self._record(chunk)
+                    if chunk.finish_reason is None and (chunk.text or chunk.token_ids):
+                        yield chunk
+                    # repeated: the backend may have registered the generation late
+                    if self.owner.cancel_requested() or (self.guard is not None and self.guard.tripped):
+                        backend.cancel(self.session_id)
+            except GeneratorExit:  # the consumer left: what the engine generates is still committed
+                stage = "abandoned"
+                backend.cancel(self.session_id)
+                try:
+                    for chunk in chunks:
+                        self._record(chunk)
+                    self._commit_and_save()
+                except Exception as exc:  # noqa: BLE001 - the engine or the store failed while stopping
+                    self.owner.discard(sent=True)
+                    self.owner.failed(exc)
+                raise
+            result = self._commit_and_save()
+            stage = "saved"
+            yield self.final
+            return result
+        except GeneratorExit:
+            if stage == "primed":
+                self.owner.discard(sent=False)  # nothing reached the engine
+            raise
+        except BaseException:
+            # a failed generation or save: what the engine holds is unknown, and memory must not
+            # run ahead of the store; both restart from the last saved turn
+            self.owner.discard(sent=True)
+            raise
+
+    def _record(self, chunk: Chunk) -> None:
+        if self.first_chunk is None and (chunk.text or chunk.token_ids):
+            self.first_chunk = time.monotonic()
+        self.texts.append(chunk.text)
+        self.ids.extend(chunk.token_ids)
+        if self.guard is not None and chunk.text:
+            self.guard.feed(chunk.text)
+        if chunk.finish_reason is not None:
+            self.final = chunk
+
+    def _commit_and_save(self) -> TurnResult:
+        """Commit what the engine holds (an end marker only when the model emitted one), then save it."""
+        session, final = self.owner.session, self.final
+        if final is None:  # a stream cut short (cancelled, or a backend that ended without its last chunk)
+            final = Chunk(finish_reason="cancelled")
+        if self.guard is not None and self.guard.tripped and final.finish_reason == "cancelled":
+            final = attrs.evolve(final, finish_reason="repetition")
+        text = "".join(self.texts)
+        parsed = parse_response(session.template, text, tools=session.tools) if self.parse else None
+        fields: dict[str, Any] = {}
+        if parsed is not None and final.finish_reason == "stop" and parsed.tool_calls:
+            # the conversation keeps the parsed calls, so tool results can answer their ids;
+            # the context keeps the raw text, as the engine holds it
+            fields = {"content": parsed.content, "tool_calls": argument_objects(parsed.tool_calls)}
+            if parsed.reasoning_content is not None:
+                fields["reasoning_content"] = parsed.reasoning_content
+        commit_generation(session, Generation(text, tuple(self.ids), final.finish_reason, final.stop), **fields)
+        self.final = final = attrs.evolve(final, cache_miss_reason=self.delta.reason)
+        result = TurnResult(
+            text=text, token_ids=tuple(self.ids), finish_reason=final.finish_reason, stop=final.stop,
+            prompt_tokens=self.prompt_tokens, prefilled=final.prefilled, reused=final.reused,
+            history_tokens=self.history, parsed=parsed, cache_miss_reason=self.delta.reason,
+        )
+        self.owner.save(record_of(result))
+        return result
+
+
+def record_of(result: TurnResult) -> dict:
+    """A turn's result as JSON, without its ids and parse (``replayed`` rebuilds them)."""
+    return {"text": result.text, "finish_reason": result.finish_reason, "stop": result.stop,
+            "prompt_tokens": result.prompt_tokens, "prefilled": result.prefilled, "reused": result.reused,
+            "history_tokens": result.history_tokens, "generated": len(result.token_ids),
+            "cache_miss_reason": result.cache_miss_reason}
+
+
+def replayed(record: dict, template: Any, tools: Any) -> TurnResult:
+    """The result of a turn that already ran, from its :func:`record_of` (a retried request)."""
+    return TurnResult(
+        text=record["text"], token_ids=(), finish_reason=record["finish_reason"], stop=record.get("stop"),
+        prompt_tokens=record["prompt_tokens"], prefilled=record["prefilled"], reused=record["reused"],
+        history_tokens=record["history_tokens"], parsed=parse_response(template, record["text"], tools=tools),
+        cache_miss_reason=record.get("cache_miss_reason"),
+    )
+
+
+def argument_objects(calls: list[dict]) -> list[dict]:
+    """OpenAI calls with JSON-object arguments: templates render objects as the model wrote them,
+    while a JSON string would render escaped and reset the next turn."""
+    out = []
+    for call in calls:
+        fn = dict(call["function"])
+        try:
+            fn["arguments"] = json.loads(fn["arguments"])
+        except (TypeError, ValueError):
+            pass  # not JSON: keep what the model wrote
+        out.append({**call, "function": fn})
+    return out
