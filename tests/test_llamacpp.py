@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 
+import attrs
 import pytest
 
 pytest.importorskip("llama_cpp")
@@ -315,13 +316,13 @@ def test_discard_shifts_the_cache(backend):
 # ---------------------------------------------------------------------------------------------- concurrency
 def test_concurrent_sessions_equal_sequential(backend):
     questions = [[f"Tell me a fact about the number {n}.", "And another one?"] for n in range(8)]
-    sequential = [converse(backend, qs, greedy(16))[0] for qs in questions]
+    sequential = [converse(backend, qs, greedy(8), system="Be brief.")[0] for qs in questions]
     results: dict[int, list] = {}
     errors = []
 
     def run(n):
         try:
-            results[n] = converse(backend, questions[n], greedy(16))[0]
+            results[n] = converse(backend, questions[n], greedy(8), system="Be brief.")[0]
         except Exception as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
@@ -332,6 +333,21 @@ def test_concurrent_sessions_equal_sequential(backend):
         t.join(timeout=300)
     assert not errors
     assert [results[n] for n in range(8)] == sequential
+
+
+def test_a_long_prompt_is_prefilled_in_chunks_beside_decoding_sessions():
+    with LlamaCppBackend(threads=THREADS, sessions=2, ctx=2048, prefill_chunk=16) as b:
+        long_question = "Summarise: " + "the printing press spread books across Europe. " * 12
+        alone = [converse(b, [q], greedy(12))[0][0] for q in ("What is 2 + 2?", long_question)]
+        a, c = new_session(b), new_session(b)
+        stream = b.generate(GenerationRequest.from_session(a, a.prompt("What is 2 + 2?"), greedy(12)))
+        first = next(stream)  # a is decoding: c's prompt now goes in 16-id chunks beside a's tokens
+        delta = c.prompt(long_question)
+        chunks = list(b.generate(GenerationRequest.from_session(c, delta, greedy(12))))
+        rest = list(stream)
+        assert [i for x in [first, *rest] for i in x.token_ids] == alone[0]
+        assert [i for x in chunks for i in x.token_ids] == alone[1]
+        assert chunks[-1].prefilled == len(delta.token_ids) > 16
 
 
 # ---------------------------------------------------------------------------------------------- generation control
@@ -352,7 +368,7 @@ def test_cancel_mid_decode_and_busy_sessions(backend):
     stream = backend.generate(request)
     next(stream)
     stream.close()
-    chunks = list(backend.generate(request))
+    chunks = list(backend.generate(attrs.evolve(request, params=greedy(4))))
     assert chunks[-1].finish_reason in ("stop", "length")
     backend.drop(session.session_id)
 

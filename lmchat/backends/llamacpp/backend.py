@@ -5,7 +5,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from ...errors import BackendError, MissingExtra, ModelMatchError, TemplateConfigError
+from ...errors import BackendError, ModelMatchError, TemplateConfigError
 from ...matching import match_template
 from ...registry import get_template
 from ..base import Chunk, GenerationRequest
@@ -106,10 +106,11 @@ class LlamaCppBackend:
         engine = getattr(self, "engine", None)
         if engine is None:
             return
-        engine.close()
         self.engine = None
-        lib().llama_model_free(self._model)
-        self._model = None
+        engine.close()
+        if self._model is not None:
+            lib().llama_model_free(self._model)
+            self._model = None
 
     # ------------------------------------------------------------------ inspection
     def where(self, session_id: str) -> str | None:
@@ -128,6 +129,12 @@ class LlamaCppBackend:
         if getattr(self, "engine", None) is None:
             raise BackendError("the llamacpp backend is closed")
         return self.engine
+
+    def __del__(self) -> None:  # an unclosed backend: stop its scheduler thread and free the context
+        try:
+            self.close()
+        except Exception:
+            pass
 
     def __enter__(self) -> "LlamaCppBackend":
         return self
@@ -157,15 +164,20 @@ def _match(path: Path, model) -> str:
         reason = exc
     from ...jinja import JinjaTemplate, register_jinja
 
+    # the fields JinjaTemplate.from_gguf reads, from the metadata llama.cpp already parsed (gguf's reader
+    # would parse the whole file again: seconds for a large one)
+    source = meta(model, "tokenizer.chat_template") or ""
+    named = {n: t for n in ("tool_use", "rag") if (t := meta(model, f"tokenizer.chat_template.{n}"))}
+    if not source and not named:
+        raise BackendError(f"no built-in chat template matches {path.name} ({reason}) and the GGUF has no "
+                           f"tokenizer.chat_template: pass template=NAME")
+    fields = {"chat_template": source, "named_templates": named, "special_tokens": _special_tokens(model),
+              "label": meta(model, "general.name") or path.stem}
+    train = int(lib().llama_model_n_ctx_train(model))
+    if train > 0:
+        fields["session_len"] = train
     try:
-        template = JinjaTemplate.from_gguf(path)
-    except MissingExtra:  # no gguf package: the same metadata, read through llama.cpp
-        source = meta(model, "tokenizer.chat_template")
-        if not source:
-            raise BackendError(f"no built-in chat template matches {path.name} ({reason}) and the GGUF has no "
-                               f"tokenizer.chat_template: pass template=NAME") from None
-        template = JinjaTemplate(chat_template=source, special_tokens=_special_tokens(model),
-                                 label=meta(model, "general.name") or path.stem)
+        template = JinjaTemplate(**fields)
     except TemplateConfigError as exc:
         raise BackendError(f"no built-in chat template matches {path.name} ({reason}) and its own chat template "
                            f"cannot be used ({exc}): pass template=NAME") from None
@@ -175,12 +187,15 @@ def _match(path: Path, model) -> str:
 
 
 def _special_tokens(model) -> dict[str, str]:
+    """bos/eos/unk/pad token texts, as the GGUF names them."""
     L = lib()
     vocab = L.llama_model_get_vocab(model)
     out = {}
-    for key, token in (("bos_token", L.llama_vocab_bos(vocab)), ("eos_token", L.llama_vocab_eos(vocab))):
-        if token >= 0:
-            text = L.llama_vocab_get_text(vocab, token)
+    for key, name in (("bos_token", "bos_token_id"), ("eos_token", "eos_token_id"), ("unk_token", "unknown_token_id"),
+                      ("pad_token", "padding_token_id")):
+        value = meta(model, f"tokenizer.ggml.{name}")
+        if value is not None and value.isdigit() and int(value) < L.llama_vocab_n_tokens(vocab):
+            text = L.llama_vocab_get_text(vocab, int(value))
             if text:
                 out[key] = text.decode("utf-8", "replace")
     return out

@@ -8,23 +8,35 @@ caller reads :class:`Chunk` s from ``job.out``. The scheduler thread loops:
    one, or one freed by evicting the least recently used idle session to the
    host cache), restore saved states, and plan each turn's prefill from the
    delta (:meth:`Engine._plan`);
-3. one ``llama_decode`` of the next token of every decoding sequence, then
-   prefill chunks of prefilling sequences within a per-step budget, so a long
-   prompt does not stall the others; then sample each sequence's next token.
+3. one ``llama_decode`` of the next token of every decoding sequence; then
+   chunks of the prompts being prefilled, each in a ``llama_decode`` of its
+   own, within a per-step budget (``prefill_chunk`` ids while others decode,
+   so a long prompt does not stall them; a whole batch when nobody decodes);
+   sample each sequence whose logits came out.
 
-Decoding tokens and prefill chunks go to ``llama_decode`` separately: with a
-KV stream per sequence (``kv_unified`` off) llama.cpp cuts a mixed batch into
-micro-batches anyway, taking an equal number of tokens from each sequence, so
-mixing would only split a prefill differently (a one-token micro-batch is
-computed by other kernels, and the results would then depend on what else was
-running). Kept apart, every sequence sees the batch shapes it would see alone,
-and concurrent sessions produce exactly the tokens they produce one by one.
+The KV cache has one stream per sequence (``kv_unified`` off): a sequence's
+attention reads only its own tokens, so a long idle session does not slow the
+others. llama.cpp cuts a batch into micro-batches with an equal number of
+tokens per sequence (adjacent sequence ids share one; decoders therefore get
+the lowest free ids). A prompt put in the same batch as other sequences' next
+tokens would have its first id computed in their micro-batch, and that changes
+the logits at the end of the prompt in the last bits (measured: 0.39 on
+SmolLM2's logits, enough to flip a greedy near-tie), so a turn's tokens would
+depend on what else was running. Decoding tokens and each prompt chunk
+therefore go to ``llama_decode`` separately (little is lost: with a stream per
+sequence llama.cpp computes a prompt beside decoders in micro-batches of its
+own anyway, all but its first id), and a prompt is never split so that its last chunk is one id (the logits of an id
+computed alone differ the same way). Then every turn gives exactly the tokens
+it gives alone, and those ``Llama.generate`` gives when it prefills the same
+ids.
 """
 from __future__ import annotations
 
+import atexit
 import itertools
 import queue
 import threading
+import weakref
 from collections import deque
 
 import attrs
@@ -32,11 +44,19 @@ import attrs
 from ...errors import BackendError
 from ...stops import StopMatcher
 from ..base import Chunk, GenerationRequest
-from ._lib import lib
+from ._lib import last_error, lib
 from .sampler import Sampler
 from .sequences import HostCache, SequencePool, SessionState
 
 _CLOSE = object()
+_ENGINES: "weakref.WeakSet[Engine]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    """Stop every scheduler before the interpreter goes: a thread killed inside llama_decode can crash the exit."""
+    for engine in list(_ENGINES):
+        engine.close()
 
 
 @attrs.define(eq=False)
@@ -99,6 +119,7 @@ class Engine:
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name="lmchat-llamacpp", daemon=True)
         self._thread.start()
+        _ENGINES.add(self)
 
     # ------------------------------------------------------------------ any thread
     def submit(self, request: GenerationRequest) -> Job:
@@ -301,31 +322,25 @@ class Engine:
 
     # ------------------------------------------------------------------ one step
     def _step(self) -> None:
+        """The next token of every decoding sequence (one ``llama_decode``), then prefill chunks within budget."""
         for job in list(self._active):
             if job.cancelled.is_set():
                 self._finish(job, "cancelled")
+        # by sequence id: llama.cpp puts adjacent sequences in one micro-batch
         decoding = sorted((j for j in self._active if j.token is not None), key=lambda j: j.state.seq)
         if decoding:
             self._decode(decoding)
-        budget = self.n_batch if not decoding else self.prefill_chunk
+        budget = self.prefill_chunk if decoding else self.n_batch
         for job in [j for j in self._active if j.fed < len(j.todo)]:
             if budget <= 0 or budget < 2 <= len(job.todo) - job.fed:
                 break
             budget -= self._prefill(job, budget)
 
     def _decode(self, jobs: list[Job]) -> None:
-        b = self.batch
-        for i, job in enumerate(jobs):
-            b.token[i] = job.token
-            b.pos[i] = len(job.state.ids)
-            b.seq_id[i][0] = job.state.seq
-            b.logits[i] = 1
-        b.n_tokens = len(jobs)
-        rc = self._L.llama_decode(self.ctx, b)
-        if rc != 0:
-            for job in jobs:
-                self.pool.clear(job.state)
-                self._fail(job, BackendError(f"llama_decode failed ({rc}) while generating"))
+        n = 0
+        for job in jobs:
+            n = self._put(n, job.token, len(job.state.ids), job.state.seq, True)
+        if not self._run(n, jobs):
             return
         for i, job in enumerate(jobs):
             job.state.ids.append(job.token)
@@ -333,35 +348,44 @@ class Engine:
             self._sample(job, i)
 
     def _prefill(self, job: Job, budget: int) -> int:
-        """Feed the next chunk of ``job``'s prompt; the number of ids fed."""
+        """Feed the next chunk of ``job``'s prompt, in a ``llama_decode`` of its own; the number of ids fed."""
         state, todo = job.state, job.todo
         left = len(todo) - job.fed
         take = min(left, budget)
-        if left - take == 1:  # never leave one id for a chunk of its own (see the module docstring)
+        if left - take == 1:  # never a lone last id (see the module docstring)
             take = take - 1 if take > 2 else left
-        last = job.fed + take == len(todo)
-        b, start, seq = self.batch, len(state.ids), state.seq
+        last = take == left
+        n = 0
         for i in range(take):
-            b.token[i] = todo[job.fed + i]
-            b.pos[i] = start + i
-            b.seq_id[i][0] = seq
-            b.logits[i] = 0
-        b.logits[take - 1] = 1 if last else 0
-        b.n_tokens = take
-        rc = self._L.llama_decode(self.ctx, b)
-        if rc != 0:
-            self.pool.clear(state)
-            self._fail(job, BackendError(f"llama_decode failed ({rc}) while prefilling {left} tokens"))
-            return take
-        state.ids.extend(todo[job.fed:job.fed + take])
-        job.fed += take
-        if last:
-            state.verified = len(state.ids)  # every id now came from the session
-            if job.request.params.max_new_tokens <= 0:
-                self._finish(job, "length")
-            else:
-                self._sample(job, take - 1)
+            n = self._put(n, todo[job.fed + i], len(state.ids) + i, state.seq, last and i == take - 1)
+        if self._run(n, [job]):
+            state.ids.extend(todo[job.fed:job.fed + take])
+            job.fed += take
+            if last:
+                state.verified = len(state.ids)  # every id now came from the session
+                if job.request.params.max_new_tokens <= 0:
+                    self._finish(job, "length")
+                else:
+                    self._sample(job, take - 1)
         return take
+
+    def _run(self, n: int, jobs: list[Job]) -> bool:
+        self.batch.n_tokens = n
+        rc = self._L.llama_decode(self.ctx, self.batch)
+        if rc == 0:
+            return True
+        for job in jobs:  # what the failed batch wrote is unknown: those sequences start over next turn
+            self.pool.clear(job.state)
+            self._fail(job, BackendError(f"llama_decode failed ({rc}): {last_error() or 'see the lmchat.llamacpp log'}"))
+        return False
+
+    def _put(self, n: int, token: int, pos: int, seq: int, logits: bool) -> int:
+        b = self.batch
+        b.token[n] = token
+        b.pos[n] = pos
+        b.seq_id[n][0] = seq
+        b.logits[n] = logits
+        return n + 1
 
     def _sample(self, job: Job, index: int) -> None:
         token = job.sampler.sample(self.ctx, index)
@@ -435,7 +459,8 @@ class Engine:
     def stats(self) -> dict:
         return {"resident": sum(o is not None for o in self.pool.owner), "sequences": self.n_seq,
                 "host_sessions": len(self.host), "host_bytes": self.host.nbytes, "host_budget": self.host.budget,
-                "evictions": self.pool.evictions, "restores": self.pool.restores, "host_dropped": self.host.dropped}
+                "evictions": self.pool.evictions, "restores": self.pool.restores, "host_dropped": self.host.dropped,
+                "evict_seconds": self.pool.evict_seconds, "restore_seconds": self.pool.restore_seconds}
 
 
 def _common_prefix(held: list[int], ids: list[int]) -> int:

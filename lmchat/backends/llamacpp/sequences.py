@@ -12,6 +12,7 @@ Everything here runs on the scheduler thread, which owns the context.
 from __future__ import annotations
 
 import ctypes
+import time
 from collections import OrderedDict
 
 import attrs
@@ -87,6 +88,7 @@ class SequencePool:
         self.host = host
         self.owner: list[SessionState | None] = [None] * n_seq
         self.evictions = self.restores = 0
+        self.evict_seconds = self.restore_seconds = 0.0  # time spent saving and restoring states
 
     def free_seq(self) -> int | None:
         """The lowest free sequence id (decoders with adjacent ids share one llama.cpp micro-batch)."""
@@ -107,8 +109,12 @@ class SequencePool:
         blob = self.host.take(state)
         if blob is None:
             return not state.ids
+        started = time.perf_counter()
         buf = (ctypes.c_uint8 * len(blob)).from_buffer(blob)
-        if self._L.llama_state_seq_set_data(self.ctx, buf, len(blob), seq) == 0:
+        ok = self._L.llama_state_seq_set_data(self.ctx, buf, len(blob), seq) != 0
+        del buf  # a view of blob
+        self.restore_seconds += time.perf_counter() - started
+        if not ok:
             self.clear(state)
             return False
         self.restores += 1
@@ -116,11 +122,12 @@ class SequencePool:
 
     def evict(self, state: SessionState) -> list[SessionState]:
         """Save ``state``'s sequence to the host cache and free it; returns the states dropped for room."""
-        seq = state.seq
+        seq, started = state.seq, time.perf_counter()
         size = self._L.llama_state_seq_get_size(self.ctx, seq)
         blob = bytearray(size)
         n = self._L.llama_state_seq_get_data(self.ctx, (ctypes.c_uint8 * size).from_buffer(blob), size, seq)
         self._L.llama_memory_seq_rm(self.mem, seq, -1, -1)
+        self.evict_seconds += time.perf_counter() - started
         self.owner[seq] = None
         state.seq = None
         self.evictions += 1
