@@ -291,6 +291,10 @@ def test_host_budget_exceeded_drops_and_rebuilds(backend, llm):
 
 # ---------------------------------------------------------------------------------------------- context shift
 def test_discard_shifts_the_cache(backend):
+    # llama.cpp's context shift: the removed range leaves the cache and the keys after it are rotated to their
+    # new positions. The kept tokens were computed while the removed ones were there, so the cache
+    # approximates a fresh prefill of the shifted ids rather than equals it (the next token's logits can
+    # differ a lot when the removed turn mattered); what holds exactly is tested here
     kw = dict(system="Be brief.", session_len=150, max_new_tokens=16, overflow="shift")
     params = greedy(16)
     session = new_session(backend, **kw)
@@ -310,6 +314,26 @@ def test_discard_shifts_the_cache(backend):
     assert backend.held_ids(session.session_id) == session.context_ids[:-unfed]
     sid = session.session_id
     assert backend.engine.call(lambda: backend.engine.pos_max(sid)) == len(session.context_ids) - unfed - 1
+    backend.drop(session.session_id)
+
+
+def test_discarding_the_tail_equals_llama_generate(backend, llm):
+    # a discard range reaching the end drops the tail: exact, so the continuation equals Llama.generate's
+    # from its own cache (which keeps the common prefix and prefills the rest, as the backend does)
+    session = new_session(backend)
+    ids, last, delta = turn(backend, session, QUESTIONS[2], greedy(12))
+    llm.reset()
+    assert ids == llama_greedy(llm, delta.token_ids, 12)
+    held = backend.held_ids(session.session_id)
+    start = len(held) - 5
+    new = backend.tokenizer.encode_plain(" In short: red.", at_start=False) + [backend.tokenizer.added["<|im_end|>"]]
+    request = GenerationRequest(
+        session_id=session.session_id, params=greedy(),
+        delta=lmchat.Delta("", token_ids=new, discard=(start, len(session.context_ids) - start)),
+        context="", context_ids=tuple(held[:start] + new))
+    chunks = list(backend.generate(request))
+    assert (chunks[-1].prefilled, chunks[-1].reused) == (len(new), start)
+    assert [i for c in chunks for i in c.token_ids] == llama_greedy(llm, held[:start] + new)
     backend.drop(session.session_id)
 
 
