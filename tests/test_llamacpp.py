@@ -23,10 +23,11 @@ import lmchat  # noqa: E402
 from lmchat import battery  # noqa: E402
 from lmchat.backends import GenerationRequest, SamplingParams, get_backend  # noqa: E402
 from lmchat.backends.convert import default_gguf  # noqa: E402
-from lmchat.backends.llamacpp import LlamaCppBackend, LlamaVocab, VocabCodec  # noqa: E402
+from lmchat.backends.llamacpp import LlamaCppBackend, LlamaVocab  # noqa: E402
 from lmchat.errors import BackendError  # noqa: E402
 from lmchat.templates.base import Chat  # noqa: E402
-from lmchat.tokens import codec_for, encode_prompt  # noqa: E402
+from lmchat.session.tokens import codec_for, encode_prompt  # noqa: E402
+from lmchat.session.vocab import Vocabulary  # noqa: E402
 
 THREADS = int(os.environ.get("LMCHAT_TEST_THREADS", "1"))
 QUESTIONS = ["What is 2 + 2?", "Hi!", "Name three colours.", "What is the capital of Italy?"]
@@ -65,17 +66,8 @@ def llama_greedy(llm, ids, n=24, fresh=False):
     return out
 
 
-def tokenizer_for(backend):
-    """``backend.tokenizer`` once TokenCodec takes a vocabulary adapter; a stand-in codec until then."""
-    try:
-        codec_for(backend.tokenizer)
-        return backend.tokenizer
-    except TypeError:
-        return VocabCodec(backend.tokenizer)
-
-
 def new_session(backend, **kw):
-    return lmchat.Session(backend.template_name, tokenizer=tokenizer_for(backend), **kw)
+    return lmchat.Session(backend.template_name, tokenizer=backend.tokenizer, **kw)
 
 
 def greedy(n=24, stop=STOPS):
@@ -129,7 +121,7 @@ def test_another_gguf_path_uses_its_own_chat_template(tmp_path):
         assert b.model_id == "my-chat-model.gguf"
         assert b.template_name == "gguf:my-chat-model.gguf"  # no built-in matches the name: the GGUF's template
         assert isinstance(b.template, lmchat.JinjaTemplate)
-        session = lmchat.Session(b.template_name, tokenizer=tokenizer_for(b))
+        session = lmchat.Session(b.template_name, tokenizer=b.tokenizer)
         ids, last, delta = turn(b, session, "What is 2 + 2?", greedy(8))
         assert last.finish_reason in ("stop", "length") and ids
         assert last.prefilled == len(delta.token_ids)
@@ -148,7 +140,8 @@ def test_errors_are_typed(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- the vocabulary
 def test_vocabulary_equals_llama_tokenize_on_rendered_prompts(backend):
-    vocab, codec = backend.tokenizer, VocabCodec(backend.tokenizer)
+    vocab, codec = backend.tokenizer, codec_for(backend.tokenizer)
+    assert isinstance(vocab, Vocabulary) and codec.vocab is vocab
     template = lmchat.get_template("smollm2")
     checked = 0
     for case in battery.cases():

@@ -8,6 +8,6 @@ through llama-cpp-python's low-level bindings (no torch). Modules:
 :mod:`.sampler` (llama.cpp's sampler chain).
 """
 from .backend import LlamaCppBackend
-from .vocab import LlamaVocab, VocabCodec
+from .vocab import LlamaVocab
 
-__all__ = ["LlamaCppBackend", "LlamaVocab", "VocabCodec"]
+__all__ = ["LlamaCppBackend", "LlamaVocab"]

@@ -1,7 +1,8 @@
 """The engine's own vocabulary: llama.cpp's tokenizer seen as lmchat's vocabulary adapter.
 
-:class:`LlamaVocab` implements the ``Vocabulary`` protocol that
-:class:`lmchat.tokens.TokenCodec` builds on: ``added`` (the marker strings a
+:class:`LlamaVocab` implements :class:`lmchat.session.vocab.Vocabulary`, what
+:class:`~lmchat.session.tokens.TokenCodec` builds on (so sessions take it as
+their tokenizer: ``Session(template, tokenizer=backend.tokenizer)``): ``added`` (the marker strings a
 template may write, and their ids), plain encoding (special parsing off, so
 content never becomes a control token), the tokenizer's own encoding with
 special parsing on (for comparisons), and decoding.
@@ -27,7 +28,6 @@ import ctypes
 import re
 from collections.abc import Mapping, Sequence
 
-from ...tokens import TokenCodec
 from ._lib import lib
 
 
@@ -154,44 +154,3 @@ class LlamaVocab:
 
     def __repr__(self) -> str:
         return f"LlamaVocab({self.n_tokens} tokens, {len(self.added)} added)"
-
-
-class VocabCodec(TokenCodec):
-    """A :class:`lmchat.tokens.TokenCodec` over a :class:`LlamaVocab`, for sessions:
-    ``Session(template, tokenizer=VocabCodec(backend.tokenizer))``.
-
-    A stand-in until ``TokenCodec`` takes a vocabulary adapter itself; the
-    codec's other methods (structural spans, defusing, piecewise encoding)
-    work unchanged on top of the ones replaced here.
-    """
-
-    def __init__(self, vocab: LlamaVocab):  # no tokenizers.Tokenizer behind it: TokenCodec.__init__ is skipped
-        self.tokenizer = vocab
-        self.vocab = vocab
-        self.special = dict(vocab.added)
-        self._pattern = re.compile("|".join(re.escape(s) for s in sorted(self.special, key=len, reverse=True))) \
-            if self.special else None
-
-    def encode_text(self, text: str, *, at_start: bool) -> list[int]:
-        return self.vocab.encode_plain(text, at_start=at_start)
-
-    def encode_offsets(self, text: str, spans) -> tuple[list[int], list[int]]:
-        ids: list[int] = []
-        starts: list[int] = []
-        pos = 0
-        for a, b in [*spans, (len(text), len(text))]:
-            if a > pos:
-                more, at = self.vocab.encode_plain_offsets(text[pos:a], at_start=pos == 0)
-                ids += more
-                starts += [pos + s for s in at]
-            if b > a:
-                ids.append(self.special[text[a:b]])
-                starts.append(a)
-            pos = b
-        return ids, starts
-
-    def plain_encode(self, text: str) -> list[int]:
-        return self.vocab.encode_parsed(text)
-
-    def decode(self, ids) -> str:
-        return self.vocab.decode(ids)
