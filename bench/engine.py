@@ -101,7 +101,7 @@ def decode_speed(backend, llm, n: int, repeat: int) -> dict:
 
 # ---------------------------------------------------------------------------------------------- 2. TTFT per turn
 def ttft_turns(backend, measure: set[int], answer_tokens: int, repeat: int) -> list[dict]:
-    params = SamplingParams(temperature=0, max_new_tokens=answer_tokens, stop=tuple(backend.template.stop_words))
+    params = SamplingParams(temperature=0, max_new_tokens=answer_tokens, stop=tuple(backend.template.stop_words or ()))
     runs = []
     for _ in range(repeat):
         s, rows = session(backend), {}
@@ -209,7 +209,7 @@ started = time.perf_counter()
 backend = get_backend(name, **options)
 loaded = time.perf_counter() - started
 s = lmchat.Session(backend.template_name, tokenizer=backend.tokenizer)
-params = SamplingParams(temperature=0, max_new_tokens=32, stop=tuple(backend.template.stop_words))
+params = SamplingParams(temperature=0, max_new_tokens=32, stop=tuple(lmchat.get_template(backend.template_name).stop_words))
 for i in range(10):
     d = s.prompt(f"Question {i}: tell me one fact about the number {i}.")
     chunks = list(backend.generate(GenerationRequest.from_session(s, d, params)))
