@@ -7,7 +7,7 @@ caller reads :class:`Chunk` s from ``job.out``. The scheduler thread loops:
 2. give waiting jobs a sequence (the session's own if it is resident, a free
    one, or one freed by evicting the least recently used idle session to the
    host cache), restore saved states, and plan each turn's prefill from the
-   delta (:meth:`Engine._plan`);
+   delta (:func:`.planning.plan_turn`);
 3. one ``llama_decode`` of the next token of every decoding sequence; then
    chunks of the prompts being prefilled, each in a ``llama_decode`` of its
    own, within a per-step budget (``prefill_chunk`` ids while others decode,
@@ -45,6 +45,7 @@ from ...errors import BackendError
 from ...stops import StopMatcher
 from ..base import Chunk, GenerationRequest
 from ._lib import last_error, lib
+from .planning import plan_turn
 from .sampler import Sampler
 from .sequences import HostCache, SequencePool, SessionState
 
@@ -264,7 +265,7 @@ class Engine:
         request, state = job.request, job.state
         params = request.params
         try:
-            job.todo = self._plan(state, request)
+            job.todo = plan_turn(self.pool, state, request, self.vocab)
         except Exception as exc:
             self.pool.clear(state)
             self._fail(job, exc if isinstance(exc, BackendError) else BackendError(f"bad request: {exc}"))
@@ -282,43 +283,6 @@ class Engine:
         context = state.ids + job.todo if params.repetition_penalty != 1.0 else ()
         job.sampler = Sampler(params, self.n_vocab, context)
         self._active.append(job)
-
-    def _plan(self, state: SessionState, request: GenerationRequest) -> list[int]:
-        """Bring the sequence in line with what the session says the engine holds; the ids left to prefill.
-
-        Per-turn work is O(turn): the ids generated last turn are compared with
-        the session's (``state.verified`` marks where checking starts), the end
-        marker the model sampled but never fed comes from the request, and only
-        a lost or diverged cache is rebuilt from ``request.full_ids()``.
-        """
-        pool, delta = self.pool, request.delta
-        if request.context_ids is None:  # a session without a tokenizer: its whole text, encoded here
-            target = self.vocab.encode_parsed(request.context)
-            if delta.reset:
-                pool.clear(state)
-            keep = _common_prefix(state.ids, target)
-            pool.truncate(state, keep)
-            todo = target[keep:]
-        elif delta.reset:
-            pool.clear(state)
-            todo = list(delta.token_ids or ())
-        else:
-            if delta.discard:
-                pool.discard(state, *delta.discard)
-            held = request.held
-            limit = min(len(state.ids), held)
-            context, k = request.context_ids, min(state.verified, limit)
-            ids = state.ids
-            while k < limit and ids[k] == context[k]:
-                k += 1
-            pool.truncate(state, k)
-            todo = request.full_ids() if k == 0 else list(context[k:held]) + list(delta.token_ids or ())
-        if not todo and state.ids:  # nothing new: feed the last id again for its logits
-            todo = [state.ids[-1]]
-            pool.truncate(state, len(state.ids) - 1)
-        if not todo:
-            raise BackendError("an empty prompt: the request holds no token ids to generate from")
-        return todo
 
     # ------------------------------------------------------------------ one step
     def _step(self) -> None:
@@ -461,13 +425,3 @@ class Engine:
                 "host_sessions": len(self.host), "host_bytes": self.host.nbytes, "host_budget": self.host.budget,
                 "evictions": self.pool.evictions, "restores": self.pool.restores, "host_dropped": self.host.dropped,
                 "evict_seconds": self.pool.evict_seconds, "restore_seconds": self.pool.restore_seconds}
-
-
-def _common_prefix(held: list[int], ids: list[int]) -> int:
-    """Longest common prefix, never all of ``ids`` (its last id is fed again for the logits)."""
-    n = min(len(held), len(ids) - 1)
-    if n <= 0:
-        return 0
-    if held[:n] == ids[:n]:
-        return n
-    return next(i for i in range(n) if held[i] != ids[i])
