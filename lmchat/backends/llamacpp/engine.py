@@ -326,7 +326,6 @@ class Engine:
             state.ids.extend(todo[job.fed:job.fed + take])
             job.fed += take
             if last:
-                state.verified = len(state.ids)  # every id now came from the session
                 if job.request.params.max_new_tokens <= 0:
                     self._finish(job, "length")
                 else:
@@ -356,16 +355,16 @@ class Engine:
         job.generated += 1
         result = job.matcher.feed_ids([token], self.vocab.decode)
         if result.stopped:
+            job.token = token  # the end marker (or the token holding a stop string): never fed
             self._finish(job, "stop", result.text)
             return
         new = job.matcher.kept_ids[job.kept:]
         if result.text or new:
             job.kept += len(new)
             job.out.put(Chunk(text=result.text, token_ids=tuple(new)))
+        job.token = token
         if job.generated >= job.request.params.max_new_tokens or len(job.state.ids) >= self.n_ctx_seq:
             self._finish(job, "length")
-        else:
-            job.token = token
 
     # ------------------------------------------------------------------ ending a job
     def _finish(self, job: Job, reason: str, text: str = "") -> None:
@@ -376,6 +375,9 @@ class Engine:
         last = Chunk(text=text, token_ids=tuple(kept), finish_reason=reason,
                      stop=matcher.stop if reason == "stop" and matcher is not None else None,
                      prefilled=job.fed, reused=job.reused)
+        state = job.state
+        if job.token is not None and state is not None and state.job is job and state.ids:
+            state.unfed = [job.token]  # sampled last, never fed: the next turn feeds it before its delta
         self._release(job)
         job.out.put(last)
 

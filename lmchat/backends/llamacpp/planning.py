@@ -7,35 +7,32 @@ from .sequences import SequencePool, SessionState
 
 
 def plan_turn(pool: SequencePool, state: SessionState, request: GenerationRequest, vocab) -> list[int]:
-    """Bring the sequence in line with what the session says the engine holds; the ids left to prefill.
+    """Apply the delta's reset or discard to the sequence; the ids left to prefill.
 
-    Per-turn work is O(turn): the ids generated last turn are compared with
-    the session's (``state.verified`` marks where checking starts), the end
-    marker the model sampled but never fed comes from the request, and only
-    a lost or diverged cache is rebuilt from ``request.full_ids()``.
+    O(turn) when the sequence holds what the session says the engine holds
+    (``request.held`` equals its ids plus the one it sampled last without
+    feeding it, the end marker or the last token of a cut answer): that token,
+    then the delta. Otherwise (a session evicted beyond the host budget and
+    dropped, a stop string cut inside a token, a session new to this engine,
+    or one without a tokenizer) the whole prompt is fetched
+    (``request.prompt()``, O(history)), the longest prefix the sequence shares
+    with it is kept and the rest prefilled.
     """
     delta = request.delta
-    if request.context_ids is None:  # a session without a tokenizer: its whole text, encoded here
-        target = vocab.encode_parsed(request.context)
-        if delta.reset:
-            pool.clear(state)
+    if delta.reset:
+        pool.clear(state)
+    elif delta.discard:
+        pool.discard(state, *delta.discard)
+    unfed, state.unfed = state.unfed, []
+    if delta.token_ids is not None and (delta.reset or request.held == len(state.ids) + len(unfed)):
+        todo = ([] if delta.reset else unfed) + list(delta.token_ids)
+    else:
+        prompt = request.prompt()
+        # a session without a tokenizer: its text encoded with special parsing on, as llama.cpp reads a prompt
+        target = list(prompt.ids) if prompt.ids is not None else vocab.encode_parsed(prompt.text)
         keep = _common_prefix(state.ids, target)
         pool.truncate(state, keep)
         todo = target[keep:]
-    elif delta.reset:
-        pool.clear(state)
-        todo = list(delta.token_ids or ())
-    else:
-        if delta.discard:
-            pool.discard(state, *delta.discard)
-        held = request.held
-        limit = min(len(state.ids), held)
-        context, k = request.context_ids, min(state.verified, limit)
-        ids = state.ids
-        while k < limit and ids[k] == context[k]:
-            k += 1
-        pool.truncate(state, k)
-        todo = request.full_ids() if k == 0 else list(context[k:held]) + list(delta.token_ids or ())
     if not todo and state.ids:  # nothing new: feed the last id again for its logits
         todo = [state.ids[-1]]
         pool.truncate(state, len(state.ids) - 1)

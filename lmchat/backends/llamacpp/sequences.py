@@ -6,7 +6,7 @@ context (``seq``), or saved with ``llama_state_seq_get_data`` into host memory
 (``blob``). :class:`SequencePool` hands sequence ids to sessions, evicting the
 least recently used idle session to the host cache when none is free;
 :class:`HostCache` bounds the saved states in bytes, dropping the oldest
-beyond the budget (their next turn rebuilds from ``request.full_ids()``).
+beyond the budget (their next turn rebuilds from ``request.prompt()``).
 Everything here runs on the scheduler thread, which owns the context.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ from ._lib import lib
 class SessionState:
     session_id: str
     ids: list[int] = attrs.field(factory=list)  # what the sequence (or the blob) holds, position by position
-    verified: int = 0  # ids[:verified] are known to equal the session's context ids
+    unfed: list[int] = attrs.field(factory=list)  # sampled last but never fed: the session holds it, the cache not
     seq: int | None = None  # resident: the llama sequence id
     blob: bytearray | None = None  # evicted: the saved sequence state
     job: object | None = None  # the generation running on it
@@ -49,7 +49,7 @@ class HostCache:
         """Keep ``state`` (its ``blob`` set); returns the states dropped to stay within budget (maybe itself)."""
         if len(state.blob) > self.budget:  # larger than the whole budget: drop it rather than everything else
             state.blob = None
-            state.ids, state.verified = [], 0
+            state.ids, state.unfed = [], []
             self.dropped += 1
             return [state]
         self._states[state.session_id] = state
@@ -60,7 +60,7 @@ class HostCache:
             _, old = self._states.popitem(last=False)
             self.nbytes -= len(old.blob)
             old.blob = None
-            old.ids, old.verified = [], 0
+            old.ids, old.unfed = [], []
             gone.append(old)
             self.dropped += 1
         return gone
@@ -132,7 +132,7 @@ class SequencePool:
         state.seq = None
         self.evictions += 1
         if n == 0 or not state.ids:
-            state.ids, state.verified = [], 0
+            state.ids, state.unfed = [], []
             return [state]
         del blob[n:]
         state.blob = blob
@@ -145,12 +145,12 @@ class SequencePool:
             self.owner[state.seq] = None
             state.seq = None
         self.host.take(state)
-        state.ids, state.verified = [], 0
+        state.ids, state.unfed = [], []
 
     # ------------------------------------------------------------------ editing a resident sequence
     def clear(self, state: SessionState) -> None:
         self._L.llama_memory_seq_rm(self.mem, state.seq, -1, -1)
-        state.ids, state.verified = [], 0
+        state.ids, state.unfed = [], []
 
     def truncate(self, state: SessionState, keep: int) -> None:
         """Keep the first ``keep`` ids."""
@@ -160,7 +160,7 @@ class SequencePool:
             self.clear(state)  # a memory that cannot cut a sequence (recurrent models): start over
             return
         del state.ids[keep:]
-        state.verified = min(state.verified, keep)
+        state.unfed = []
 
     def discard(self, state: SessionState, start: int, count: int) -> None:
         """Remove ids ``[start, start + count)`` and move the rest down (llama.cpp's context shift).
@@ -181,5 +181,3 @@ class SequencePool:
             return
         self._L.llama_memory_seq_add(self.mem, state.seq, start + count, -1, -count)
         del state.ids[start:start + count]
-        v = state.verified
-        state.verified = v - count if v >= start + count else min(v, start)
