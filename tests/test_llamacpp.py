@@ -222,7 +222,7 @@ def test_a_turn_prefills_only_its_delta(backend):
 def test_a_dropped_or_diverged_cache_is_rebuilt(backend, llm):
     session = new_session(backend)
     turn(backend, session, QUESTIONS[0])
-    backend.drop(session.session_id)  # lost: the next turn rebuilds from request.full_ids()
+    backend.drop(session.session_id)  # lost: the next turn rebuilds from request.prompt()
     ids, last, delta = turn(backend, session, QUESTIONS[1])
     context = request_ids(session, ids, last)
     assert (last.prefilled, last.reused) == (len(context), 0)
