@@ -206,7 +206,7 @@ import json, sys, time
 import lmchat
 from lmchat.backends import GenerationRequest, SamplingParams, get_backend
 name, options, threads = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
-if name == "embedded":
+if name == "hf":
     import torch
     torch.set_num_threads(threads)
 started = time.perf_counter()
@@ -319,7 +319,7 @@ def main(argv=None) -> int:
         try:
             import torch  # noqa: F401  (only to know whether the transformers backend can run)
 
-            rss["embedded (transformers)"] = peak_rss("embedded", {"model": args.model}, args.threads)
+            rss["hf (transformers)"] = peak_rss("hf", {"model": args.model}, args.threads)
         except ImportError:
             pass
         payload["rss"] = rss

@@ -104,12 +104,12 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     import torch
 
-    from lmchat.backends.embedded import EmbeddedBackend
+    from lmchat.backends.hf import HFBackend
 
     if args.threads:
         torch.set_num_threads(args.threads)
     measure = {int(t) for t in args.turns.split(",")}
-    backend = EmbeddedBackend(model=args.model)
+    backend = HFBackend(model=args.model)
     params = SamplingParams(temperature=0, max_new_tokens=args.answer_tokens, stop=tuple(backend.template.stop_words))
     long_prefill(backend, params)  # warm-up: torch's first passes allocate and pick kernels
     reuse, stateless, answers = [], [], None

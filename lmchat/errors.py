@@ -91,11 +91,11 @@ class SessionLengthExceeded(LmchatError, ValueError):
     Distinct from an answer cut short by ``max_new_tokens`` (a finish reason, not an error).
     """
 
-    def __init__(self, *, used: int, new: int, max_new_tokens: int, limit: int):
-        self.used, self.new, self.max_new_tokens, self.limit = used, new, max_new_tokens, limit
+    def __init__(self, *, used: int, new: int, max_new_tokens: int, limit: int, unit: str = "tokens"):
+        self.used, self.new, self.max_new_tokens, self.limit, self.unit = used, new, max_new_tokens, limit, unit
         super().__init__(
-            f"session length exceeded: {used} tokens held + {new} new + {max_new_tokens} for the answer "
-            f"= {used + new + max_new_tokens} > session_len {limit}"
+            f"session length exceeded: {used} {unit} held + {new} new + {max_new_tokens} for the answer "
+            f"= {used + new + max_new_tokens} > session_len {limit} ({unit})"
         )
 
 

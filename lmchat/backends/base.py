@@ -11,13 +11,15 @@ from ..session import Delta, Session
 
 #: backend name -> "module:factory" (imported only when chosen)
 BACKENDS = {
-    "embedded": "lmchat.backends.embedded:EmbeddedBackend",
+    "llamacpp": "lmchat.backends.llamacpp:LlamaCppBackend",
+    "hf": "lmchat.backends.hf:HFBackend",
     "echo": "lmchat.backends.echo:EchoBackend",
     "remote": "lmchat.backends.remote:RemoteBackend",
-    "llamacpp": "lmchat.backends.llamacpp:LlamaCppBackend",
 }
+#: other names a backend answers to: ``embedded`` is the bundled model's engine
+BACKEND_ALIASES = {"embedded": "llamacpp"}
 #: the extra each backend needs (the echo backend needs none)
-BACKEND_EXTRAS = {"embedded": "local", "remote": "remote", "llamacpp": "local"}
+BACKEND_EXTRAS = {"llamacpp": "local", "hf": "hf", "remote": "remote"}
 
 
 @attrs.frozen(kw_only=True)
@@ -157,7 +159,8 @@ def engine_id(backend: Backend) -> str:
 
 
 def get_backend(name: str, **options: Any) -> Backend:
-    """Instantiate a backend by name (``embedded``, ``echo``, ``remote``)."""
+    """Instantiate a backend by name (``llamacpp`` — alias ``embedded`` —, ``hf``, ``echo``, ``remote``)."""
+    name = BACKEND_ALIASES.get(name, name)
     try:
         target = BACKENDS[name]
     except KeyError:

@@ -6,7 +6,7 @@ import io
 import sys
 
 from .. import logs
-from ..backends.base import BACKENDS, engine_id, get_backend
+from ..backends.base import engine_id, get_backend
 from ..errors import SessionError, UnknownTemplate
 from ..registry import get_template
 from ..repl.commands import help_lines
@@ -18,6 +18,7 @@ from ..loading import saveable
 from ..session.edits import restored
 from ..session import DRIFT_POLICIES, Session
 from ..stores import VERSION_KEY, open_store
+from .backend_args import add_backend_arguments, backend_options, session_len
 from .common import add_template_arguments, resolve_template
 from .main import UsageError
 
@@ -43,16 +44,10 @@ def add_arguments(p) -> None:
                    help="answer this one message, print the answer and exit (the session is saved); "
                         "'-' reads it from stdin")
     add_template_arguments(p, required=False)
-    p.add_argument("--backend", choices=list(BACKENDS), default="embedded",
-                   help="what generates the answers (default: embedded, the bundled model, offline)")
-    p.add_argument("--model", metavar="PATH", help="embedded backend: the model to load instead of the bundled one")
-    remote = p.add_argument_group("remote backend (an OpenAI-compatible completions server)")
-    remote.add_argument("--base-url", metavar="URL")
-    # spelled as `lmchat serve` spells them; the old --api-key/--model-name still work
-    remote.add_argument("--remote-api-key", "--api-key", dest="remote_api_key", metavar="KEY",
-                        help="the server's API key")
-    remote.add_argument("--remote-model", "--model-name", dest="remote_model", metavar="NAME",
-                        help="the model name to send")
+    add_backend_arguments(p)
+    # the spellings `lmchat chat` had before `lmchat serve`'s
+    p.add_argument("--api-key", dest="remote_api_key", help=argparse.SUPPRESS)
+    p.add_argument("--model-name", dest="remote_model", help=argparse.SUPPRESS)
     p.add_argument("--system", metavar="TEXT", help="system prompt (with --resume: replaces the stored one)")
     p.add_argument("--resume", nargs="?", const=LATEST, metavar="ID",
                    help="continue the last stored session, or the one with this id (a unique prefix will do)")
@@ -63,17 +58,6 @@ def add_arguments(p) -> None:
                         "replaces the stored policy")
     p.add_argument("--store", metavar="PATH",
                    help="SQLite file of saved sessions (default: <data dir>/sessions.db); 'memory' keeps nothing")
-
-
-def backend_options(args) -> dict:
-    if args.backend == "embedded":
-        return {"model": args.model} if args.model else {}
-    if args.backend == "remote":
-        if not args.base_url:
-            raise UsageError("--backend remote needs --base-url URL (and --template or --chat-template)")
-        given = {"base_url": args.base_url, "api_key": args.remote_api_key, "model": args.remote_model}
-        return {k: v for k, v in given.items() if v is not None}
-    return {}
 
 
 def run(args) -> int:
@@ -89,7 +73,7 @@ def run(args) -> int:
     store = open_store(args.store or default_store_path())
     backend = None
     try:
-        if interactive and args.backend == "embedded":
+        if interactive and args.backend in ("llamacpp", "embedded", "hf"):
             out.info("loading the model…")
         backend = get_backend(args.backend, **backend_options(args))
         conv = _open(args, store, backend, template, out)
@@ -115,7 +99,8 @@ def _open(args, store, backend, template, out) -> Conversation:
     if args.resume is None:
         if template is None:
             template = _backend_template(backend, args.backend)
-        session = Session(template, system=args.system, tokenizer=tokenizer, drift=args.drift or "rewind")
+        session = Session(template, system=args.system, tokenizer=tokenizer, drift=args.drift or "rewind",
+                          session_len=session_len(template, backend))
         return Conversation(session, backend, store, out, tokenizer=tokenizer)
     session_id = store.latest() if args.resume == LATEST else _find(store, args.resume)
     data = store.load(session_id) if session_id else None

@@ -8,8 +8,9 @@ import gc
 import json
 import os
 
-from ..backends.base import BACKENDS, engine_id, get_backend
+from ..backends.base import engine_id, get_backend
 from ..session import DRIFT_POLICIES, OVERFLOW_POLICIES
+from .backend_args import add_backend_arguments, backend_options, session_len
 from .common import add_template_arguments, resolve_template
 from .main import UsageError
 
@@ -29,18 +30,7 @@ def add_arguments(p) -> None:
     add_template_arguments(p, required=False)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port (default: 8000; 0 picks a free one)")
-    p.add_argument("--backend", choices=list(BACKENDS), default="embedded",
-                   help="what generates the answers (default: embedded, the bundled model)")
-    p.add_argument("--model", metavar="PATH", help="embedded backend: the model to load instead of the bundled one")
-    remote = p.add_argument_group("remote backend (an OpenAI-compatible completions server)")
-    remote.add_argument("--base-url", metavar="URL")
-    remote.add_argument("--remote-api-key", metavar="KEY")
-    remote.add_argument("--remote-model", metavar="NAME")
-    p.add_argument("--backend-option", action="append", default=[], metavar="KEY=VALUE",
-                   help="another backend option; VALUE is read as JSON when it parses, else as a string "
-                        "(e.g. echo: prefix= , delay=0.01)")
-    p.add_argument("--tokenizer", metavar="PATH",
-                   help="tokenizer.json or model folder: token-level sessions for the echo or remote backend")
+    add_backend_arguments(p)
     p.add_argument("--store", metavar="SPEC", help="memory | sqlite:PATH | redis://HOST:PORT/DB (default: an SQLite file per backend and model)")
     p.add_argument("--api-key", action="append", default=[], metavar="KEY",
                    help="accepted Bearer key (repeatable); none: no authentication")
@@ -63,38 +53,6 @@ def add_arguments(p) -> None:
                           help="when the engine's ids of an answer differ from their canonical encoding "
                                "(default: rewind; docs/tokens.md)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
-
-
-def backend_options(args) -> dict:
-    options: dict = {}
-    if args.backend == "embedded" and args.model:
-        options["model"] = args.model
-    if args.backend == "remote":
-        if not args.base_url:
-            raise UsageError("--backend remote needs --base-url URL (and --template or --chat-template)")
-        given = {"base_url": args.base_url, "api_key": args.remote_api_key, "model": args.remote_model}
-        options.update((k, v) for k, v in given.items() if v is not None)
-    for item in args.backend_option:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--backend-option {item!r}: expected KEY=VALUE")
-        try:
-            options[key] = json.loads(value)
-        except ValueError:
-            options[key] = value
-    if args.tokenizer:
-        options["tokenizer"] = _tokenizer(args.tokenizer)
-    return options
-
-
-def _tokenizer(path: str):
-    if path.endswith(".json"):
-        from tokenizers import Tokenizer
-
-        return Tokenizer.from_file(path)
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(path)
 
 
 def default_store_path(engine: str):
@@ -129,8 +87,9 @@ def run(args) -> int:
         else:
             raise UsageError(f"the {args.backend} backend does not say which template it needs: "
                              "pass --template NAME or --chat-template FILE")
-        defaults = {"session_len": args.session_len, "overflow": args.overflow, "max_new_tokens": args.max_new_tokens,
-                    "drift": args.drift}
+        defaults = {"session_len": session_len(get_template(template) if isinstance(template, str) else template,
+                                               backend, args.session_len),
+                    "overflow": args.overflow, "max_new_tokens": args.max_new_tokens, "drift": args.drift}
         engine = engine_id(backend)
         store = open_store(args.store or f"sqlite:{default_store_path(engine)}")
         manager = SessionManager(

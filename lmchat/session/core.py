@@ -70,6 +70,8 @@ class Session:
         self.max_message_chars = max_message_chars
         self.max_new_tokens = max_new_tokens
         self.session_len = session_len or self.template.session_len
+        # without a tokenizer the session counts characters: only a length asked for is enforced in them
+        self._explicit_len = session_len is not None
         self._codec = None
         if tokenizer is not None:
             from .tokens import codec_for  # tokenizers is only needed with a tokenizer
@@ -159,6 +161,8 @@ class Session:
 
         With a tokenizer, the turn must fit: ``step + len(delta ids) +
         max_new_tokens <= session_len``, otherwise the overflow policy applies.
+        Without one, a ``session_len`` given to the session is enforced in
+        characters (``step + len(delta.text) <= session_len``).
         """
         chat = self._chat
         n_old = len(chat.messages)
@@ -171,9 +175,11 @@ class Session:
         try:
             frame = self._frame()
             plan = next_plan(frame, self._held)
-            if self._codec is not None and self.session_len is not None:
-                budget = overflow.Budget(self.session_len, self.max_new_tokens if max_new_tokens is None
-                                         else max_new_tokens, self.overflow, n_old)
+            if self._codec is not None or self._explicit_len:
+                answer = self.max_new_tokens if max_new_tokens is None else max_new_tokens
+                # an answer's size in characters is unknown: a character budget counts the prompt only
+                budget = overflow.Budget(self.session_len, answer if self._codec is not None else 0,
+                                         self.overflow, n_old, "tokens" if self._codec is not None else "characters")
                 plan = overflow.fit(frame, self._held, plan, budget)
         except Exception:
             del chat.messages[n_old:]  # bad input loses nothing already held
@@ -377,9 +383,19 @@ class Session:
         lists = {"messages": self._chat.messages, "context": self._held.parts, "offsets": self._held.offsets,
                  "context_ids": self._held.ids}
         lows = {k: v for k, v in self._lows.items() if k != "context_ids" or self._codec is not None}
-        held = self._held.to_dict(with_ids=self._codec is not None)
-        small = {k: held[k] if k in held else getattr(self, k) for k in patches.SMALL}
-        return patches.make(lists, lows, small)
+        state = {**self._held.to_dict(with_ids=self._codec is not None), **self._options()}
+        return patches.make(lists, lows, {k: state[k] for k in patches.SMALL})
+
+    def _options(self) -> dict[str, Any]:
+        """The constructor options a snapshot keeps (besides the template, tools and the like)."""
+        return {
+            "session_len": self.session_len if self._codec is not None or self._explicit_len else None,
+            "overflow": self.overflow,
+            "max_new_tokens": self.max_new_tokens,
+            "injection": self.injection,
+            "max_message_chars": self.max_message_chars,
+            "drift": self.drift,
+        }
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready snapshot that shares nothing with the session; :meth:`from_dict` restores it."""
@@ -393,12 +409,7 @@ class Session:
             "template_kwargs": copy.deepcopy(self.template_kwargs),
             "messages": copy.deepcopy(self._chat.messages),
             **self._held.to_dict(with_ids=self._codec is not None),
-            "session_len": self.session_len,
-            "overflow": self.overflow,
-            "max_new_tokens": self.max_new_tokens,
-            "injection": self.injection,
-            "max_message_chars": self.max_message_chars,
-            "drift": self.drift,
+            **self._options(),
         }
 
     @classmethod

@@ -3,7 +3,7 @@
 * ``'error'`` (the default) raises :class:`~lmchat.errors.SessionLengthExceeded`.
 * ``'truncate'`` drops the oldest whole exchanges (a user message and everything
   up to the next one), keeps the system prompt, and returns a reset delta.
-* ``'shift'`` drops the same exchanges *inside* the engine's cache: the delta
+* ``'shift'`` (token sessions) drops the same exchanges *inside* the engine's cache: the delta
   carries ``discard=(start, count)``, the token range the engine removes before
   appending the delta (llama.cpp's context shift), so the system prompt and the
   latest turns are not prefilled again. It is used only when the shifted
@@ -34,19 +34,23 @@ class Budget:
     max_new_tokens: int
     policy: str
     turn_start: int  # the new turn's first message: it is always kept
+    unit: str = "tokens"  # or "characters", for a session without a tokenizer
 
 
 def fit(frame: Frame, held: Held, plan: Plan, budget: Budget) -> Plan:
     """``plan``, or the plan the overflow policy makes of it when the turn does not fit."""
-    used = 0 if plan.full else plan.delta.discard[0] if plan.delta.discard else len(held.ids)
-    new = len(plan.delta.token_ids)
+    tokens = frame.codec is not None
+    size = len(held.ids) if tokens else held.length
+    used = 0 if plan.full else plan.delta.discard[0] if plan.delta.discard else size
+    new = len(plan.delta.token_ids) if tokens else len(plan.delta.text)
     if used + new + budget.max_new_tokens <= budget.session_len:
         return plan
-    if budget.policy == "shift" and not plan.full and held.rewind is None:
+    if budget.policy == "shift" and tokens and not plan.full and held.rewind is None:
         return shift(frame, held, budget, used, new)
     if budget.policy in ("truncate", "shift"):  # a reset has nothing in the cache to shift
         return truncate(frame, held, budget, used, new)
-    raise SessionLengthExceeded(used=used, new=new, max_new_tokens=budget.max_new_tokens, limit=budget.session_len)
+    raise SessionLengthExceeded(used=used, new=new, max_new_tokens=budget.max_new_tokens, limit=budget.session_len,
+                                unit=budget.unit)
 
 
 def _cut(frame: Frame, budget: Budget, used: int, new: int) -> tuple[int, int]:
@@ -58,13 +62,17 @@ def _cut(frame: Frame, budget: Budget, used: int, new: int) -> tuple[int, int]:
 
     def size(cut: int) -> int:
         trial = Chat(messages[:first] + messages[cut:], tools=chat.tools, date=chat.date, kwargs=chat.kwargs)
+        if frame.codec is None:  # a session without a tokenizer counts characters
+            frame.template.check(trial)
+            return len(frame.template.render_window(trial, 0)[0])
         return len(encode_prompt(frame.template, trial, frame.codec, frame.injection)[1])
 
     # fewer messages never render longer, so the smallest cut that fits is found by bisection
     limit = budget.session_len - budget.max_new_tokens
     lo, hi = 0, len(cuts) - 1
     if size(cuts[hi]) > limit:
-        raise SessionLengthExceeded(used=used, new=new, max_new_tokens=budget.max_new_tokens, limit=budget.session_len)
+        raise SessionLengthExceeded(used=used, new=new, max_new_tokens=budget.max_new_tokens, limit=budget.session_len,
+                                unit=budget.unit)
     while lo < hi:
         mid = (lo + hi) // 2
         if size(cuts[mid]) <= limit:

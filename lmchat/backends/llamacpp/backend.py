@@ -9,6 +9,7 @@ from ...errors import BackendError, ModelMatchError, TemplateConfigError
 from ...matching import match_template
 from ...registry import get_template
 from ..base import Chunk, GenerationRequest
+from ..bundled import default_gguf
 from ._lib import lib, load_model, meta
 from .engine import Engine
 from .vocab import LlamaVocab
@@ -45,7 +46,7 @@ class LlamaCppBackend:
         flash_attn: bool = False,
         prefill_chunk: int = 256,
     ):
-        path = Path(model).expanduser() if model else _default_gguf()
+        path = Path(model).expanduser() if model else default_gguf()
         if not path.is_file():
             raise BackendError(f"no such model file: {path}" + (" (a folder: give the .gguf file inside it)"
                                                                 if path.is_dir() else ""))
@@ -65,8 +66,8 @@ class LlamaCppBackend:
             if ctx < 64 * int(sessions):
                 raise BackendError(f"ctx {ctx} leaves fewer than 64 tokens per session ({sessions} sessions)")
             self.threads = int(threads) if threads else _cpus()
-            self.template_name = template or _match(path, self._model)
-            self.template = get_template(self.template_name)
+            self.template_name = template or _match(path, self._model)  # for new sessions; never used here
+            get_template(self.template_name)  # an unknown name fails now, not at the first session
             self.engine = Engine(self._model, self.tokenizer, n_ctx=ctx, n_seq=int(sessions), threads=self.threads,
                                  host_bytes=int(host_cache_mb * 2**20), flash_attn=flash_attn,
                                  prefill_chunk=prefill_chunk)
@@ -141,12 +142,6 @@ class LlamaCppBackend:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _default_gguf() -> Path:
-    from ..convert import default_gguf
-
-    return default_gguf()
 
 
 def _cpus() -> int:

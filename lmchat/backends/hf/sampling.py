@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .base import SamplingParams
+from ..base import SamplingParams
 
 
 class Sampler:

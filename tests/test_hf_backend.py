@@ -18,9 +18,9 @@ from transformers import DynamicCache  # noqa: E402
 
 from lmchat import Session  # noqa: E402
 from lmchat.backends import GenerationRequest, Prompt, SamplingParams, get_backend  # noqa: E402
-from lmchat.backends.convert import MARKER  # noqa: E402
-from lmchat.backends.embedded import EmbeddedBackend  # noqa: E402
-from lmchat.backends.sampling import Sampler  # noqa: E402
+from lmchat.backends.hf.convert import MARKER  # noqa: E402
+from lmchat.backends.hf import HFBackend  # noqa: E402
+from lmchat.backends.hf.sampling import Sampler  # noqa: E402
 from lmchat.errors import BackendError  # noqa: E402
 from lmchat.session import Delta  # noqa: E402
 
@@ -41,7 +41,7 @@ def loads():
 @pytest.fixture(scope="module")
 def backend(cache_dir, loads):
     started = time.perf_counter()
-    backend = get_backend("embedded", cache_dir=str(cache_dir))
+    backend = get_backend("hf", cache_dir=str(cache_dir))
     loads["first"] = time.perf_counter() - started
     yield backend
     backend.close()
@@ -53,7 +53,7 @@ def tiny(backend, cache_dir, loads):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LMCHAT_CACHE_DIR", str(cache_dir))
         started = time.perf_counter()
-        tiny = EmbeddedBackend(memory_budget_mb=0.01)
+        tiny = HFBackend(memory_budget_mb=0.01)
         loads["second"] = time.perf_counter() - started
     return tiny
 
@@ -124,12 +124,12 @@ def test_second_start_loads_the_converted_folder(tiny, cache_dir, loads):
 
 
 def test_a_model_folder_loads_directly_and_its_template_is_matched(backend, reference):
-    folder = EmbeddedBackend(model=str(backend.folder))  # the converted folder is a Hugging Face model folder
+    folder = HFBackend(model=str(backend.folder))  # the converted folder is a Hugging Face model folder
     assert folder.folder == backend.folder and folder.template_name == "smollm2"
     session = Session(folder.template_name, tokenizer=folder.tokenizer)
     assert turn(folder, session, QUESTIONS[0], **GREEDY)[:2] == reference[0][:2]
     with pytest.raises(FileNotFoundError, match="no such model"):
-        EmbeddedBackend(model=str(backend.folder / "missing.gguf"))
+        HFBackend(model=str(backend.folder / "missing.gguf"))
 
 
 def test_reset_delta_drops_the_cache(backend, reference):

@@ -20,7 +20,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 from transformers.models.llama.modeling_llama import rotate_half
 
-from ..errors import BackendError, ConfigError
+from ...errors import BackendError, ConfigError
 
 #: architectures whose keys are rotated with ``rotate_half`` over the whole head (Llama's RoPE layout)
 ROTATE_HALF_MODELS = ("llama", "mistral", "qwen2", "qwen3")

