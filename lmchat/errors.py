@@ -75,6 +75,10 @@ class SessionError(LmchatError, RuntimeError):
     """An operation does not fit the session's state (e.g. commit without a prompt)."""
 
 
+class SnapshotError(SessionError, ValueError):
+    """A session snapshot (a stored row, a saved file) cannot be read back: says which field is wrong."""
+
+
 class ModelMatchError(LmchatError, LookupError):
     """A model could not be matched to exactly one template; lists candidates."""
 

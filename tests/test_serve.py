@@ -44,8 +44,9 @@ def http(server, key=K1) -> httpx.Client:
 
 def test_models_and_health(server, client):
     assert [m.id for m in client.models.list()] == ["qwen2.5"]
-    health = httpx.get(server.url + "/health").json()  # no key needed: load balancers probe it
-    assert health["status"] == "ok" and health["backend"] == "echo"
+    assert httpx.get(server.url + "/health").json() == {"status": "ok"}  # no key: load balancers probe it
+    health = http(server).get("/health").json()  # a key also sees the engine, the store, the load
+    assert health["status"] == "ok" and health["backend"] == "echo" and health["sessions_active"] == 0
 
 
 def test_chat_completion_whole_and_streamed(client):
@@ -181,7 +182,8 @@ def test_sessions_api_create_get_fork_export_delete(server):
 
 def test_metrics_in_prometheus_text_format(server, client):
     client.chat.completions.create(model="m", messages=[{"role": "user", "content": "count me"}])
-    text = httpx.get(server.url + "/metrics").text
+    assert httpx.get(server.url + "/metrics").status_code == 401  # the server has keys: /metrics needs one
+    text = http(server).get("/metrics").text
     sample = re.compile(r'^[a-z_]+(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? [0-9.e+-]+$')
     for line in text.splitlines():
         assert line.startswith("# HELP ") or line.startswith("# TYPE ") or sample.match(line), line

@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import argparse
-import hashlib
-import re
 import gc
-import json
+import hashlib
 import os
+import re
 
+from .. import logs
 from ..backends.base import engine_id, get_backend
 from ..session import DRIFT_POLICIES, OVERFLOW_POLICIES
 from .backend_args import add_backend_arguments, backend_options, session_len
@@ -35,12 +35,18 @@ def add_arguments(p) -> None:
     p.add_argument("--api-key", action="append", default=[], metavar="KEY",
                    help="accepted Bearer key (repeatable); none: no authentication")
     p.add_argument("--model-name", metavar="NAME", help="the model name /v1/models lists (default: the template's)")
+    p.add_argument("--metrics-key", action="append", default=[], metavar="KEY",
+                   help="Bearer key /metrics takes (repeatable; default: the API keys; none and no API keys: open)")
     limits = p.add_argument_group("limits")
     limits.add_argument("--max-sessions", type=int, default=10_000, help="sessions kept in memory (default: 10000)")
     limits.add_argument("--max-active", type=int, default=64, help="turns running at once (default: 64)")
     limits.add_argument("--idle-ttl", type=float, metavar="SECONDS", help="evict sessions idle this long from memory")
     limits.add_argument("--store-ttl", type=float, metavar="SECONDS", help="expire sessions in the store (Redis)")
     limits.add_argument("--max-body-bytes", type=int, default=MAX_BODY, help=f"request size limit (default: {MAX_BODY})")
+    limits.add_argument("--header-timeout", type=float, default=10.0, metavar="SECONDS",
+                        help="a client must send its request headers within this (default: 10)")
+    limits.add_argument("--body-timeout", type=float, default=30.0, metavar="SECONDS",
+                        help="... and each piece of its body within this (default: 30)")
     limits.add_argument("--shutdown-grace", type=float, default=5.0, metavar="SECONDS",
                         help="on SIGTERM/SIGINT, how long running requests may finish before they are cancelled "
                              "(their partial answers are saved; default: 5)")
@@ -72,6 +78,7 @@ def run(args) -> int:
         import uvicorn
 
         from ..serve import create_app
+        from ..serve.timeouts import protocol
     from ..manager import SessionManager
     from ..registry import get_template
     from ..loading import saveable
@@ -101,11 +108,13 @@ def run(args) -> int:
         backend.close()
         raise
     app = create_app(manager, api_keys=[k.strip() for k in keys], model_name=args.model_name or template.name,
-                     max_body=args.max_body_bytes, close_manager=True)
+                     max_body=args.max_body_bytes, close_manager=True, metrics_keys=args.metrics_key,
+                     body_timeout=args.body_timeout)
     # what is alive now (modules, templates, the model) lives until exit: keeping it out of every
     # garbage collection shortens the collector's pauses, which land on request latency
     gc.freeze()
     # the app closes the manager when uvicorn shuts down: running turns are cancelled and saved
+    logs.to_debug()  # library warnings only with --log-level debug
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
-                timeout_graceful_shutdown=args.shutdown_grace)
+                timeout_graceful_shutdown=args.shutdown_grace, http=protocol(args.header_timeout))
     return 0

@@ -15,7 +15,7 @@ from ..errors import LmchatError
 from ..manager import SessionManager
 from . import chat, completions, interactive, service
 from .errors import ApiError, api_error
-from .guard import Guard
+from .guard import BODY_SECONDS, Guard
 from .metrics import RequestStats
 
 #: default request body limit: a long conversation with tools fits; a runaway upload does not
@@ -23,11 +23,14 @@ MAX_BODY = 8 * 1024 * 1024
 
 
 def create_app(manager: SessionManager, *, api_keys: Iterable[str] | None = None, model_name: str = "lmchat",
-               max_body: int = MAX_BODY, close_manager: bool = False) -> FastAPI:
+               max_body: int = MAX_BODY, close_manager: bool = False, metrics_keys: Iterable[str] | None = None,
+               body_timeout: float = BODY_SECONDS) -> FastAPI:
     """An app serving ``manager``'s sessions. ``api_keys``: accepted Bearer keys (None or empty: no
-    authentication); each key sees only the sessions it created. ``model_name``: what ``/v1/models``
-    lists and responses name. ``close_manager``: close it when the server shuts down (running turns
-    get its grace period to save); otherwise the caller keeps ownership of ``manager``."""
+    authentication); each key sees only the sessions it created. ``metrics_keys``: the keys ``/metrics``
+    takes (default: the API keys). ``model_name``: what ``/v1/models`` lists and responses name.
+    ``body_timeout``: seconds a client may take to send its body. ``close_manager``: close it when the
+    server shuts down (running turns get its grace period to save); otherwise the caller keeps
+    ownership of ``manager``."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -40,6 +43,7 @@ def create_app(manager: SessionManager, *, api_keys: Iterable[str] | None = None
     app = FastAPI(title="lmchat", version="1", docs_url=None, redoc_url=None, lifespan=lifespan)
     app.state.manager = manager
     app.state.api_keys = tuple(api_keys or ())
+    app.state.metrics_keys = tuple(metrics_keys or ())
     app.state.model_name = model_name
     app.state.started = int(time.time())
     app.state.stats = RequestStats()
@@ -49,8 +53,9 @@ def create_app(manager: SessionManager, *, api_keys: Iterable[str] | None = None
     app.add_exception_handler(LmchatError, _respond)
     app.add_exception_handler(RequestValidationError, _invalid)
     app.add_exception_handler(HTTPException, _http)
+    app.add_exception_handler(RecursionError, _too_deep)  # JSON nested beyond the parser's recursion
     app.add_exception_handler(Exception, _respond)  # last resort: a 500 in the same shape, logged
-    app.add_middleware(Guard, max_body=max_body, stats=app.state.stats)
+    app.add_middleware(Guard, max_body=max_body, stats=app.state.stats, body_timeout=body_timeout)
     return app
 
 
@@ -73,10 +78,14 @@ async def _invalid(request: Request, exc: RequestValidationError) -> JSONRespons
     return await _respond(request, error)
 
 
+async def _too_deep(request: Request, exc: RecursionError) -> JSONResponse:
+    return await _respond(request, ApiError(400, "the body is nested too deeply", code="invalid_json"))
+
+
 async def _http(request: Request, exc: HTTPException) -> JSONResponse:
     kinds = {401: "authentication_error", 404: "not_found_error", 405: "invalid_request_error",
-             413: "invalid_request_error"}
-    codes = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
+             408: "invalid_request_error", 413: "invalid_request_error"}
+    codes = {404: "not_found", 405: "method_not_allowed", 408: "request_timeout", 413: "request_too_large"}
     error = ApiError(exc.status_code, str(exc.detail), type=kinds.get(exc.status_code, "invalid_request_error"),
                      code=codes.get(exc.status_code), headers=dict(exc.headers or {}))
     return await _respond(request, error)

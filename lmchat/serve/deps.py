@@ -22,12 +22,17 @@ async def owner(request: Request) -> str | None:
     keys = request.app.state.api_keys
     if not keys:
         return None
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    # compare every key in constant time: no timing hint about which prefix matched
-    if scheme.lower() != "bearer" or not any([hmac.compare_digest(token.encode(), k.encode()) for k in keys]):
+    if not await authorized(request, keys):
         raise ApiError(401, "missing or invalid API key: send 'Authorization: Bearer KEY'",
                        type="authentication_error", code="invalid_api_key")
-    return token
+    return request.headers.get("authorization", "").partition(" ")[2]
+
+
+async def authorized(request: Request, keys) -> bool:
+    """Whether the request carries one of ``keys`` as a Bearer token."""
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    # compare every key in constant time: no timing hint about which prefix matched
+    return scheme.lower() == "bearer" and any([hmac.compare_digest(token.encode(), k.encode()) for k in keys])
 
 
 async def blocking(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

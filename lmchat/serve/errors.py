@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 
 from ..errors import (
-    BackendError, CapacityExceeded, EngineMismatch, InvalidMessages, LmchatError, SessionBusy, SessionExists,
+    BackendError, CapacityExceeded, EngineMismatch, SnapshotError, InvalidMessages, LmchatError, SessionBusy, SessionExists,
     SessionLengthExceeded, SessionNotFound, StoreConflict, StoreError, ConfigError,
     TemplateRuleError, UnknownTemplate,
 )
@@ -27,6 +27,7 @@ STATUSES: list[tuple[type, int, str, str]] = [
     (StoreConflict, 409, "conflict_error", "store_conflict"),
     (CapacityExceeded, 429, "rate_limit_error", "over_capacity"),
     (StoreError, 503, "server_error", "store_unavailable"),
+    (SnapshotError, 500, "server_error", "session_unreadable"),
     (BackendError, 502, "server_error", "backend_error"),
     # OpenAI's own code for a prompt that does not fit, so clients that handle it already work
     (SessionLengthExceeded, 400, "invalid_request_error", "context_length_exceeded"),
@@ -44,6 +45,8 @@ class ApiError(Exception):
     def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",
                  param: str | None = None, code: str | None = None, headers: dict | None = None):
         super().__init__(message)
+        # every error has a code a client can branch on
+        code = code or ("invalid_request" if status < 500 else "server_error")
         self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
         self.headers = headers or {}
 

@@ -1,4 +1,4 @@
-"""The outermost layer of the app: a request body size limit and per-route request metrics.
+"""The outermost layer of the app: a request body size limit and deadline, and per-route request metrics.
 
 A plain ASGI middleware (not Starlette's ``BaseHTTPMiddleware``, which
 buffers and re-wraps streaming responses): it only watches the messages
@@ -8,6 +8,7 @@ off at the limit, so a huge upload never sits in memory.
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 
@@ -21,9 +22,17 @@ class TooLarge(HTTPException):
     """Raised from ``receive`` mid-body; FastAPI lets HTTPExceptions through its body parsing."""
 
 
+class SlowBody(HTTPException):
+    """The client did not send its body in time (a slow or stalled upload holds a connection)."""
+
+
+#: seconds a client may take between two pieces of its body
+BODY_SECONDS = 30.0
+
+
 class Guard:
-    def __init__(self, app, *, max_body: int, stats: RequestStats):
-        self.app, self.max_body, self.stats = app, max_body, stats
+    def __init__(self, app, *, max_body: int, stats: RequestStats, body_timeout: float = BODY_SECONDS):
+        self.app, self.max_body, self.stats, self.body_timeout = app, max_body, stats, body_timeout
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
@@ -31,15 +40,21 @@ class Guard:
             return
         started = time.perf_counter()
         status = 500  # what a crash before the response starts amounts to
-        limit, seen = self.max_body, 0
+        limit, seen, body_done = self.max_body, 0, False
 
         async def counted_receive():
-            nonlocal seen
-            message = await receive()
+            nonlocal seen, body_done
+            if body_done:  # after the body only a disconnect can come: no deadline for it
+                return await receive()
+            try:
+                message = await asyncio.wait_for(receive(), self.body_timeout)
+            except asyncio.TimeoutError:
+                raise SlowBody(408, f"the request body did not arrive within {self.body_timeout:g} s") from None
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > limit:
                     raise TooLarge(413, f"request body over {limit} bytes")
+                body_done = not message.get("more_body", False)
             return message
 
         async def watched_send(message) -> None:

@@ -1,31 +1,73 @@
-"""Request bodies. Unknown fields are accepted and ignored, as OpenAI-compatible servers do:
-clients send fields (``logprobs``, ``presence_penalty``...) that change nothing here.
+"""Request bodies, checked whole before anything is touched. Unknown fields are accepted and ignored,
+as OpenAI-compatible servers do: clients send fields (``logprobs``, ``presence_penalty``...) that
+change nothing here.
 
-Messages and tools are kept as plain dicts: the session validates them and
-names the message index and field at fault, which types declared here could
-not do as precisely.
+Types are strict (``"yes"`` is not a boolean, ``1`` is not a stop word, ``1e100``
+is not a token count), numbers finite and in range, and every body is
+refused when it nests deeper than :data:`MAX_DEPTH` or holds a lone UTF-16
+surrogate (text no store can encode). Messages and tools are kept as plain
+dicts: the session validates them and names the message index and field at
+fault, which types declared here could not do as precisely.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, model_validator
 
-Stop = str | list[str] | None
+#: deeper JSON is refused (a conversation with tools nests about 10 levels)
+MAX_DEPTH = 64
+MAX_TOKENS = 1_000_000
+MAX_MESSAGES = 100_000
+
+Stop = StrictStr | list[StrictStr] | None
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+Count = Annotated[StrictInt, Field(ge=1, le=MAX_TOKENS)]
+
+
+def check_json(value: Any) -> None:
+    """Refuse nesting deeper than :data:`MAX_DEPTH` and lone surrogates, walking ``value`` iteratively."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ValueError(f"nested more than {MAX_DEPTH} levels deep")
+        if isinstance(item, str):
+            _text(item)
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                if isinstance(key, str):
+                    _text(key)
+                stack.append((child, depth + 1))
+        elif isinstance(item, list):
+            stack.extend((child, depth + 1) for child in item)
+
+
+def _text(text: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"a lone UTF-16 surrogate {text[exc.start]!r} is not text: send valid UTF-8") from None
 
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="allow")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _sound_json(cls, data: Any) -> Any:
+        check_json(data)
+        return data
+
 
 class _Sampling(_Body):
     """Sampling fields both protocols share; None: the template's bundled value."""
 
-    temperature: float | None = Field(None, ge=0)
-    top_p: float | None = Field(None, gt=0, le=1)
-    top_k: int | None = Field(None, ge=0)
-    repetition_penalty: float | None = Field(None, gt=0)
-    seed: int | None = None
+    temperature: Finite | None = Field(None, ge=0, le=100)
+    top_p: Finite | None = Field(None, gt=0, le=1)
+    top_k: StrictInt | None = Field(None, ge=0, le=MAX_TOKENS)
+    repetition_penalty: Finite | None = Field(None, gt=0, le=100)
+    seed: StrictInt | None = Field(None, ge=0, le=2**63 - 1)
     stop: Stop = None
 
     def sampling(self) -> dict[str, Any]:
@@ -36,52 +78,52 @@ class _Sampling(_Body):
 class InteractiveRequest(_Sampling):
     """LMDeploy's ``/v1/chat/interactive`` body (``session_id=-1``: a new session)."""
 
-    prompt: str | list[dict[str, Any]] = ""
+    prompt: StrictStr | list[dict[str, Any]] = ""
     # early LMDeploy clients sent ``stop`` as a bool: true meant what ``cancel`` means now
-    stop: str | list[str] | bool | None = None
-    session_id: int | str = -1
-    interactive_mode: bool = False
-    stream: bool = False
-    request_output_len: int | None = Field(None, ge=0)
-    ignore_eos: bool = False
-    skip_special_tokens: bool = True
-    cancel: bool = False
+    stop: StrictStr | list[StrictStr] | StrictBool | None = None
+    session_id: StrictInt | StrictStr = -1
+    interactive_mode: StrictBool = False
+    stream: StrictBool = False
+    request_output_len: StrictInt | None = Field(None, ge=0, le=MAX_TOKENS)
+    ignore_eos: StrictBool = False
+    skip_special_tokens: StrictBool = True
+    cancel: StrictBool = False
 
 
 class ChatRequest(_Sampling):
     """OpenAI's chat completion body, plus ``session_id`` (or ``user``) to keep a session."""
 
-    model: str | None = None
-    messages: list[dict[str, Any]] = Field(min_length=1)
-    stream: bool = False
+    model: StrictStr | None = None
+    messages: list[dict[str, Any]] = Field(min_length=1, max_length=MAX_MESSAGES)
+    stream: StrictBool = False
     stream_options: dict[str, Any] | None = None
     tools: list[dict[str, Any]] | None = None
-    tool_choice: str | dict[str, Any] | None = None
-    max_tokens: int | None = Field(None, ge=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
-    n: int = 1
-    session_id: str | None = None
-    user: str | None = None
+    tool_choice: StrictStr | dict[str, Any] | None = None
+    max_tokens: Count | None = None
+    max_completion_tokens: Count | None = None
+    n: StrictInt = 1
+    session_id: StrictStr | None = None
+    user: StrictStr | None = None
 
 
 class CompletionRequest(_Sampling):
     """OpenAI's (legacy) completion body: one raw prompt, no template, no session."""
 
-    model: str | None = None
-    prompt: str | list[str]
-    stream: bool = False
+    model: StrictStr | None = None
+    prompt: StrictStr | list[StrictStr]
+    stream: StrictBool = False
     stream_options: dict[str, Any] | None = None
-    max_tokens: int = Field(16, ge=0)  # OpenAI's default
-    n: int = 1
-    echo: bool = False
+    max_tokens: StrictInt = Field(16, ge=0, le=MAX_TOKENS)  # OpenAI's default
+    n: StrictInt = 1
+    echo: StrictBool = False
 
 
 class NewSession(_Body):
-    session_id: str | None = None
-    system: str | None = None
+    session_id: StrictStr | None = None
+    system: StrictStr | None = None
     tools: list[dict[str, Any]] | None = None
-    template: str | None = None
+    template: StrictStr | None = None
 
 
 class Fork(_Body):
-    session_id: str | None = None  # the new session's id (None: a random one)
+    session_id: StrictStr | None = None  # the new session's id (None: a random one)

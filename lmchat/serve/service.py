@@ -5,13 +5,15 @@ answers 404, exactly like a session that does not exist.
 """
 from __future__ import annotations
 
+import asyncio
+
 from fastapi import APIRouter, Body, Depends, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from ..errors import StoreError
 from ..session import Session
-from .deps import blocking, owner
-from .errors import api_error
+from .deps import authorized, blocking, owner
+from .errors import ApiError, api_error
 from .metrics import render
 from .schemas import Fork, NewSession
 
@@ -72,16 +74,27 @@ async def export_session(session_id: str, request: Request, who: str | None = De
     return session.to_dict()
 
 
+#: how long /health waits for the store: it answers a load balancer, never blocks on a stalled store
+HEALTH_SECONDS = 1.0
+
+
 @router.get("/health")
 async def health(request: Request):
-    """200 when the store answers; 503 otherwise (a load balancer takes the replica out)."""
+    """200 when the store answers within a second; 503 otherwise (a load balancer takes the replica out).
+
+    With API keys, an anonymous probe gets the status only; a key also gets the engine, the store and
+    the load (nothing about any tenant's sessions).
+    """
     state = request.app.state
     mgr = state.manager
     try:
-        await blocking(mgr.store.version, "lmchat-health-check")
-    except StoreError as exc:
-        error = api_error(exc)
+        await asyncio.wait_for(blocking(mgr.store.version, "lmchat-health-check"), HEALTH_SECONDS)
+    except (StoreError, asyncio.TimeoutError) as exc:
+        error = api_error(exc) if isinstance(exc, StoreError) else ApiError(
+            503, f"the store did not answer within {HEALTH_SECONDS:g} s", type="server_error", code="store_timeout")
         return JSONResponse({"status": "unavailable", **error.body()}, status_code=error.status)
+    if state.api_keys and not await authorized(request, state.api_keys):
+        return {"status": "ok"}
     metrics = mgr.metrics()
     return {"status": "ok", "model": state.model_name, "backend": mgr.backend.name, "engine": mgr.engine,
             "store": getattr(mgr.store, "spec", type(mgr.store).__name__),
@@ -90,6 +103,11 @@ async def health(request: Request):
 
 @router.get("/metrics")
 async def metrics(request: Request):
+    """Prometheus text; with ``--metrics-key`` (else the API keys, when there are any) a Bearer key is needed."""
     state = request.app.state
+    keys = state.metrics_keys or state.api_keys
+    if keys and not await authorized(request, keys):
+        raise ApiError(401, "/metrics needs 'Authorization: Bearer KEY' (the metrics key, or an API key)",
+                       type="authentication_error", code="invalid_api_key")
     text = render(state.manager.metrics(), state.stats)
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")

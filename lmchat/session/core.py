@@ -17,7 +17,7 @@ import uuid
 from typing import Any, Iterable, Mapping
 
 from .. import validation
-from ..errors import ConfigError, SessionError
+from ..errors import ConfigError, LmchatError, SessionError, SnapshotError
 from ..messages import Message, flatten_text, normalize_messages
 from ..registry import get_template
 from ..templates.base import BaseTemplate, Chat
@@ -419,8 +419,21 @@ class Session:
         A snapshot taken without token ids but restored with a tokenizer (or the
         reverse) makes the next delta a reset, since the engine's ids are unknown.
         """
+        if not isinstance(data, Mapping):
+            raise SnapshotError(f"a session snapshot is a JSON object, got {type(data).__name__}")
         if data.get("version") != FORMAT_VERSION:
-            raise SessionError(f"unsupported session format version {data.get('version')!r}")
+            raise SnapshotError(f"unsupported session format version {data.get('version')!r}")
+        try:
+            return cls._restore(data, tokenizer)
+        except LmchatError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError) as exc:
+            what = f"missing {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
+            raise SnapshotError(f"session {str(data.get('session_id'))[:64]!r}: not a readable snapshot ({what})"
+                                ) from None
+
+    @classmethod
+    def _restore(cls, data: Mapping[str, Any], tokenizer: Any) -> "Session":
         session = cls(
             BaseTemplate.from_dict(data["template"]),
             tools=data.get("tools"),

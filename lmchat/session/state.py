@@ -129,5 +129,21 @@ class Held:
         if not with_ids:
             values.pop("ids", None)
             values.pop("rewind", None)
-        held = cls(**values)
-        return held
+        for name, kind in _KINDS.items():
+            value = values.get(name)
+            items = value if isinstance(value, (list, tuple)) else [value]
+            if value is not None and not all(_is(v, kind) or (name == "answer_end" and v is None) for v in items):
+                raise ValueError(f"{name!r} holds {value!r:.60}")
+        for name in ("anchor", "rewind"):
+            if values.get(name) is not None and len(values[name]) != 2:
+                raise ValueError(f"{name!r} is a pair, got {values[name]!r:.60}")
+        return cls(**values)
+
+
+def _is(value: Any, kind: type) -> bool:
+    return isinstance(value, bool) if kind is bool else isinstance(value, kind) and not isinstance(value, bool)
+
+
+#: what each held field is made of (a snapshot from elsewhere is checked before it is used)
+_KINDS = {"parts": str, "offsets": int, "ids": int, "anchor": int, "rewind": int, "answer_end": int,
+          "rendered": int, "tail": int, "pending": bool, "needs_reset": bool, "reset_reason": str, "reopened": str}
