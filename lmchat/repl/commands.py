@@ -53,6 +53,11 @@ def dispatch(conv: Conversation, line: str) -> bool:
     return cmd.run(conv, arg.strip()) is not EXIT
 
 
+def printable(text: str) -> str:
+    """``text`` with control characters escaped: a stored title or id never drives the terminal."""
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in str(text))
+
+
 def help_lines() -> list[str]:
     return [f"  {c.usage:<30} {c.help}" for c in COMMANDS.values()]
 
@@ -199,7 +204,8 @@ def _sessions(conv, arg):
     for i in infos:
         mark = "*" if i.id == conv.session.session_id else " "
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(i.updated_at))
-        lines.append(f"{mark} {i.id[:8]}  {when}  {i.turns:>3} turns  {i.template:<14} {i.title}")
+        lines.append(f"{mark} {printable(i.id[:8])}  {when}  {i.turns:>3} turns  {printable(i.template):<14} "
+                     f"{printable(i.title)}")
     conv.out.show("\n".join(lines))
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, model_validator
 
 #: deeper JSON is refused (a conversation with tools nests about 10 levels)
 MAX_DEPTH = 64
@@ -21,7 +21,7 @@ MAX_TOKENS = 1_000_000
 MAX_MESSAGES = 100_000
 
 Stop = StrictStr | list[StrictStr] | None
-Finite = Annotated[float, Field(allow_inf_nan=False)]
+Finite = Annotated[StrictFloat, Field(allow_inf_nan=False)]  # ints are numbers too; "0.5" and true are not
 Count = Annotated[StrictInt, Field(ge=1, le=MAX_TOKENS)]
 
 
