@@ -17,7 +17,7 @@ from ..backends.base import Backend, Chunk, SamplingParams
 from ..errors import ConfigError
 from ..messages import normalize_messages
 from ..session import Delta, Session
-from ..turns.turn import Turn, TurnResult, replayed
+from ..turns.turn import Turn, replayed
 from ..validation import validate_messages, validate_tools
 from . import history as hist
 from .table import Entry

@@ -6,7 +6,8 @@ O(turn)), :mod:`.overflow` (``session_len`` policies), :mod:`.reopening`
 content never parsed as markers), :mod:`.edits` (resume, fork, system,
 template, the commit of a generation).
 """
-from .core import DRIFT_POLICIES, FORMAT_VERSION, OVERFLOW_POLICIES, Session
+from .core import DRIFT_POLICIES, OVERFLOW_POLICIES, Session
+from .snapshot import FORMAT_VERSION
 from .state import Delta
 
 __all__ = ["DRIFT_POLICIES", "FORMAT_VERSION", "OVERFLOW_POLICIES", "Delta", "Session"]

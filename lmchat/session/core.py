@@ -11,21 +11,19 @@ that are not the canonical encoding of their text meet the drift policy.
 """
 from __future__ import annotations
 
-import copy
 import datetime as _dt
 import uuid
 from typing import Any, Iterable, Mapping
 
 from .. import validation
-from ..errors import ConfigError, LmchatError, SessionError, SnapshotError
+from ..errors import ConfigError, SessionError
 from ..messages import Message, flatten_text, normalize_messages
 from ..registry import get_template
 from ..templates.base import BaseTemplate, Chat
-from . import overflow, patches, reopening
+from . import commits, overflow, patches, reopening, snapshot
 from .planning import Frame, next_plan
 from .state import Delta, Held, Plan
 
-FORMAT_VERSION = 1
 OVERFLOW_POLICIES = overflow.POLICIES
 #: what a session does when the engine's ids of an answer differ from their canonical encoding
 DRIFT_POLICIES = ("rewind", "reset", "keep")
@@ -265,59 +263,10 @@ class Session:
         end = held.length + len(answer)
         ids_end = anchor = None
         if self._codec is not None:
-            ids_end, anchor = self._commit_ids(answer, stop, token_ids)
+            ids_end, anchor = commits.commit_ids(self._frame(), held, self.drift, answer, stop, token_ids)
         held.append(answer + stop)
         held.answer_end = (end, ids_end, *anchor) if anchor else (end, None, 0, 0)
         held.pending, held.reopened = False, None
-
-    def _commit_ids(self, answer: str, stop: str, token_ids: list[int] | None) -> tuple[int | None, tuple[int, int]]:
-        """Append the answer's ids; returns where they end before the stop, and the anchor there."""
-        codec, held = self._codec, self._held
-        char0, id0 = held.anchor
-        open_text = held.context_from(char0)  # held text after the last structural token
-        text = open_text + answer + stop
-        stop_at = len(open_text) + len(answer)
-        # the answer's own output markup (tool-call markers, think tags) is markup, as the model wrote it
-        spans = [(len(open_text) + a, len(open_text) + b)
-                 for a, b in codec.special_spans(answer, keep=codec.output_tokens(self.template))]
-        inner = codec.encode(open_text + answer, spans, base=char0)[1]  # the anchor before the stop
-        before_stop = (char0 + inner[0], id0 + inner[1]) if inner else (char0, id0)
-        special_stop = stop in codec.special
-        spans += [(stop_at, len(text))] if special_stop else []
-        ids, anchor = codec.encode(text, spans, base=char0)
-        held_ids = held.ids[id0:]
-        canonical = ids[len(held_ids):] if ids[: len(held_ids)] == held_ids else None
-        stop_ids = [codec.special[stop]] if special_stop else codec.encode_text(stop, at_start=False)
-        if token_ids is not None:
-            new = [int(t) for t in token_ids] + stop_ids
-        else:
-            new = canonical if canonical is not None else codec.encode_text(answer, at_start=False) + stop_ids
-        anchor = (char0 + anchor[0], id0 + anchor[1]) if anchor else held.anchor
-        if new != canonical:
-            new, anchor = self._drifted(new, canonical, anchor, char0 + len(text))
-        start = len(held.ids)
-        held.ids += new
-        held.anchor = anchor
-        # where the answer ends in the ids is exact when the stop is one marker id, or nothing
-        ids_end = start + len(new) - len(stop_ids) if special_stop or not stop else None
-        return ids_end, before_stop
-
-    def _drifted(self, new: list[int], canonical: list[int] | None, anchor, end: int):
-        """The engine's ids of an answer differ from the canonical encoding: apply the drift policy.
-
-        Returns the ids the session holds from now on and its next anchor.
-        """
-        held = self._held
-        if self.drift == "keep":
-            # token-in/token-out: the engine's own ids stay; the next delta is encoded after them
-            return new, (end, len(held.ids) + len(new))
-        if self.drift == "rewind" and canonical is not None:
-            same = next((i for i, (a, b) in enumerate(zip(new, canonical)) if a != b), min(len(new), len(canonical)))
-            held.rewind = (len(held.ids) + same, len(new) - same)
-            return canonical, anchor
-        held.needs_reset = True
-        held.reset_reason = "the held ids differ from the canonical encoding of the answer (retokenization drift)"
-        return new, anchor
 
     def reopen(self) -> Delta:
         """Take the last answer back, open, for the engine to continue it (``/continue``).
@@ -399,18 +348,7 @@ class Session:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready snapshot that shares nothing with the session; :meth:`from_dict` restores it."""
-        return {
-            "version": FORMAT_VERSION,
-            "session_id": self.session_id,
-            "template": self.template.to_dict(),
-            "date": self.date.isoformat(),
-            "system": self._system,
-            "tools": copy.deepcopy(self._chat.tools),
-            "template_kwargs": copy.deepcopy(self.template_kwargs),
-            "messages": copy.deepcopy(self._chat.messages),
-            **self._held.to_dict(with_ids=self._codec is not None),
-            **self._options(),
-        }
+        return snapshot.to_dict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, tokenizer: Any = None) -> "Session":
@@ -418,41 +356,6 @@ class Session:
 
         A snapshot taken without token ids but restored with a tokenizer (or the
         reverse) makes the next delta a reset, since the engine's ids are unknown.
+        Anything unreadable is a :class:`~lmchat.errors.SnapshotError` naming it.
         """
-        if not isinstance(data, Mapping):
-            raise SnapshotError(f"a session snapshot is a JSON object, got {type(data).__name__}")
-        if data.get("version") != FORMAT_VERSION:
-            raise SnapshotError(f"unsupported session format version {data.get('version')!r}")
-        try:
-            return cls._restore(data, tokenizer)
-        except LmchatError:
-            raise
-        except (KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError) as exc:
-            what = f"missing {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
-            raise SnapshotError(f"session {str(data.get('session_id'))[:64]!r}: not a readable snapshot ({what})"
-                                ) from None
-
-    @classmethod
-    def _restore(cls, data: Mapping[str, Any], tokenizer: Any) -> "Session":
-        session = cls(
-            BaseTemplate.from_dict(data["template"]),
-            tools=data.get("tools"),
-            date=_dt.date.fromisoformat(data["date"]),
-            session_id=data["session_id"],
-            template_kwargs=data.get("template_kwargs"),
-            tokenizer=tokenizer,
-            session_len=data.get("session_len"),
-            overflow=data.get("overflow", "error"),
-            max_new_tokens=data.get("max_new_tokens", 0),
-            injection=data.get("injection", "split"),
-            max_message_chars=data.get("max_message_chars", validation.DEFAULT_MAX_CHARS),
-            drift=data.get("drift", "rewind"),
-        )
-        session._system = data.get("system")
-        session._chat.messages[:] = normalize_messages(data["messages"])
-        with_ids = tokenizer is not None and data.get("context_ids") is not None
-        held = session._held = Held.from_dict(dict(data), with_ids=with_ids)
-        if (tokenizer is not None) != (data.get("context_ids") is not None) and held.parts:
-            held.needs_reset = True
-            held.reset_reason = "restored without the token ids the engine holds"
-        return session
+        return snapshot.from_dict(cls, data, tokenizer)

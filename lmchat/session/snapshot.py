@@ -1,0 +1,82 @@
+"""A session as JSON (``Session.to_dict``) and back (``Session.from_dict``).
+
+The snapshot holds the conversation, the template (by registered name and
+changed fields), every constructor option and the held state
+(:class:`~.state.Held`): a restored session continues exactly where the
+snapshot left it. It shares nothing with the live session. A snapshot from
+elsewhere (a stored row, a saved file) is checked as it is read: anything
+unreadable is a :class:`~lmchat.errors.SnapshotError` naming it, never
+another exception.
+"""
+from __future__ import annotations
+
+import copy
+import datetime as _dt
+from typing import TYPE_CHECKING, Any, Mapping
+
+from .. import validation
+from ..errors import LmchatError, SnapshotError
+from ..messages import normalize_messages
+from ..templates.base import BaseTemplate
+from .state import Held
+
+if TYPE_CHECKING:
+    from .core import Session
+
+FORMAT_VERSION = 1
+
+
+def to_dict(session: "Session") -> dict[str, Any]:
+    chat = session._chat
+    return {
+        "version": FORMAT_VERSION,
+        "session_id": session.session_id,
+        "template": session.template.to_dict(),
+        "date": session.date.isoformat(),
+        "system": session._system,
+        "tools": copy.deepcopy(chat.tools),
+        "template_kwargs": copy.deepcopy(session.template_kwargs),
+        "messages": copy.deepcopy(chat.messages),
+        **session._held.to_dict(with_ids=session._codec is not None),
+        **session._options(),
+    }
+
+
+def from_dict(cls: type, data: Mapping[str, Any], tokenizer: Any) -> "Session":
+    if not isinstance(data, Mapping):
+        raise SnapshotError(f"a session snapshot is a JSON object, got {type(data).__name__}")
+    if data.get("version") != FORMAT_VERSION:
+        raise SnapshotError(f"unsupported session format version {data.get('version')!r}")
+    try:
+        return _restore(cls, data, tokenizer)
+    except LmchatError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError) as exc:
+        what = f"missing {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
+        raise SnapshotError(f"session {str(data.get('session_id'))[:64]!r}: not a readable snapshot ({what})"
+                            ) from None
+
+
+def _restore(cls: type, data: Mapping[str, Any], tokenizer: Any) -> "Session":
+    session = cls(
+        BaseTemplate.from_dict(data["template"]),
+        tools=data.get("tools"),
+        date=_dt.date.fromisoformat(data["date"]),
+        session_id=data["session_id"],
+        template_kwargs=data.get("template_kwargs"),
+        tokenizer=tokenizer,
+        session_len=data.get("session_len"),
+        overflow=data.get("overflow", "error"),
+        max_new_tokens=data.get("max_new_tokens", 0),
+        injection=data.get("injection", "split"),
+        max_message_chars=data.get("max_message_chars", validation.DEFAULT_MAX_CHARS),
+        drift=data.get("drift", "rewind"),
+    )
+    session._system = data.get("system")
+    session._chat.messages[:] = normalize_messages(data["messages"])
+    with_ids = tokenizer is not None and data.get("context_ids") is not None
+    held = session._held = Held.from_dict(dict(data), with_ids=with_ids)
+    if (tokenizer is not None) != (data.get("context_ids") is not None) and held.parts:
+        held.needs_reset = True
+        held.reset_reason = "restored without the token ids the engine holds"
+    return session
