@@ -1,0 +1,165 @@
+"""The manager's sessions between memory and the store: look-up, claim, save, discard.
+
+The store is the source of truth; the in-memory copy (an :class:`~.table.Entry`)
+never runs ahead of it. A session is claimed (``running``) for a turn or a
+delete, checked fresh against the store's version first (a replica may have
+saved it since), saved as a patch of the turn when the store appends, and
+discarded (to reload) when a turn fails.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Any, Mapping
+
+from ..errors import CapacityExceeded, EngineMismatch, SessionBusy, SessionExists, SessionNotFound, StoreConflict
+from ..session import Session
+from ..stores import VERSION_KEY
+from .ids import dump, store_key
+from .table import Entry
+
+
+class Sessions:
+    """What :class:`~.core.SessionManager` builds on (it sets the attributes used here)."""
+
+    backend: Any
+    store: Any
+    engine: str | None
+    tokenizer: Any
+    max_active: int
+    _table: Any
+    _metrics: Any
+    _lock: threading.Lock
+    _active: int
+
+    def new_session(self, session_id: str | None = None, **kwargs: Any) -> Session:
+        raise NotImplementedError  # the manager's, with its defaults
+
+    def reserve(self) -> None:
+        """Count one more turn (or one-off generation) running; ``CapacityExceeded`` at ``max_active``."""
+        with self._lock:
+            if self._active >= self.max_active:
+                raise CapacityExceeded(self.max_active)
+            self._active += 1
+
+    def unreserve(self) -> None:
+        with self._lock:
+            self._active -= 1
+
+    def _add(self, session: Session, owner: str) -> str:
+        sid = session.session_id
+        key = store_key(sid, owner)
+        if self._table.get(key) is not None:
+            raise SessionExists(sid)
+        try:
+            version = self.store.save(dump(session, key, owner, self.engine), expected_version=0)
+        except StoreConflict:
+            raise SessionExists(sid) from None
+        session.mark_saved()
+        self._table.add(Entry(key, session, version, owner))
+        return sid
+
+    def _snapshot(self, session_id: str, owner: str) -> Session:
+        entry = self._lookup(session_id, owner)
+        with entry.lock:  # an idle session is not mutated while this copies it
+            idle = not entry.running and not entry.evicted
+            data, version = (entry.session.to_dict(), entry.version) if idle else (None, 0)
+        if data is not None and self.store.version(entry.key) == version:
+            return Session.from_dict(data, tokenizer=self.tokenizer)
+        data = self._load(entry.key, session_id, owner)  # mid-turn or stale: the store has the last commit
+        return self._restore(data, session_id)
+
+    def _load(self, key: str, session_id: str, owner: str) -> dict:
+        data = self.store.load(key)
+        if data is None or (data.get("owner") or "") != owner:
+            raise SessionNotFound(session_id)
+        return data
+
+    def _lookup(self, session_id: str, owner: str) -> Entry:
+        key = store_key(session_id, owner)
+        entry = self._table.get(key)
+        if entry is None:
+            data = self._load(key, session_id, owner)
+            self._metrics.add(sessions_loaded_total=1)
+            entry = self._table.add(self._entry(key, data, session_id, owner))
+        if entry.owner != owner:
+            raise SessionNotFound(session_id)
+        return entry
+
+    def _entry(self, key: str, data: dict, session_id: str, owner: str) -> Entry:
+        session = self._restore(data, session_id)
+        session.mark_saved()
+        return Entry(key, session, data[VERSION_KEY], owner, last_turn=data.get("last_turn"))
+
+    def _acquire(self, session_id: str, owner: str, create: bool, tools: list[dict] | None) -> Entry:
+        """The session's entry, claimed (``running``) and fresh from the store; created when asked."""
+        key = store_key(session_id, owner)
+        if create and self._table.get(key) is None and self.store.version(key) == 0:
+            with contextlib.suppress(SessionExists):  # another request created it first
+                self._add(self.new_session(session_id, tools=tools), owner)
+        while True:
+            entry = self._lookup(session_id, owner)
+            with entry.lock:
+                if entry.evicted:
+                    continue  # evicted since the lookup: look it up again (it reloads)
+                if entry.running:
+                    raise SessionBusy(session_id)
+                entry.running = True
+            break
+        try:
+            version = self.store.version(key)
+            if version != entry.version:  # another replica saved it (or deleted it) since
+                data = self.store.load(key)
+                if data is None or (data.get("owner") or "") != owner:
+                    self._table.remove(entry)
+                    raise SessionNotFound(session_id)
+                self._metrics.add(sessions_loaded_total=1)
+                fresh = self._entry(key, data, session_id, owner)
+                entry.session, entry.version, entry.last_turn, entry.digests = (
+                    fresh.session, fresh.version, fresh.last_turn, [])
+        except BaseException:
+            with entry.lock:
+                entry.running = False
+            raise
+        return entry
+
+    def release(self, entry: Entry) -> None:
+        """The turn on ``entry`` is over (committed or not): free the session and the capacity."""
+        with entry.lock:
+            entry.running = entry.cancel_requested = False
+        self._table.touch(entry)
+        self.unreserve()
+
+    def save(self, entry: Entry, record: dict | None = None) -> None:
+        """Save the entry's session after a turn: its patch when the store appends, else a whole snapshot."""
+        session = entry.session
+        patch, append = session.changes(), getattr(self.store, "append", None)
+        entry.last_turn = record
+        if patch is None or append is None:
+            data = dump(session, entry.key, entry.owner, self.engine)
+            data["last_turn"] = record
+            entry.version = self.store.save(data, expected_version=entry.version)
+        else:
+            from ..stores.base import Summary  # the summary columns of an append
+
+            patch["set"]["last_turn"] = record
+            entry.version = append(entry.key, patch, expected_version=entry.version,
+                                   summary=Summary.of(session, entry.owner))
+        session.mark_saved()
+
+    def discard(self, entry: Entry, *, drop_backend: bool) -> None:
+        """Forget the in-memory copy (the caller's turn owns it): the next use reloads the last commit."""
+        self._table.remove(entry)
+        if drop_backend:
+            self.backend.drop(entry.key)
+
+    def _evicted(self, entries: list[Entry]) -> None:
+        self._metrics.add(sessions_evicted_total=len(entries))
+        for entry in entries:
+            self.backend.drop(entry.key)  # an idle session's cache is freed with it
+
+    def _restore(self, data: Mapping[str, Any], session_id: str) -> Session:
+        stored = data.get("engine")
+        if stored and self.engine and stored != self.engine:
+            raise EngineMismatch(session_id, stored=stored, current=self.engine)
+        return Session.from_dict({**data, "session_id": session_id}, tokenizer=self.tokenizer)
