@@ -77,7 +77,7 @@ def test_cli_export_to_stdout_and_help():
     assert b"--jinja" in lmchat("check", "--help").stdout
 
 
-@oracle.needs_corpus
+@oracle.needs_corpus_for("checks the export against the official template file")
 def test_cli_check_official_template_and_gguf():
     pytest.importorskip("gguf")
     official = oracle.CORPUS / "templates" / "meta-llama__Llama-3.1-8B-Instruct.jinja"
