@@ -42,7 +42,7 @@ def assert_same(stem, template, messages, **options):
     assert template.messages2prompt(messages, date=oracle.DATE, **options) == expected
 
 
-@NEEDS_OFFICIAL_TEXTS
+@oracle.needs_corpus_for("counts the corpus' template files")
 def test_the_corpus_is_complete():
     assert len(STEMS) == 87
 
