@@ -1,0 +1,71 @@
+"""Every built-in template against the golden vectors: the official templates' renderings, committed.
+
+This runs everywhere, corpus or not. Where the corpus is, the vectors must also be what
+the oracle renders now (``python -m tests.golden.generate`` regenerates them).
+"""
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+import lmchat
+from lmchat.registry import template_class
+
+from . import golden, oracle
+from .golden.cases import OWN_TOOL_FORMAT
+
+OFFICIAL = sorted(n for n in lmchat.template_names() if template_class(n).official)
+
+
+def lmchat_outcome(name, messages, options) -> dict:
+    try:
+        text = template_class(name)().messages2prompt(copy.deepcopy(messages), **golden.call_options(options))
+    except ValueError as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    return {"text": text}
+
+
+def test_every_official_template_has_vectors():
+    data = golden.load()
+    assert sorted(data["templates"]) == OFFICIAL, f"templates and vectors differ: run {golden.REGENERATE}"
+    for name, entry in data["templates"].items():
+        assert entry["official"] == template_class(name).official, f"{name}: run {golden.REGENERATE}"
+        labels = {label.split("/")[0] for label, _, _ in entry["vectors"]}
+        required = {"battery", "random"} | (set() if name in OWN_TOOL_FORMAT else {"random-tools"})
+        assert required <= labels, f"{name} lacks vectors of {required - labels}: run {golden.REGENERATE}"
+
+
+@pytest.mark.parametrize("name", OFFICIAL)
+def test_builtin_renders_the_golden_vectors(name):
+    """Byte-identical text where the official template rendered; a ValueError where it raised."""
+    data = golden.load()
+    entry = data["templates"].get(name)
+    assert entry is not None, f"no golden vectors for {name}: run {golden.REGENERATE}"
+    failures = []
+    for label, options, expected in entry["vectors"]:
+        got = lmchat_outcome(name, data["conversations"][label], options)
+        if "text" in expected and got != expected:
+            failures.append(f"{label} {options}: expected {expected['text']!r}, got {got}")
+        elif "error" in expected and "error" not in got:
+            failures.append(f"{label} {options}: the official template raised {expected['error']!r}, "
+                            f"lmchat rendered {got['text']!r}")
+    assert not failures, f"{name} differs from {entry['official']} on {len(failures)} of " \
+                         f"{len(entry['vectors'])} vectors:\n" + "\n".join(failures[:10])
+
+
+@oracle.needs_corpus_for("regenerates the golden vectors with the reference renderer")
+def test_vectors_are_what_the_oracle_renders_now():
+    from .golden import generate
+
+    current = generate.serialize(generate.build())
+    committed = generate.committed()
+    if current != committed:
+        fresh, old = json.loads(current), json.loads(committed)
+        stale = sorted(n for n in fresh["templates"].keys() | old["templates"].keys()
+                       if fresh["templates"].get(n) != old["templates"].get(n))
+        conversations = fresh["conversations"] != old["conversations"]
+        pytest.fail(f"golden vectors are stale (templates {stale}, conversations changed: {conversations}): "
+                    f"run {golden.REGENERATE}")
+
