@@ -69,3 +69,16 @@ def test_vectors_are_what_the_oracle_renders_now():
         pytest.fail(f"golden vectors are stale (templates {stale}, conversations changed: {conversations}): "
                     f"run {golden.REGENERATE}")
 
+
+
+def test_the_hidden_corpus_pass_runs_every_test_file_that_uses_the_corpus():
+    """.ci/run's second pass: every file naming the oracle or the golden vectors, nothing unrelated."""
+    from .golden.readers import TESTS, readers
+
+    listed = set(readers())
+    for path in sorted(TESTS.glob("test_*.py")):
+        text = path.read_text(encoding="utf-8")
+        name = str(path.relative_to(TESTS.parent))
+        if "oracle." in text or "golden." in text or "assert_same" in text:
+            assert name in listed, name
+    assert "tests/test_golden.py" in listed and "tests/test_embedded.py" not in listed
