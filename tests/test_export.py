@@ -77,11 +77,14 @@ def test_cli_export_to_stdout_and_help():
     assert b"--jinja" in lmchat("check", "--help").stdout
 
 
-@oracle.needs_corpus
-def test_cli_check_official_template_and_gguf():
-    pytest.importorskip("gguf")
+@oracle.needs_corpus_for("runs lmchat check on the official template file")
+def test_cli_check_official_template():
     official = oracle.CORPUS / "templates" / "meta-llama__Llama-3.1-8B-Instruct.jinja"
     out = lmchat("check", "--template", "llama3.1", "--jinja", str(official))
     assert out.returncode == 0 and b"identical on 43 conversations" in out.stdout, out.stdout + out.stderr
+
+
+def test_cli_check_gguf():
+    pytest.importorskip("gguf")
     gguf = lmchat("check", "--template", "smollm2", "--jinja", str(smollm2_gguf()))
     assert gguf.returncode == 0 and b"identical on 38 conversations" in gguf.stdout, gguf.stdout + gguf.stderr

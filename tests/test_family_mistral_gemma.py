@@ -11,7 +11,7 @@ from lmchat.registry import canonical_name
 
 from . import oracle
 from .conversations import TOOLS, a, s, text_strategy, u
-from .test_conformance import assert_same
+from .test_conformance import assert_same, assert_same_as_oracle
 
 ID, ID2 = "abcDEF123", "xyz000789"
 
@@ -91,6 +91,13 @@ ODD = {
 }
 
 
+ODD_TOOL_LIST = [{"type": "function", "function": {"name": 5, "description": 'say "hi"', "return": {"x": 1}}}]
+
+#: the official renderings these tests compare with (tests/golden)
+GOLDEN = [(n, m, {"add_generation_prompt": True, "tools": tools}) for n, ms in ODD.items() for m in ms
+          for tools in (None, TOOLS)] + [("mistral-v0.3", [s("sys"), u("q")], {"tools": ODD_TOOL_LIST})]
+
+
 @pytest.mark.parametrize("name, messages", [(n, m) for n, ms in ODD.items() for m in ms])
 @pytest.mark.parametrize("tools", [None, TOOLS])
 def test_odd_content_matches_official(name, messages, tools):
@@ -98,8 +105,7 @@ def test_odd_content_matches_official(name, messages, tools):
 
 
 def test_tool_list_odd_fields_match_official():
-    weird = [{"type": "function", "function": {"name": 5, "description": 'say "hi"', "return": {"x": 1}}}]
-    assert_same("mistral-v0.3", [s("sys"), u("q")], tools=weird)
+    assert_same("mistral-v0.3", [s("sys"), u("q")], tools=ODD_TOOL_LIST)
     with pytest.raises(ValueError):
         get_template("mistral-v0.3").messages2prompt([u("q")], tools=[{"type": "function"}])
 
@@ -154,10 +160,11 @@ def tool_conversations(max_messages=7):
     return tool_turns() | any_messages(max_messages)
 
 
+@oracle.needs_oracle_for_random
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(messages=tool_conversations(), tools=st.sampled_from([None, TOOLS]), prompt=st.booleans())
 def test_random_tool_conversations_v3(messages, tools, prompt):
-    assert_same("mistral-v0.3", messages, add_generation_prompt=prompt, tools=tools)
+    assert_same_as_oracle("mistral-v0.3", messages, add_generation_prompt=prompt, tools=tools)
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])

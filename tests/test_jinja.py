@@ -15,7 +15,9 @@ from . import oracle
 from .conversations import PLAIN, REASONING, TOOL_CONVERSATIONS, TOOLS, dialogues, plain_dialogues
 from .test_session_invariant import play
 
-STEMS = sorted(p.stem for p in (oracle.CORPUS / "templates").glob("*.jinja")) if oracle.AVAILABLE else []
+NEEDS_OFFICIAL_TEXTS = oracle.needs_corpus_for("renders the official template texts themselves")
+STEMS = (sorted(p.stem for p in (oracle.CORPUS / "templates").glob("*.jinja")) if oracle.AVAILABLE
+         else [pytest.param("(every corpus file)", marks=NEEDS_OFFICIAL_TEXTS)])
 NOW = dt.datetime(oracle.DATE.year, oracle.DATE.month, oracle.DATE.day)
 SESSION_STEMS = {
     "jinja-test-qwen2.5": "Qwen__Qwen2.5-7B-Instruct",
@@ -40,7 +42,7 @@ def assert_same(stem, template, messages, **options):
     assert template.messages2prompt(messages, date=oracle.DATE, **options) == expected
 
 
-@oracle.needs_corpus
+@oracle.needs_corpus_for("counts the corpus' template files")
 def test_the_corpus_is_complete():
     assert len(STEMS) == 87
 
@@ -67,7 +69,7 @@ def test_corpus_template_renders_like_transformers(stem):
 def session_templates():
     """Three official templates registered by name (so sessions can be saved and restored)."""
     if not oracle.AVAILABLE:
-        pytest.skip(oracle.SKIP_REASON)
+        pytest.skip(f"sessions on official template texts: {oracle.SKIP_REASON}")
     for name, stem in SESSION_STEMS.items():
         register_jinja(name, corpus_template(stem))
     yield list(SESSION_STEMS)
@@ -91,7 +93,7 @@ def test_plain_sessions_never_reset(session_templates, name, dialogue):
     play(name, *dialogue, check_stable=True)
 
 
-@oracle.needs_corpus
+@NEEDS_OFFICIAL_TEXTS
 def test_inferred_turn_markers():
     qwen = corpus_template("Qwen__Qwen2.5-7B-Instruct")
     assert (qwen.lead, qwen.eoa) == ("", "<|im_end|>") and "<|im_end|>" in qwen.stop_words

@@ -83,7 +83,7 @@ def test_folder_errors(tmp_path):
         JinjaTemplate.from_pretrained(tmp_path / "missing")
 
 
-@oracle.needs_corpus
+@oracle.needs_corpus_for("loads the official template texts of Hermes-2-Pro")
 def test_named_official_templates_render_like_transformers(tmp_path):
     """Hermes-2-Pro ships a default and a tool_use template, as a list in tokenizer_config.json."""
     stem = "NousResearch__Hermes-2-Pro-Llama-3-8B"

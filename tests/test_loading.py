@@ -253,7 +253,7 @@ def test_template_and_chat_template_are_exclusive_and_one_is_required(conv_file)
     assert neither.returncode == 2 and b"--template --chat-template is required" in neither.stderr
 
 
-@oracle.needs_corpus
+@oracle.needs_corpus_for("loads the official template text from files")
 def test_jinja_files_folders_and_json_load_through_lmchat_jinja(tmp_path):
     pytest.importorskip("lmchat.jinja", reason="lmchat.jinja (JinjaTemplate) is not available yet")
     text = oracle.template_text(template_class("qwen2.5").official)

@@ -21,6 +21,7 @@ from lmchat.registry import template_class, template_names
 
 from . import oracle
 
+NEEDS_OFFICIAL_TEXTS = oracle.needs_corpus_for("fingerprints the official template texts")
 CUSTOM = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
 
 
@@ -39,7 +40,7 @@ def official(name: str) -> str:
     return oracle.template_text(template_class(name).official)
 
 
-@oracle.needs_corpus
+@NEEDS_OFFICIAL_TEXTS
 def test_fingerprint_table_is_recomputed_from_the_corpus():
     by_digest = defaultdict(list)
     for path in sorted((oracle.CORPUS / "templates").glob("*.jinja")):
@@ -58,14 +59,14 @@ def test_fingerprint_table_is_recomputed_from_the_corpus():
             assert hashlib.sha256(raw).hexdigest()[:16] == documented[stem], stem
 
 
-@oracle.needs_corpus
+@NEEDS_OFFICIAL_TEXTS
 def test_every_official_template_is_found_by_its_fingerprint():
     for name in template_names():
         if "official" in vars(template_class(name)):
             assert name in templates_with_fingerprint(fingerprint(official(name))), name
 
 
-@oracle.needs_corpus
+@NEEDS_OFFICIAL_TEXTS
 def test_checkpoint_folder_matches_by_fingerprint(tmp_path):
     folder = model_folder(
         tmp_path / "run" / "checkpoint-500", official("qwen2.5"), model_type="qwen2", architectures=["Qwen2ForCausalLM"]
@@ -75,13 +76,13 @@ def test_checkpoint_folder_matches_by_fingerprint(tmp_path):
     assert match.evidence[0].startswith("fingerprint: tokenizer_config.json is the official template of Qwen__Qwen2.5")
 
 
-@oracle.needs_corpus
+@NEEDS_OFFICIAL_TEXTS
 def test_fingerprint_outweighs_the_folder_name(tmp_path):
     folder = model_folder(tmp_path / "Meta-Llama-3-8B-chatml-sft", official("qwen2.5"), model_type="llama")
     assert match_template(folder) == "qwen2.5"
 
 
-@oracle.needs_corpus
+@NEEDS_OFFICIAL_TEXTS
 def test_copies_differing_in_line_endings_or_final_newline_match(tmp_path):
     text = official("llama3").replace("\n", "\r\n") + "\r\n"
     folder = model_folder(tmp_path / "step-100", text, file="chat_template.jinja")
@@ -93,7 +94,7 @@ def test_copies_differing_in_line_endings_or_final_newline_match(tmp_path):
     assert match_template(str(listed)) == "phi4"
 
 
-@oracle.needs_corpus
+@NEEDS_OFFICIAL_TEXTS
 @pytest.mark.parametrize(
     "template, model_type, expected",
     [
@@ -113,13 +114,13 @@ def test_architecture_breaks_a_fingerprint_tie(tmp_path, template, model_type, e
     assert match.evidence[1].startswith(f"config.json: model_type {model_type!r} narrows")
 
 
-@oracle.needs_corpus
+@NEEDS_OFFICIAL_TEXTS
 def test_architectures_list_is_read_without_model_type(tmp_path):
     folder = model_folder(tmp_path / "checkpoint-500", official("gemma2"), architectures=["Gemma2ForCausalLM"])
     assert match_template(folder) == "gemma2"
 
 
-@oracle.needs_corpus
+@NEEDS_OFFICIAL_TEXTS
 def test_names_break_the_remaining_tie(tmp_path):
     text = official("internlm2")
     by_parent = model_folder(tmp_path / "internlm2_5-7b-chat" / "checkpoint-500", text, model_type="internlm2")
@@ -131,7 +132,7 @@ def test_names_break_the_remaining_tie(tmp_path):
     assert match.name == "internlm2" and "config.json _name_or_path 'internlm2-chat-7b'" in match.evidence[-1]
 
 
-@oracle.needs_corpus
+@NEEDS_OFFICIAL_TEXTS
 def test_equal_evidence_is_ambiguous(tmp_path):
     folder = model_folder(tmp_path / "checkpoint-500", official("internlm2"), model_type="internlm2")
     with pytest.raises(ModelMatchError) as info:

@@ -73,7 +73,7 @@ def test_generation_blocks_give_transformers_assistant_mask(stem):
     from . import oracle
 
     if not oracle.AVAILABLE:
-        pytest.skip(oracle.SKIP_REASON)
+        pytest.skip(f"masks the official template text {stem} ({{% generation %}} blocks): {oracle.SKIP_REASON}")
     from lmchat.jinja import JinjaTemplate
 
     tok = tf.smollm2()
