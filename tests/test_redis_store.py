@@ -130,12 +130,10 @@ def test_load_and_save_loops_never_lose_an_update(redis_server, prefix):  # noqa
 def test_a_retried_save_finds_its_own_write(store):
     """The script recognises its token: a retry after a lost reply is not a false conflict."""
     data = conversation("retry")
-    keys = [store._key(data["session_id"]), f"{store.prefix}index", f"{store.prefix}owner:"]
-    args = [0, "token-1", 0, data["session_id"], "{}", "t", 0, "qwen2.5", "", f"{store.prefix}owner:"]
-    first = store._save(keys=keys, args=args)
-    again = store._save(keys=keys, args=args)  # as redis-py's retry would send it
-    assert first[0] == again[0] == 1
-    assert store._save(keys=keys, args=[0, "token-2", *args[2:]])[0] == -1  # another writer: a conflict
+    assert store.save(data, expected_version=0, token="token-1") == 1
+    assert store.save(data, expected_version=0, token="token-1") == 1  # as redis-py's retry would send it
+    with pytest.raises(StoreConflict):
+        store.save(data, expected_version=0, token="token-2")  # another writer: a conflict
 
 
 def test_ttl_expires_sessions_and_list_forgets_them(redis_server, prefix):  # noqa: F811
