@@ -138,7 +138,7 @@ class RedisStore(RecordStore):
     def _install(self, session_id: str, tag: str, at_version: int, base: str, folded_chars: int) -> bool:
         done = self._call(f"compact session {session_id}", self._compact, write=True,
                           keys=[self._key(session_id), self._patches_key(session_id)],
-                          args=[tag, at_version, base, new_tag(), len(base), folded_chars])
+                          args=[tag, at_version, base, new_tag(), len(base), -folded_chars])
         return bool(done)
 
     def delete(self, session_id: str) -> None:

@@ -78,7 +78,7 @@ end
 return {v, 0}
 """
 
-#: KEYS: hash, patches. ARGV: tag read, version folded up to, new base, new tag, its chars, chars folded.
+#: KEYS: hash, patches. ARGV: tag read, version folded up to, new base, new tag, its chars, minus the chars folded.
 #: Installs the base only if the one read is still there; patches after the version folded stay. Returns 1 or 0.
 COMPACT = """
 local h = redis.call('HMGET', KEYS[1], 'version', 'base_version', 'base_tag')
@@ -87,7 +87,7 @@ if not h[1] or (h[3] or '') ~= ARGV[1] or tonumber(h[1]) < tonumber(ARGV[2]) the
 end
 redis.call('LTRIM', KEYS[2], tonumber(ARGV[2]) - tonumber(h[2] or h[1]), -1)
 redis.call('HSET', KEYS[1], 'data', ARGV[3], 'base_version', ARGV[2], 'base_tag', ARGV[4], 'base_chars', ARGV[5])
-redis.call('HINCRBY', KEYS[1], 'patch_chars', -tonumber(ARGV[6]))
+redis.call('HINCRBY', KEYS[1], 'patch_chars', ARGV[6])
 return 1
 """
 
