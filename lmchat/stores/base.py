@@ -19,7 +19,8 @@ owner's sessions. Sessions without it (the REPL's) have the owner ``""``.
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping, Protocol, runtime_checkable
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
 
 import attrs
 

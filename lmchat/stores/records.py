@@ -16,10 +16,13 @@ compaction that replaced the base makes this one a no-op.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import logging
+import os
 import uuid
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import attrs
 
@@ -51,8 +54,20 @@ class RecordInfo:
     patch_chars: int
 
 
+def _seed() -> None:
+    global _PROCESS, _COUNTER
+    _PROCESS, _COUNTER = uuid.uuid4().hex[:16], itertools.count()
+
+
+_seed()
+# a forked child (server workers) must not make its parent's tokens: two writers with one token would each take
+# the other's write for its own retry
+os.register_at_fork(after_in_child=_seed)
+
+
 def new_tag() -> str:
-    return uuid.uuid4().hex
+    """A token or base tag no other write makes: random per process, counted within it (uuid4 costs more)."""
+    return f"{_PROCESS}-{next(_COUNTER)}"
 
 
 def encode_patch(session_id: str, patch: Mapping[str, Any]) -> str:

@@ -144,11 +144,11 @@ class SQLiteStore(RecordStore):
         conn = connect(self.path)
         try:
             _migrate(self.path, conn)
+            self._readers = Readers(self.path, readers)
         except BaseException:
             conn.close()
             raise
         self._writer = Writer(self.path, conn)
-        self._readers = Readers(self.path, readers)
         # a store dropped without close() still stops its thread and closes its files
         self._finalizer = weakref.finalize(self, _shutdown, self._writer, self._readers)
 

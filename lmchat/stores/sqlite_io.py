@@ -24,6 +24,9 @@ BUSY_SECONDS = 10.0
 #: writes per transaction at most: bounds how long one commit holds the queue up
 MAX_BATCH = 256
 
+#: page cache of each reader connection (SQLite's default is 2,000 KiB per connection)
+READER_CACHE_KIB = 256
+
 _STOP = object()
 
 
@@ -36,6 +39,9 @@ def connect(path: str, *, readonly: bool = False) -> sqlite3.Connection:
     try:
         if readonly:
             conn.execute("PRAGMA query_only = 1")
+            # a reader mostly reads a base once (load, compaction): a big page cache per reader would only hold
+            # RSS that grows with the largest session; the small rows and the indexes fit in this one
+            conn.execute(f"PRAGMA cache_size = -{READER_CACHE_KIB}")
         else:
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = FULL")
@@ -145,7 +151,12 @@ class Writer:
 
 
 class Readers:
-    """At most ``size`` reader connections, opened on demand and shared by every thread (one at a time each)."""
+    """``size`` reader connections shared by every thread (one at a time each).
+
+    All are opened (and their WAL files with them) up front, so that the
+    store's descriptors are a constant from open to close: ``3 + 2 * size``
+    (the database and its WAL per connection, one shared-memory file).
+    """
 
     def __init__(self, path: str, size: int):
         self.path = path
@@ -153,6 +164,13 @@ class Readers:
         self._lock = threading.Lock()
         self._idle: list[sqlite3.Connection] = []
         self._closed = False
+        try:
+            for _ in range(size):
+                self._idle.append(connect(path, readonly=True))
+                self.read(lambda conn: conn.execute("SELECT 1 FROM sessions LIMIT 1").fetchall(), "open a reader")
+        except BaseException:
+            self.close()
+            raise
 
     @contextlib.contextmanager
     def connection(self) -> Iterator[sqlite3.Connection]:
