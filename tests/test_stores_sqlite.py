@@ -343,3 +343,30 @@ def test_a_writer_killed_mid_write_leaves_every_session_at_its_previous_version(
         session.mark_saved()
         assert turn(store, session, info.version, "after the crash") == info.version + 1  # and it stays writable
     store.close()
+
+
+def test_a_forked_child_is_told_to_open_its_own_store(tmp_path):
+    store = SQLiteStore(tmp_path / "forked.db")
+    store.save(conversation("before the fork"))
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: no writer thread here, and the parent's connections are not its to use
+        messages = []
+        for call in (lambda: store.save(conversation("x")), lambda: store.list()):
+            try:
+                call()
+                messages.append("no error")
+            except StoreError as exc:
+                messages.append(str(exc))
+        os.write(write, json.dumps(messages).encode())
+        store.close()  # leaves the parent's connections and WAL alone
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    with os.fdopen(read) as f:
+        messages = json.loads(f.read())
+    assert all("before a fork: open one in each process" in m for m in messages), messages
+    assert len(store.list()) == 1  # the parent's store is unaffected
+    store.save(conversation("after the fork"))
+    store.close()
+    assert sqlite3.connect(tmp_path / "forked.db").execute("SELECT COUNT(*) FROM sessions").fetchone()[0] == 2

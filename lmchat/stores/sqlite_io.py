@@ -12,6 +12,7 @@ returned is on disk.
 from __future__ import annotations
 
 import contextlib
+import os
 import queue
 import sqlite3
 import threading
@@ -28,6 +29,12 @@ MAX_BATCH = 256
 READER_CACHE_KIB = 256
 
 _STOP = object()
+
+
+def check_process(path: str, pid: int) -> None:
+    # after fork() the writer thread is gone and SQLite connections must not be used by two processes
+    if os.getpid() != pid:
+        raise StoreError(f"{path}: this store was opened in process {pid}, before a fork: open one in each process")
 
 
 def connect(path: str, *, readonly: bool = False) -> sqlite3.Connection:
@@ -66,6 +73,7 @@ class Writer:
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._closed = False
+        self._pid = os.getpid()
         #: transactions and writes committed: writes / transactions is the mean batch size
         self.transactions = self.writes = 0
         # the thread holds the writer, never the store: a store dropped without close() can still be finalized
@@ -73,6 +81,7 @@ class Writer:
         self._thread.start()
 
     def submit(self, fn: Callable[[sqlite3.Connection], Any], what: str) -> Any:
+        check_process(self.path, self._pid)
         job = _Job(fn, what)
         with self._lock:  # a write queued before close()'s stop marker is still run
             if self._closed:
@@ -85,6 +94,8 @@ class Writer:
             if self._closed:
                 return
             self._closed = True
+            if os.getpid() != self._pid:
+                return  # a forked child: no writer thread here, and the connection is the parent's
             self._queue.put(_STOP)
         if threading.current_thread() is not self._thread:
             self._thread.join()
@@ -164,6 +175,7 @@ class Readers:
         self._lock = threading.Lock()
         self._idle: list[sqlite3.Connection] = []
         self._closed = False
+        self._pid = os.getpid()
         try:
             for _ in range(size):
                 self._idle.append(connect(path, readonly=True))
@@ -174,6 +186,7 @@ class Readers:
 
     @contextlib.contextmanager
     def connection(self) -> Iterator[sqlite3.Connection]:
+        check_process(self.path, self._pid)
         with self._slots:
             with self._lock:
                 if self._closed:
@@ -206,5 +219,7 @@ class Readers:
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
+        if os.getpid() != self._pid:
+            return  # a forked child: closing the parent's connections here could checkpoint or unlink its WAL
         for conn in idle:
             conn.close()
