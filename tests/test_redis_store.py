@@ -190,3 +190,14 @@ def test_open_store_specs(redis_server, tmp_path):  # noqa: F811
         s.close()
     with pytest.raises(StoreError, match="not a Redis URL"):
         RedisStore("redis://host:notaport/0")
+
+
+def test_writes_on_a_corrupted_version_raise_store_errors_naming_the_session(store):
+    session = Session("qwen2.5", system="Be brief.")
+    version = turn(store, session, first_save(store, session), "hi")
+    store._client.hset(store._key(session.session_id), "version", "seven")
+    for call in (lambda: store.save(session.to_dict(), expected_version=version),
+                 lambda: store.append(session.session_id, {}, expected_version=version, summary=Summary("", 0, "")),
+                 lambda: store._install(session.session_id, "", version, "{}", 0)):
+        with pytest.raises(StoreError, match=f"{session.session_id}: the stored version is not a number"):
+            call()

@@ -185,3 +185,44 @@ def test_delete_removes_the_base_and_the_patches(store):  # noqa: F811
     assert store.records(session.session_id).patches == 0
 
 
+
+
+def break_records(store, sid: str, how: str) -> bool:
+    """Make a session's records inconsistent behind the store's back; False where the store cannot be."""
+    if isinstance(store, MemoryStore):
+        if how != "patch missing":
+            return False
+        store._rows[sid].patches.pop()
+    elif isinstance(store, SQLiteStore):
+        sql = {"patch missing": "DELETE FROM patches WHERE id = ?", "base missing": "DELETE FROM bases WHERE id = ?",
+               "version not a number": "UPDATE sessions SET version = 'seven' WHERE id = ?"}[how]
+        conn = sqlite3.connect(store.path)
+        conn.execute(sql, (sid,))
+        conn.commit()
+        conn.close()
+    elif how == "patch missing":
+        store._client.delete(store._patches_key(sid))
+    elif how == "base missing":
+        store._client.hdel(store._key(sid), "data")
+    else:
+        store._client.hset(store._key(sid), "version", "seven")
+    return True
+
+
+@pytest.mark.parametrize("how", ["patch missing", "base missing", "version not a number"])
+def test_inconsistent_records_raise_store_errors_naming_the_session(store, how):  # noqa: F811
+    session = Session("qwen2.5", system="Be brief.")
+    version = turn(store, session, first_save(store, session), "hi")
+    store.compact(session.session_id)
+    turn(store, session, version, "again")
+    if not break_records(store, session.session_id, how):
+        pytest.skip(f"{type(store).__name__} keeps its records in this process: they cannot be {how!r}")
+    with pytest.raises(StoreError, match=session.session_id):
+        store.load(session.session_id)
+    if how == "version not a number":
+        for call in (lambda: store.version(session.session_id), lambda: store.compact(session.session_id),
+                     lambda: store.save(session.to_dict(), expected_version=3),
+                     lambda: store.append(session.session_id, {}, expected_version=3, summary=Summary("", 0, ""))):
+            with pytest.raises(StoreError, match=f"{session.session_id}.*not a number") as info:
+                call()
+            assert not isinstance(info.value, StoreConflict)

@@ -27,6 +27,9 @@ end
 #: A retry of the write that made the current version (its token) gets that version back instead of a conflict.
 _CHECK = """
 local cur = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
+if not cur then
+  return redis.error_reply('the stored version is not a number')
+end
 if ARGV[1] ~= '' and tonumber(ARGV[1]) ~= cur then
   if cur == tonumber(ARGV[1]) + 1 and redis.call('HGET', KEYS[1], 'token') == ARGV[2] then
     return {cur, 0}
@@ -82,6 +85,9 @@ return {v, 0}
 #: Installs the base only if the one read is still there; patches after the version folded stay. Returns 1 or 0.
 COMPACT = """
 local h = redis.call('HMGET', KEYS[1], 'version', 'base_version', 'base_tag')
+if h[1] and not (tonumber(h[1]) and tonumber(h[2] or h[1])) then
+  return redis.error_reply('the stored version is not a number')
+end
 if not h[1] or (h[3] or '') ~= ARGV[1] or tonumber(h[1]) < tonumber(ARGV[2]) then
   return 0
 end

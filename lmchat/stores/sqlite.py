@@ -165,7 +165,7 @@ class SQLiteStore(RecordStore):
 
         def write(conn: sqlite3.Connection) -> int:
             row = conn.execute("SELECT version, token FROM sessions WHERE id = ?", (rec.id,)).fetchone()
-            current = row[0] if row else 0
+            current = self._check_int(rec.id, "version", row[0]) if row else 0
             if expected_version is not None and expected_version != current:
                 if row is not None and row[1] == token and current == expected_version + 1:
                     return current  # a retry of the write that made this version
@@ -186,7 +186,7 @@ class SQLiteStore(RecordStore):
         def write(conn: sqlite3.Connection) -> tuple[int, bool]:
             row = conn.execute("SELECT version, token, base_chars, patch_chars FROM sessions WHERE id = ?",
                                (session_id,)).fetchone()
-            current = row[0] if row else 0
+            current = self._check_int(session_id, "version", row[0]) if row else 0
             if current != expected:
                 if row is not None and row[1] == token and current == expected + 1:
                     return current, False
@@ -205,7 +205,7 @@ class SQLiteStore(RecordStore):
         def write(conn: sqlite3.Connection) -> bool:
             row = conn.execute("SELECT s.version, b.tag FROM sessions s JOIN bases b ON b.id = s.id WHERE s.id = ?",
                                (session_id,)).fetchone()
-            if row is None or row[1] != tag or row[0] < at_version:
+            if row is None or row[1] != tag or self._check_int(session_id, "version", row[0]) < at_version:
                 return False  # saved, compacted or deleted since it was read
             conn.execute("UPDATE bases SET version = ?, tag = ?, data = ? WHERE id = ?",
                          (at_version, new_tag(), base, session_id))
@@ -239,6 +239,8 @@ class SQLiteStore(RecordStore):
         version, base_version, tag, base = head
         if base_version is None:
             raise StoreError(f"{self.path}: session {session_id} has no stored base: the records are inconsistent")
+        self._check_int(session_id, "version", version)
+        self._check_int(session_id, "base version", base_version)
         if [v for v, _ in rows] != list(range(base_version + 1, version + 1)):
             raise StoreError(f"{self.path}: session {session_id} is at version {version} but its stored patches "
                              f"are versions {[v for v, _ in rows][:10]} after base {base_version}: the records "
@@ -255,9 +257,15 @@ class SQLiteStore(RecordStore):
     def _rows(self, sql: str, params: tuple, what: str) -> list[tuple]:
         return self._readers.read(lambda conn: conn.execute(sql, params).fetchall(), what)
 
+    def _check_int(self, session_id: str, what: str, value: Any) -> int:
+        # SQLite columns take any type: a hand-edited file may hold text where a number belongs
+        if not isinstance(value, int):
+            raise StoreError(f"{self.path}: session {session_id}: its stored {what} is not a number: {value!r}")
+        return value
+
     def version(self, session_id: str) -> int:
         rows = self._rows("SELECT version FROM sessions WHERE id = ?", (session_id,), f"read session {session_id}")
-        return rows[0][0] if rows else 0
+        return self._check_int(session_id, "version", rows[0][0]) if rows else 0
 
     def list(self, limit: int = 50, *, owner: str | None = None) -> list[SessionInfo]:
         columns = "SELECT id, title, turns, updated_at, template, version, owner FROM sessions"
