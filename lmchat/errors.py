@@ -117,6 +117,18 @@ class StoreConflict(StoreError):
         )
 
 
+class StoreTimeout(StoreError):
+    """A write to a remote store timed out: it may or may not have been applied (the outcome is unknown).
+
+    Retrying the same write with the same ``token`` (idempotency key) is safe: a store that applied the first
+    attempt answers with the version it wrote instead of a conflict.
+    """
+
+    def __init__(self, reason: str, *, server: str, seconds: float | None = None):
+        self.server, self.seconds = server, seconds
+        super().__init__(reason)
+
+
 class BackendError(LmchatError, RuntimeError):
     """An inference backend failed: unreachable, an HTTP error, a busy session. Says which and where.
 

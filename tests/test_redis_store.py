@@ -1,6 +1,12 @@
-"""The Redis store against a real redis-server: protocol, compare-and-set across clients, TTL, outages."""
+"""The Redis store against a real redis-server: clients racing, TTL on every key, outages, a stalled server
+(StoreTimeout and the retry with the same token), sessions written before records existed.
+
+The battery every store passes is in tests/test_stores.py.
+"""
 from __future__ import annotations
 
+import json
+import signal
 import threading
 import time
 
@@ -8,22 +14,12 @@ import pytest
 import redis
 
 from lmchat import Session
-from lmchat.errors import StoreConflict, StoreError
-from lmchat.stores import VERSION_KEY, SQLiteStore, open_store
+from lmchat.errors import StoreConflict, StoreError, StoreTimeout
+from lmchat.stores import VERSION_KEY, SQLiteStore, Summary, open_store
 from lmchat.stores.redis import RedisStore
 
 from .redis_fixtures import own_redis, prefix, redis_server  # noqa: F401  (fixtures)
-
-
-def conversation(first: str, turns: int = 1, session_id: str | None = None, owner: str | None = None) -> dict:
-    session = Session("qwen2.5", system="Be brief.", session_id=session_id)
-    for i in range(turns):
-        session.prompt(first if i == 0 else f"question {i}")
-        session.commit(f"answer {i}")
-    data = session.to_dict()
-    if owner is not None:
-        data["owner"] = owner
-    return data
+from .test_stores import conversation, first_save, json_copy, turn
 
 
 @pytest.fixture
@@ -33,58 +29,24 @@ def store(redis_server, prefix):  # noqa: F811
     s.close()
 
 
-def test_round_trip_versions_and_compare_and_set(store):
-    data = conversation("What is the capital of France?", turns=2)
-    sid = data["session_id"]
-    assert store.version(sid) == 0 and store.load(sid) is None
-    assert store.save(data, expected_version=0) == 1
-    back = store.load(sid)
-    assert back.pop(VERSION_KEY) == 1 and back == data
-    assert Session.from_dict(back).context == Session.from_dict(data).context
-    assert store.save(data) == 2  # no expectation: unconditional
-    with pytest.raises(StoreConflict) as info:
-        store.save(data, expected_version=1)
-    assert (info.value.expected, info.value.actual) == (1, 2)
-    with pytest.raises(StoreConflict):
-        store.save(data, expected_version=0)
-    assert store.version(sid) == 2
-
-
-def test_list_latest_owner_and_delete(store):
-    a = conversation("first question", turns=3, owner="o1")
-    b = conversation("second", owner="o2")
-    store.save(a)
-    store.save(b)
-    assert [i.id for i in store.list()] == [b["session_id"], a["session_id"]]
-    assert store.latest() == b["session_id"]
-    info = store.list(owner="o1")[0]
-    assert (info.id, info.title, info.turns, info.template, info.version, info.owner) == (
-        a["session_id"], "first question", 3, "qwen2.5", 1, "o1")
-    assert store.list(owner="nobody") == []
-    store.save(a)  # saving again makes it the latest
-    assert store.latest() == a["session_id"] and len(store.list(limit=1)) == 1
-    store.save({**a, "owner": "o3"})  # a new owner: it leaves the old owner's list
-    assert store.list(owner="o1") == [] and [i.id for i in store.list(owner="o3")] == [a["session_id"]]
-    store.delete(a["session_id"])
-    store.delete("absent")
-    assert [i.id for i in store.list()] == [b["session_id"]] and store.list(owner="o3") == []
-    with pytest.raises(StoreError):
-        store.save({"messages": []})
-
-
-def test_two_clients_never_both_extend_one_version(redis_server, prefix):  # noqa: F811
-    """Replicas racing on the same version: exactly one save lands, the others conflict."""
+@pytest.mark.parametrize("write", ["save", "append"])
+def test_clients_never_both_extend_one_version(redis_server, prefix, write):  # noqa: F811
+    """Replicas racing on the same version: exactly one write lands, the others conflict."""
     replicas = [RedisStore(redis_server.url, prefix=prefix) for _ in range(6)]
-    data = conversation("shared")
-    sid = data["session_id"]
-    replicas[0].save(data)
+    session = Session("qwen2.5")
+    version = first_save(replicas[0], session)
+    data = session.to_dict()
     barrier = threading.Barrier(len(replicas))
     outcomes = []
 
     def race(store, n):
         barrier.wait()
         try:
-            outcomes.append(store.save({**data, "counter": n}, expected_version=1))
+            if write == "save":
+                outcomes.append(store.save({**data, "counter": n}, expected_version=version))
+            else:
+                outcomes.append(store.append(session.session_id, {"set": {"counter": n}}, expected_version=version,
+                                             summary=Summary("t", 0, "qwen2.5")))
         except StoreConflict as exc:
             outcomes.append(exc)
 
@@ -95,83 +57,132 @@ def test_two_clients_never_both_extend_one_version(redis_server, prefix):  # noq
         t.join()
     assert sorted(o for o in outcomes if isinstance(o, int)) == [2]
     assert sum(isinstance(o, StoreConflict) for o in outcomes) == len(replicas) - 1
-    assert replicas[1].version(sid) == 2
+    assert replicas[1].version(session.session_id) == 2
+    assert replicas[2].records(session.session_id).patches == (write == "append")
     for s in replicas:
         s.close()
 
 
-def test_load_and_save_loops_never_lose_an_update(redis_server, prefix):  # noqa: F811
-    stores = [RedisStore(redis_server.url, prefix=prefix) for _ in range(4)]
-    data = conversation("counter")
-    sid = data["session_id"]
-    stores[0].save(data)
-
-    def work(store):
-        for _ in range(20):
-            while True:
-                d = store.load(sid)
-                version = d.pop(VERSION_KEY)
-                d["counter"] = d.get("counter", 0) + 1
-                try:
-                    store.save(d, expected_version=version)
-                    break
-                except StoreConflict:
-                    continue
-
-    threads = [threading.Thread(target=work, args=(s,)) for s in stores]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    final = stores[0].load(sid)
-    assert final["counter"] == 80 and final[VERSION_KEY] == 81
-
-
-def test_a_retried_save_finds_its_own_write(store):
-    """The script recognises its token: a retry after a lost reply is not a false conflict."""
-    data = conversation("retry")
-    keys = [store._key(data["session_id"]), f"{store.prefix}index", f"{store.prefix}owner:"]
-    args = [0, "token-1", 0, data["session_id"], "{}", "t", 0, "qwen2.5", "", f"{store.prefix}owner:"]
-    first = store._save(keys=keys, args=args)
-    again = store._save(keys=keys, args=args)  # as redis-py's retry would send it
-    assert first[0] == again[0] == 1
-    assert store._save(keys=keys, args=[0, "token-2", *args[2:]])[0] == -1  # another writer: a conflict
-
-
-def test_ttl_expires_sessions_and_list_forgets_them(redis_server, prefix):  # noqa: F811
-    store = RedisStore(redis_server.url, prefix=prefix, ttl=0.3)
+def test_ttl_expires_every_key_of_a_session_and_list_forgets_them(redis_server, prefix):  # noqa: F811
+    store = RedisStore(redis_server.url, prefix=prefix, ttl=0.6)
     kept = RedisStore(redis_server.url, prefix=prefix)  # no ttl: persists
-    short, long_ = conversation("short-lived"), conversation("kept")
-    store.save(short)
-    kept.save(long_)
-    assert {i.id for i in store.list()} == {short["session_id"], long_["session_id"]}
-    time.sleep(0.5)
-    assert store.load(short["session_id"]) is None and store.version(short["session_id"]) == 0
-    assert [i.id for i in store.list()] == [long_["session_id"]]
+    short, long_ = Session("qwen2.5", system="Be brief. " * 50), Session("qwen2.5")
+    version = first_save(store, short)
+    version = turn(store, short, version, "a patch that stays")
+    version = turn(store, short, version, "a second one")
+    first_save(kept, long_)
+    turn(kept, long_, 1, "kept")
     raw = redis.Redis.from_url(redis_server.url, decode_responses=True)
-    assert raw.zrange(f"{prefix}index", 0, -1) == [long_["session_id"]]  # the expired id was pruned
-    assert raw.ttl(f"{prefix}s:{long_['session_id']}") == -1
+    hash_key, patches_key = f"{prefix}s:{short.session_id}", f"{prefix}p:{short.session_id}"
+    assert raw.llen(patches_key) >= 1
+    assert raw.pexpiretime(hash_key) == raw.pexpiretime(patches_key) > 0  # one instant for every key
+    assert {i.id for i in store.list()} == {short.session_id, long_.session_id}
+    time.sleep(0.8)
+    assert store.load(short.session_id) is None and store.version(short.session_id) == 0
+    assert not raw.exists(hash_key) and not raw.exists(patches_key)
+    assert [i.id for i in store.list()] == [long_.session_id]
+    assert raw.zrange(f"{prefix}index", 0, -1) == [long_.session_id]  # the expired id was pruned
+    assert raw.ttl(f"{prefix}s:{long_.session_id}") == -1
     raw.close()
 
 
 def test_an_outage_raises_store_error_and_recovers(own_redis):  # noqa: F811
-    store = RedisStore(own_redis.url, timeout=1.0)
-    data = conversation("before the outage")
-    store.save(data)
+    store = RedisStore(own_redis.url, socket_timeout=1.0, socket_connect_timeout=1.0)
+    session = Session("qwen2.5")
+    first_save(store, session)
+    data = session.to_dict()
     own_redis.kill()
-    for call in (lambda: store.save(data), lambda: store.load(data["session_id"]), store.list,
-                 lambda: store.version("x"), lambda: store.delete("x")):
-        with pytest.raises(StoreError, match=f"Redis at {own_redis.url}.*is Redis running"):
+    for call in (lambda: store.save(data), lambda: store.load(session.session_id), store.list,
+                 lambda: store.version("x"), lambda: store.delete("x"), lambda: store.compact("x"),
+                 lambda: store.append(session.session_id, {}, expected_version=1, summary=Summary("", 0, ""))):
+        with pytest.raises(StoreError, match=f"Redis at {own_redis.url}.*is Redis running") as info:
             call()
+        assert not isinstance(info.value, StoreTimeout)  # refused: nothing was sent, the outcome is known
     own_redis.start()  # same port, same append-only file
-    assert store.load(data["session_id"])[VERSION_KEY] == 1  # pooled dead sockets are replaced
-    assert store.save(data, expected_version=1) == 2
+    assert store.load(session.session_id)[VERSION_KEY] == 1  # pooled dead sockets are replaced
+    assert turn(store, session, 1, "back") == 2
+    store.close()
+
+
+def test_a_stalled_server_times_out_and_the_retry_with_the_same_token_is_safe(own_redis):  # noqa: F811
+    """SIGSTOP: the server accepts connections but answers nothing; the append is queued, not refused."""
+    store = RedisStore(own_redis.url, socket_timeout=0.3, socket_connect_timeout=0.3)
+    assert (store.socket_timeout, store.socket_connect_timeout) == (0.3, 0.3)
+    session = Session("qwen2.5", system="Be brief. " * 50)
+    version = first_save(store, session)
+    session.prompt("during the stall")
+    session.commit("answer")
+    patch, summary = session.changes(), Summary.of_session(session)
+    own_redis.proc.send_signal(signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        with pytest.raises(StoreTimeout, match=rf"Redis at {own_redis.url}: append to session "
+                                               rf"{session.session_id} timed out.*outcome is unknown") as info:
+            store.append(session.session_id, patch, expected_version=version, summary=summary, token="turn-7")
+        assert info.value.server == own_redis.url and isinstance(info.value, StoreError)
+        assert time.monotonic() - started < 5  # short timeouts: one retry, no backoff
+        with pytest.raises(StoreError, match="timed out") as info:  # a read: no unknown outcome to report
+            store.version(session.session_id)
+        assert not isinstance(info.value, StoreTimeout)
+    finally:
+        own_redis.proc.send_signal(signal.SIGCONT)
+    # the stalled scripts ran once the server went on: the retry with the same token gets that version back
+    assert store.append(session.session_id, patch, expected_version=version, summary=summary,
+                        token="turn-7") == version + 1
+    assert store.version(session.session_id) == version + 1  # one patch, not two
+    assert store.load(session.session_id) == {**json_copy(session.to_dict()), VERSION_KEY: version + 1}
+    store.close()
+
+
+def test_sessions_written_before_records_existed_load_and_take_appends(store):
+    """The previous layout: one hash with the whole snapshot and no base fields, no patch list."""
+    session = Session("qwen2.5", system="Be brief.", session_id="legacy-1")
+    session.prompt("old")
+    session.commit("layout")
+    raw = store._client
+    raw.hset(store._key("legacy-1"), mapping={
+        "version": 3, "token": "t", "data": json.dumps(session.to_dict()), "title": "old", "turns": 1,
+        "template": "qwen2.5", "owner": "", "updated_at": time.time()})
+    raw.zadd(f"{store.prefix}index", {"legacy-1": time.time()})
+    raw.zadd(f"{store.prefix}owner:", {"legacy-1": time.time()})
+    assert store.load("legacy-1") == {**json_copy(session.to_dict()), VERSION_KEY: 3}
+    info = store.records("legacy-1")
+    assert (info.version, info.base_version, info.patches) == (3, 3, 0)
+    session.mark_saved()
+    for n in range(6):
+        assert turn(store, session, 3 + n, f"new {n}") == 4 + n
+        assert store.load("legacy-1") == {**json_copy(session.to_dict()), VERSION_KEY: 4 + n}
+    assert store.list()[0].turns == 7
+
+
+def test_keys_of_the_wrong_type_raise_store_errors_naming_the_session(store):
+    data = conversation("typed")
+    sid = data["session_id"]
+    store._client.set(store._key(sid), "a string, not a hash")
+    for call in (lambda: store.load(sid), lambda: store.save(data), lambda: store.version(sid)):
+        with pytest.raises(StoreError, match=sid):
+            call()
+    store._client.delete(store._key(sid))
+    store.save(data)
+    store._client.hset(store._key(sid), "version", "seven")
+    with pytest.raises(StoreError, match=f"session {sid}: field 'version' is not a number"):
+        store.load(sid)
+
+
+def test_errors_never_show_the_password(redis_server):  # noqa: F811
+    url = redis_server.url.replace("redis://", "redis://user:s3cret@")
+    store = RedisStore(url)
+    assert "s3cret" not in store.spec and "***" in store.spec
+    with pytest.raises(StoreError) as info:
+        store.version("x")
+    assert "s3cret" not in str(info.value) and "***" in str(info.value)
     store.close()
 
 
 def test_open_store_specs(redis_server, tmp_path):  # noqa: F811
-    s = open_store(redis_server.url, prefix="spec:")
-    assert isinstance(s, RedisStore) and s.prefix == "spec:"
+    s = open_store(redis_server.url, prefix="spec:", socket_timeout=0.5)
+    assert isinstance(s, RedisStore) and s.prefix == "spec:" and s.socket_timeout == 0.5
+    assert s.socket_connect_timeout == 2.0  # the default: short
     s.close()
     for spec in (f"sqlite:{tmp_path}/a.db", f"sqlite://{tmp_path}/b.db", str(tmp_path / "c.db")):
         s = open_store(spec)
@@ -179,3 +190,14 @@ def test_open_store_specs(redis_server, tmp_path):  # noqa: F811
         s.close()
     with pytest.raises(StoreError, match="not a Redis URL"):
         RedisStore("redis://host:notaport/0")
+
+
+def test_writes_on_a_corrupted_version_raise_store_errors_naming_the_session(store):
+    session = Session("qwen2.5", system="Be brief.")
+    version = turn(store, session, first_save(store, session), "hi")
+    store._client.hset(store._key(session.session_id), "version", "seven")
+    for call in (lambda: store.save(session.to_dict(), expected_version=version),
+                 lambda: store.append(session.session_id, {}, expected_version=version, summary=Summary("", 0, "")),
+                 lambda: store._install(session.session_id, "", version, "{}", 0)):
+        with pytest.raises(StoreError, match=f"{session.session_id}: the stored version is not a number"):
+            call()

@@ -1,19 +1,26 @@
-"""Session stores on real files: round trips, compare-and-set, threads, a writer killed mid-save."""
+"""The battery every session store passes (memory, SQLite on real files, Redis on a real redis-server):
+whole saves, appended patches of real turns, compare-and-set, tokens, threads.
+
+Continued in tests/test_stores_records.py (compaction, malformed records); store-specific tests:
+tests/test_stores_sqlite.py, tests/test_redis_store.py; the soak: tests/test_stores_soak.py.
+"""
 from __future__ import annotations
 
-import signal
-import sqlite3
-import subprocess
-import sys
-import textwrap
+import copy
+import json
 import threading
 
 import pytest
 
-from lmchat import Session
+from lmchat import Session, SessionError
 from lmchat.errors import StoreConflict, StoreError
-from lmchat.stores import VERSION_KEY, MemoryStore, SQLiteStore, open_store
-from lmchat.stores.sqlite import MIGRATIONS
+from lmchat.session import patches
+from lmchat.stores import VERSION_KEY, MemoryStore, SQLiteStore, Summary, open_store
+
+from . import tokenizers_fixtures as tf
+from .redis_fixtures import prefix, redis_server  # noqa: F401  (fixtures)
+
+STORES = ["memory", "sqlite", "redis"]
 
 
 def conversation(first: str, turns: int = 1, session_id: str | None = None) -> dict:
@@ -24,22 +31,51 @@ def conversation(first: str, turns: int = 1, session_id: str | None = None) -> d
     return session.to_dict()
 
 
-@pytest.fixture(params=["sqlite", "memory"])
+def json_copy(value):
+    return json.loads(json.dumps(value))
+
+
+def open_kind(kind: str, request, tmp_path):
+    if kind == "memory":
+        return MemoryStore()
+    if kind == "sqlite":
+        return SQLiteStore(tmp_path / "sub" / "sessions.db")
+    from lmchat.stores.redis import RedisStore
+
+    return RedisStore(request.getfixturevalue("redis_server").url, prefix=request.getfixturevalue("prefix"))
+
+
+@pytest.fixture(params=STORES)
 def store(request, tmp_path):
-    s = SQLiteStore(tmp_path / "sub" / "sessions.db") if request.param == "sqlite" else MemoryStore()
+    s = open_kind(request.param, request, tmp_path)
     yield s
     s.close()
 
 
+def first_save(store, session: Session, **extra) -> int:
+    version = store.save({**session.to_dict(), **extra}, expected_version=0)
+    session.mark_saved()
+    return version
+
+
+def turn(store, session: Session, version: int, text: str, owner: str = "") -> int:
+    session.prompt(text)
+    session.commit(f"answer to {text}")
+    version = store.append(session.session_id, session.changes(), expected_version=version,
+                           summary=Summary.of_session(session, owner))
+    session.mark_saved()
+    return version
+
+
+# ---------------------------------------------------------------------- whole saves
 def test_round_trip_restores_an_identical_session(store):
     data = conversation("What is the capital of France?", turns=2)
     assert store.save(data) == 1
     back = store.load(data["session_id"])
     assert back.pop(VERSION_KEY) == 1
     assert back == data
-    restored = Session.from_dict(back)
-    assert restored.context == Session.from_dict(data).context
-    assert store.load("nope") is None
+    assert Session.from_dict(back).context == Session.from_dict(data).context
+    assert store.load("nope") is None and store.version("nope") == 0
 
 
 def test_versions_and_compare_and_set(store):
@@ -54,12 +90,12 @@ def test_versions_and_compare_and_set(store):
     assert isinstance(info.value, StoreError)
     with pytest.raises(StoreConflict):
         store.save(data, expected_version=0)
-    assert store.load(sid)[VERSION_KEY] == 3  # the failed saves changed nothing
+    assert store.load(sid)[VERSION_KEY] == 3 and store.version(sid) == 3  # the failed saves changed nothing
 
 
-def test_list_latest_and_delete(store):
+def test_list_latest_owner_and_delete(store):
     long_question = "Tell me   about\nthe history of " + "very " * 30 + "old towns"
-    a = conversation(long_question, turns=3)
+    a = {**conversation(long_question, turns=3), "owner": "o1"}
     b = conversation("second")
     store.save(a)
     store.save(b)
@@ -69,65 +105,171 @@ def test_list_latest_and_delete(store):
     info = infos[1]
     assert info.title.startswith("Tell me about the history of very") and info.title.endswith("…")
     assert len(info.title) == 60 and "\n" not in info.title
-    assert (info.turns, info.template, info.version) == (3, "qwen2.5", 1)
+    assert (info.turns, info.template, info.version, info.owner) == (3, "qwen2.5", 1, "o1")
+    assert [i.id for i in store.list(owner="o1")] == [a["session_id"]] and store.list(owner="nobody") == []
     store.save(a)  # saving again makes it the latest
     assert store.latest() == a["session_id"]
     assert len(store.list(limit=1)) == 1
     store.delete(a["session_id"])
     store.delete("absent")
-    assert [i.id for i in store.list()] == [b["session_id"]]
+    assert [i.id for i in store.list()] == [b["session_id"]] and store.list(owner="o1") == []
 
 
 def test_rejects_what_is_not_a_session(store):
     with pytest.raises(StoreError):
         store.save({"messages": []})
-    with pytest.raises(StoreError):
+    with pytest.raises(StoreError, match="session x is not JSON-serialisable"):
         store.save({"session_id": "x", "bad": object()})
+    assert store.version("x") == 0
 
 
-def test_sqlite_reopens_after_close_and_is_wal(tmp_path):
-    path = tmp_path / "s.db"
-    store = SQLiteStore(path)
-    data = conversation("persist me", turns=2)
-    store.save(data)
-    store.close()
+# ---------------------------------------------------------------------- appends of real turns
+def test_appended_turns_load_as_the_session_and_as_patches_apply(store):
+    """Real turns of real sessions (one token-level): load == Session.to_dict() == the patches applied in turn."""
+    for tok in (None, tf.smollm2()):
+        session = Session("smollm2" if tok else "qwen2.5", system="Be brief.", tokenizer=tok)
+        extra = {"owner": "hash-1", "engine": "echo:test", "chat": {"seed": 7}}
+        version = first_save(store, session, **extra)
+        reference = json_copy({**session.to_dict(), **extra})
+        for i in range(12):
+            session.prompt(f"question {i} " + "é中" * (i % 3))
+            session.commit(f"answer {i}")
+            patch = session.changes()
+            if i % 4 == 3:  # a patch may set extra top-level keys too
+                patch["set"]["last_turn"] = {"n": i, "cached_tokens": 3 * i}
+            version = store.append(session.session_id, patch, expected_version=version,
+                                   summary=Summary.of_session(session, "hash-1"))
+            session.mark_saved()
+            reference = patches.apply(reference, json_copy(patch))
+            back = store.load(session.session_id)
+            assert back.pop(VERSION_KEY) == version == i + 2
+            assert back == reference
+            assert {k: v for k, v in back.items() if k not in (*extra, "last_turn")} == json_copy(session.to_dict())
+        restored = Session.from_dict(store.load(session.session_id), tokenizer=tok)
+        assert restored.context == session.context and restored.turns == 12
+        info = store.list(owner="hash-1")[0]
+        assert (info.id, info.turns, info.version, info.title) == (session.session_id, 12, 13, "question 0")
+
+
+def test_edits_between_turns_are_patches_too(store):
+    """undo, reopen, reset and refused prompts: lows inside the lists, not only appends at the end."""
+    session = Session("qwen2.5")
+    version = first_save(store, session)
+    ops = ["turn", "turn", "undo", "turn", "reopen", "turn", "reset", "turn", "bad", "turn"]
+    for n, op in enumerate(ops):
+        try:
+            if op == "turn":
+                session.prompt(f"q{n}")
+                session.commit(f"a{n}")
+            elif op == "undo":
+                session.undo()
+            elif op == "reopen":
+                session.reopen()
+                session.commit(" more")
+            elif op == "reset":
+                session.reset()
+            else:
+                session.prompt({"not": "text"})
+        except (ValueError, SessionError):
+            pass
+        version = store.append(session.session_id, session.changes(), expected_version=version,
+                               summary=Summary.of_session(session))
+        session.mark_saved()
+        back = store.load(session.session_id)
+        assert back.pop(VERSION_KEY) == version and back == json_copy(session.to_dict())
+
+
+def test_append_conflicts_write_nothing(store):
+    session = Session("qwen2.5")
+    version = turn(store, session, first_save(store, session), "first")
+    before = (store.load(session.session_id), store.list()[0], store.records(session.session_id))
+    session.prompt("second")
+    session.commit("answer")
+    patch = session.changes()
+    for wrong in (version - 1, version + 1):
+        with pytest.raises(StoreConflict) as info:
+            store.append(session.session_id, patch, expected_version=wrong, summary=Summary("t", 9, "x", "other"))
+        assert (info.value.expected, info.value.actual, info.value.session_id) == (wrong, version, session.session_id)
+    assert (store.load(session.session_id), store.list()[0], store.records(session.session_id)) == before
+    with pytest.raises(StoreConflict) as info:  # nothing to extend
+        store.append("absent", patch, expected_version=1, summary=Summary("t", 1, "x"))
+    assert info.value.actual == 0 and store.version("absent") == 0
+
+
+@pytest.mark.parametrize("bad", [
+    [], {"lists": []}, {"lists": {"messages": [-1, []]}}, {"lists": {"messages": [0, "x"]}},
+    {"lists": {"messages": [True, []]}}, {"set": {"session_id": "other"}}, {"set": {"store_version": 3}},
+    {"other": 1}, {"set": {"x": object()}},
+])
+def test_malformed_appends_are_refused_before_anything_is_written(store, bad):
+    session = Session("qwen2.5")
+    version = first_save(store, session)
+    with pytest.raises(StoreError, match=session.session_id):
+        store.append(session.session_id, bad, expected_version=version, summary=Summary("t", 0, "qwen2.5"))
+    with pytest.raises(StoreError, match="save"):
+        store.append(session.session_id, {}, expected_version=0, summary=Summary("t", 0, "qwen2.5"))
     with pytest.raises(StoreError):
-        store.load(data["session_id"])
-    again = SQLiteStore(path)
-    assert again.load(data["session_id"])["messages"] == data["messages"]
-    assert again.list()[0].title == "persist me"
-    again.close()
-    conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
-    conn.close()
-
-
-def test_sqlite_refuses_a_newer_schema_and_a_non_database(tmp_path):
-    path = tmp_path / "new.db"
-    conn = sqlite3.connect(path)
-    conn.execute(f"PRAGMA user_version = {len(MIGRATIONS) + 1}")
-    conn.close()
-    with pytest.raises(StoreError, match="newer"):
-        SQLiteStore(path)
-    junk = tmp_path / "junk.db"
-    junk.write_bytes(b"this is not an sqlite file" * 100)
-    with pytest.raises(StoreError, match="junk.db"):
-        SQLiteStore(junk)
+        store.append(session.session_id, {}, expected_version=version, summary=("t", 0, "qwen2.5"))
     with pytest.raises(StoreError):
-        SQLiteStore(":memory:")
+        Summary("t", -1, "qwen2.5")
+    assert store.version(session.session_id) == version and store.records(session.session_id).patches == 0
 
 
-def test_open_store():
-    assert isinstance(open_store("memory"), MemoryStore)
+def test_a_retry_with_the_same_token_gets_its_own_version_back(store):
+    session = Session("qwen2.5")
+    version = first_save(store, session)
+    session.prompt("hi")
+    session.commit("hello")
+    patch, summary = session.changes(), Summary.of_session(session)
+    kwargs = dict(expected_version=version, summary=summary, token="idem-1")
+    assert store.append(session.session_id, patch, **kwargs) == version + 1
+    assert store.append(session.session_id, patch, **kwargs) == version + 1  # the retry: no second patch
+    assert store.version(session.session_id) == version + 1
+    assert store.load(session.session_id)["messages"] == json_copy(session.to_dict())["messages"]
+    with pytest.raises(StoreConflict):  # another writer's token
+        store.append(session.session_id, patch, **{**kwargs, "token": "idem-2"})
 
 
-def test_concurrent_threads_never_lose_an_update(tmp_path):
+# ---------------------------------------------------------------------- concurrency
+def test_concurrent_appenders_on_one_session_never_both_win(store):
+    session = Session("qwen2.5")
+    version = first_save(store, session)
+    base = session.to_dict()
+    threads, rounds = 6, 8
+    wins: dict[int, list[int]] = {}
+    errors = []
+
+    def race(n: int, barrier: threading.Barrier, expected: int) -> None:
+        try:
+            barrier.wait()
+            patch = {"lists": {"messages": [len(base["messages"]) + expected - 1,
+                                            [{"role": "user", "content": f"thread {n} at {expected}"}]]}, "set": {}}
+            wins.setdefault(store.append(session.session_id, patch, expected_version=expected,
+                                         summary=Summary("race", expected, "qwen2.5")), []).append(n)
+        except StoreConflict:
+            pass
+        except Exception as exc:  # surfaced below
+            errors.append(exc)
+
+    for _ in range(rounds):
+        barrier = threading.Barrier(threads)
+        pool = [threading.Thread(target=race, args=(n, barrier, version)) for n in range(threads)]
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join()
+        assert not errors and len(wins[version + 1]) == 1, (errors, wins)
+        version += 1
+    messages = store.load(session.session_id)["messages"]
+    assert [m["content"] for m in messages[len(base["messages"]):]] == [
+        f"thread {wins[v][0]} at {v - 1}" for v in range(2, version + 1)]
+
+
+def test_threads_never_lose_an_update(store):
     """Threads increment one session through load + compare-and-set, and save their own sessions."""
-    store = SQLiteStore(tmp_path / "threads.db")
     shared = conversation("shared")
     store.save(shared)
-    sid, per_thread, threads = shared["session_id"], 15, 6
+    sid, per_thread, threads = shared["session_id"], 10, 6
     errors = []
 
     def work(n: int) -> None:
@@ -138,9 +280,9 @@ def test_concurrent_threads_never_lose_an_update(tmp_path):
                 while True:
                     data = store.load(sid)
                     version = data.pop(VERSION_KEY)
-                    data["counter"] = data.get("counter", 0) + 1
+                    patch = {"set": {"counter": data.get("counter", 0) + 1}}
                     try:
-                        store.save(data, expected_version=version)
+                        store.append(sid, patch, expected_version=version, summary=Summary.of(data))
                         break
                     except StoreConflict:
                         continue
@@ -154,51 +296,21 @@ def test_concurrent_threads_never_lose_an_update(tmp_path):
         t.join()
     assert not errors
     final = store.load(sid)
-    assert final["counter"] == per_thread * threads
-    assert final[VERSION_KEY] == per_thread * threads + 1
+    assert final["counter"] == per_thread * threads and final[VERSION_KEY] == per_thread * threads + 1
     assert len(store.list(limit=100)) == threads + 1
     assert all(i.version == per_thread for i in store.list(limit=100) if i.id != sid)
-    store.close()
 
 
-WRITER = textwrap.dedent("""
-    import sys
-    from lmchat import Session
-    from lmchat.stores import SQLiteStore
-
-    store = SQLiteStore(sys.argv[1])
-    sessions = [Session("qwen2.5", session_id=f"s{i}") for i in range(4)]
-    n = 0
-    while True:
-        s = sessions[n % 4]
-        s.prompt("question %d " % n + "x" * (n % 500))
-        s.commit("answer %d" % n)
-        store.save(s.to_dict())
-        n += 1
-        if n == 40:
-            print("ready", flush=True)
-""")
+def test_open_store():
+    assert isinstance(open_store("memory"), MemoryStore)
+    with pytest.raises(StoreError, match="Redis stores only"):
+        open_store("memory", ttl=3)
 
 
-def test_a_killed_writer_leaves_every_session_loadable(tmp_path):
-    path = tmp_path / "killed.db"
-    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(path)], stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout.readline().strip() == "ready"
-    finally:
-        proc.send_signal(signal.SIGKILL)  # mid-loop: very likely inside a save
-        proc.wait(timeout=10)
-    conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-    conn.close()
-    store = SQLiteStore(path)
-    infos = store.list()
-    assert sorted(i.id for i in infos) == ["s0", "s1", "s2", "s3"]
-    for info in infos:
-        data = store.load(info.id)
-        assert data[VERSION_KEY] == info.version
-        session = Session.from_dict(data)
-        assert session.turns == info.turns == info.version  # one turn per save: no half-written turn
-        assert not session.pending
-    store.save(Session.from_dict(store.load("s0")).to_dict())  # and it stays writable
-    store.close()
+def test_copies_are_not_shared(store):
+    data = conversation("mutable")
+    store.save(data)
+    back = store.load(data["session_id"])
+    back["messages"].append({"role": "user", "content": "changed"})
+    again = store.load(data["session_id"])
+    assert again["messages"] == data["messages"] and copy.deepcopy(again) == again

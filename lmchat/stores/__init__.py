@@ -1,7 +1,8 @@
-"""Session stores: :class:`SQLiteStore` (the REPL's default), :class:`MemoryStore` and
+"""Session stores: :class:`SQLiteStore` (the REPL's and the server's default), :class:`MemoryStore` and
 ``lmchat.stores.redis.RedisStore`` (replicas sharing sessions; needs the ``redis`` extra).
 
-All implement :class:`SessionStore`; the server reuses the protocol.
+All implement :class:`SessionStore` with the same semantics: append-only records (a base snapshot and
+one patch per turn, folded into a new base when they outgrow it) and compare-and-set on the version.
 """
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ import os
 
 from ..errors import StoreError
 from ..extras import load
-from .base import VERSION_KEY, SessionInfo, SessionStore
+from .base import VERSION_KEY, SessionInfo, SessionStore, Summary
 from .memory import MemoryStore
+from .records import RecordInfo
 from .sqlite import SQLiteStore
 
-__all__ = ["VERSION_KEY", "MemoryStore", "SQLiteStore", "SessionInfo", "SessionStore", "open_store"]
+__all__ = ["VERSION_KEY", "MemoryStore", "RecordInfo", "SQLiteStore", "SessionInfo", "SessionStore", "Summary",
+           "open_store"]
 
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 

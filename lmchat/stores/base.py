@@ -1,11 +1,16 @@
-"""The session store protocol: where the REPL (and later the server) keeps sessions.
+"""The session store protocol: where the REPL and the session manager keep sessions.
 
-A store maps a session id to the JSON of :meth:`lmchat.Session.to_dict`, with a
-version that grows by one on every save. ``save(data, expected_version=n)`` is
-a compare-and-set: it writes only if the stored version is still ``n`` (``0``:
-the session must not exist yet), so two writers of one session never silently
-overwrite each other. :meth:`SessionStore.load` returns the saved dict plus
-``VERSION_KEY``, the version to pass back as ``expected_version``.
+A store maps a session id to the JSON of :meth:`lmchat.Session.to_dict`, kept
+as *records*: a base snapshot and the patches appended since
+(:mod:`lmchat.session.patches`), with a version that grows by one on every
+write. ``save(data, expected_version=n)`` writes a whole snapshot (a new base);
+``append(id, patch, expected_version=n, summary=...)`` adds one turn's patch,
+O(turn). Both are compare-and-sets: they write only if the stored version is
+still ``n`` (``0``: the session must not exist yet), so two writers of one
+session never silently overwrite each other. :meth:`SessionStore.load` returns
+the base with every later patch applied, plus ``VERSION_KEY``, the version to
+pass back as ``expected_version``. Stores fold the patches into a new base when
+they outgrow it (:mod:`.records`).
 
 A session dict may carry an ``"owner"`` string (the session manager stores a
 hash of the API key there): stores index it so ``list(owner=...)`` shows one
@@ -14,7 +19,8 @@ owner's sessions. Sessions without it (the REPL's) have the owner ``""``.
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping, Protocol, runtime_checkable
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
@@ -38,35 +44,88 @@ class SessionInfo:
     owner: str = ""
 
 
+@attrs.frozen
+class Summary:
+    """The columns :meth:`SessionStore.list` shows, given with each append so no store parses a snapshot."""
+
+    title: str
+    turns: int
+    template: str
+    owner: str = ""
+
+    def __attrs_post_init__(self) -> None:
+        bad = [name for name in ("title", "template", "owner") if not isinstance(getattr(self, name), str)]
+        if bad or not isinstance(self.turns, int) or isinstance(self.turns, bool) or self.turns < 0:
+            raise StoreError(f"a Summary has strings title, template, owner and a count of turns, got {self!r}")
+
+    @classmethod
+    def of(cls, snapshot: Mapping[str, Any]) -> "Summary":
+        """The columns of a whole snapshot (reads every message: for saves, not per turn)."""
+        messages = snapshot.get("messages") or []
+        template = snapshot.get("template") or {}
+        return cls(
+            title=title_of(messages),
+            turns=sum(1 for m in messages if isinstance(m, Mapping) and m.get("role") == "assistant"),
+            template=str(template.get("name", "")) if isinstance(template, Mapping) else "",
+            owner=str(snapshot.get("owner") or ""),
+        )
+
+    @classmethod
+    def of_session(cls, session, owner: str = "", *, turns: int | None = None) -> "Summary":
+        """The columns of a live :class:`lmchat.Session` after a turn.
+
+        ``turns``: the caller's own count, when it keeps one; otherwise
+        ``session.turns``, which counts the messages (the one part that grows
+        with the history: about 1 ms at 10,000 messages).
+        """
+        return cls(title=_title_of_session(session), turns=session.turns if turns is None else turns,
+                   template=str(getattr(session.template, "name", "") or ""), owner=owner)
+
+
+def _title_of_session(session) -> str:
+    # the first user message sits at the start: stop there rather than copy session.messages (O(history))
+    chat = getattr(session, "_chat", None)
+    messages = chat.messages if chat is not None else session.messages
+    return title_of(messages)
+
+
 @runtime_checkable
 class SessionStore(Protocol):
     #: where the sessions live, as ``open_store`` takes it (a Redis password masked)
     spec: str
 
-    def save(self, session_dict: Mapping[str, Any], *, expected_version: int | None = None) -> int:
-        """Write a session atomically and return its new version; :class:`StoreConflict` on a CAS miss."""
+    def save(self, session_dict: Mapping[str, Any], *, expected_version: int | None = None,
+             token: str | None = None) -> int:
+        """Write a whole snapshot (a new base) and return its new version; :class:`StoreConflict` on a CAS miss."""
+
+    def append(self, session_id: str, patch: Mapping[str, Any], *, expected_version: int, summary: Summary,
+               token: str | None = None) -> int:
+        """Add one turn's patch on top of ``expected_version``; the new version (+1), or :class:`StoreConflict`."""
 
     def load(self, session_id: str) -> dict[str, Any] | None:
-        """The saved dict plus ``VERSION_KEY``, or None."""
+        """The base with every later patch applied, plus ``VERSION_KEY``; or None."""
+
+    def compact(self, session_id: str) -> bool:
+        """Fold the patches into a new base now (stores also do it by themselves); False when nothing changed."""
 
     def delete(self, session_id: str) -> None:
-        """Forget a session (no error when it is absent)."""
+        """Forget a session, base and patches (no error when it is absent)."""
 
     def version(self, session_id: str) -> int:
         """The stored version (0: absent), without reading the session: a cheap freshness check."""
 
     def list(self, limit: int = 50, *, owner: str | None = None) -> list[SessionInfo]:
-        """Sessions, most recently saved first; only ``owner``'s when it is not None."""
+        """Sessions, most recently written first; only ``owner``'s when it is not None."""
 
     def latest(self) -> str | None:
-        """Id of the most recently saved session."""
+        """Id of the most recently written session."""
 
     def close(self) -> None: ...
 
 
 @attrs.frozen
 class Record:
-    """What an implementation stores for one save: the JSON text and the indexed columns."""
+    """What an implementation stores for one whole save: the JSON text and the indexed columns."""
 
     id: str
     data: str
@@ -75,26 +134,28 @@ class Record:
     template: str
     owner: str
 
+    @property
+    def summary(self) -> Summary:
+        return Summary(self.title, self.turns, self.template, self.owner)
+
 
 def record(session_dict: Mapping[str, Any]) -> Record:
     """Check a session dict and derive the columns every store indexes."""
     if not isinstance(session_dict, Mapping) or not isinstance(session_dict.get("session_id"), str):
         raise StoreError("expected the dict of Session.to_dict() (with a 'session_id' string)")
     data = {k: v for k, v in session_dict.items() if k != VERSION_KEY}
+    text = dumps(data, f"session {data['session_id']}")
+    summary = Summary.of(data)
+    return Record(id=data["session_id"], data=text, title=summary.title, turns=summary.turns,
+                  template=summary.template, owner=summary.owner)
+
+
+def dumps(value: Any, what: str) -> str:
+    """Compact JSON, or a StoreError saying what could not be encoded."""
     try:
-        text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
-        raise StoreError(f"session {data['session_id']} is not JSON-serialisable: {exc}") from None
-    messages = data.get("messages") or []
-    template = data.get("template") or {}
-    return Record(
-        id=data["session_id"],
-        data=text,
-        title=title_of(messages),
-        turns=sum(1 for m in messages if isinstance(m, Mapping) and m.get("role") == "assistant"),
-        template=str(template.get("name", "")) if isinstance(template, Mapping) else "",
-        owner=str(data.get("owner") or ""),
-    )
+        raise StoreError(f"{what} is not JSON-serialisable: {exc}") from None
 
 
 def title_of(messages) -> str:
@@ -107,13 +168,3 @@ def title_of(messages) -> str:
             text = " ".join(str(content or "").split())
             return text if len(text) <= TITLE_CHARS else text[: TITLE_CHARS - 1] + "…"
     return ""
-
-
-def loaded(text: str, version: int, session_id: str) -> dict[str, Any]:
-    """Parse stored JSON back into the dict ``load`` returns."""
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise StoreError(f"session {session_id}: stored data is not valid JSON: {exc}") from None
-    data[VERSION_KEY] = version
-    return data

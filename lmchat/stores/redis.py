@@ -1,89 +1,43 @@
 """The Redis session store: several server replicas share sessions through one Redis.
 
-Layout under ``prefix``: a hash per session (``s:<id>``: data, version,
-title, turns, template, owner, updated_at, token), a sorted set of every
-session by ``updated_at`` (``index``) and one per owner (``owner:<owner>``),
-which ``list`` reads newest first.
+Layout under ``prefix`` (:mod:`.redis_scripts`): per session a hash ``s:<id>``
+(base snapshot, version, the columns ``list`` shows) and a list ``p:<id>`` of
+the patches since the base; a sorted set of every session by ``updated_at``
+(``index``) and one per owner (``owner:<owner>``), which ``list`` reads newest
+first.
 
-A save is one Lua script, so the compare-and-set and the write are atomic
-inside Redis: of two replicas that extend the same version, exactly one
-writes and the other gets :class:`StoreConflict`. Scripts also take the time
-from Redis, so replicas with skewed clocks still list in save order. Each
-save carries a random token that the script stores: when a connection drops
-after Redis ran the script, the client's one retry finds its own token and
-returns the version it wrote instead of a false conflict.
+Every write (save, append, compaction, delete) is one Lua script, so the
+compare-and-set and the write are atomic inside Redis: of two replicas that
+extend the same version, exactly one writes and the other gets
+:class:`StoreConflict`. ``load`` reads the hash and the list in one
+``MULTI``/``EXEC``, so it never sees a base without its patches. Each write
+carries a token (random, or the caller's idempotency key) that the script
+stores: when a connection drops or times out after Redis ran the script, a
+retry with the same token finds it and returns the version it wrote instead
+of a false conflict; redis-py retries once by itself.
 
-With ``ttl`` (seconds) a session expires that long after its last save; the
-sorted sets keep expired ids until ``list`` meets and removes them. Every
-Redis failure (refused, timed out, killed mid-command) raises
-:class:`StoreError` naming the server, never a redis-py exception.
+Timeouts are short (``socket_timeout`` and ``socket_connect_timeout``, 2 s):
+a Redis that does not answer fails the call rather than the whole server. A
+write that timed out raises :class:`StoreTimeout` (its outcome is unknown);
+every other Redis failure raises :class:`StoreError` naming the server, never
+a redis-py exception.
 """
 from __future__ import annotations
 
-import uuid
 from typing import Any, Mapping
 
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from ..errors import StoreConflict, StoreError
-from .base import SessionInfo, loaded, record
+from ..errors import StoreConflict, StoreError, StoreTimeout
+from . import redis_scripts as scripts
+from .base import SessionInfo, Summary, record
+from .records import RecordInfo, RecordStore, Stored, new_tag
 
-#: KEYS: session hash, index, owner set. ARGV: expected ('' = any), token, ttl ms (0 = none), id,
-#: data, title, turns, template, owner, owner-set key prefix (to leave a previous owner's set).
-#: Returns {version, updated_at} or {-1, actual version}.
-_SAVE = """
-local cur = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
-if ARGV[1] ~= '' and tonumber(ARGV[1]) ~= cur then
-  if cur > 0 and redis.call('HGET', KEYS[1], 'token') == ARGV[2] then
-    return {cur, redis.call('HGET', KEYS[1], 'updated_at')}
-  end
-  return {-1, cur}
-end
-local old_owner = redis.call('HGET', KEYS[1], 'owner')
-if old_owner and old_owner ~= ARGV[9] then
-  redis.call('ZREM', ARGV[10] .. old_owner, ARGV[4])
-end
-local t = redis.call('TIME')
-local now = tostring(tonumber(t[1]) + tonumber(t[2]) / 1000000)
-local v = cur + 1
-redis.call('HSET', KEYS[1], 'version', v, 'token', ARGV[2], 'data', ARGV[5], 'title', ARGV[6],
-           'turns', ARGV[7], 'template', ARGV[8], 'owner', ARGV[9], 'updated_at', now)
-if tonumber(ARGV[3]) > 0 then
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
-else
-  redis.call('PERSIST', KEYS[1])
-end
-redis.call('ZADD', KEYS[2], now, ARGV[4])
-redis.call('ZADD', KEYS[3], now, ARGV[4])
-return {v, now}
-"""
-
-#: KEYS: session hash, index; ARGV: id, owner-set key prefix
-_DELETE = """
-local owner = redis.call('HGET', KEYS[1], 'owner')
-redis.call('DEL', KEYS[1])
-redis.call('ZREM', KEYS[2], ARGV[1])
-if owner then
-  redis.call('ZREM', ARGV[2] .. owner, ARGV[1])
-end
-return 1
-"""
-
-#: KEYS: a sorted set; ARGV: hash key prefix, then ids whose hashes were found missing.
-#: Removes those still missing (one may have been saved again since it was read).
-_PRUNE = """
-for i = 2, #ARGV do
-  if redis.call('EXISTS', ARGV[1] .. ARGV[i]) == 0 then
-    redis.call('ZREM', KEYS[1], ARGV[i])
-  end
-end
-return 1
-"""
 
 def _without_password(url: str) -> str:
-    """The URL to show (``/health``, logs): a password becomes ``***``."""
+    """The URL to show (``/health``, logs, errors): a password becomes ``***``."""
     from urllib.parse import urlsplit, urlunsplit
 
     parts = urlsplit(url)
@@ -98,68 +52,142 @@ def _without_password(url: str) -> str:
 _FIELDS = ("title", "turns", "updated_at", "template", "version", "owner")
 
 
-class RedisStore:
-    """Sessions in Redis at ``url`` (``redis://HOST:PORT/DB``); ``ttl`` in seconds, None: keep forever."""
+class RedisStore(RecordStore):
+    """Sessions in Redis at ``url`` (``redis://HOST:PORT/DB``); ``ttl`` in seconds, None: keep forever.
 
-    def __init__(self, url: str, prefix: str = "lmchat:", ttl: float | None = None, timeout: float = 5.0):
+    ``timeout`` (older spelling) sets both socket timeouts at once.
+    """
+
+    def __init__(self, url: str, prefix: str = "lmchat:", ttl: float | None = None, *,
+                 socket_timeout: float = 2.0, socket_connect_timeout: float = 2.0, timeout: float | None = None):
         self.url = url
         self.spec = _without_password(url)
         self.prefix = prefix
         self.ttl = ttl
+        if timeout is not None:
+            socket_timeout = socket_connect_timeout = timeout
+        self.socket_timeout, self.socket_connect_timeout = socket_timeout, socket_connect_timeout
         try:
-            # one immediate retry reconnects after a Redis restart (pooled sockets are dead then);
-            # more would only delay the StoreError of a real outage
+            # one immediate retry reconnects after a Redis restart (pooled sockets are dead then); more would
+            # only delay the StoreError of a real outage. Retried scripts are safe: each carries its token.
             self._client = redis.Redis.from_url(
-                url, decode_responses=True, socket_timeout=timeout, socket_connect_timeout=timeout,
-                retry=Retry(NoBackoff(), 1),
+                url, decode_responses=True, socket_timeout=socket_timeout,
+                socket_connect_timeout=socket_connect_timeout, retry=Retry(NoBackoff(), 1),
             )
         except ValueError as exc:
-            raise StoreError(f"{url}: not a Redis URL: {exc}") from None
-        self._save = self._client.register_script(_SAVE)
-        self._delete = self._client.register_script(_DELETE)
-        self._prune = self._client.register_script(_PRUNE)
+            raise StoreError(f"{self.spec}: not a Redis URL: {exc}") from None
+        self._save = self._client.register_script(scripts.SAVE)
+        self._append_script = self._client.register_script(scripts.APPEND)
+        self._compact = self._client.register_script(scripts.COMPACT)
+        self._delete = self._client.register_script(scripts.DELETE)
+        self._prune = self._client.register_script(scripts.PRUNE)
 
     def _key(self, session_id: str) -> str:
         return f"{self.prefix}s:{session_id}"
 
-    def _call(self, what: str, fn, *args, **kwargs):
+    def _patches_key(self, session_id: str) -> str:
+        return f"{self.prefix}p:{session_id}"
+
+    def _call(self, what: str, fn, *args, write: bool = False, **kwargs):
         """Run one Redis operation; every failure becomes a StoreError that names the server."""
         try:
             return fn(*args, **kwargs)
+        except redis.TimeoutError as exc:
+            if write:
+                raise StoreTimeout(
+                    f"Redis at {self.spec}: {what} timed out ({exc or 'no answer'}; socket timeout "
+                    f"{self.socket_timeout} s): the outcome is unknown, the write may or may not have been applied; "
+                    "retry it with the same token (idempotency key)", server=self.spec, seconds=self.socket_timeout,
+                ) from None
+            raise StoreError(f"Redis at {self.spec}: cannot {what}: timed out ({exc}) (is Redis running?)") from None
         except redis.RedisError as exc:
             raise StoreError(
-                f"Redis at {self.url}: cannot {what}: {exc or type(exc).__name__} (is Redis running?)"
+                f"Redis at {self.spec}: cannot {what}: {exc or type(exc).__name__} (is Redis running?)"
             ) from None
 
-    # ------------------------------------------------------------------ protocol
-    def save(self, session_dict: Mapping[str, Any], *, expected_version: int | None = None) -> int:
-        rec = record(session_dict)
+    def _write_args(self, rec_id: str, expected: int | None, token: str, summary: Summary) -> tuple[list, list]:
+        keys = [self._key(rec_id), self._patches_key(rec_id), f"{self.prefix}index",
+                f"{self.prefix}owner:{summary.owner}"]
         ttl_ms = int(self.ttl * 1000) if self.ttl else 0
-        keys = [self._key(rec.id), f"{self.prefix}index", f"{self.prefix}owner:{rec.owner}"]
-        args = [
-            "" if expected_version is None else expected_version, uuid.uuid4().hex, ttl_ms, rec.id,
-            rec.data, rec.title, rec.turns, rec.template, rec.owner, f"{self.prefix}owner:",
-        ]
-        version, detail = self._call(f"save session {rec.id}", self._save, keys=keys, args=args)
+        args = ["" if expected is None else expected, token, ttl_ms, rec_id, None, summary.title, summary.turns,
+                summary.template, summary.owner, f"{self.prefix}owner:"]
+        return keys, args
+
+    # ------------------------------------------------------------------ writes
+    def save(self, session_dict: Mapping[str, Any], *, expected_version: int | None = None,
+             token: str | None = None) -> int:
+        rec = record(session_dict)
+        keys, args = self._write_args(rec.id, expected_version, token or new_tag(), rec.summary)
+        args[4] = rec.data
+        args += [new_tag(), len(rec.data)]
+        version, detail = self._call(f"save session {rec.id}", self._save, keys=keys, args=args, write=True)
         if version == -1:
             raise StoreConflict(rec.id, expected=expected_version, actual=int(detail))
         return int(version)
 
-    def load(self, session_id: str) -> dict[str, Any] | None:
-        data, version = self._call(
-            f"load session {session_id}", self._client.hmget, self._key(session_id), "data", "version"
-        )
-        return None if data is None else loaded(data, int(version), session_id)
+    def _append(self, session_id: str, patch: str, expected: int, summary: Summary, token: str) -> tuple[int, bool]:
+        keys, args = self._write_args(session_id, expected, token, summary)
+        args[4] = patch
+        args.append(len(patch))
+        version, detail = self._call(f"append to session {session_id}", self._append_script, keys=keys, args=args,
+                                     write=True)
+        if version == -1:
+            raise StoreConflict(session_id, expected=expected, actual=int(detail))
+        return int(version), bool(detail)
 
-    def version(self, session_id: str) -> int:
-        version = self._call(f"read session {session_id}", self._client.hget, self._key(session_id), "version")
-        return int(version or 0)
+    def _install(self, session_id: str, tag: str, at_version: int, base: str, folded_chars: int) -> bool:
+        done = self._call(f"compact session {session_id}", self._compact, write=True,
+                          keys=[self._key(session_id), self._patches_key(session_id)],
+                          args=[tag, at_version, base, new_tag(), len(base), -folded_chars])
+        return bool(done)
 
     def delete(self, session_id: str) -> None:
         self._call(
-            f"delete session {session_id}", self._delete,
-            keys=[self._key(session_id), f"{self.prefix}index"], args=[session_id, f"{self.prefix}owner:"],
+            f"delete session {session_id}", self._delete, write=True,
+            keys=[self._key(session_id), self._patches_key(session_id), f"{self.prefix}index"],
+            args=[session_id, f"{self.prefix}owner:"],
         )
+
+    # ------------------------------------------------------------------ reads
+    def _read(self, session_id: str) -> Stored | None:
+        def read():
+            pipe = self._client.pipeline(transaction=True)  # MULTI/EXEC: the hash and the list of one moment
+            pipe.hmget(self._key(session_id), "version", "base_version", "base_tag", "data")
+            pipe.lrange(self._patches_key(session_id), 0, -1)
+            return pipe.execute()
+
+        (version, base_version, tag, data), patches = self._call(f"load session {session_id}", read)
+        if version is None:
+            return None
+        if data is None:
+            raise StoreError(f"Redis at {self.spec}: session {session_id} has no stored base (field 'data')")
+        version = self._int(version, session_id, "version")
+        base_version = version if base_version is None else self._int(base_version, session_id, "base_version")
+        return Stored(version, base_version, tag or "", data, patches)
+
+    def _int(self, value: Any, session_id: str, field: str) -> int:
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            raise StoreError(f"Redis at {self.spec}: session {session_id}: field {field!r} is not a number: "
+                             f"{value!r}") from None
+
+    def records(self, session_id: str) -> RecordInfo | None:
+        def read():
+            pipe = self._client.pipeline(transaction=True)
+            pipe.hmget(self._key(session_id), "version", "base_version", "base_chars", "patch_chars", "data")
+            pipe.llen(self._patches_key(session_id))
+            return pipe.execute()
+
+        (version, base_version, base_chars, patch_chars, data), count = self._call(f"read session {session_id}", read)
+        if version is None:
+            return None
+        return RecordInfo(int(version), int(base_version or version), count,
+                          int(base_chars) if base_chars is not None else len(data or ""), int(patch_chars or 0))
+
+    def version(self, session_id: str) -> int:
+        version = self._call(f"read session {session_id}", self._client.hget, self._key(session_id), "version")
+        return 0 if version is None else self._int(version, session_id, "version")
 
     def list(self, limit: int = 50, *, owner: str | None = None) -> list[SessionInfo]:
         index = f"{self.prefix}index" if owner is None else f"{self.prefix}owner:{owner}"
@@ -183,7 +211,10 @@ class RedisStore:
                     continue
                 seen.add(sid)
                 title, turns, updated, template, version, who = row
-                infos.append(SessionInfo(sid, title, int(turns), float(updated), template, int(version), who))
+                try:
+                    infos.append(SessionInfo(sid, title, int(turns), float(updated), template, int(version), who))
+                except (TypeError, ValueError):
+                    raise StoreError(f"Redis at {self.spec}: session {sid}: malformed columns {row!r}") from None
             if expired:
                 self._call("list sessions", self._prune, keys=[index], args=[f"{self.prefix}s:", *expired])
                 start -= len(expired)

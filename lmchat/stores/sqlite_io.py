@@ -1,0 +1,225 @@
+"""The SQLite store's connections: one writer thread that group-commits, and a bounded pool of readers.
+
+Whatever the number of threads calling the store, it holds ``1 + readers``
+connections and one thread. Every write is a function of the writer
+connection, queued to the writer thread; the thread takes every write queued
+while it was busy, runs them in one transaction, each under its own savepoint
+(one write's conflict or error rolls back that write only) and commits once:
+one ``fsync`` (``synchronous=FULL``) for the batch. Each caller blocks until
+the commit returns and then gets its own result or exception, so a write that
+returned is on disk.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import sqlite3
+import threading
+from concurrent.futures import Future
+from typing import Any, Callable, Iterator
+
+from ..errors import StoreError
+
+BUSY_SECONDS = 10.0
+#: writes per transaction at most: bounds how long one commit holds the queue up
+MAX_BATCH = 256
+
+#: page cache of each reader connection (SQLite's default is 2,000 KiB per connection)
+READER_CACHE_KIB = 256
+
+_STOP = object()
+
+
+def check_process(path: str, pid: int) -> None:
+    # after fork() the writer thread is gone and SQLite connections must not be used by two processes
+    if os.getpid() != pid:
+        raise StoreError(f"{path}: this store was opened in process {pid}, before a fork: open one in each process")
+
+
+def connect(path: str, *, readonly: bool = False) -> sqlite3.Connection:
+    """A connection in autocommit mode (transactions are explicit), WAL, ``synchronous=FULL``."""
+    try:
+        conn = sqlite3.connect(path, timeout=BUSY_SECONDS, isolation_level=None, check_same_thread=False)
+    except sqlite3.Error as exc:
+        raise StoreError(f"{path}: cannot open the session store: {exc}") from None
+    try:
+        if readonly:
+            conn.execute("PRAGMA query_only = 1")
+            # a reader mostly reads a base once (load, compaction): a big page cache per reader would only hold
+            # RSS that grows with the largest session; the small rows and the indexes fit in this one
+            conn.execute(f"PRAGMA cache_size = -{READER_CACHE_KIB}")
+        else:
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = FULL")
+    except sqlite3.Error as exc:
+        conn.close()
+        raise StoreError(f"{path}: not a usable session store: {exc}") from None
+    return conn
+
+
+class _Job:
+    __slots__ = ("fn", "what", "future")
+
+    def __init__(self, fn: Callable[[sqlite3.Connection], Any], what: str):
+        self.fn, self.what, self.future = fn, what, Future()
+
+
+class Writer:
+    """The one thread that writes; ``submit(fn, what)`` runs ``fn(conn)`` in a group commit and returns its result."""
+
+    def __init__(self, path: str, conn: sqlite3.Connection):
+        self.path, self._conn = path, conn
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._closed = False
+        self._pid = os.getpid()
+        #: transactions and writes committed: writes / transactions is the mean batch size
+        self.transactions = self.writes = 0
+        # the thread holds the writer, never the store: a store dropped without close() can still be finalized
+        self._thread = threading.Thread(target=self._run, name=f"lmchat-sqlite-writer:{path}", daemon=True)
+        self._thread.start()
+
+    def submit(self, fn: Callable[[sqlite3.Connection], Any], what: str) -> Any:
+        check_process(self.path, self._pid)
+        job = _Job(fn, what)
+        with self._lock:  # a write queued before close()'s stop marker is still run
+            if self._closed:
+                raise StoreError(f"{self.path}: the store is closed")
+            self._queue.put(job)
+        return job.future.result()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if os.getpid() != self._pid:
+                return  # a forked child: no writer thread here, and the connection is the parent's
+            self._queue.put(_STOP)
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
+
+    def _run(self) -> None:
+        stopping = False
+        try:
+            while not stopping:
+                batch = [self._queue.get()]
+                while len(batch) < MAX_BATCH:
+                    try:
+                        batch.append(self._queue.get_nowait())
+                    except queue.Empty:
+                        break
+                if _STOP in batch:
+                    stopping = True
+                    batch = [job for job in batch if job is not _STOP]
+                if batch:
+                    try:
+                        self._commit(batch)
+                    except Exception as exc:  # noqa: BLE001  (a bug must not leave callers waiting forever)
+                        self._fail([job for job in batch if not job.future.done()], exc)
+        finally:
+            self._conn.close()
+
+    def _commit(self, batch: list[_Job]) -> None:
+        conn, outcomes = self._conn, []
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            return self._fail(batch, exc)
+        try:
+            for job in batch:
+                conn.execute("SAVEPOINT write")
+                try:
+                    outcomes.append((job, job.fn(conn), None))
+                except Exception as exc:  # noqa: BLE001  (handed to the caller, typed below)
+                    conn.execute("ROLLBACK TO write")
+                    outcomes.append((job, None, self._typed(exc, job.what)))
+                conn.execute("RELEASE write")
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:  # the transaction itself failed (disk full, I/O): no write of it landed
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            return self._fail(batch, exc)
+        self.transactions += 1
+        self.writes += len(batch)
+        for job, result, exc in outcomes:
+            if exc is None:
+                job.future.set_result(result)
+            else:
+                job.future.set_exception(exc)
+
+    def _typed(self, exc: Exception, what: str) -> Exception:
+        if isinstance(exc, StoreError):
+            return exc
+        if isinstance(exc, sqlite3.Error):
+            return StoreError(f"{self.path}: cannot {what}: {exc}")
+        return StoreError(f"{self.path}: cannot {what}: unexpected {type(exc).__name__}: {exc}")
+
+    def _fail(self, batch: list[_Job], exc: Exception) -> None:
+        for job in batch:
+            job.future.set_exception(StoreError(f"{self.path}: cannot {job.what}: {exc}"))
+
+
+class Readers:
+    """``size`` reader connections shared by every thread (one at a time each).
+
+    All are opened (and their WAL files with them) up front, so that the
+    store's descriptors are a constant from open to close: ``3 + 2 * size``
+    (the database and its WAL per connection, one shared-memory file).
+    """
+
+    def __init__(self, path: str, size: int):
+        self.path = path
+        self._slots = threading.BoundedSemaphore(size)
+        self._lock = threading.Lock()
+        self._idle: list[sqlite3.Connection] = []
+        self._closed = False
+        self._pid = os.getpid()
+        try:
+            for _ in range(size):
+                self._idle.append(connect(path, readonly=True))
+                self.read(lambda conn: conn.execute("SELECT 1 FROM sessions LIMIT 1").fetchall(), "open a reader")
+        except BaseException:
+            self.close()
+            raise
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[sqlite3.Connection]:
+        check_process(self.path, self._pid)
+        with self._slots:
+            with self._lock:
+                if self._closed:
+                    raise StoreError(f"{self.path}: the store is closed")
+                conn = self._idle.pop() if self._idle else None
+            if conn is None:
+                conn = connect(self.path, readonly=True)
+            try:
+                yield conn
+            finally:
+                with self._lock:
+                    if self._closed or conn.in_transaction:
+                        conn.close()  # a closed store keeps nothing; a broken read is not reused
+                    else:
+                        self._idle.append(conn)
+
+    def read(self, fn: Callable[[sqlite3.Connection], Any], what: str) -> Any:
+        """``fn(conn)`` inside one read transaction: every query of it sees the same state."""
+        with self.connection() as conn:
+            try:
+                conn.execute("BEGIN")
+                try:
+                    return fn(conn)
+                finally:
+                    conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                raise StoreError(f"{self.path}: cannot {what}: {exc}") from None
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        if os.getpid() != self._pid:
+            return  # a forked child: closing the parent's connections here could checkpoint or unlink its WAL
+        for conn in idle:
+            conn.close()
