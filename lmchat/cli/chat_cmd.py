@@ -18,7 +18,7 @@ from ..loading import saveable
 from ..session.edits import restored
 from ..session import DRIFT_POLICIES, Session
 from ..stores import VERSION_KEY, open_store
-from .backend_args import add_backend_arguments, backend_options, session_len
+from .backend_args import add_backend_arguments, backend_options, injection_policy, session_len
 from .common import add_template_arguments, resolve_template
 from .main import UsageError
 
@@ -96,11 +96,15 @@ def run(args) -> int:
 def _open(args, store, backend, template, out) -> Conversation:
     """A new session, or the stored one ``--resume`` names (its first delta resets: the cache is gone)."""
     tokenizer = getattr(backend, "tokenizer", None)  # token deltas whenever the backend has one
+    injection = injection_policy(backend, args)  # 'reject' when prompts go upstream as text
+    if injection:
+        out.info(f"prompts go to the server as text: messages holding the template's special strings are refused "
+                 "(--allow-special-text sends them anyway)")
     if args.resume is None:
         if template is None:
             template = _backend_template(backend, args.backend)
         session = Session(template, system=args.system, tokenizer=tokenizer, drift=args.drift or "rewind",
-                          session_len=session_len(template, backend))
+                          session_len=session_len(template, backend), injection=injection or "split")
         return Conversation(session, backend, store, out, tokenizer=tokenizer)
     session_id = store.latest() if args.resume == LATEST else _find(store, args.resume)
     data = store.load(session_id) if session_id else None
@@ -118,6 +122,8 @@ def _open(args, store, backend, template, out) -> Conversation:
     conv.restore_settings(data)
     if args.drift:
         session.drift = args.drift
+    if injection:
+        session.injection = injection
     stored_engine, engine = data.get("engine"), engine_id(backend)
     if template is None and stored_engine and stored_engine != engine and getattr(backend, "template_name", None):
         out.info(f"session {session_id[:8]} was saved with {stored_engine}; continuing with {engine}")

@@ -10,7 +10,7 @@ import re
 from .. import logs
 from ..backends.base import engine_id, get_backend
 from ..session import DRIFT_POLICIES, OVERFLOW_POLICIES
-from .backend_args import add_backend_arguments, backend_options, session_len
+from .backend_args import add_backend_arguments, backend_options, injection_policy, session_len
 from .common import add_template_arguments, resolve_template
 from .main import UsageError
 
@@ -96,7 +96,8 @@ def run(args) -> int:
                              "pass --template NAME or --chat-template FILE")
         defaults = {"session_len": session_len(get_template(template) if isinstance(template, str) else template,
                                                backend, args.session_len),
-                    "overflow": args.overflow, "max_new_tokens": args.max_new_tokens, "drift": args.drift}
+                    "overflow": args.overflow, "max_new_tokens": args.max_new_tokens, "drift": args.drift,
+                    "injection": injection_policy(backend, args)}  # 'reject' when prompts go upstream as text
         engine = engine_id(backend)
         store = open_store(args.store or f"sqlite:{default_store_path(engine)}")
         manager = SessionManager(

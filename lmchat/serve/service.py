@@ -96,9 +96,12 @@ async def health(request: Request):
     if state.api_keys and not await authorized(request, state.api_keys):
         return {"status": "ok"}
     metrics = mgr.metrics()
-    return {"status": "ok", "model": state.model_name, "backend": mgr.backend.name, "engine": mgr.engine,
+    body = {"status": "ok", "model": state.model_name, "backend": mgr.backend.name, "engine": mgr.engine,
             "store": getattr(mgr.store, "spec", type(mgr.store).__name__),
             "sessions_in_memory": metrics["sessions_in_memory"], "sessions_active": metrics["sessions_active"]}
+    if hasattr(mgr.backend, "prompt_mode"):  # remote: prompts go upstream as 'ids' or 'text' (no I/O here)
+        body["prompt_format"] = mgr.backend.prompt_mode
+    return body
 
 
 @router.get("/metrics")

@@ -1,0 +1,110 @@
+"""A real OpenAI-compatible inference server for the remote backend's tests and benchmark:
+llama-cpp-python's server (``python -m llama_cpp.server``) on the bundled GGUF, in a subprocess.
+
+It tokenizes text prompts with special-token parsing on, refuses a prompt of token ids (its
+``/v1/completions`` takes a string or a list of strings), keeps one KV cache that the next request
+reuses up to the longest common prefix, and logs that reuse on stderr (``Llama.generate: N
+prefix-match hit, remaining M prompt tokens to eval``): the per-turn evidence tests and benchmark read.
+"""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import httpx
+
+READY_SECONDS = 180  # importing the server and mapping the model, on 2 shared cores
+#: llama-cpp-python's log line for a prompt that shares a prefix with what its KV cache holds
+REUSE = re.compile(r"Llama\.generate: (\d+) prefix-match hit, remaining (\d+) prompt tokens to eval")
+#: its log line when it notices that the client went away mid-stream
+DISCONNECTED = "Disconnected from client"
+#: the extras `python -m llama_cpp.server` imports besides llama_cpp itself
+SERVER_MODULES = ("llama_cpp", "fastapi", "uvicorn", "sse_starlette", "starlette_context", "pydantic_settings")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Upstream:
+    """``python -m llama_cpp.server`` on ``model`` (default: the bundled GGUF); ``url`` once it answers."""
+
+    def __init__(self, model: str | None = None, *, n_ctx: int = 2048, threads: int = 1, extra: tuple[str, ...] = ()):
+        if model is None:
+            from lmchat.backends.bundled import default_gguf
+
+            model = str(default_gguf())
+        self.model = model
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = tempfile.NamedTemporaryFile("w+", prefix="llama-server-", suffix=".log", delete=False)
+        command = [sys.executable, "-m", "llama_cpp.server", "--model", model, "--host", "127.0.0.1",
+                   "--port", str(self.port), "--n_ctx", str(n_ctx), "--n_threads", str(threads),
+                   "--n_threads_batch", str(threads), *extra]
+        # one OpenMP thread: llama.cpp's threads spin-wait for each other on a shared machine
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + READY_SECONDS
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"llama_cpp.server exited with {self.proc.returncode}:\n{self.output()[-3000:]}")
+            try:
+                if httpx.get(self.url + "/v1/models", timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"llama_cpp.server did not answer within {READY_SECONDS}s")
+
+    def output(self) -> str:
+        self.log.flush()
+        with open(self.log.name, encoding="utf-8", errors="replace") as f:
+            return f.read()
+
+    def mark(self) -> int:
+        """Where the log ends now: :meth:`since` reads what came after."""
+        return len(self.output())
+
+    def since(self, mark: int) -> str:
+        return self.output()[mark:]
+
+    def reuse(self, mark: int = 0) -> list[tuple[int, int]]:
+        """(tokens reused from the cache, tokens evaluated) of each request since ``mark`` that reused any."""
+        return [(int(a), int(b)) for a, b in REUSE.findall(self.since(mark))]
+
+    def wait_for(self, text: str, mark: int, timeout: float = 60.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if text in self.since(mark):
+                return True
+            time.sleep(0.1)
+        return False
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash or an OOM kill: connections drop without a goodbye."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        if not self.log.closed:
+            self.log.close()
+            os.unlink(self.log.name)
