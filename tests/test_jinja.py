@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 
 from lmchat import JinjaTemplate, Session
 from lmchat.errors import InvalidMessages, TemplateConfigError, TemplateRuleError
-from lmchat.jinja import compile_template, register_jinja
+from lmchat.interop.jinja import compile_template, register_jinja
 from lmchat.registry import CHAT_TEMPLATES
 
 from . import oracle

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from lmchat import JinjaTemplate, get_template
-from lmchat.battery import first_difference
+from lmchat.interop.battery import first_difference
 from lmchat.errors import TemplateConfigError
-from lmchat.jinja import load_jinja
+from lmchat.interop.jinja import load_jinja
 
 from . import oracle
 from .conversations import TOOLS

@@ -22,7 +22,7 @@ def add_arguments(p) -> None:
 
 def jinja_side(builtin, path: Path, bos: str | None, eos: str | None):
     """The template at ``path``; a bare .jinja file borrows the built-in's special tokens unless given."""
-    from ..jinja import load_jinja
+    from ..interop.jinja import load_jinja
 
     candidate = load_jinja(path)
     tokens = {}
@@ -35,7 +35,7 @@ def jinja_side(builtin, path: Path, bos: str | None, eos: str | None):
 
 
 def run(args) -> int:
-    from ..battery import first_difference
+    from ..interop.battery import first_difference
     from ..registry import get_template
 
     builtin = get_template(args.template)

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ...errors import BackendError, ModelMatchError, TemplateConfigError
-from ...matching import match_template
+from ...interop.matching import match_template
 from ...registry import get_template
 from ..base import Chunk, GenerationRequest
 from ..bundled import default_gguf
@@ -157,7 +157,7 @@ def _match(path: Path, model) -> str:
         return match_template(str(path))
     except ModelMatchError as exc:
         reason = exc
-    from ...jinja import JinjaTemplate, register_jinja
+    from ...interop.jinja import JinjaTemplate, register_jinja
 
     # the fields JinjaTemplate.from_gguf reads, from the metadata llama.cpp already parsed (gguf's reader
     # would parse the whole file again: seconds for a large one)

@@ -1,6 +1,6 @@
 """Read a chat template and its model's settings from a Hugging Face folder or a GGUF file.
 
-Both readers return :class:`~lmchat.jinja.JinjaTemplate` keyword arguments.
+Both readers return :class:`~lmchat.interop.jinja.JinjaTemplate` keyword arguments.
 Template precedence in a folder follows transformers: separate template files
 (``chat_template.jinja`` plus ``additional_chat_templates/*.jinja``, then the
 processor's ``chat_template.json``) win over ``tokenizer_config.json``.
@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .errors import TemplateConfigError
-from .extras import needs
+from ..errors import TemplateConfigError
+from ..extras import needs
 
 #: generation_config.json keys copied as they are
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "repetition_penalty")

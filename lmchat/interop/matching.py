@@ -5,7 +5,7 @@ Evidence, strongest first:
 1. **fingerprint** (local folders): the chat template the folder ships
    (``chat_template.jinja``, ``tokenizer_config.json``) is, after
    normalisation, the official text of built-in templates (see
-   :mod:`lmchat.fingerprints`). A fine-tuned ``checkpoint-500`` folder keeps its
+   :mod:`.fingerprints`). A fine-tuned ``checkpoint-500`` folder keeps its
    tokenizer's template, so it matches whatever it is called.
 2. **architecture** (``config.json`` ``model_type`` / ``architectures``): only
    narrows the candidates of stronger evidence, e.g. gemma and gemma2 ship one
@@ -27,7 +27,7 @@ import re
 
 import attrs
 
-from .errors import ModelMatchError
+from ..errors import ModelMatchError
 from .fingerprints import (
     OFFICIAL_TEXTS,
     fingerprint,
@@ -35,7 +35,7 @@ from .fingerprints import (
     templates_with_fingerprint,
 )
 from .loading import read_json
-from .registry import canonical_name, template_names
+from ..registry import canonical_name, template_names
 
 # Base models whose chat tokens were never trained map to XTuner's `default`.
 NAME_RULES: list[tuple[str, str]] = [

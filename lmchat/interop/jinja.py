@@ -3,7 +3,7 @@
 :class:`JinjaTemplate` holds a ``chat_template`` source (and named templates such
 as ``tool_use``) with the tokenizer's special tokens and the model's sampling
 values. Rendering re-implements ``apply_chat_template(..., tokenize=False)`` in
-an immutable *sandboxed* environment (:mod:`lmchat.jinja_env`): a chat template
+an immutable *sandboxed* environment (:mod:`.jinja_env`): a chat template
 is untrusted code that comes with a model download (cf. CVE-2024-34359).
 Templates compile once per source string.
 
@@ -18,9 +18,9 @@ from typing import Any, ClassVar, Mapping
 
 import attrs
 
-from .errors import InvalidMessages, TemplateConfigError
+from ..errors import InvalidMessages, TemplateConfigError
 from .jinja_env import TemplateRenderError, compile_template, render_generation_spans, render_source
-from .templates.base import BaseTemplate, Chat
+from ..templates.base import BaseTemplate, Chat
 
 __all__ = ["JinjaTemplate", "TemplateRenderError", "compile_template", "register_jinja", "render_source"]
 
@@ -190,7 +190,7 @@ def register_jinja(name: str, template: JinjaTemplate, *aliases: str, force: boo
     values, so overrides work (``get_template(name, temperature=0.1)``) and
     sessions on it can be saved and restored.
     """
-    from .registry import register
+    from ..registry import register
 
     if not isinstance(template, JinjaTemplate):
         raise TemplateConfigError(f"expected a JinjaTemplate, got {type(template).__name__}")

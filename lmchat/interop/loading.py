@@ -23,11 +23,11 @@ from typing import Any
 
 import attrs
 
-from .errors import LmchatError, TemplateConfigError, UnknownTemplate
-from .registry import canonical_name, get_template, register, template_class
-from .templates.base import AffixTemplate, BaseTemplate
-from .templates.fields import check_overrides
-from .templates.xtuner import XTUNER_KEYS, XTunerTemplate
+from ..errors import LmchatError, TemplateConfigError, UnknownTemplate
+from ..registry import canonical_name, get_template, register, template_class
+from ..templates.base import AffixTemplate, BaseTemplate
+from ..templates.fields import check_overrides
+from ..templates.xtuner import XTUNER_KEYS, XTunerTemplate
 
 #: LMDeploy ``ChatTemplateConfig`` field -> accepted JSON type (float fields take integers too)
 LMDEPLOY_FIELDS: dict[str, type] = {

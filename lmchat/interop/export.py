@@ -15,9 +15,9 @@ from __future__ import annotations
 import json
 import string
 
-from .errors import TemplateConfigError
-from .templates.base import AffixTemplate, BaseTemplate
-from .templates.xtuner import XTunerTemplate
+from ..errors import TemplateConfigError
+from ..templates.base import AffixTemplate, BaseTemplate
+from ..templates.xtuner import XTunerTemplate
 
 #: methods whose override makes a template's rendering code rather than data
 RENDER_METHODS = ("header", "piece", "tail", "check", "render_window")
@@ -175,6 +175,6 @@ def _xtuner(t: XTunerTemplate) -> list[str]:
 
 def exportable_names() -> list[str]:
     """Registered templates that export."""
-    from .registry import get_template, template_names
+    from ..registry import get_template, template_names
 
     return [n for n in template_names() if export_problem(get_template(n)) is None]

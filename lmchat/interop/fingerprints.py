@@ -12,7 +12,7 @@ import hashlib
 import os
 
 from .loading import chat_template_text, read_json
-from .registry import template_class, template_names
+from ..registry import template_class, template_names
 
 #: sha256 of the normalised official text -> the corpus files that ship exactly that text
 OFFICIAL_TEXTS: dict[str, tuple[str, ...]] = {
