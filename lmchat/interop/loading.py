@@ -26,7 +26,7 @@ import attrs
 from ..errors import LmchatError, TemplateConfigError, UnknownTemplate
 from ..registry import canonical_name, get_template, register, template_class
 from ..templates.base import AffixTemplate, BaseTemplate
-from ..templates.fields import check_overrides
+from ..templates.fields import with_overrides
 from ..templates.xtuner import XTUNER_KEYS, XTunerTemplate
 
 #: LMDeploy ``ChatTemplateConfig`` field -> accepted JSON type (float fields take integers too)
@@ -136,8 +136,7 @@ def template_from_lmdeploy_config(data: dict, source: str | None = None) -> Base
             field=given[0],
             source=source,
         )
-    check_overrides(cls(), fields, source)
-    return cls(**fields)
+    return with_overrides(cls, fields, source)
 
 
 def template_from_xtuner(data: dict, source: str | None = None) -> XTunerTemplate:
@@ -196,7 +195,7 @@ def load_template_path(path: str, **overrides: Any) -> BaseTemplate:
     else:
         expected = "expected .json, .jinja, .j2, .gguf or a model folder"
         raise TemplateConfigError(f"unsupported chat template file: {expected}", source=path)
-    return _with_overrides(template, overrides, path)
+    return with_overrides(template, overrides, path)
 
 
 def load_template(spec: str, **overrides: Any) -> BaseTemplate:
@@ -214,22 +213,6 @@ def load_template(spec: str, **overrides: Any) -> BaseTemplate:
             return load_template_path(spec, **overrides)
         raise
     return get_template(spec, **overrides)
-
-
-def _with_overrides(template: BaseTemplate, overrides: dict, source: str) -> BaseTemplate:
-    if not overrides:
-        return template
-    known = {a.name for a in attrs.fields(type(template))}
-    for key in overrides:
-        if key not in known:
-            raise TemplateConfigError(f"unknown field (fields: {', '.join(sorted(known))})", field=key, source=source)
-    try:
-        check_overrides(template, overrides, source)
-        return attrs.evolve(template, **overrides)
-    except TemplateConfigError:
-        raise
-    except (TypeError, ValueError) as exc:
-        raise TemplateConfigError(str(exc), source=source) from exc
 
 
 def register_template(name: str, template: BaseTemplate, *aliases: str, force: bool = False) -> BaseTemplate:

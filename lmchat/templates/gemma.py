@@ -15,10 +15,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-import attrs
-
 from ..errors import InvalidMessages, TemplateRuleError
-from ..registry import register
+from ..registry import template
 from .base import AffixTemplate, Chat, check_alternation, stops
 from .render_utils import jstr
 
@@ -30,8 +28,7 @@ def _trimmed(item: Mapping[str, Any], key: str) -> str:
     return jstr(item[key]).strip() if key in item else ""
 
 
-@register("gemma", "gemma-it", "gemma-1.1")
-@attrs.frozen(kw_only=True)
+@template("gemma", "gemma-it", "gemma-1.1")
 class Gemma(AffixTemplate):
     """Gemma-it (1, 1.1): no system role, strict alternation, trimmed content."""
 
@@ -65,8 +62,7 @@ class Gemma(AffixTemplate):
         return f"{prefix}{_trimmed(chat.messages[i], 'content')}{suffix}"
 
 
-@register("gemma2")
-@attrs.frozen(kw_only=True)
+@template("gemma2")
 class Gemma2(Gemma):
     """Gemma-2-it: the Gemma format."""
 
@@ -77,8 +73,7 @@ class Gemma2(Gemma):
     )
 
 
-@register("gemma3")
-@attrs.frozen(kw_only=True)
+@template("gemma3")
 class Gemma3(Gemma):
     """Gemma-3-it: the system prompt joins the first user turn; list content is rendered part by part."""
 

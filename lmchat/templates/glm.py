@@ -17,11 +17,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import attrs
-
 from ..errors import InvalidMessages
 from ..messages import optional_text
-from ..registry import register
+from ..registry import template
 from .base import BaseTemplate, Chat, stops
 from .render_utils import jstr, tojson
 from .toolcalls import call_arguments, call_function, functions, interpreter_code, is_interpreter_call
@@ -35,8 +33,7 @@ def printed(message: dict, field: str) -> str:
     return jstr(message[field]) if field in message else ""
 
 
-@register("chatglm3", "chatglm3-6b")
-@attrs.frozen(kw_only=True)
+@template("chatglm3", "chatglm3-6b")
 class ChatGLM3(BaseTemplate):
     """ChatGLM3-6B: ``[gMASK]sop`` then ``<|role|>\\n {content}`` per message, any role.
 
@@ -150,8 +147,7 @@ def glm4_tools(tools: Any, i: int) -> str:
     return "".join(out)
 
 
-@register("glm4", "glm-4", "glm4-chat", "chatglm4", "glm-4-9b-chat")
-@attrs.frozen(kw_only=True)
+@template("glm4", "glm-4", "glm4-chat", "chatglm4", "glm-4-9b-chat")
 class GLM4(ChatGLM3):
     """GLM-4-9B-Chat: ``[gMASK]<sop>`` then ``<|role|>{metadata}\\n{content}``, any role.
 

@@ -10,9 +10,7 @@ with the next turn's delta.
 """
 from __future__ import annotations
 
-import attrs
-
-from ..registry import register
+from ..registry import template
 from .base import BaseTemplate, Chat, stops
 from .render_utils import jstr, tojson
 
@@ -46,8 +44,7 @@ def document_text(document) -> str:
     return jstr(document["text"]) if isinstance(document, dict) and "text" in document else ""
 
 
-@register("granite3", "granite-3.1", "granite")
-@attrs.frozen(kw_only=True)
+@template("granite3", "granite-3.1", "granite")
 class Granite3(BaseTemplate):
     """Granite 3.1 Instruct, with its dated default system prompt.
 

@@ -12,9 +12,7 @@ next turn, so a whole-history rendering equals the concatenated deltas.
 """
 from __future__ import annotations
 
-import attrs
-
-from ..registry import register
+from ..registry import template
 from .base import AffixTemplate, BaseTemplate, stops
 
 INTERNLM_META = """You are an AI assistant whose name is InternLM (书生·浦语).
@@ -23,8 +21,7 @@ INTERNLM_META = """You are an AI assistant whose name is InternLM (书生·浦�
 """  # noqa: E501
 
 
-@register("internlm-7b")
-@attrs.frozen(kw_only=True)
+@template("internlm-7b")
 class InternLM7B(BaseTemplate):
     """InternLM-7B base model: completion only, the base sampling settings."""
 
@@ -34,8 +31,7 @@ class InternLM7B(BaseTemplate):
     capability: str = "completion"
 
 
-@register("internlm-20b")
-@attrs.frozen(kw_only=True)
+@template("internlm-20b")
 class InternLM20B(InternLM7B):
     """InternLM-20B base model: completion only, 4K context."""
 
@@ -44,8 +40,7 @@ class InternLM20B(InternLM7B):
     session_len: int = 4096
 
 
-@register("internlm-chat-7b")
-@attrs.frozen(kw_only=True)
+@template("internlm-chat-7b")
 class InternLMChat7B(AffixTemplate):
     """InternLM-Chat-7B as LMDeploy's seed template renders it."""
 
@@ -63,8 +58,7 @@ class InternLMChat7B(AffixTemplate):
     stop_words: tuple[str, ...] | None = stops("<eoa>")
 
 
-@register("internlm-chat-7b-8k", "internlm-chat-20b")
-@attrs.frozen(kw_only=True)
+@template("internlm-chat-7b-8k", "internlm-chat-20b")
 class InternLMChat7B8K(InternLMChat7B):
     """InternLM-Chat-7B-8K and InternLM-Chat-20B: the 7B template with an 8K context."""
 

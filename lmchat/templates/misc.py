@@ -1,9 +1,7 @@
 """Single-model families: Falcon3, OpenChat 3.5 and SOLAR Instruct."""
 from __future__ import annotations
 
-import attrs
-
-from ..registry import register
+from ..registry import template
 from .base import AffixTemplate, BaseTemplate, Chat, stops
 from .render_utils import jstr, tojson
 
@@ -19,8 +17,7 @@ FALCON_TOOLS = (
 )
 
 
-@register("falcon3", "falcon3-instruct", "falcon-3")
-@attrs.frozen(kw_only=True)
+@template("falcon3", "falcon3-instruct", "falcon-3")
 class Falcon3(AffixTemplate):
     """Falcon3 Instruct: ``<|{role}|>\\n{content}\\n``; an answer ends with the eos ``<|endoftext|>``.
 
@@ -86,8 +83,7 @@ class Falcon3(AffixTemplate):
         return self.assistant if chat.add_generation_prompt else ""
 
 
-@register("openchat", "openchat-3.5", "openchat_3.5")
-@attrs.frozen(kw_only=True)
+@template("openchat", "openchat-3.5", "openchat_3.5")
 class OpenChat(BaseTemplate):
     """OpenChat 3.5: ``<s>`` then ``GPT4 Correct {Role}: {content}<|end_of_turn|>`` for any role.
 
@@ -112,8 +108,7 @@ class OpenChat(BaseTemplate):
         return f"GPT4 Correct {chat.role(i).title()}: {chat.text(i)}{self.eoa}"
 
 
-@register("solar", "solar-instruct")
-@attrs.frozen(kw_only=True)
+@template("solar", "solar-instruct")
 class Solar(AffixTemplate):
     """SOLAR-10.7B-Instruct: ``### User:\\n{content}\\n\\n### Assistant:\\n{content}``.
 

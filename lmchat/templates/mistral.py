@@ -17,7 +17,7 @@ from typing import Any, Mapping
 import attrs
 
 from ..errors import InvalidMessages, TemplateRuleError
-from ..registry import register
+from ..registry import template
 from .base import BaseTemplate, Chat, check_alternation, stops
 from .render_utils import jstr, tojson
 
@@ -56,8 +56,7 @@ class _MistralBase(BaseTemplate):
         return 1 if chat.role(0) == "system" else 0
 
 
-@register("mistral", "mistral-instruct", "Mistral-7B-Instruct", "mistral-v0.2", "mistral-v0.1")
-@attrs.frozen(kw_only=True)
+@template("mistral", "mistral-instruct", "Mistral-7B-Instruct", "mistral-v0.2", "mistral-v0.1")
 class Mistral(_MistralBase):
     """Mistral-7B-Instruct v0.1/v0.2: `` [INST] {system}\\n\\n{q} [/INST] {a}</s>``.
 
@@ -86,8 +85,7 @@ class Mistral(_MistralBase):
         raise TemplateRuleError("role-unsupported", ROLES, index=i, field="role")
 
 
-@register("mixtral", "mixtral-instruct", "Mixtral-8x7B-Instruct", "mixtral-8x7b")
-@attrs.frozen(kw_only=True)
+@template("mixtral", "mixtral-instruct", "Mixtral-8x7B-Instruct", "mixtral-8x7b")
 class Mixtral(Mistral):
     """Mixtral-8x7B-Instruct: the Mistral v0.1/v0.2 format."""
 
@@ -105,8 +103,7 @@ def _call_id(value: Any, i: int, field: str) -> str:
     return value
 
 
-@register("mistral-v0.3", "mistral_v0.3", "mixtral-8x22b")
-@attrs.frozen(kw_only=True)
+@template("mistral-v0.3", "mistral_v0.3", "mixtral-8x22b")
 class MistralV3(_MistralBase):
     """Mistral-7B-Instruct-v0.3 / Mixtral-8x22B: ``[INST] {q}[/INST] {a}</s>`` with tools.
 

@@ -8,15 +8,11 @@ assistant are skipped, as the official templates skip them.
 """
 from __future__ import annotations
 
-import attrs
-
-from ..registry import register
+from ..registry import template
 from .base import AffixTemplate, Chat, stops
 
 
-
-@register("phi3", "phi-3", "phi3_chat")
-@attrs.frozen(kw_only=True)
+@template("phi3", "phi-3", "phi3_chat")
 class Phi3(AffixTemplate):
     """Phi-3-mini-instruct. Without a generation prompt the rendering ends with the eos."""
 
@@ -40,8 +36,7 @@ class Phi3(AffixTemplate):
         return self.assistant if chat.add_generation_prompt else self.hf_special_tokens["eos_token"]
 
 
-@register("phi4", "phi-4")
-@attrs.frozen(kw_only=True)
+@template("phi4", "phi-4")
 class Phi4(AffixTemplate):
     """phi-4 (14B): ``<|im_start|>{role}<|im_sep|>{content}<|im_end|>``.
 

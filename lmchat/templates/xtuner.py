@@ -13,7 +13,7 @@ from __future__ import annotations
 import attrs
 
 from ..errors import InvalidMessages, TemplateConfigError
-from ..registry import register
+from ..registry import template
 from .base import BaseTemplate, Chat, stops
 
 VICUNA_SYSTEM = (
@@ -127,8 +127,7 @@ class XTunerTemplate(BaseTemplate):
         return cls(**values, **fields)
 
 
-@register("default")
-@attrs.frozen(kw_only=True)
+@template("default")
 class XTunerDefault(XTunerTemplate):
     """XTuner's ``default``: for base models whose chat tokens were never trained."""
 
@@ -137,8 +136,7 @@ class XTunerDefault(XTunerTemplate):
     sep: str = "\n"
 
 
-@register("internlm_chat")
-@attrs.frozen(kw_only=True)
+@template("internlm_chat")
 class XTunerInternLMChat(XTunerTemplate):
     """XTuner's ``internlm_chat``: ``<eoh>`` after the question, ``<eoa>`` (SUFFIX_AS_EOS) after the answer."""
 
@@ -150,8 +148,7 @@ class XTunerInternLMChat(XTunerTemplate):
     stop_words: tuple[str, ...] | None = stops("<eoa>")
 
 
-@register("vicuna")
-@attrs.frozen(kw_only=True)
+@template("vicuna")
 class XTunerVicuna(XTunerTemplate):
     """XTuner's ``vicuna`` (Vicuna v1.1 style); answers end with the eos ``</s>``."""
 
@@ -162,14 +159,12 @@ class XTunerVicuna(XTunerTemplate):
     stop_words: tuple[str, ...] | None = stops("</s>")
 
 
-@register("wizardlm")
-@attrs.frozen(kw_only=True)
+@template("wizardlm")
 class XTunerWizardLM(XTunerVicuna):
     """XTuner's ``wizardlm``: the Vicuna format."""
 
 
-@register("baichuan_chat", "baichuan-chat")
-@attrs.frozen(kw_only=True)
+@template("baichuan_chat", "baichuan-chat")
 class XTunerBaichuanChat(XTunerTemplate):
     """XTuner's ``baichuan_chat``: ``<reserved_102>`` / ``<reserved_103>`` around the question."""
 
@@ -180,16 +175,14 @@ class XTunerBaichuanChat(XTunerTemplate):
     stop_words: tuple[str, ...] | None = stops("</s>")
 
 
-@register("baichuan2_chat", "baichuan2-chat", "baichuan2")
-@attrs.frozen(kw_only=True)
+@template("baichuan2_chat", "baichuan2-chat", "baichuan2")
 class XTunerBaichuan2Chat(XTunerBaichuanChat):
     """XTuner's ``baichuan2_chat``: ``<reserved_106>`` / ``<reserved_107>`` around the question."""
 
     instruction: str = _instruction("<reserved_106>{input}<reserved_107>")
 
 
-@register("chatglm2", "chatglm2-6b")
-@attrs.frozen(kw_only=True)
+@template("chatglm2", "chatglm2-6b")
 class XTunerChatGLM2(XTunerTemplate):
     """XTuner's ``chatglm2``: numbered rounds (``[Round n]``) from the session."""
 
