@@ -73,6 +73,24 @@ def template(name: str, *aliases: str, force: bool = False) -> Callable[[type], 
     return deco
 
 
+def defaults_class(template: Any, class_name: str, doc: str, **class_attrs: Any) -> type:
+    """A subclass of ``type(template)`` whose field defaults are ``template``'s values.
+
+    Registered under a name, it makes ``get_template(name)`` equal to
+    ``template`` while overrides work as for any template. It is slotted, as
+    the built-ins are: a dict-based subclass would be shadowed by their slots.
+    """
+    base = type(template)
+    defaults = {
+        a.name: attrs.field(
+            default=getattr(template, a.name), validator=a.validator, converter=a.converter, eq=a.eq, repr=a.repr
+        )
+        for a in attrs.fields(base)
+    }
+    return attrs.make_class(class_name, defaults, bases=(base,), frozen=True, kw_only=True, slots=True,
+                            class_body={"__doc__": doc, **class_attrs})
+
+
 def _owner(key: str) -> str | None:
     """The canonical template that ``key`` names (as a name or an alias), if any."""
     if key in CHAT_TEMPLATES.module_dict:
