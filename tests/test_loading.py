@@ -254,8 +254,7 @@ def test_template_and_chat_template_are_exclusive_and_one_is_required(conv_file)
 
 
 @oracle.needs_corpus
-def test_jinja_files_folders_and_json_load_through_lmchat_jinja(tmp_path):
-    pytest.importorskip("lmchat.interop.jinja", reason="lmchat.interop.jinja (JinjaTemplate) is not available yet")
+def test_jinja_files_folders_and_json_load_as_jinja_templates(tmp_path):
     text = oracle.template_text(template_class("qwen2.5").official)
     (tmp_path / "t.jinja").write_text(text, encoding="utf-8")
     write(tmp_path / "t.json", {"chat_template": text})

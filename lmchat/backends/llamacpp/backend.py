@@ -157,7 +157,8 @@ def _match(path: Path, model) -> str:
         return match_template(str(path))
     except ModelMatchError as exc:
         reason = exc
-    from ...interop.jinja import JinjaTemplate, register_jinja
+    from ...interop.jinja import JinjaTemplate
+    from ...interop.loading import register_template
 
     # the fields JinjaTemplate.from_gguf reads, from the metadata llama.cpp already parsed (gguf's reader
     # would parse the whole file again: seconds for a large one)
@@ -177,7 +178,7 @@ def _match(path: Path, model) -> str:
         raise BackendError(f"no built-in chat template matches {path.name} ({reason}) and its own chat template "
                            f"cannot be used ({exc}): pass template=NAME") from None
     name = f"gguf:{path.name}"
-    register_jinja(name, template, force=True)
+    register_template(name, template, force=True)
     return name
 
 
