@@ -112,6 +112,10 @@ class BaseTemplate:
     prefix_stable: ClassVar[bool] = False
     #: renders ``tools``, ``tool_calls`` and tool results as the official template does
     supports_tools: ClassVar[bool] = False
+    #: the syntax the model writes tool calls in (a name in :data:`lmchat.tools.FORMATS`)
+    tool_format: ClassVar[str] = "plain"
+    #: the model may open its answer with a ``<think>`` block
+    reasoning: ClassVar[bool] = False
 
     session_len: int = 2048
     top_p: float = 0.8

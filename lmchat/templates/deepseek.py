@@ -147,6 +147,7 @@ class DeepSeekV3(BaseTemplate):
     hf_special_tokens = TOKENS
     prefix_stable = True
     supports_tools = True
+    tool_format = "deepseek_v3"
     #: what precedes the second and later tool results of a conversation
     later_output: ClassVar[str] = "\n"
 
@@ -244,6 +245,7 @@ class DeepSeekR1(DeepSeekV3):
         "config.json max_position_embeddings 163840"
     )
     later_output = ""
+    reasoning = True
 
     top_p: float = 0.95
     temperature: float = 0.6
@@ -290,6 +292,7 @@ class DeepSeekR1Distill(DeepSeekV3):
         "context 131072 (Qwen2.5 and Llama 3.1 bases)"
     )
     prefix_stable = False
+    reasoning = True
 
     session_len: int = 131072
     top_p: float = 0.95

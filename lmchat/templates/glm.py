@@ -50,6 +50,7 @@ class ChatGLM3(BaseTemplate):
 
     official = "THUDM__chatglm3-6b"
     prefix_stable = True
+    tool_format = "chatglm3"
     hyperparameter_source = "ChatGLM3-6B's chat() defaults (top_p 0.8, temperature 0.8); 8K context"
 
     session_len: int = 8192
@@ -167,6 +168,7 @@ class GLM4(ChatGLM3):
     )
     prefix_stable = True
     supports_tools = True
+    tool_format = "glm4"
 
     session_len: int = 131072
     bos: str = "[gMASK]<sop>"

@@ -61,6 +61,7 @@ class Granite3(BaseTemplate):
     hf_special_tokens = {"eos_token": EOT}
     prefix_stable = True
     supports_tools = True
+    tool_format = "granite"
 
     session_len: int = 131072
     system: str = f"{START}system{END}"

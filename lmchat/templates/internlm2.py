@@ -74,6 +74,7 @@ class InternLM2(ChatML):
     """
 
     official = "internlm__internlm2-chat-7b"
+    tool_format = "internlm"
     hyperparameter_source = "LMDeploy's internlm2 template (session_len 32768, top_p 0.8, temperature 0.8)"
 
     session_len: int = 32768

@@ -187,6 +187,7 @@ class Llama3_1(Llama3):
     official = "meta-llama__Llama-3.1-8B-Instruct"
     hyperparameter_source = "Llama-3.1-8B-Instruct generation_config.json (temperature 0.6, top_p 0.9); 128K context"
     supports_tools = True
+    tool_format = "llama3_json"
     #: the template knows ``builtin_tools`` (``Tools:`` line, ``<|python_tag|>`` calls, ``<|eom_id|>``)
     builtin_tools_supported: ClassVar[bool] = True
 

@@ -38,6 +38,7 @@ class Falcon3(AffixTemplate):
     hf_special_tokens = {"eos_token": FALCON_EOS}
     prefix_stable = True
     supports_tools = True
+    tool_format = "hermes"
     roles = None  # unknown roles render nothing rather than raise
 
     session_len: int = 32768

@@ -117,6 +117,7 @@ class MistralV3(_MistralBase):
 
     official = "mistralai__Mistral-7B-Instruct-v0.3"
     supports_tools = True
+    tool_format = "mistral"
 
     user: str = "[INST] "
     eoh: str = "[/INST]"

@@ -46,6 +46,7 @@ class Phi4(AffixTemplate):
     official = "microsoft__phi-4"
     hyperparameter_source = "phi-4 model card: 16K context; sampling values not known, LMDeploy defaults"
     prefix_stable = True
+    reasoning = True  # Phi-4-reasoning writes phi-4's format
     other_roles = "skip"
 
     session_len: int = 16384

@@ -68,6 +68,7 @@ class Qwen2_5(ChatML):
     )
     roles = None
     supports_tools = True
+    tool_format = "hermes"
 
     session_len: int = 32768
     top_k: int | None = 20
@@ -118,6 +119,8 @@ class _QwenReasoning(ChatML):
     roles = None
     prefix_stable = False
     supports_tools = True
+    tool_format = "hermes"
+    reasoning = True
 
     session_len: int = 32768
     top_p: float = 0.95
