@@ -19,7 +19,7 @@ from .session import Delta, Session
 from .tools import ResponseStream, parse_response
 from .stops import StopMatcher
 from .interop.training import encode_for_training
-from .templates.base import AffixTemplate, BaseTemplate, Chat
+from .templates import AffixTemplate, BaseTemplate, Chat
 
 __version__ = "0.1.0"
 

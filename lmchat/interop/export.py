@@ -1,6 +1,6 @@
 """Export a built-in template as an equivalent Hugging Face Jinja ``chat_template``.
 
-Only *data* templates export: :class:`~lmchat.templates.base.AffixTemplate`
+Only *data* templates export: :class:`~lmchat.templates.affix.AffixTemplate`
 subclasses whose rendering is the Affix logic (per-role affixes, a default
 system prompt, the generation prompt) and XTuner templates. A template whose
 rendering is code (``header``/``piece``/``tail`` overridden) is refused with a
@@ -16,7 +16,8 @@ import json
 import string
 
 from ..errors import TemplateConfigError
-from ..templates.base import AffixTemplate, BaseTemplate
+from ..templates.affix import AffixTemplate
+from ..templates.base import BaseTemplate
 from ..templates.xtuner import XTunerTemplate
 
 #: methods whose override makes a template's rendering code rather than data

@@ -20,7 +20,8 @@ import attrs
 
 from ..errors import InvalidMessages, TemplateConfigError
 from .jinja_env import TemplateRenderError, compile_template, render_generation_spans, render_source
-from ..templates.base import BaseTemplate, Chat
+from ..templates.base import BaseTemplate
+from ..templates.chat import Chat
 
 __all__ = ["JinjaTemplate", "TemplateRenderError", "compile_template", "render_source"]
 

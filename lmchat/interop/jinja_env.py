@@ -23,7 +23,7 @@ import jinja2.utils
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from ..errors import InvalidMessages, LmchatError, TemplateConfigError, TemplateRuleError
-from ..templates.base import Chat
+from ..templates.chat import Chat
 
 
 class TemplateRenderError(InvalidMessages):

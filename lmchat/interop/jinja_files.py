@@ -7,7 +7,6 @@ processor's ``chat_template.json``) win over ``tokenizer_config.json``.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 

@@ -25,7 +25,8 @@ import attrs
 from ..errors import LmchatError, TemplateConfigError, UnknownTemplate
 from ..jsonfile import read_json
 from ..registry import canonical_name, defaults_class, get_template, register, template_class
-from ..templates.base import AffixTemplate, BaseTemplate
+from ..templates.affix import AffixTemplate
+from ..templates.base import BaseTemplate
 from ..templates.fields import with_overrides
 from ..templates.xtuner import XTUNER_KEYS, XTunerTemplate
 from .jinja_files import named_templates

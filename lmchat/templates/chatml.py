@@ -9,7 +9,8 @@ agent format, live in :mod:`.internlm2`.
 from __future__ import annotations
 
 from ..registry import template
-from .base import AffixTemplate, stops
+from .affix import AffixTemplate
+from .base import stops
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 

@@ -15,7 +15,9 @@ from typing import Any, ClassVar
 
 from ..errors import InvalidMessages
 from ..registry import template
-from .base import AffixTemplate, BaseTemplate, Chat, stops
+from .affix import AffixTemplate
+from .base import BaseTemplate, stops
+from .chat import Chat
 from .render_utils import jstr
 
 BOS, EOS = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"

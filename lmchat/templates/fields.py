@@ -19,7 +19,8 @@ import attrs
 
 from ..errors import LmchatError, TemplateConfigError
 from ..messages import normalize_messages
-from .base import SAMPLING_FIELDS, Chat
+from .base import SAMPLING_FIELDS
+from .chat import Chat
 
 #: fields a session reads rather than the renderer (``lead``) and labels: always accepted
 NOT_RENDERED = frozenset({"lead", "label", "hf_special_tokens"})

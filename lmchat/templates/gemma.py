@@ -17,15 +17,12 @@ from typing import Any, Mapping
 
 from ..errors import InvalidMessages, TemplateRuleError
 from ..registry import template
-from .base import AffixTemplate, Chat, check_alternation, stops
-from .render_utils import jstr
+from .affix import AffixTemplate
+from .base import stops
+from .chat import Chat
+from .render_utils import check_alternation, trimmed
 
 START, END = "<start_of_turn>", "<end_of_turn>"
-
-
-def _trimmed(item: Mapping[str, Any], key: str) -> str:
-    """``item[key] | trim``: Jinja's trim prints any value (a missing one as '')."""
-    return jstr(item[key]).strip() if key in item else ""
 
 
 @template("gemma", "gemma-it", "gemma-1.1")
@@ -59,7 +56,7 @@ class Gemma(AffixTemplate):
             raise TemplateRuleError("system-unsupported", "System role not supported", index=0, field="role")
         check_alternation(chat, i)
         prefix, suffix = self.affixes(chat.role(i))
-        return f"{prefix}{_trimmed(chat.messages[i], 'content')}{suffix}"
+        return f"{prefix}{trimmed(chat.messages[i], 'content')}{suffix}"
 
 
 @template("gemma2")
@@ -130,5 +127,5 @@ class Gemma3(Gemma):
             if kind == "image":
                 out.append("<start_of_image>")
             elif kind == "text":
-                out.append(_trimmed(part, "text"))
+                out.append(trimmed(part, "text"))
         return "".join(out)

@@ -20,7 +20,8 @@ from typing import Any
 from ..errors import InvalidMessages
 from ..messages import optional_text
 from ..registry import template
-from .base import BaseTemplate, Chat, stops
+from .base import BaseTemplate, stops
+from .chat import Chat
 from .render_utils import jstr, tojson
 from .toolcalls import call_arguments, call_function, functions, interpreter_code, is_interpreter_call
 

@@ -11,7 +11,8 @@ with the next turn's delta.
 from __future__ import annotations
 
 from ..registry import template
-from .base import BaseTemplate, Chat, stops
+from .base import BaseTemplate, stops
+from .chat import Chat
 from .render_utils import jstr, tojson
 
 START, END, EOT = "<|start_of_role|>", "<|end_of_role|>", "<|end_of_text|>"

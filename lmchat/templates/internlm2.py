@@ -34,7 +34,8 @@ from typing import Any
 
 from ..messages import optional_text
 from ..registry import template
-from .base import Chat, stops
+from .base import stops
+from .chat import Chat
 from .chatml import IM_END, ChatML
 from .render_utils import tojson
 from .toolcalls import (answered_call, call_arguments, call_function, functions, interpreter_code,

@@ -15,8 +15,10 @@ from typing import Any, ClassVar
 
 from ..errors import InvalidMessages, TemplateConfigError, TemplateRuleError
 from ..registry import template
-from .base import AffixTemplate, BaseTemplate, Chat, check_alternation, stops
-from .render_utils import jstr, tojson
+from .affix import AffixTemplate
+from .base import BaseTemplate, stops
+from .chat import Chat
+from .render_utils import check_alternation, jstr, tojson, trimmed
 
 BOT, EOT, EOM = "<|begin_of_text|>", "<|eot_id|>", "<|eom_id|>"
 MISSING = object()
@@ -36,11 +38,6 @@ TOOLS_IN_USER = (
 
 def block(role: str) -> str:
     return f"<|start_header_id|>{role}<|end_header_id|>\n\n"
-
-
-def trimmed(message: dict) -> str:
-    """What ``message['content'] | trim`` prints: Jinja's trim stringifies any value, a missing one is ''."""
-    return jstr(message["content"]).strip() if "content" in message else ""
 
 
 def string(value: Any, i: int, field: str) -> str:

@@ -13,7 +13,8 @@ next turn, so a whole-history rendering equals the concatenated deltas.
 from __future__ import annotations
 
 from ..registry import template
-from .base import AffixTemplate, BaseTemplate, stops
+from .affix import AffixTemplate
+from .base import BaseTemplate, stops
 
 INTERNLM_META = """You are an AI assistant whose name is InternLM (书生·浦语).
 - InternLM (书生·浦语) is a conversational language model that is developed by Shanghai AI Laboratory (上海人工智能实验室). It is designed to be helpful, honest, and harmless.

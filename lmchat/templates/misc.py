@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 from ..registry import template
-from .base import AffixTemplate, BaseTemplate, Chat, stops
+from .affix import AffixTemplate
+from .base import BaseTemplate, stops
+from .chat import Chat
 from .render_utils import jstr, tojson
 
 FALCON_EOS = "<|endoftext|>"

@@ -18,17 +18,13 @@ import attrs
 
 from ..errors import InvalidMessages, TemplateRuleError
 from ..registry import template
-from .base import BaseTemplate, Chat, check_alternation, stops
-from .render_utils import jstr, tojson
+from .base import BaseTemplate, stops
+from .chat import Chat
+from .render_utils import check_alternation, jstr, tojson, trimmed
 
 ALTERNATION = "After the optional system message, conversation roles must alternate user/assistant/user/assistant/..."
 ROLES = "Only user and assistant roles are supported, with the exception of an initial optional system message!"
 CALL_ID = "Tool call IDs should be alphanumeric strings with length 9!"
-
-
-def _trimmed(message: Mapping[str, Any]) -> str:
-    """``content | trim``: Jinja's trim prints any value (a missing one as '')."""
-    return jstr(message["content"]).strip() if "content" in message else ""
 
 
 @attrs.frozen(kw_only=True)
@@ -138,7 +134,7 @@ class MistralV3(_MistralBase):
         if "tool_calls" in message:  # any role but user
             return self._tool_calls(message, i)
         if role == "assistant":
-            return f"{self.lead}{_trimmed(message)}{self.separator}"
+            return f"{self.lead}{trimmed(message)}{self.separator}"
         if role in ("tool", "tool_results"):
             content = message.get("content", "")  # a missing content prints as nothing
             if isinstance(content, Mapping) and "content" in content:

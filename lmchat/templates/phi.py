@@ -9,7 +9,9 @@ assistant are skipped, as the official templates skip them.
 from __future__ import annotations
 
 from ..registry import template
-from .base import AffixTemplate, Chat, stops
+from .affix import AffixTemplate
+from .base import stops
+from .chat import Chat
 
 
 @template("phi3", "phi-3", "phi3_chat")

@@ -15,7 +15,8 @@ import attrs
 
 from ..errors import InvalidMessages
 from ..registry import template
-from .base import Chat, stops
+from .base import stops
+from .chat import Chat
 from .chatml import IM_END, IM_START, ChatML
 from .render_utils import jstr, tojson
 

@@ -14,7 +14,8 @@ import attrs
 
 from ..errors import InvalidMessages, TemplateConfigError
 from ..registry import defaults_class, register
-from .base import BaseTemplate, Chat
+from .base import BaseTemplate
+from .chat import Chat
 
 #: the XTuner keys that are ``str.format`` templates: placeholder required, sample arguments
 FORMATS = {"SYSTEM": ("system", {"system": ""}), "INSTRUCTION": ("input", {"input": "", "round": 1})}

@@ -8,7 +8,9 @@ reset.
 from __future__ import annotations
 
 from ..registry import template
-from .base import AffixTemplate, Chat, stops
+from .affix import AffixTemplate
+from .base import stops
+from .chat import Chat
 
 EOS = "</s>"
 
