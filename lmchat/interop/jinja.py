@@ -19,9 +19,9 @@ from typing import Any, ClassVar, Mapping
 import attrs
 
 from ..errors import InvalidMessages, TemplateConfigError
-from .jinja_env import TemplateRenderError, compile_template, render_generation_spans, render_source
 from ..templates.base import BaseTemplate
 from ..templates.chat import Chat
+from .jinja_env import TemplateRenderError, compile_template, render_generation_spans, render_source
 
 __all__ = ["JinjaTemplate", "TemplateRenderError", "compile_template", "render_source"]
 
