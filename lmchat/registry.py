@@ -119,9 +119,9 @@ def template_class(name: str) -> type:
 
 def get_template(name: str, **overrides: Any):
     """An instance of the template registered as ``name`` (or an alias), with overrides."""
-    from .templates.fields import with_overrides  # rendering probes: loaded with the first override
+    from .templates.fields import with_overrides  # the templates import this module: import at call time
 
-    return with_overrides(template_class(name), overrides)
+    return with_overrides(template_class(name)(), overrides)
 
 
 def template_names() -> list[str]:

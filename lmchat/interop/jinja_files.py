@@ -1,9 +1,8 @@
 """Read a chat template and its model's settings from a Hugging Face folder or a GGUF file.
 
 Both readers return :class:`~lmchat.interop.jinja.JinjaTemplate` keyword arguments.
-Template precedence in a folder follows transformers: separate template files
-(``chat_template.jinja`` plus ``additional_chat_templates/*.jinja``, then the
-processor's ``chat_template.json``) win over ``tokenizer_config.json``.
+Which template files of a folder count is transformers' rule (:func:`shipped_templates`),
+which fingerprint matching reads too.
 """
 from __future__ import annotations
 

@@ -128,7 +128,7 @@ def template_from_lmdeploy_config(data: dict, source: str | None = None) -> Base
             field=given[0],
             source=source,
         )
-    return with_overrides(cls, fields, source)
+    return with_overrides(cls(), fields, source)
 
 
 def template_from_xtuner(data: dict, source: str | None = None) -> XTunerTemplate:

@@ -69,29 +69,27 @@ def renders_system(base) -> bool:
     return _renderings(base)[0] is not None
 
 
-def with_overrides(base, overrides: Mapping[str, Any], source: str | None = None):
-    """A template with field overrides, every one checked; ``base`` is a template, or a class for its defaults.
+def with_overrides(template, overrides: Mapping[str, Any], source: str | None = None):
+    """``template`` with field overrides, every one checked.
 
     An unknown field, a value the field refuses, or a field the template would
     ignore is a :class:`TemplateConfigError` naming the field (and ``source``).
     """
-    cls, template = (base, None) if isinstance(base, type) else (type(base), base)
     if not overrides:
-        return cls() if template is None else template
-    name = (cls.registered_name or cls.__name__) if template is None else template.name
-    known = {a.name for a in attrs.fields(cls)}
+        return template
+    known = {a.name for a in attrs.fields(type(template))}
     for key in overrides:
         if key not in known:
-            reason = f"unknown field for template {name!r} (fields: {', '.join(sorted(known))})"
+            reason = f"unknown field for template {template.name!r} (fields: {', '.join(sorted(known))})"
             raise TemplateConfigError(reason, field=key, source=source)
     try:
-        result = cls(**overrides) if template is None else attrs.evolve(template, **overrides)
+        evolved = attrs.evolve(template, **overrides)
     except TemplateConfigError:
         raise
     except (TypeError, ValueError) as exc:
-        raise TemplateConfigError(str(exc), source=source or f"template {name!r}") from exc
-    check_overrides(cls() if template is None else template, overrides, source)
-    return result
+        raise TemplateConfigError(str(exc), source=source or f"template {template.name!r}") from exc
+    check_overrides(template, overrides, source)
+    return evolved
 
 
 def check_overrides(base, overrides: Mapping[str, Any], source: str | None = None) -> None:
