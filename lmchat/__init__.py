@@ -11,15 +11,15 @@ from .errors import (
     TemplateRuleError,
     UnknownTemplate,
 )
-from .loading import load_template, register_template
-from .jinja import JinjaTemplate
-from .matching import match_template
+from .interop.loading import load_template, register_template
+from .interop.jinja import JinjaTemplate
+from .interop.matching import match_template
 from .registry import CHAT_TEMPLATES, get_template, template_names
 from .session import Delta, Session
 from .tools import ResponseStream, parse_response
 from .stops import StopMatcher
-from .training import encode_for_training
-from .templates.base import AffixTemplate, BaseTemplate, Chat
+from .interop.training import encode_for_training
+from .templates import AffixTemplate, BaseTemplate, Chat
 
 __version__ = "0.1.0"
 

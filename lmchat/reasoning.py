@@ -17,7 +17,7 @@ from .tools.think import ThinkSplitter
 def split_reasoning(template: Any, text: str, *, prompt_opened: bool | None = None) -> tuple[str | None, str]:
     """``(reasoning_content, content)`` of an answer; reasoning is None when there is none.
 
-    Templates whose models do not reason (see ``lmchat.tools.TEMPLATE_FORMATS``)
+    Templates whose models do not reason (their class's ``reasoning`` is False)
     return the text unchanged as content. ``prompt_opened``: whether the
     generation prompt left ``<think>`` open (default: the template says, e.g. QwQ).
     """

@@ -1,10 +1,17 @@
 """The template registry: canonical names, aliases, and look-up by name.
 
-``CHAT_TEMPLATES`` is an mmengine :class:`Registry`; its ``locations`` make the
-first look-up import :mod:`lmchat.templates`, which registers the built-ins.
+``CHAT_TEMPLATES`` is an mmengine :class:`Registry`. lmchat reads it through
+its public ``module_dict`` and fills it through ``register_module``, never
+through ``Registry.get`` (nor ``in``, which calls ``get``): ``get`` logs every
+look-up through MMLogger, which imports torch when it is installed (a second
+of start-up), and ``lmchat render`` must start fast. For the same reason the
+built-ins are imported by :func:`_ensure_loaded` rather than by mmengine's
+``locations`` mechanism, which logs the same way; ``locations`` stays declared
+so that ``CHAT_TEMPLATES.get(name)``, used from mmengine code, finds them too.
 """
 from __future__ import annotations
 
+import functools
 import importlib
 from typing import Any, Callable, TypeVar
 
@@ -22,7 +29,7 @@ T = TypeVar("T", bound=type)
 
 
 def register(name: str, *aliases: str, force: bool = False) -> Callable[[T], T]:
-    """Class decorator: register a template under ``name`` and its aliases.
+    """Class decorator: register a template class under ``name`` and its aliases.
 
     A name or alias already in use is an error unless ``force=True``: a user's
     template must never silently replace a built-in (or shadow it through an
@@ -53,6 +60,37 @@ def register(name: str, *aliases: str, force: bool = False) -> Callable[[T], T]:
     return deco
 
 
+def template(name: str, *aliases: str, force: bool = False) -> Callable[[type], type]:
+    """Class decorator declaring a template: a frozen attrs class, registered under ``name`` and its aliases.
+
+    The attrs class is made first: it is a new class, and it is the one the
+    registry must hold.
+    """
+
+    def deco(cls: type) -> type:
+        return register(name, *aliases, force=force)(attrs.frozen(kw_only=True)(cls))
+
+    return deco
+
+
+def defaults_class(template: Any, class_name: str, doc: str, **class_attrs: Any) -> type:
+    """A subclass of ``type(template)`` whose field defaults are ``template``'s values.
+
+    Registered under a name, it makes ``get_template(name)`` equal to
+    ``template`` while overrides work as for any template. It is slotted, as
+    the built-ins are: a dict-based subclass would be shadowed by their slots.
+    """
+    base = type(template)
+    defaults = {
+        a.name: attrs.field(
+            default=getattr(template, a.name), validator=a.validator, converter=a.converter, eq=a.eq, repr=a.repr
+        )
+        for a in attrs.fields(base)
+    }
+    return attrs.make_class(class_name, defaults, bases=(base,), frozen=True, kw_only=True, slots=True,
+                            class_body={"__doc__": doc, **class_attrs})
+
+
 def _owner(key: str) -> str | None:
     """The canonical template that ``key`` names (as a name or an alias), if any."""
     if key in CHAT_TEMPLATES.module_dict:
@@ -60,26 +98,19 @@ def _owner(key: str) -> str | None:
     return ALIASES.get(key)
 
 
+@functools.cache
 def _ensure_loaded() -> None:
-    """Import the built-ins once.
-
-    Done here rather than by ``Registry.import_from_location``, which logs
-    through MMLogger and so imports torch (a second of start-up) when it is
-    installed; ``lmchat render`` must start fast.
-    """
-    if not CHAT_TEMPLATES._imported:
-        CHAT_TEMPLATES._imported = True
-        importlib.import_module("lmchat.templates")
+    """Import the built-ins, once (re-entered while they register: the import is then under way)."""
+    importlib.import_module("lmchat.templates")
 
 
 def canonical_name(name: str) -> str:
     """Resolve an alias; raise :class:`UnknownTemplate` for unknown names."""
     _ensure_loaded()
-    if name in CHAT_TEMPLATES.module_dict:
-        return name
-    if name in ALIASES:
-        return ALIASES[name]
-    raise UnknownTemplate(name, list(CHAT_TEMPLATES.module_dict) + list(ALIASES))
+    owner = _owner(name)
+    if owner is None:
+        raise UnknownTemplate(name, list(CHAT_TEMPLATES.module_dict) + list(ALIASES))
+    return owner
 
 
 def template_class(name: str) -> type:
@@ -88,24 +119,9 @@ def template_class(name: str) -> type:
 
 def get_template(name: str, **overrides: Any):
     """An instance of the template registered as ``name`` (or an alias), with overrides."""
-    cls = template_class(name)
-    known = {a.name for a in attrs.fields(cls)}
-    for key in overrides:
-        if key not in known:
-            raise TemplateConfigError(
-                f"unknown field for template {name!r} (fields: {', '.join(sorted(known))})", field=key
-            )
-    try:
-        template = cls(**overrides)
-    except (TypeError, ValueError) as exc:
-        if isinstance(exc, TemplateConfigError):
-            raise
-        raise TemplateConfigError(str(exc), source=f"template {name!r}") from exc
-    if overrides:
-        from .templates.fields import check_overrides  # rendering probes, once per template value
+    from .templates.fields import with_overrides  # the templates import this module: import at call time
 
-        check_overrides(cls(), overrides)
-    return template
+    return with_overrides(template_class(name)(), overrides)
 
 
 def template_names() -> list[str]:

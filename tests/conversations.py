@@ -4,7 +4,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 # the fixed battery lives in the package (``lmchat check`` uses it too); tests add strategies
-from lmchat.battery import PLAIN, REASONING, TOOL_CONVERSATIONS, TOOLS, TRICKY, a, call, s, tool, u  # noqa: F401
+from lmchat.interop.battery import PLAIN, REASONING, TOOL_CONVERSATIONS, TOOLS, TRICKY, a, call, s, tool, u  # noqa: F401
 
 
 def text_strategy():

@@ -15,7 +15,7 @@ import pytest
 import lmchat
 from lmchat import Session, get_template, parse_response
 from lmchat.errors import TemplateConfigError, TemplateRuleError
-from lmchat.export import export_problem
+from lmchat.interop.export import export_problem
 
 ALL = lmchat.template_names()
 CHAT = [n for n in ALL if get_template(n).capability == "chat"]
@@ -108,9 +108,9 @@ def test_export_renders_what_the_template_renders_or_says_why_not(name):
     problem = export_problem(t)
     if problem:
         with pytest.raises(TemplateConfigError):
-            lmchat.export.export_jinja(t)
+            lmchat.interop.export.export_jinja(t)
         return
-    twin = lmchat.JinjaTemplate(chat_template=lmchat.export.export_jinja(t), special_tokens={"bos_token": t.bos})
+    twin = lmchat.JinjaTemplate(chat_template=lmchat.interop.export.export_jinja(t), special_tokens={"bos_token": t.bos})
     for generation_prompt in (True, False):
         messages = conversation(t)
         assert twin.messages2prompt(messages, add_generation_prompt=generation_prompt, date=DATE) == \

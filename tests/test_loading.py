@@ -11,7 +11,7 @@ import pytest
 import lmchat
 from lmchat import Session, get_template, load_template, register_template
 from lmchat.errors import TemplateConfigError, UnknownTemplate
-from lmchat.loading import template_from_lmdeploy_config, template_from_xtuner
+from lmchat.interop.loading import template_from_lmdeploy_config, template_from_xtuner
 from lmchat.registry import ALIASES, CHAT_TEMPLATES, template_class
 
 from . import oracle
@@ -254,8 +254,7 @@ def test_template_and_chat_template_are_exclusive_and_one_is_required(conv_file)
 
 
 @oracle.needs_corpus_for("loads the official template text from files")
-def test_jinja_files_folders_and_json_load_through_lmchat_jinja(tmp_path):
-    pytest.importorskip("lmchat.jinja", reason="lmchat.jinja (JinjaTemplate) is not available yet")
+def test_jinja_files_folders_and_json_load_as_jinja_templates(tmp_path):
     text = oracle.template_text(template_class("qwen2.5").official)
     (tmp_path / "t.jinja").write_text(text, encoding="utf-8")
     write(tmp_path / "t.json", {"chat_template": text})

@@ -15,8 +15,8 @@ from collections import defaultdict
 import pytest
 
 from lmchat import ModelMatchError, match_template
-from lmchat.fingerprints import OFFICIAL_TEXTS, fingerprint, templates_with_fingerprint
-from lmchat.matching import explain_match
+from lmchat.interop.fingerprints import OFFICIAL_TEXTS, fingerprint, templates_with_fingerprint
+from lmchat.interop.matching import explain_match
 from lmchat.registry import template_class, template_names
 
 from . import oracle
@@ -47,7 +47,7 @@ def test_fingerprint_table_is_recomputed_from_the_corpus():
         by_digest[fingerprint(oracle.template_text(path.stem))].append(path.stem)
     claimed = {template_class(n).official for n in template_names() if "official" in vars(template_class(n))}
     expected = {d: tuple(stems) for d, stems in by_digest.items() if claimed & set(stems)}
-    assert OFFICIAL_TEXTS == expected, "regenerate lmchat/fingerprints.py:\n" + "\n".join(
+    assert OFFICIAL_TEXTS == expected, "regenerate lmchat/interop/fingerprints.py:\n" + "\n".join(
         f"    {d!r}: {stems!r}," for d, stems in sorted(expected.items(), key=lambda kv: kv[1][0].lower())
     )
     # the corpus files are the ones SOURCES.md documents (raw sha256, first 16 hex digits)

@@ -255,8 +255,9 @@ def test_agent_format_renderings_parse_back(name, interpreter):
         assert (parsed.content, calls(parsed), parsed.errors) == (message["content"], expected, [])
 
 
-def test_every_mapped_template_exists():
-    assert set(lmchat.tools.TEMPLATE_FORMATS) <= set(lmchat.template_names())
+def test_every_template_names_a_known_format():
+    for name in lmchat.template_names():
+        assert lmchat.tools.response_format(name).tools in lmchat.tools.FORMATS, name
 
 
 @pytest.mark.parametrize("fmt, call", [

@@ -7,7 +7,6 @@ import lmchat
 from lmchat import ResponseStream, parse_response
 from lmchat.reasoning import split_reasoning
 from lmchat.tools import (
-    TEMPLATE_FORMATS,
     ReasoningDelta,
     ResponseFormat,
     collect,
@@ -41,7 +40,7 @@ def test_templates_say_whether_their_prompt_opens_the_block():
 
 
 def test_reasoning_templates_are_known():
-    thinking = sorted(name for name, fmt in TEMPLATE_FORMATS.items() if fmt.reasoning)
+    thinking = [name for name in lmchat.template_names() if response_format(name).reasoning]
     assert thinking == ["deepseek-r1", "deepseek-r1-distill", "phi4", "qwen3", "qwq"]
     assert response_format("deepseek_r1") == response_format(lmchat.get_template("deepseek-r1"))
 

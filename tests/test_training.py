@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from lmchat import get_template
-from lmchat.training import IGNORE_INDEX, encode_for_training
+from lmchat.interop.training import IGNORE_INDEX, encode_for_training
 from lmchat.session.tokens import codec_for, encode_prompt
 
 from . import tokenizers_fixtures as tf
@@ -74,7 +74,7 @@ def test_generation_blocks_give_transformers_assistant_mask(stem):
 
     if not oracle.AVAILABLE:
         pytest.skip(f"masks the official template text {stem} ({{% generation %}} blocks): {oracle.SKIP_REASON}")
-    from lmchat.jinja import JinjaTemplate
+    from lmchat.interop.jinja import JinjaTemplate
 
     tok = tf.smollm2()
     source = oracle.template_text(stem)

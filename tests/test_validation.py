@@ -114,7 +114,7 @@ TOKENIZERS = ("smollm2", "deepseek", "spm-legacy", "spm")
 def test_content_never_adds_structural_special_ids(name, tokenizer, codecs, data):
     """Content stuffed with marker strings: the engine holds only the control ids the template wrote
     (and, in answers, the model's own output markup)."""
-    from lmchat.templates.base import Chat
+    from lmchat.templates.chat import Chat
 
     codec = codecs[tokenizer]
     template = lmchat.get_template(name)

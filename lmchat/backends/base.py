@@ -8,6 +8,7 @@ import attrs
 from ..errors import ConfigError
 from ..extras import load
 from ..session import Delta, Session
+from ..templates.base import DEFAULT_SAMPLING
 
 #: backend name -> "module:factory" (imported only when chosen)
 BACKENDS = {
@@ -26,10 +27,10 @@ BACKEND_EXTRAS = {"llamacpp": "local", "hf": "hf", "remote": "remote"}
 class SamplingParams:
     """Sampling for one turn; defaults come from the template's bundled values."""
 
-    temperature: float = 0.8
-    top_p: float = 0.8
-    top_k: int | None = None
-    repetition_penalty: float = 1.0
+    temperature: float = DEFAULT_SAMPLING["temperature"]
+    top_p: float = DEFAULT_SAMPLING["top_p"]
+    top_k: int | None = DEFAULT_SAMPLING["top_k"]
+    repetition_penalty: float = DEFAULT_SAMPLING["repetition_penalty"]
     max_new_tokens: int = 512
     stop: tuple[str, ...] = ()
     seed: int | None = None

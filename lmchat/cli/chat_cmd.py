@@ -14,7 +14,7 @@ from ..repl.conversation import Conversation
 from ..paths import data_dir
 from ..repl.history import default_store_path, input_history
 from ..repl.rendering import PlainOutput, RichOutput
-from ..loading import saveable
+from ..interop.loading import saveable
 from ..session.edits import restored
 from ..session import DRIFT_POLICIES, Session
 from ..stores import VERSION_KEY, open_store

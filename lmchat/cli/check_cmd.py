@@ -22,9 +22,13 @@ def add_arguments(p) -> None:
 
 def jinja_side(builtin, path: Path, bos: str | None, eos: str | None):
     """The template at ``path``; a bare .jinja file borrows the built-in's special tokens unless given."""
-    from ..jinja import load_jinja
+    from ..errors import TemplateConfigError
+    from ..interop.jinja import JinjaTemplate
+    from ..interop.loading import load_template_path
 
-    candidate = load_jinja(path)
+    candidate = load_template_path(str(path))
+    if not isinstance(candidate, JinjaTemplate):
+        raise TemplateConfigError("not a Jinja chat template", source=str(path))
     tokens = {}
     if not path.is_dir() and path.suffix.lower() != ".gguf":  # a folder or GGUF brings its own tokens
         tokens.update(type(builtin).hf_special_tokens)
@@ -35,7 +39,7 @@ def jinja_side(builtin, path: Path, bos: str | None, eos: str | None):
 
 
 def run(args) -> int:
-    from ..battery import first_difference
+    from ..interop.battery import first_difference
     from ..registry import get_template
 
     builtin = get_template(args.template)

@@ -17,7 +17,7 @@ def add_template_arguments(parser, required: bool = True) -> None:
 def resolve_template(args):
     """The template the parsed arguments name."""
     if args.chat_template is not None:
-        from ..loading import load_template_path
+        from ..interop.loading import load_template_path
 
         return load_template_path(args.chat_template)
     from ..registry import get_template

@@ -16,7 +16,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from ..export import export_jinja
+    from ..interop.export import export_jinja
     from ..registry import get_template
 
     text = export_jinja(get_template(args.template))

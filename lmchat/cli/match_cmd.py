@@ -12,7 +12,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from ..matching import explain_match
+    from ..interop.matching import explain_match
 
     match = explain_match(args.model)
     if args.json:

@@ -5,7 +5,8 @@ import datetime as dt
 import json
 import sys
 
-from ..errors import InvalidMessages, ConfigError
+from ..errors import ConfigError, InvalidMessages
+from ..jsonfile import read_json
 from .common import add_template_arguments, resolve_template
 
 
@@ -28,16 +29,6 @@ def add_arguments(p) -> None:
         action="store_true",
         help="replay the conversation in a session and print the per-turn deltas as JSON",
     )
-
-
-def _load_json(path: str, what: str):
-    try:
-        if path == "-":
-            return json.load(sys.stdin)
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except json.JSONDecodeError as exc:
-        raise InvalidMessages(f"{what} file {path!r} is not valid JSON: {exc}") from None
 
 
 def _date(text: str | None) -> dt.date | None:
@@ -95,7 +86,7 @@ def replay(template, messages, *, tools=None, date=None, template_kwargs=None) -
 
 def run(args) -> int:
     template = resolve_template(args)
-    data = _load_json(args.messages, "messages")
+    data = read_json(args.messages)
     tools = None
     if isinstance(data, dict):
         tools = data.get("tools")
@@ -103,7 +94,7 @@ def run(args) -> int:
     if not isinstance(data, list):
         raise InvalidMessages("the messages file must hold a JSON list of messages")
     if args.tools:
-        tools = _load_json(args.tools, "tools")
+        tools = read_json(args.tools)
     _validate(data, tools)
     date, kwargs = _date(args.date), _kwargs(args.kwargs)
     if args.deltas:

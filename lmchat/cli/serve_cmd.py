@@ -81,7 +81,7 @@ def run(args) -> int:
         from ..serve.timeouts import protocol
     from ..manager import SessionManager
     from ..registry import get_template
-    from ..loading import saveable
+    from ..interop.loading import saveable
     from ..stores import open_store
 
     keys = list(args.api_key) + [k for k in os.environ.get(KEYS_ENV, "").split(",") if k.strip()]

@@ -10,7 +10,7 @@ from typing import Callable
 import attrs
 
 from ..errors import LmchatError
-from ..loading import load_template, saveable
+from ..interop.loading import load_template, saveable
 from ..paths import data_dir
 from . import settings
 from .conversation import Conversation, describe_delta

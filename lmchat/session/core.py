@@ -20,6 +20,7 @@ from ..errors import ConfigError, SessionError
 from ..messages import Message, flatten_text, normalize_messages
 from ..registry import get_template
 from ..templates.base import BaseTemplate, Chat
+from ..templates.chat import as_date
 from . import commits, overflow, patches, reopening, snapshot
 from .planning import Frame, next_plan
 from .state import Delta, Held, Plan
@@ -76,9 +77,7 @@ class Session:
 
             self._codec = codec_for(tokenizer)
         self.session_id = session_id or uuid.uuid4().hex
-        if isinstance(date, _dt.datetime):
-            date = date.date()
-        self.date = date or _dt.date.today()  # frozen so the prompt prefix never changes at midnight
+        self.date = as_date(date) or _dt.date.today()  # frozen so the prompt prefix never changes at midnight
         self.template_kwargs: dict[str, Any] = dict(template_kwargs or {})
         self._chat = Chat([], tools=None if tools is None else list(tools), date=self.date, kwargs=self.template_kwargs)
         if system is None:

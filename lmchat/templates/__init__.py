@@ -6,7 +6,9 @@ family is one new file; nothing else needs editing.
 import importlib
 import pkgutil
 
-from .base import AffixTemplate, BaseTemplate, Chat
+from .affix import AffixTemplate
+from .base import BaseTemplate
+from .chat import Chat
 
 for _mod in pkgutil.iter_modules(__path__):
     if not _mod.name.startswith("_") and _mod.name not in ("base", "render_utils"):

@@ -15,58 +15,21 @@ query, a system prompt moved to the last user turn) says so by overriding it.
 from __future__ import annotations
 
 import datetime as _dt
+from types import MappingProxyType
 from typing import Any, ClassVar, Mapping, Sequence
 
 import attrs
 
 from ..errors import InvalidMessages, TemplateConfigError, TemplateRuleError
-from ..messages import Message, normalize_messages, text
+from ..messages import normalize_messages
 from . import continued
+from .chat import Chat
 
 SAMPLING_FIELDS = ("session_len", "top_p", "top_k", "temperature", "repetition_penalty", "stop_words", "capability")
-
-
-@attrs.define(slots=True)
-class Chat:
-    """One conversation as a template sees it: normalised messages plus render options.
-
-    A session keeps one ``Chat`` and appends to ``messages``; the cached round
-    numbers grow with it, so asking for the round of the newest message is O(1).
-    """
-
-    messages: list[Message]
-    tools: list[dict] | None = None
-    add_generation_prompt: bool = True
-    date: _dt.date | None = None
-    kwargs: Mapping[str, Any] = attrs.field(factory=dict)
-    _rounds: list[int] = attrs.field(factory=list, repr=False)
-
-    def role(self, i: int) -> str | None:
-        """Role of message ``i``, or None outside the conversation."""
-        if 0 <= i < len(self.messages):
-            return self.messages[i]["role"]
-        return None
-
-    def round(self, i: int) -> int:
-        """1-based number of user turns up to and including message ``i``."""
-        rounds = self._rounds
-        if len(rounds) > len(self.messages):  # messages were dropped (undo/truncate)
-            del rounds[len(self.messages):]
-        while len(rounds) <= i:
-            j = len(rounds)
-            prev = rounds[-1] if rounds else 0
-            rounds.append(prev + (self.messages[j]["role"] == "user"))
-        return rounds[i]
-
-    def forget_rounds(self) -> None:
-        """Drop cached round numbers (messages were removed before the end)."""
-        self._rounds.clear()
-
-    def today(self) -> _dt.date:
-        return self.date or _dt.date.today()
-
-    def text(self, i: int, field: str = "content") -> str:
-        return text(self.messages[i], i, field)
+#: LMDeploy's sampling defaults: what a template whose model publishes none bundles, and a turn that sets none uses
+DEFAULT_SAMPLING: Mapping[str, Any] = MappingProxyType(
+    {"top_p": 0.8, "top_k": None, "temperature": 0.8, "repetition_penalty": 1.0}
+)
 
 
 def _stop_words(value):
@@ -112,12 +75,16 @@ class BaseTemplate:
     prefix_stable: ClassVar[bool] = False
     #: renders ``tools``, ``tool_calls`` and tool results as the official template does
     supports_tools: ClassVar[bool] = False
+    #: the syntax the model writes tool calls in (a name in :data:`lmchat.tools.FORMATS`)
+    tool_format: ClassVar[str] = "plain"
+    #: the model may open its answer with a ``<think>`` block
+    reasoning: ClassVar[bool] = False
 
     session_len: int = 2048
-    top_p: float = 0.8
-    top_k: int | None = None
-    temperature: float = 0.8
-    repetition_penalty: float = 1.0
+    top_p: float = DEFAULT_SAMPLING["top_p"]
+    top_k: int | None = DEFAULT_SAMPLING["top_k"]
+    temperature: float = DEFAULT_SAMPLING["temperature"]
+    repetition_penalty: float = DEFAULT_SAMPLING["repetition_penalty"]
     capability: str = attrs.field(default="chat", validator=_capability)
     stop_words: tuple[str, ...] | None = attrs.field(default=None, converter=_stop_words)
 
@@ -192,8 +159,6 @@ class BaseTemplate:
         date: _dt.date | None = None,
         **template_kwargs: Any,
     ) -> Chat:
-        if isinstance(date, _dt.datetime):
-            date = date.date()
         messages = normalize_messages(messages)
         default = self.default_system
         if default is not None and (not messages or messages[0]["role"] != "system"):
@@ -325,63 +290,3 @@ class BaseTemplate:
 
         check_overrides(self, changes)
         return attrs.evolve(self, **changes)
-
-
-@attrs.frozen(kw_only=True)
-class AffixTemplate(BaseTemplate):
-    """Templates whose every message is ``prefix + content + suffix`` by role.
-
-    The header is ``bos`` plus, when the conversation does not open with a
-    system message and ``meta_instruction`` is set, the default system prompt.
-    An assistant message ends with ``eoa + separator``.
-    """
-
-    #: roles this template renders (None: any role, see ``affixes``)
-    roles: ClassVar[tuple[str, ...] | None] = ("system", "user", "assistant")
-    #: what happens to other roles: 'raise' an error, or 'skip' them silently as some official templates do
-    other_roles: ClassVar[str] = "raise"
-    #: strip whitespace around content, as templates with ``| trim`` do
-    strip_content: ClassVar[bool] = False
-
-    def header(self, chat: Chat) -> str:
-        if self.meta_instruction is not None and chat.role(0) != "system":
-            return f"{self.bos}{self.system}{self.meta_instruction}{self.eosys}"
-        return self.bos
-
-    def affixes(self, role: str) -> tuple[str, str]:
-        if role == "system":
-            return self.system, self.eosys
-        if role == "user":
-            return self.user, self.eoh
-        if role == "assistant":
-            return self.assistant, self.eoa + self.separator
-        raise KeyError(role)
-
-    def piece(self, chat: Chat, i: int) -> str:
-        role = chat.messages[i]["role"]
-        if self.roles is not None and role not in self.roles:
-            if self.other_roles == "skip":
-                return ""
-            raise InvalidMessages(
-                f"role {role!r} is not supported by template {self.name!r} (supported: {', '.join(self.roles)})",
-                index=i,
-                field="role",
-            )
-        prefix, suffix = self.affixes(role)
-        content = chat.text(i)
-        if self.strip_content:
-            content = content.strip()
-        return f"{prefix}{content}{suffix}"
-
-
-ALTERNATION = "Conversation roles must alternate user/assistant/user/assistant/..."
-
-
-def check_alternation(chat: Chat, i: int, first: int = 0, message: str = ALTERNATION) -> None:
-    """The rule of Llama-2/Mistral/Gemma templates: user at even positions (from ``first``), else assistant.
-
-    Official templates test ``(role == 'user') != (loop.index0 % 2 == 0)``; only
-    the position matters, so the check is local to the message.
-    """
-    if (chat.role(i) == "user") != ((i - first) % 2 == 0):
-        raise TemplateRuleError("alternation", message, index=i, field="role")

@@ -8,16 +8,14 @@ agent format, live in :mod:`.internlm2`.
 """
 from __future__ import annotations
 
-import attrs
-
-from ..registry import register
-from .base import AffixTemplate, stops
+from ..registry import template
+from .affix import AffixTemplate
+from .base import stops
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 
 
-@register("chatml")
-@attrs.frozen(kw_only=True)
+@template("chatml")
 class ChatML(AffixTemplate):
     """Plain ChatML: any role name, no default system prompt."""
 
@@ -39,8 +37,7 @@ class ChatML(AffixTemplate):
         return f"{IM_START}{role}\n", f"{IM_END}\n"
 
 
-@register("qwen", "qwen_chat", "qwen1.5", "qwen2", "qwen-chat", "qwen-7b", "qwen-14b")
-@attrs.frozen(kw_only=True)
+@template("qwen", "qwen_chat", "qwen1.5", "qwen2", "qwen-chat", "qwen-7b", "qwen-14b")
 class Qwen(ChatML):
     """Qwen1.5 / Qwen2: ChatML with a default system prompt."""
 
@@ -59,8 +56,7 @@ class Qwen(ChatML):
     stop_words: tuple[str, ...] | None = stops(IM_END, "<|endoftext|>")
 
 
-@register("yi", "yi-chat", "yi-34b-chat", "yi-6b-chat")
-@attrs.frozen(kw_only=True)
+@template("yi", "yi-chat", "yi-34b-chat", "yi-6b-chat")
 class Yi(ChatML):
     """Yi-Chat: ChatML, no default system prompt, no bos."""
 
@@ -72,8 +68,7 @@ class Yi(ChatML):
     stop_words: tuple[str, ...] | None = stops(IM_END, "<|endoftext|>")
 
 
-@register("smollm2", "smollm", "smollm2-instruct")
-@attrs.frozen(kw_only=True)
+@template("smollm2", "smollm", "smollm2-instruct")
 class SmolLM2(ChatML):
     """SmolLM2-Instruct: ChatML with SmolLM's default system prompt."""
 
@@ -87,12 +82,12 @@ class SmolLM2(ChatML):
     stop_words: tuple[str, ...] | None = stops(IM_END, "<|endoftext|>")
 
 
-@register("hermes3", "hermes-3", "hermes2-pro", "hermes")
-@attrs.frozen(kw_only=True)
+@template("hermes3", "hermes-3", "hermes2-pro", "hermes")
 class Hermes3(ChatML):
     """Hermes-3-Llama-3.1: ChatML after Llama 3's bos, with a default system prompt."""
 
     official = "NousResearch__Hermes-3-Llama-3.1-8B"
+    tool_format = "hermes"
     hyperparameter_source = "Hermes-3 model card (Llama 3.1 context, 128K; sampling defaults otherwise)"
 
     session_len: int = 131072

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import attrs
-
 from ..errors import InvalidMessages
-from ..registry import register
-from .base import AffixTemplate, BaseTemplate, Chat, stops
+from ..registry import template
+from .affix import AffixTemplate
+from .base import BaseTemplate, stops
+from .chat import Chat
 from .render_utils import jstr
 
 BOS, EOS = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"
@@ -29,8 +29,7 @@ def _new_system(chat: Chat, n_old: int) -> bool:
     return any(m["role"] == "system" for m in chat.messages[n_old:])
 
 
-@register("deepseek", "deepseek-chat", "deepseek_moe", "deepseek-moe")
-@attrs.frozen(kw_only=True)
+@template("deepseek", "deepseek-chat", "deepseek_moe", "deepseek-moe")
 class DeepSeek(AffixTemplate):
     """deepseek-llm-chat: ``User: {q}\\n\\nAssistant: {a}<eos>``, a system prompt is ``{s}\\n\\n``.
 
@@ -61,8 +60,7 @@ class DeepSeek(AffixTemplate):
         return super().affixes(role)
 
 
-@register("deepseek-v2", "deepseek_v2")
-@attrs.frozen(kw_only=True)
+@template("deepseek-v2", "deepseek_v2")
 class DeepSeekV2(DeepSeek):
     """DeepSeek-V2(-Lite)-Chat and Coder-V2: the deepseek-llm-chat format."""
 
@@ -82,8 +80,7 @@ CODER_SYSTEM = (
 )
 
 
-@register("deepseek-coder", "deepseek_coder", "deepseekcoder")
-@attrs.frozen(kw_only=True)
+@template("deepseek-coder", "deepseek_coder", "deepseekcoder")
 class DeepSeekCoder(AffixTemplate):
     """deepseek-coder-instruct: ``### Instruction:\\n{q}\\n### Response:\\n{a}\\n<|EOT|>\\n``.
 
@@ -131,8 +128,7 @@ OUTPUT_BEGIN, OUTPUT_END = "<｜tool▁output▁begin｜>", "<｜tool▁output�
 CALLS_BEGIN, CALLS_END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
 
 
-@register("deepseek-v3", "deepseek_v3")
-@attrs.frozen(kw_only=True)
+@template("deepseek-v3", "deepseek_v3")
 class DeepSeekV3(BaseTemplate):
     """DeepSeek-V3: ``<bos>{systems}<｜User｜>{q}<｜Assistant｜>{a}<eos>``.
 
@@ -153,6 +149,7 @@ class DeepSeekV3(BaseTemplate):
     hf_special_tokens = TOKENS
     prefix_stable = True
     supports_tools = True
+    tool_format = "deepseek_v3"
     #: what precedes the second and later tool results of a conversation
     later_output: ClassVar[str] = "\n"
 
@@ -226,8 +223,7 @@ def _call_text(call: Any, i: int) -> str:
     return f"<｜tool▁call▁begin｜>{kind}<｜tool▁sep｜>{name}\n```json\n{arguments}\n```<｜tool▁call▁end｜>"
 
 
-@register("deepseek-r1", "deepseek_r1")
-@attrs.frozen(kw_only=True)
+@template("deepseek-r1", "deepseek_r1")
 class DeepSeekR1(DeepSeekV3):
     """DeepSeek-R1 (original January 2025 template): the V3 format with reasoning and tool calls.
 
@@ -251,6 +247,7 @@ class DeepSeekR1(DeepSeekV3):
         "config.json max_position_embeddings 163840"
     )
     later_output = ""
+    reasoning = True
 
     top_p: float = 0.95
     temperature: float = 0.6
@@ -277,8 +274,7 @@ class DeepSeekR1(DeepSeekV3):
         return text.split("</think>")[-1]
 
 
-@register("deepseek-r1-distill", "deepseek_r1_distill")
-@attrs.frozen(kw_only=True)
+@template("deepseek-r1-distill", "deepseek_r1_distill")
 class DeepSeekR1Distill(DeepSeekV3):
     """DeepSeek-R1's distills (Qwen and Llama based, current Hub template): V3's format with reasoning.
 
@@ -298,6 +294,7 @@ class DeepSeekR1Distill(DeepSeekV3):
         "context 131072 (Qwen2.5 and Llama 3.1 bases)"
     )
     prefix_stable = False
+    reasoning = True
 
     session_len: int = 131072
     top_p: float = 0.95

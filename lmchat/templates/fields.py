@@ -19,7 +19,8 @@ import attrs
 
 from ..errors import LmchatError, TemplateConfigError
 from ..messages import normalize_messages
-from .base import SAMPLING_FIELDS, Chat
+from .base import SAMPLING_FIELDS
+from .chat import Chat
 
 #: fields a session reads rather than the renderer (``lead``) and labels: always accepted
 NOT_RENDERED = frozenset({"lead", "label", "hf_special_tokens"})
@@ -66,6 +67,29 @@ def honoured(base) -> frozenset[str]:
 def renders_system(base) -> bool:
     """Whether the template renders a conversation that opens with a system message."""
     return _renderings(base)[0] is not None
+
+
+def with_overrides(template, overrides: Mapping[str, Any], source: str | None = None):
+    """``template`` with field overrides, every one checked.
+
+    An unknown field, a value the field refuses, or a field the template would
+    ignore is a :class:`TemplateConfigError` naming the field (and ``source``).
+    """
+    if not overrides:
+        return template
+    known = {a.name for a in attrs.fields(type(template))}
+    for key in overrides:
+        if key not in known:
+            reason = f"unknown field for template {template.name!r} (fields: {', '.join(sorted(known))})"
+            raise TemplateConfigError(reason, field=key, source=source)
+    try:
+        evolved = attrs.evolve(template, **overrides)
+    except TemplateConfigError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise TemplateConfigError(str(exc), source=source or f"template {template.name!r}") from exc
+    check_overrides(template, overrides, source)
+    return evolved
 
 
 def check_overrides(base, overrides: Mapping[str, Any], source: str | None = None) -> None:

@@ -15,23 +15,17 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-import attrs
-
 from ..errors import InvalidMessages, TemplateRuleError
-from ..registry import register
-from .base import AffixTemplate, Chat, check_alternation, stops
-from .render_utils import jstr
+from ..registry import template
+from .affix import AffixTemplate
+from .base import stops
+from .chat import Chat
+from .render_utils import check_alternation, trimmed
 
 START, END = "<start_of_turn>", "<end_of_turn>"
 
 
-def _trimmed(item: Mapping[str, Any], key: str) -> str:
-    """``item[key] | trim``: Jinja's trim prints any value (a missing one as '')."""
-    return jstr(item[key]).strip() if key in item else ""
-
-
-@register("gemma", "gemma-it", "gemma-1.1")
-@attrs.frozen(kw_only=True)
+@template("gemma", "gemma-it", "gemma-1.1")
 class Gemma(AffixTemplate):
     """Gemma-it (1, 1.1): no system role, strict alternation, trimmed content."""
 
@@ -62,11 +56,10 @@ class Gemma(AffixTemplate):
             raise TemplateRuleError("system-unsupported", "System role not supported", index=0, field="role")
         check_alternation(chat, i)
         prefix, suffix = self.affixes(chat.role(i))
-        return f"{prefix}{_trimmed(chat.messages[i], 'content')}{suffix}"
+        return f"{prefix}{trimmed(chat.messages[i], 'content')}{suffix}"
 
 
-@register("gemma2")
-@attrs.frozen(kw_only=True)
+@template("gemma2")
 class Gemma2(Gemma):
     """Gemma-2-it: the Gemma format."""
 
@@ -77,8 +70,7 @@ class Gemma2(Gemma):
     )
 
 
-@register("gemma3")
-@attrs.frozen(kw_only=True)
+@template("gemma3")
 class Gemma3(Gemma):
     """Gemma-3-it: the system prompt joins the first user turn; list content is rendered part by part."""
 
@@ -135,5 +127,5 @@ class Gemma3(Gemma):
             if kind == "image":
                 out.append("<start_of_image>")
             elif kind == "text":
-                out.append(_trimmed(part, "text"))
+                out.append(trimmed(part, "text"))
         return "".join(out)

@@ -17,12 +17,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import attrs
-
 from ..errors import InvalidMessages
 from ..messages import optional_text
-from ..registry import register
-from .base import BaseTemplate, Chat, stops
+from ..registry import template
+from .base import BaseTemplate, stops
+from .chat import Chat
 from .render_utils import jstr, tojson
 from .toolcalls import call_arguments, call_function, functions, interpreter_code, is_interpreter_call
 
@@ -35,8 +34,7 @@ def printed(message: dict, field: str) -> str:
     return jstr(message[field]) if field in message else ""
 
 
-@register("chatglm3", "chatglm3-6b")
-@attrs.frozen(kw_only=True)
+@template("chatglm3", "chatglm3-6b")
 class ChatGLM3(BaseTemplate):
     """ChatGLM3-6B: ``[gMASK]sop`` then ``<|role|>\\n {content}`` per message, any role.
 
@@ -53,6 +51,7 @@ class ChatGLM3(BaseTemplate):
 
     official = "THUDM__chatglm3-6b"
     prefix_stable = True
+    tool_format = "chatglm3"
     hyperparameter_source = "ChatGLM3-6B's chat() defaults (top_p 0.8, temperature 0.8); 8K context"
 
     session_len: int = 8192
@@ -150,8 +149,7 @@ def glm4_tools(tools: Any, i: int) -> str:
     return "".join(out)
 
 
-@register("glm4", "glm-4", "glm4-chat", "chatglm4", "glm-4-9b-chat")
-@attrs.frozen(kw_only=True)
+@template("glm4", "glm-4", "glm4-chat", "chatglm4", "glm-4-9b-chat")
 class GLM4(ChatGLM3):
     """GLM-4-9B-Chat: ``[gMASK]<sop>`` then ``<|role|>{metadata}\\n{content}``, any role.
 
@@ -171,6 +169,7 @@ class GLM4(ChatGLM3):
     )
     prefix_stable = True
     supports_tools = True
+    tool_format = "glm4"
 
     session_len: int = 131072
     bos: str = "[gMASK]<sop>"

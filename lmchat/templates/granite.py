@@ -10,10 +10,9 @@ with the next turn's delta.
 """
 from __future__ import annotations
 
-import attrs
-
-from ..registry import register
-from .base import BaseTemplate, Chat, stops
+from ..registry import template
+from .base import BaseTemplate, stops
+from .chat import Chat
 from .render_utils import jstr, tojson
 
 START, END, EOT = "<|start_of_role|>", "<|end_of_role|>", "<|end_of_text|>"
@@ -46,8 +45,7 @@ def document_text(document) -> str:
     return jstr(document["text"]) if isinstance(document, dict) and "text" in document else ""
 
 
-@register("granite3", "granite-3.1", "granite")
-@attrs.frozen(kw_only=True)
+@template("granite3", "granite-3.1", "granite")
 class Granite3(BaseTemplate):
     """Granite 3.1 Instruct, with its dated default system prompt.
 
@@ -64,6 +62,7 @@ class Granite3(BaseTemplate):
     hf_special_tokens = {"eos_token": EOT}
     prefix_stable = True
     supports_tools = True
+    tool_format = "granite"
 
     session_len: int = 131072
     system: str = f"{START}system{END}"

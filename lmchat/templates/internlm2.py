@@ -32,11 +32,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import attrs
-
 from ..messages import optional_text
-from ..registry import register
-from .base import Chat, stops
+from ..registry import template
+from .base import stops
+from .chat import Chat
 from .chatml import IM_END, ChatML
 from .render_utils import tojson
 from .toolcalls import (answered_call, call_arguments, call_function, functions, interpreter_code,
@@ -65,8 +64,7 @@ def named(prefix: str, name: str) -> str:
     return prefix.rstrip("\n") + f" name={name}\n"
 
 
-@register("internlm2", "internlm2_chat", "internlm2-chat", "internlm2-chat-7b", "internlm2-chat-20b")
-@attrs.frozen(kw_only=True)
+@template("internlm2", "internlm2_chat", "internlm2-chat", "internlm2-chat-7b", "internlm2-chat-20b")
 class InternLM2(ChatML):
     """InternLM2-Chat: ChatML after ``<s>``. Roles pass through (``environment`` too).
 
@@ -77,6 +75,7 @@ class InternLM2(ChatML):
     """
 
     official = "internlm__internlm2-chat-7b"
+    tool_format = "internlm"
     hyperparameter_source = "LMDeploy's internlm2 template (session_len 32768, top_p 0.8, temperature 0.8)"
 
     session_len: int = 32768
@@ -125,16 +124,14 @@ class InternLM2(ChatML):
         return f"{ACTION_START}{PLUGIN}\n{call_json}{ACTION_END}"
 
 
-@register("internlm2.5", "internlm2_5", "internlm2d5", "internlm2_5-chat")
-@attrs.frozen(kw_only=True)
+@template("internlm2.5", "internlm2_5", "internlm2d5", "internlm2_5-chat")
 class InternLM2_5(InternLM2):
     """InternLM2.5-Chat: the InternLM2 format."""
 
     official = "internlm__internlm2_5-7b-chat"
 
 
-@register("internlm3", "internlm3-instruct")
-@attrs.frozen(kw_only=True)
+@template("internlm3", "internlm3-instruct")
 class InternLM3(InternLM2):
     """InternLM3-Instruct: the InternLM2 format."""
 

@@ -13,12 +13,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-import attrs
-
 from ..errors import InvalidMessages, TemplateConfigError, TemplateRuleError
-from ..registry import register
-from .base import AffixTemplate, BaseTemplate, Chat, check_alternation, stops
-from .render_utils import jstr, tojson
+from ..registry import template
+from .affix import AffixTemplate
+from .base import BaseTemplate, stops
+from .chat import Chat
+from .render_utils import check_alternation, jstr, tojson, trimmed
 
 BOT, EOT, EOM = "<|begin_of_text|>", "<|eot_id|>", "<|eom_id|>"
 MISSING = object()
@@ -38,11 +38,6 @@ TOOLS_IN_USER = (
 
 def block(role: str) -> str:
     return f"<|start_header_id|>{role}<|end_header_id|>\n\n"
-
-
-def trimmed(message: dict) -> str:
-    """What ``message['content'] | trim`` prints: Jinja's trim stringifies any value, a missing one is ''."""
-    return jstr(message["content"]).strip() if "content" in message else ""
 
 
 def string(value: Any, i: int, field: str) -> str:
@@ -78,8 +73,7 @@ def tool_result(message: dict, i: int) -> str:
     return json_of(content, i, "content")
 
 
-@register("llama2", "llama2_chat", "llama-2", "llama2-chat", "llama-2-chat")
-@attrs.frozen(kw_only=True)
+@template("llama2", "llama2_chat", "llama-2", "llama2-chat", "llama-2-chat")
 class Llama2(BaseTemplate):
     """Llama-2-Chat: ``<s>[INST] <<SYS>>\\n{system}\\n<</SYS>>\\n\\n{user} [/INST] {answer} </s>``.
 
@@ -126,8 +120,7 @@ class Llama2(BaseTemplate):
         return f" {content.strip()}{self.eoa}{self.separator}"
 
 
-@register("llama3", "llama3_chat", "llama-3")
-@attrs.frozen(kw_only=True)
+@template("llama3", "llama3_chat", "llama-3")
 class Llama3(AffixTemplate):
     """Llama-3-Instruct: header blocks after ``<|begin_of_text|>``, any role, no default system prompt.
 
@@ -166,8 +159,7 @@ class Llama3(AffixTemplate):
         return f"{prefix}{trimmed(message)}{suffix}"
 
 
-@register("llama3.1", "llama3_1", "llama-3.1", "llama3.3")
-@attrs.frozen(kw_only=True)
+@template("llama3.1", "llama3_1", "llama-3.1", "llama3.3")
 class Llama3_1(Llama3):
     """Llama-3.1/3.3-Instruct: a system block always opens the prompt.
 
@@ -192,6 +184,7 @@ class Llama3_1(Llama3):
     official = "meta-llama__Llama-3.1-8B-Instruct"
     hyperparameter_source = "Llama-3.1-8B-Instruct generation_config.json (temperature 0.6, top_p 0.9); 128K context"
     supports_tools = True
+    tool_format = "llama3_json"
     #: the template knows ``builtin_tools`` (``Tools:`` line, ``<|python_tag|>`` calls, ``<|eom_id|>``)
     builtin_tools_supported: ClassVar[bool] = True
 
@@ -282,8 +275,7 @@ class Llama3_1(Llama3):
         return f"{self.assistant}{body}{EOT if builtin is None else EOM}"
 
 
-@register("llama3.2", "llama3_2", "llama-3.2")
-@attrs.frozen(kw_only=True)
+@template("llama3.2", "llama3_2", "llama-3.2")
 class Llama3_2(Llama3_1):
     """Llama-3.2-Instruct: the Llama 3.1 layout without built-in tools; the date is today's.
 

@@ -12,10 +12,9 @@ next turn, so a whole-history rendering equals the concatenated deltas.
 """
 from __future__ import annotations
 
-import attrs
-
-from ..registry import register
-from .base import AffixTemplate, BaseTemplate, stops
+from ..registry import template
+from .affix import AffixTemplate
+from .base import BaseTemplate, stops
 
 INTERNLM_META = """You are an AI assistant whose name is InternLM (书生·浦语).
 - InternLM (书生·浦语) is a conversational language model that is developed by Shanghai AI Laboratory (上海人工智能实验室). It is designed to be helpful, honest, and harmless.
@@ -23,8 +22,7 @@ INTERNLM_META = """You are an AI assistant whose name is InternLM (书生·浦�
 """  # noqa: E501
 
 
-@register("internlm-7b")
-@attrs.frozen(kw_only=True)
+@template("internlm-7b")
 class InternLM7B(BaseTemplate):
     """InternLM-7B base model: completion only, the base sampling settings."""
 
@@ -34,8 +32,7 @@ class InternLM7B(BaseTemplate):
     capability: str = "completion"
 
 
-@register("internlm-20b")
-@attrs.frozen(kw_only=True)
+@template("internlm-20b")
 class InternLM20B(InternLM7B):
     """InternLM-20B base model: completion only, 4K context."""
 
@@ -44,8 +41,7 @@ class InternLM20B(InternLM7B):
     session_len: int = 4096
 
 
-@register("internlm-chat-7b")
-@attrs.frozen(kw_only=True)
+@template("internlm-chat-7b")
 class InternLMChat7B(AffixTemplate):
     """InternLM-Chat-7B as LMDeploy's seed template renders it."""
 
@@ -63,8 +59,7 @@ class InternLMChat7B(AffixTemplate):
     stop_words: tuple[str, ...] | None = stops("<eoa>")
 
 
-@register("internlm-chat-7b-8k", "internlm-chat-20b")
-@attrs.frozen(kw_only=True)
+@template("internlm-chat-7b-8k", "internlm-chat-20b")
 class InternLMChat7B8K(InternLMChat7B):
     """InternLM-Chat-7B-8K and InternLM-Chat-20B: the 7B template with an 8K context."""
 

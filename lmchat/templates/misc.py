@@ -1,10 +1,10 @@
 """Single-model families: Falcon3, OpenChat 3.5 and SOLAR Instruct."""
 from __future__ import annotations
 
-import attrs
-
-from ..registry import register
-from .base import AffixTemplate, BaseTemplate, Chat, stops
+from ..registry import template
+from .affix import AffixTemplate
+from .base import BaseTemplate, stops
+from .chat import Chat
 from .render_utils import jstr, tojson
 
 FALCON_EOS = "<|endoftext|>"
@@ -19,8 +19,7 @@ FALCON_TOOLS = (
 )
 
 
-@register("falcon3", "falcon3-instruct", "falcon-3")
-@attrs.frozen(kw_only=True)
+@template("falcon3", "falcon3-instruct", "falcon-3")
 class Falcon3(AffixTemplate):
     """Falcon3 Instruct: ``<|{role}|>\\n{content}\\n``; an answer ends with the eos ``<|endoftext|>``.
 
@@ -41,6 +40,7 @@ class Falcon3(AffixTemplate):
     hf_special_tokens = {"eos_token": FALCON_EOS}
     prefix_stable = True
     supports_tools = True
+    tool_format = "hermes"
     roles = None  # unknown roles render nothing rather than raise
 
     session_len: int = 32768
@@ -86,8 +86,7 @@ class Falcon3(AffixTemplate):
         return self.assistant if chat.add_generation_prompt else ""
 
 
-@register("openchat", "openchat-3.5", "openchat_3.5")
-@attrs.frozen(kw_only=True)
+@template("openchat", "openchat-3.5", "openchat_3.5")
 class OpenChat(BaseTemplate):
     """OpenChat 3.5: ``<s>`` then ``GPT4 Correct {Role}: {content}<|end_of_turn|>`` for any role.
 
@@ -112,8 +111,7 @@ class OpenChat(BaseTemplate):
         return f"GPT4 Correct {chat.role(i).title()}: {chat.text(i)}{self.eoa}"
 
 
-@register("solar", "solar-instruct")
-@attrs.frozen(kw_only=True)
+@template("solar", "solar-instruct")
 class Solar(AffixTemplate):
     """SOLAR-10.7B-Instruct: ``### User:\\n{content}\\n\\n### Assistant:\\n{content}``.
 

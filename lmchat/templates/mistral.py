@@ -17,18 +17,14 @@ from typing import Any, Mapping
 import attrs
 
 from ..errors import InvalidMessages, TemplateRuleError
-from ..registry import register
-from .base import BaseTemplate, Chat, check_alternation, stops
-from .render_utils import jstr, tojson
+from ..registry import template
+from .base import BaseTemplate, stops
+from .chat import Chat
+from .render_utils import check_alternation, jstr, tojson, trimmed
 
 ALTERNATION = "After the optional system message, conversation roles must alternate user/assistant/user/assistant/..."
 ROLES = "Only user and assistant roles are supported, with the exception of an initial optional system message!"
 CALL_ID = "Tool call IDs should be alphanumeric strings with length 9!"
-
-
-def _trimmed(message: Mapping[str, Any]) -> str:
-    """``content | trim``: Jinja's trim prints any value (a missing one as '')."""
-    return jstr(message["content"]).strip() if "content" in message else ""
 
 
 @attrs.frozen(kw_only=True)
@@ -56,8 +52,7 @@ class _MistralBase(BaseTemplate):
         return 1 if chat.role(0) == "system" else 0
 
 
-@register("mistral", "mistral-instruct", "Mistral-7B-Instruct", "mistral-v0.2", "mistral-v0.1")
-@attrs.frozen(kw_only=True)
+@template("mistral", "mistral-instruct", "Mistral-7B-Instruct", "mistral-v0.2", "mistral-v0.1")
 class Mistral(_MistralBase):
     """Mistral-7B-Instruct v0.1/v0.2: `` [INST] {system}\\n\\n{q} [/INST] {a}</s>``.
 
@@ -86,8 +81,7 @@ class Mistral(_MistralBase):
         raise TemplateRuleError("role-unsupported", ROLES, index=i, field="role")
 
 
-@register("mixtral", "mixtral-instruct", "Mixtral-8x7B-Instruct", "mixtral-8x7b")
-@attrs.frozen(kw_only=True)
+@template("mixtral", "mixtral-instruct", "Mixtral-8x7B-Instruct", "mixtral-8x7b")
 class Mixtral(Mistral):
     """Mixtral-8x7B-Instruct: the Mistral v0.1/v0.2 format."""
 
@@ -105,8 +99,7 @@ def _call_id(value: Any, i: int, field: str) -> str:
     return value
 
 
-@register("mistral-v0.3", "mistral_v0.3", "mixtral-8x22b")
-@attrs.frozen(kw_only=True)
+@template("mistral-v0.3", "mistral_v0.3", "mixtral-8x22b")
 class MistralV3(_MistralBase):
     """Mistral-7B-Instruct-v0.3 / Mixtral-8x22B: ``[INST] {q}[/INST] {a}</s>`` with tools.
 
@@ -120,6 +113,7 @@ class MistralV3(_MistralBase):
 
     official = "mistralai__Mistral-7B-Instruct-v0.3"
     supports_tools = True
+    tool_format = "mistral"
 
     user: str = "[INST] "
     eoh: str = "[/INST]"
@@ -140,7 +134,7 @@ class MistralV3(_MistralBase):
         if "tool_calls" in message:  # any role but user
             return self._tool_calls(message, i)
         if role == "assistant":
-            return f"{self.lead}{_trimmed(message)}{self.separator}"
+            return f"{self.lead}{trimmed(message)}{self.separator}"
         if role in ("tool", "tool_results"):
             content = message.get("content", "")  # a missing content prints as nothing
             if isinstance(content, Mapping) and "content" in content:

@@ -8,15 +8,13 @@ assistant are skipped, as the official templates skip them.
 """
 from __future__ import annotations
 
-import attrs
+from ..registry import template
+from .affix import AffixTemplate
+from .base import stops
+from .chat import Chat
 
-from ..registry import register
-from .base import AffixTemplate, Chat, stops
 
-
-
-@register("phi3", "phi-3", "phi3_chat")
-@attrs.frozen(kw_only=True)
+@template("phi3", "phi-3", "phi3_chat")
 class Phi3(AffixTemplate):
     """Phi-3-mini-instruct. Without a generation prompt the rendering ends with the eos."""
 
@@ -40,8 +38,7 @@ class Phi3(AffixTemplate):
         return self.assistant if chat.add_generation_prompt else self.hf_special_tokens["eos_token"]
 
 
-@register("phi4", "phi-4")
-@attrs.frozen(kw_only=True)
+@template("phi4", "phi-4")
 class Phi4(AffixTemplate):
     """phi-4 (14B): ``<|im_start|>{role}<|im_sep|>{content}<|im_end|>``.
 
@@ -51,6 +48,7 @@ class Phi4(AffixTemplate):
     official = "microsoft__phi-4"
     hyperparameter_source = "phi-4 model card: 16K context; sampling values not known, LMDeploy defaults"
     prefix_stable = True
+    reasoning = True  # Phi-4-reasoning writes phi-4's format
     other_roles = "skip"
 
     session_len: int = 16384

@@ -14,8 +14,9 @@ from typing import Any
 import attrs
 
 from ..errors import InvalidMessages
-from ..registry import register
-from .base import Chat, stops
+from ..registry import template
+from .base import stops
+from .chat import Chat
 from .chatml import IM_END, IM_START, ChatML
 from .render_utils import jstr, tojson
 
@@ -57,8 +58,7 @@ def tool_result(chat: Chat, i: int, content: str) -> str:
     return f"{opening}\n<tool_response>\n{content}\n</tool_response>{closing}"
 
 
-@register("qwen2.5", "qwen2d5", "qwen2_5", "qwen2.5-instruct", "qwen2.5-coder")
-@attrs.frozen(kw_only=True)
+@template("qwen2.5", "qwen2d5", "qwen2_5", "qwen2.5-instruct", "qwen2.5-coder")
 class Qwen2_5(ChatML):
     """Qwen2.5-Instruct: default system prompt, tools in the system message."""
 
@@ -69,6 +69,7 @@ class Qwen2_5(ChatML):
     )
     roles = None
     supports_tools = True
+    tool_format = "hermes"
 
     session_len: int = 32768
     top_k: int | None = 20
@@ -119,6 +120,8 @@ class _QwenReasoning(ChatML):
     roles = None
     prefix_stable = False
     supports_tools = True
+    tool_format = "hermes"
+    reasoning = True
 
     session_len: int = 32768
     top_p: float = 0.95
@@ -126,8 +129,7 @@ class _QwenReasoning(ChatML):
     stop_words: tuple[str, ...] | None = stops(IM_END, "<|endoftext|>")
 
 
-@register("qwen3", "qwen3-instruct", "qwen3-8b")
-@attrs.frozen(kw_only=True)
+@template("qwen3", "qwen3-instruct", "qwen3-8b")
 class Qwen3(_QwenReasoning):
     """Qwen3 (hybrid thinking): ``<think>`` kept only after the last user query.
 
@@ -194,8 +196,7 @@ class Qwen3(_QwenReasoning):
         return f"{IM_START}assistant\n"
 
 
-@register("qwq", "qwq-32b")
-@attrs.frozen(kw_only=True)
+@template("qwq", "qwq-32b")
 class QwQ(_QwenReasoning):
     """QwQ-32B: the generation prompt opens ``<think>``; earlier answers keep only what follows ``</think>``."""
 

@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from ..errors import InvalidMessages
-from .base import Chat
+from .chat import Chat
 
 #: call names that address the code interpreter (InternLM2's ``<|interpreter|>``, ChatGLM3's ``interpreter``)
 INTERPRETER_NAMES = ("python", "interpreter")

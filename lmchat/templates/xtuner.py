@@ -13,14 +13,9 @@ from __future__ import annotations
 import attrs
 
 from ..errors import InvalidMessages, TemplateConfigError
-from ..registry import register
-from .base import BaseTemplate, Chat, stops
-
-VICUNA_SYSTEM = (
-    "A chat between a curious user and an artificial intelligence assistant. The assistant gives "
-    "helpful, detailed, and polite answers to the user's questions. {system}\n "
-)
-
+from ..registry import defaults_class, register
+from .base import BaseTemplate
+from .chat import Chat
 
 #: the XTuner keys that are ``str.format`` templates: placeholder required, sample arguments
 FORMATS = {"SYSTEM": ("system", {"system": ""}), "INSTRUCTION": ("input", {"input": "", "round": 1})}
@@ -53,12 +48,9 @@ def check_format(key: str, value: str, source: str | None = None) -> None:
         ) from None
 
 
-def _system(default: str):
-    return attrs.field(default=default, validator=lambda _i, _a, value: check_format("SYSTEM", value))
-
-
-def _instruction(default: str):
-    return attrs.field(default=default, validator=lambda _i, _a, value: check_format("INSTRUCTION", value))
+def _format_of(key: str):
+    """The validator of the field holding the XTuner format string ``key``."""
+    return lambda _instance, _attribute, value: check_format(key, value)
 
 
 @attrs.frozen(kw_only=True)
@@ -68,17 +60,17 @@ class XTunerTemplate(BaseTemplate):
     hyperparameter_source = "XTuner templates carry no sampling settings: LMDeploy defaults"
     prefix_stable = True
 
-    system_format: str = _system("{system}")  # SYSTEM
-    instruction: str = _instruction("{input}")  # INSTRUCTION
+    system_format: str = attrs.field(default="{system}", validator=_format_of("SYSTEM"))  # SYSTEM
+    instruction: str = attrs.field(default="{input}", validator=_format_of("INSTRUCTION"))  # INSTRUCTION
     suffix: str = ""  # SUFFIX
     suffix_as_eos: bool = False  # SUFFIX_AS_EOS
     sep: str = ""  # SEP
     eos: str = ""  # the tokenizer's eos, appended to answers unless SUFFIX_AS_EOS
 
     def __attrs_post_init__(self):
-        # the suffix is what the model emits to end its answer; the engine keeps it
-        if self.suffix and not self.eoa:
-            object.__setattr__(self, "eoa", self.suffix)
+        # the suffix is what the model emits to end its answer (the engine keeps it); an override
+        # of eoa alone is refused (XTuner renders no eoa), so eoa always follows the suffix
+        object.__setattr__(self, "eoa", self.suffix)
 
     def header(self, chat: Chat) -> str:
         return self.bos
@@ -127,74 +119,60 @@ class XTunerTemplate(BaseTemplate):
         return cls(**values, **fields)
 
 
-@register("default")
-@attrs.frozen(kw_only=True)
-class XTunerDefault(XTunerTemplate):
-    """XTuner's ``default``: for base models whose chat tokens were never trained."""
+VICUNA_SYSTEM = (
+    "A chat between a curious user and an artificial intelligence assistant. The assistant gives "
+    "helpful, detailed, and polite answers to the user's questions. {system}\n "
+)
 
-    system_format: str = _system("<|System|>:{system}\n")
-    instruction: str = _instruction("<|User|>:{input}\n<|Bot|>:")
-    sep: str = "\n"
+#: XTuner's own dicts (``PROMPT_TEMPLATE`` in xtuner/utils/templates.py) for the models lmchat registers
+PROMPT_TEMPLATE: dict[str, dict] = {
+    "default": dict(SYSTEM="<|System|>:{system}\n", INSTRUCTION="<|User|>:{input}\n<|Bot|>:", SEP="\n"),
+    "internlm_chat": dict(
+        SYSTEM="<|System|>:{system}\n",
+        INSTRUCTION="<|User|>:{input}<eoh>\n<|Bot|>:",
+        SUFFIX="<eoa>",
+        SUFFIX_AS_EOS=True,
+        SEP="\n",
+        STOP_WORDS=["<eoa>"],
+    ),
+    "vicuna": dict(SYSTEM=VICUNA_SYSTEM, INSTRUCTION="USER: {input} ASSISTANT:", SEP="\n"),
+    "wizardlm": dict(SYSTEM=VICUNA_SYSTEM, INSTRUCTION="USER: {input} ASSISTANT:", SEP="\n"),
+    "baichuan_chat": dict(SYSTEM="{system}\n", INSTRUCTION="<reserved_102>{input}<reserved_103>", SEP="\n"),
+    "baichuan2_chat": dict(SYSTEM="{system}\n", INSTRUCTION="<reserved_106>{input}<reserved_107>", SEP="\n"),
+    "chatglm2": dict(SYSTEM="{system}\n", INSTRUCTION="[Round {round}]\n\n问：{input}\n\n答：", SEP="\n\n"),
+}
 
-
-@register("internlm_chat")
-@attrs.frozen(kw_only=True)
-class XTunerInternLMChat(XTunerTemplate):
-    """XTuner's ``internlm_chat``: ``<eoh>`` after the question, ``<eoa>`` (SUFFIX_AS_EOS) after the answer."""
-
-    system_format: str = _system("<|System|>:{system}\n")
-    instruction: str = _instruction("<|User|>:{input}<eoh>\n<|Bot|>:")
-    suffix: str = "<eoa>"
-    suffix_as_eos: bool = True
-    sep: str = "\n"
-    stop_words: tuple[str, ...] | None = stops("<eoa>")
-
-
-@register("vicuna")
-@attrs.frozen(kw_only=True)
-class XTunerVicuna(XTunerTemplate):
-    """XTuner's ``vicuna`` (Vicuna v1.1 style); answers end with the eos ``</s>``."""
-
-    system_format: str = _system(VICUNA_SYSTEM)
-    instruction: str = _instruction("USER: {input} ASSISTANT:")
-    sep: str = "\n"
-    eos: str = "</s>"
-    stop_words: tuple[str, ...] | None = stops("</s>")
-
-
-@register("wizardlm")
-@attrs.frozen(kw_only=True)
-class XTunerWizardLM(XTunerVicuna):
-    """XTuner's ``wizardlm``: the Vicuna format."""
-
-
-@register("baichuan_chat", "baichuan-chat")
-@attrs.frozen(kw_only=True)
-class XTunerBaichuanChat(XTunerTemplate):
-    """XTuner's ``baichuan_chat``: ``<reserved_102>`` / ``<reserved_103>`` around the question."""
-
-    system_format: str = _system("{system}\n")
-    instruction: str = _instruction("<reserved_102>{input}<reserved_103>")
-    sep: str = "\n"
-    eos: str = "</s>"
-    stop_words: tuple[str, ...] | None = stops("</s>")
+#: name -> (aliases, the eos that ends answers when SUFFIX does not, the summary ``lmchat templates`` shows)
+BUILT_INS: dict[str, tuple[tuple[str, ...], str, str]] = {
+    "default": ((), "", "XTuner's ``default``: for base models whose chat tokens were never trained."),
+    "internlm_chat": (
+        (),
+        "",
+        "XTuner's ``internlm_chat``: ``<eoh>`` after the question, ``<eoa>`` (SUFFIX_AS_EOS) after the answer.",
+    ),
+    "vicuna": ((), "</s>", "XTuner's ``vicuna`` (Vicuna v1.1 style); answers end with the eos ``</s>``."),
+    "wizardlm": ((), "</s>", "XTuner's ``wizardlm``: the Vicuna format."),
+    "baichuan_chat": (
+        ("baichuan-chat",),
+        "</s>",
+        "XTuner's ``baichuan_chat``: ``<reserved_102>`` / ``<reserved_103>`` around the question.",
+    ),
+    "baichuan2_chat": (
+        ("baichuan2-chat", "baichuan2"),
+        "</s>",
+        "XTuner's ``baichuan2_chat``: ``<reserved_106>`` / ``<reserved_107>`` around the question.",
+    ),
+    "chatglm2": (("chatglm2-6b",), "</s>", "XTuner's ``chatglm2``: numbered rounds (``[Round n]``) from the session."),
+}
 
 
-@register("baichuan2_chat", "baichuan2-chat", "baichuan2")
-@attrs.frozen(kw_only=True)
-class XTunerBaichuan2Chat(XTunerBaichuanChat):
-    """XTuner's ``baichuan2_chat``: ``<reserved_106>`` / ``<reserved_107>`` around the question."""
+def _register_built_ins() -> None:
+    for name, (aliases, eos, doc) in BUILT_INS.items():
+        spec = PROMPT_TEMPLATE[name]
+        # an XTuner dict names no stop words when answers end with the tokenizer's eos: that is the stop word
+        stop_words = {} if "STOP_WORDS" in spec or not eos else {"stop_words": (eos,)}
+        built = XTunerTemplate.from_xtuner(spec, eos=eos, **stop_words)
+        register(name, *aliases)(defaults_class(built, f"XTuner_{name}", doc))
 
-    instruction: str = _instruction("<reserved_106>{input}<reserved_107>")
 
-
-@register("chatglm2", "chatglm2-6b")
-@attrs.frozen(kw_only=True)
-class XTunerChatGLM2(XTunerTemplate):
-    """XTuner's ``chatglm2``: numbered rounds (``[Round n]``) from the session."""
-
-    system_format: str = _system("{system}\n")
-    instruction: str = _instruction("[Round {round}]\n\n问：{input}\n\n答：")
-    sep: str = "\n\n"
-    eos: str = "</s>"
-    stop_words: tuple[str, ...] | None = stops("</s>")
+_register_built_ins()

@@ -7,16 +7,15 @@ reset.
 """
 from __future__ import annotations
 
-import attrs
-
-from ..registry import register
-from .base import AffixTemplate, Chat, stops
+from ..registry import template
+from .affix import AffixTemplate
+from .base import stops
+from .chat import Chat
 
 EOS = "</s>"
 
 
-@register("zephyr")
-@attrs.frozen(kw_only=True)
+@template("zephyr")
 class Zephyr(AffixTemplate):
     """Zephyr-7B-beta: system/user/assistant blocks closed by ``</s>\\n``; other roles render nothing."""
 
@@ -50,8 +49,7 @@ class Zephyr(AffixTemplate):
         return super().piece(chat, i)
 
 
-@register("tinyllama", "tinyllama-chat")
-@attrs.frozen(kw_only=True)
+@template("tinyllama", "tinyllama-chat")
 class TinyLlama(Zephyr):
     """TinyLlama-1.1B-Chat-v1.0: the Zephyr format."""
 

@@ -1,8 +1,8 @@
 """Parsing model output: tool calls in each model family's syntax, and reasoning.
 
 See ``docs/tools.md``. The entry points are :func:`parse_response` and
-:class:`ResponseStream`; :data:`FORMATS` lists the syntaxes and
-:data:`TEMPLATE_FORMATS` which built-in template uses which.
+:class:`ResponseStream`; :data:`FORMATS` lists the syntaxes, and each
+template class names its model's (``tool_format``, ``reasoning``).
 """
 from .events import (
     ContentDelta,
@@ -16,7 +16,6 @@ from .events import (
 )
 from .registry import (
     FORMATS,
-    TEMPLATE_FORMATS,
     ResponseFormat,
     prompt_opens_think,
     response_format,
@@ -25,7 +24,6 @@ from .stream import ResponseStream, parse_response
 
 __all__ = [
     "FORMATS",
-    "TEMPLATE_FORMATS",
     "ContentDelta",
     "Event",
     "ParseError",

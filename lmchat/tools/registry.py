@@ -1,8 +1,10 @@
-"""Which output format and reasoning style each built-in template's model uses.
+"""The tool-call formats by name, and how to read a template's model's answers.
 
-Templates whose models call tools in a known syntax map to that format;
-all others parse as plain content. Formats without a built-in template
-(``glm45``) are reached through :class:`ResponseFormat`.
+Each template class declares its model's output: ``tool_format`` (a name in
+:data:`FORMATS`, ``plain`` by default) and ``reasoning`` (whether the answer
+may open with ``<think>``); a subclass keeps its model's format. Formats
+without a built-in template (``glm45``) are reached through
+:class:`ResponseFormat`.
 """
 from __future__ import annotations
 
@@ -10,8 +12,8 @@ from typing import Any
 
 import attrs
 
-from ..errors import LmchatError, ConfigError
-from ..registry import canonical_name, get_template
+from ..errors import ConfigError, LmchatError
+from ..registry import get_template, template_class
 from .base import Format
 from .chatglm3 import ChatGLM3
 from .deepseek_v3 import DeepSeekV3
@@ -50,32 +52,12 @@ class ResponseFormat:
             raise ConfigError(f"unknown tool-call format {value!r} (known: {', '.join(FORMATS)})", field="tools")
 
 
-#: canonical template name -> its model's output format (templates not listed: plain, no reasoning)
-TEMPLATE_FORMATS: dict[str, ResponseFormat] = {
-    **{name: ResponseFormat("hermes") for name in ("qwen2.5", "hermes3", "falcon3")},
-    **{name: ResponseFormat("hermes", reasoning=True) for name in ("qwen3", "qwq")},
-    **{name: ResponseFormat("llama3_json") for name in ("llama3.1", "llama3.2")},
-    "mistral-v0.3": ResponseFormat("mistral"),
-    "granite3": ResponseFormat("granite"),
-    **{name: ResponseFormat("internlm") for name in ("internlm2", "internlm2.5", "internlm3")},
-    "chatglm3": ResponseFormat("chatglm3"),
-    "glm4": ResponseFormat("glm4"),
-    "deepseek-v3": ResponseFormat("deepseek_v3"),
-    "deepseek-r1": ResponseFormat("deepseek_v3", reasoning=True),
-    "deepseek-r1-distill": ResponseFormat("deepseek_v3", reasoning=True),
-    "phi4": ResponseFormat(reasoning=True),  # Phi-4-reasoning uses phi-4's format
-}
-
-
 def response_format(template: Any) -> ResponseFormat:
     """The format of a template given by name, as an instance, or as a :class:`ResponseFormat`."""
     if isinstance(template, ResponseFormat):
         return template
-    if isinstance(template, str):
-        return TEMPLATE_FORMATS.get(canonical_name(template), ResponseFormat())
-    # the nearest built-in ancestor decides: a subclass keeps its model's output format
-    names = (getattr(cls, "registered_name", None) for cls in type(template).__mro__)
-    return next((TEMPLATE_FORMATS[n] for n in names if n in TEMPLATE_FORMATS), ResponseFormat())
+    cls = template_class(template) if isinstance(template, str) else type(template)
+    return ResponseFormat(cls.tool_format, cls.reasoning)
 
 
 def output_markers(template: Any) -> tuple[str, ...]:

@@ -17,7 +17,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ...errors import ModelMatchError
 from ...logs import quiet_transformers_handler
-from ...matching import match_template
+from ...interop.matching import match_template
 from ...session.tokens import codec_for
 from ...stops import StopMatcher
 from ..base import Chunk, GenerationRequest

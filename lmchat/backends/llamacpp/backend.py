@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ...errors import BackendError, ModelMatchError, TemplateConfigError
-from ...matching import match_template
+from ...interop.matching import match_template
 from ...registry import get_template
 from ..base import Chunk, GenerationRequest
 from ..bundled import BUNDLED_SAMPLING, default_gguf
@@ -159,7 +159,8 @@ def _match(path: Path, model) -> str:
         return match_template(str(path))
     except ModelMatchError as exc:
         reason = exc
-    from ...jinja import JinjaTemplate, register_jinja
+    from ...interop.jinja import JinjaTemplate
+    from ...interop.loading import register_template
 
     # the fields JinjaTemplate.from_gguf reads, from the metadata llama.cpp already parsed (gguf's reader
     # would parse the whole file again: seconds for a large one)
@@ -179,7 +180,7 @@ def _match(path: Path, model) -> str:
         raise BackendError(f"no built-in chat template matches {path.name} ({reason}) and its own chat template "
                            f"cannot be used ({exc}): pass template=NAME") from None
     name = f"gguf:{path.name}"
-    register_jinja(name, template, force=True)
+    register_template(name, template, force=True)
     return name
 
 

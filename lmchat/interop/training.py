@@ -13,9 +13,9 @@ from __future__ import annotations
 import datetime as _dt
 from typing import Any, Mapping, Sequence
 
-from .registry import get_template
-from .templates.base import BaseTemplate
-from .session.tokens import codec_for
+from ..registry import get_template
+from ..session.tokens import codec_for
+from ..templates.base import BaseTemplate
 
 IGNORE_INDEX = -100
 

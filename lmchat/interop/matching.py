@@ -5,7 +5,7 @@ Evidence, strongest first:
 1. **fingerprint** (local folders): the chat template the folder ships
    (``chat_template.jinja``, ``tokenizer_config.json``) is, after
    normalisation, the official text of built-in templates (see
-   :mod:`lmchat.fingerprints`). A fine-tuned ``checkpoint-500`` folder keeps its
+   :mod:`.fingerprints`). A fine-tuned ``checkpoint-500`` folder keeps its
    tokenizer's template, so it matches whatever it is called.
 2. **architecture** (``config.json`` ``model_type`` / ``architectures``): only
    narrows the candidates of stronger evidence, e.g. gemma and gemma2 ship one
@@ -24,18 +24,15 @@ from __future__ import annotations
 import difflib
 import os
 import re
+from pathlib import Path
 
 import attrs
 
-from .errors import ModelMatchError
-from .fingerprints import (
-    OFFICIAL_TEXTS,
-    fingerprint,
-    shipped_template,
-    templates_with_fingerprint,
-)
-from .loading import read_json
-from .registry import canonical_name, template_names
+from ..errors import ModelMatchError, TemplateConfigError
+from ..jsonfile import read_json
+from ..registry import canonical_name, template_names
+from .fingerprints import OFFICIAL_TEXTS, fingerprint, templates_with_fingerprint
+from .jinja_files import shipped_templates
 
 # Base models whose chat tokens were never trained map to XTuner's `default`.
 NAME_RULES: list[tuple[str, str]] = [
@@ -158,17 +155,16 @@ def explain_match(path_or_id: str) -> Match:
     if not os.path.isdir(path):
         return _decide(path_or_id, components, None, [])
     config_path = os.path.join(path, "config.json")
-    config = read_json(config_path) if os.path.isfile(config_path) else {}
+    config = read_json(config_path, TemplateConfigError) if os.path.isfile(config_path) else {}
     config = config if isinstance(config, dict) else {}
     origin = config.get("_name_or_path")
     if isinstance(origin, str) and origin:
         components[1:1] = _parts("config.json _name_or_path", origin, "/")
     evidence: list[str] = []
     candidates = None
-    shipped = shipped_template(path)
-    if shipped is not None:
-        file, text = shipped
-        digest = fingerprint(text)
+    file, templates = shipped_templates(Path(path)) or (None, {})
+    if "default" in templates:
+        digest = fingerprint(templates["default"])
         official = templates_with_fingerprint(digest)
         if official:
             candidates = official

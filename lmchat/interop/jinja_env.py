@@ -22,8 +22,8 @@ import jinja2.nodes
 import jinja2.utils
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from .errors import InvalidMessages, LmchatError, TemplateConfigError, TemplateRuleError
-from .templates.base import Chat
+from ..errors import InvalidMessages, LmchatError, TemplateConfigError, TemplateRuleError
+from ..templates.chat import Chat
 
 
 class TemplateRenderError(InvalidMessages):

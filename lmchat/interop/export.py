@@ -1,6 +1,6 @@
 """Export a built-in template as an equivalent Hugging Face Jinja ``chat_template``.
 
-Only *data* templates export: :class:`~lmchat.templates.base.AffixTemplate`
+Only *data* templates export: :class:`~lmchat.templates.affix.AffixTemplate`
 subclasses whose rendering is the Affix logic (per-role affixes, a default
 system prompt, the generation prompt) and XTuner templates. A template whose
 rendering is code (``header``/``piece``/``tail`` overridden) is refused with a
@@ -15,9 +15,10 @@ from __future__ import annotations
 import json
 import string
 
-from .errors import TemplateConfigError
-from .templates.base import AffixTemplate, BaseTemplate
-from .templates.xtuner import XTunerTemplate
+from ..errors import TemplateConfigError
+from ..templates.affix import AffixTemplate
+from ..templates.base import BaseTemplate
+from ..templates.xtuner import XTunerTemplate
 
 #: methods whose override makes a template's rendering code rather than data
 RENDER_METHODS = ("header", "piece", "tail", "check", "render_window")
@@ -175,6 +176,6 @@ def _xtuner(t: XTunerTemplate) -> list[str]:
 
 def exportable_names() -> list[str]:
     """Registered templates that export."""
-    from .registry import get_template, template_names
+    from ..registry import get_template, template_names
 
     return [n for n in template_names() if export_problem(get_template(n)) is None]

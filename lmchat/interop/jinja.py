@@ -3,7 +3,7 @@
 :class:`JinjaTemplate` holds a ``chat_template`` source (and named templates such
 as ``tool_use``) with the tokenizer's special tokens and the model's sampling
 values. Rendering re-implements ``apply_chat_template(..., tokenize=False)`` in
-an immutable *sandboxed* environment (:mod:`lmchat.jinja_env`): a chat template
+an immutable *sandboxed* environment (:mod:`.jinja_env`): a chat template
 is untrusted code that comes with a model download (cf. CVE-2024-34359).
 Templates compile once per source string.
 
@@ -18,11 +18,12 @@ from typing import Any, ClassVar, Mapping
 
 import attrs
 
-from .errors import InvalidMessages, TemplateConfigError
+from ..errors import InvalidMessages, TemplateConfigError
+from ..templates.base import BaseTemplate
+from ..templates.chat import Chat
 from .jinja_env import TemplateRenderError, compile_template, render_generation_spans, render_source
-from .templates.base import BaseTemplate, Chat
 
-__all__ = ["JinjaTemplate", "TemplateRenderError", "compile_template", "register_jinja", "render_source"]
+__all__ = ["JinjaTemplate", "TemplateRenderError", "compile_template", "render_source"]
 
 #: end-of-turn markers a model emits itself, tried after the eos token when inferring ``eoa``
 END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "<|endoftext|>", "</s>")
@@ -178,38 +179,6 @@ class JinjaTemplate(BaseTemplate):
     def to_dict(self) -> dict[str, Any]:
         if self.registered_name is None:
             raise TemplateConfigError(
-                f"{self.name}: register it with lmchat.jinja.register_jinja(name, template) to save sessions on it"
+                f"{self.name}: register it with lmchat.register_template(name, template) to save sessions on it"
             )
         return super().to_dict()
-
-
-def register_jinja(name: str, template: JinjaTemplate, *aliases: str, force: bool = False) -> type:
-    """Register ``template`` under ``name``: ``get_template(name)`` returns an equal template.
-
-    The registered class is a subclass whose field defaults are the template's
-    values, so overrides work (``get_template(name, temperature=0.1)``) and
-    sessions on it can be saved and restored.
-    """
-    from .registry import register
-
-    if not isinstance(template, JinjaTemplate):
-        raise TemplateConfigError(f"expected a JinjaTemplate, got {type(template).__name__}")
-    these = {
-        a.name: attrs.field(default=getattr(template, a.name), converter=a.converter, validator=a.validator)
-        for a in attrs.fields(type(template))
-    }
-    cls = attrs.make_class(f"Jinja_{name}", these, bases=(JinjaTemplate,), frozen=True, kw_only=True, slots=True)
-    cls.__doc__ = f"Jinja chat template {template.label or name!r} (registered with register_jinja)"
-    return register(name, *aliases, force=force)(cls)
-
-
-def load_jinja(path, **overrides: Any) -> JinjaTemplate:
-    """A model folder, a ``.gguf`` file, or a file holding the Jinja source, by what ``path`` is."""
-    from pathlib import Path
-
-    path = Path(path)
-    if path.is_dir():
-        return JinjaTemplate.from_pretrained(path, **overrides)
-    if path.suffix.lower() == ".gguf":
-        return JinjaTemplate.from_gguf(path, **overrides)
-    return JinjaTemplate(chat_template=path.read_text(encoding="utf-8"), label=path.stem, **overrides)

@@ -17,17 +17,19 @@ under ``file:<path>`` so that sessions on it can be saved and resumed.
 from __future__ import annotations
 
 import functools
-import json
 import os
 from typing import Any
 
 import attrs
 
-from .errors import LmchatError, TemplateConfigError, UnknownTemplate
-from .registry import canonical_name, get_template, register, template_class
-from .templates.base import AffixTemplate, BaseTemplate
-from .templates.fields import check_overrides
-from .templates.xtuner import XTUNER_KEYS, XTunerTemplate
+from ..errors import LmchatError, TemplateConfigError, UnknownTemplate
+from ..jsonfile import read_json
+from ..registry import canonical_name, defaults_class, get_template, register, template_class
+from ..templates.affix import AffixTemplate
+from ..templates.base import BaseTemplate
+from ..templates.fields import with_overrides
+from ..templates.xtuner import XTUNER_KEYS, XTunerTemplate
+from .jinja_files import named_templates
 
 #: LMDeploy ``ChatTemplateConfig`` field -> accepted JSON type (float fields take integers too)
 LMDEPLOY_FIELDS: dict[str, type] = {
@@ -52,16 +54,6 @@ AFFIXES = ("system", "meta_instruction", "eosys", "user", "eoh", "assistant", "e
 #: LMDeploy fields lmchat's affix templates have no counterpart for (accepted when null)
 UNSUPPORTED = {"tool": "LMDeploy's tool role", "eotool": "LMDeploy's tool role"}
 JINJA_SUFFIXES = (".jinja", ".j2")
-
-
-def read_json(path: str) -> Any:
-    """A JSON file's content; syntax errors name the file, line and column."""
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise TemplateConfigError(f"not valid JSON: {exc.msg}", source=f"{path}:{exc.lineno}:{exc.colno}") from None
 
 
 def _checked(key: str, value: Any, kind: type, source: str | None) -> Any:
@@ -136,8 +128,7 @@ def template_from_lmdeploy_config(data: dict, source: str | None = None) -> Base
             field=given[0],
             source=source,
         )
-    check_overrides(cls(), fields, source)
-    return cls(**fields)
+    return with_overrides(cls(), fields, source)
 
 
 def template_from_xtuner(data: dict, source: str | None = None) -> XTunerTemplate:
@@ -148,29 +139,17 @@ def template_from_xtuner(data: dict, source: str | None = None) -> XTunerTemplat
 
 
 def _from_json(path: str) -> BaseTemplate:
-    data = read_json(path)
+    data = read_json(path, TemplateConfigError)
     if not isinstance(data, dict):
         raise TemplateConfigError(f"expected a JSON object, got {type(data).__name__}", source=path)
     if "chat_template" in data:
-        return _jinja().from_string(chat_template_text(data["chat_template"], path))
+        named = named_templates(data["chat_template"], path)
+        if "default" not in named:
+            raise TemplateConfigError("no template named 'default'", field="chat_template", source=path)
+        return _jinja().from_string(named["default"])
     if any(key in XTUNER_KEYS for key in data):
         return template_from_xtuner(data, source=path)
     return template_from_lmdeploy_config(data, source=path)
-
-
-def chat_template_text(value: Any, path: str) -> str:
-    """The text of ``chat_template``: a string, or transformers' list of named templates ('default')."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list):
-        named = {t.get("name"): t.get("template") for t in value if isinstance(t, dict)}
-        if isinstance(named.get("default"), str):
-            return named["default"]
-    raise TemplateConfigError(
-        "expected a string, or a list of {name, template} objects with one named 'default'",
-        field="chat_template",
-        source=path,
-    )
 
 
 def _jinja():
@@ -190,13 +169,13 @@ def load_template_path(path: str, **overrides: Any) -> BaseTemplate:
         template = _from_json(path)
     elif path.endswith(JINJA_SUFFIXES):
         with open(path, encoding="utf-8", newline="") as f:  # newline='': the text byte for byte
-            template = _jinja().from_string(f.read())
+            template = _jinja().from_string(f.read(), name=os.path.splitext(os.path.basename(path))[0])
     elif path.endswith(".gguf"):
         template = _jinja().from_gguf(path)
     else:
         expected = "expected .json, .jinja, .j2, .gguf or a model folder"
         raise TemplateConfigError(f"unsupported chat template file: {expected}", source=path)
-    return _with_overrides(template, overrides, path)
+    return with_overrides(template, overrides, path)
 
 
 def load_template(spec: str, **overrides: Any) -> BaseTemplate:
@@ -216,22 +195,6 @@ def load_template(spec: str, **overrides: Any) -> BaseTemplate:
     return get_template(spec, **overrides)
 
 
-def _with_overrides(template: BaseTemplate, overrides: dict, source: str) -> BaseTemplate:
-    if not overrides:
-        return template
-    known = {a.name for a in attrs.fields(type(template))}
-    for key in overrides:
-        if key not in known:
-            raise TemplateConfigError(f"unknown field (fields: {', '.join(sorted(known))})", field=key, source=source)
-    try:
-        check_overrides(template, overrides, source)
-        return attrs.evolve(template, **overrides)
-    except TemplateConfigError:
-        raise
-    except (TypeError, ValueError) as exc:
-        raise TemplateConfigError(str(exc), source=source) from exc
-
-
 def register_template(name: str, template: BaseTemplate, *aliases: str, force: bool = False) -> BaseTemplate:
     """Register ``template`` as ``name`` (and aliases); returns ``get_template(name)``.
 
@@ -242,24 +205,12 @@ def register_template(name: str, template: BaseTemplate, *aliases: str, force: b
     The class claims no official template: matching never picks it by
     fingerprint.
     """
-    base = type(template)
-    defaults = {}
-    for a in attrs.fields(base):
-        defaults[a.name] = attrs.field(
-            default=getattr(template, a.name), validator=a.validator, converter=a.converter, eq=a.eq, repr=a.repr
-        )
-    cls = attrs.make_class(
+    cls = defaults_class(
+        template,
         name,
-        defaults,
-        bases=(base,),
-        frozen=True,
-        kw_only=True,
-        slots=True,  # the built-ins are slotted: a dict-based subclass would be shadowed by their slots
-        class_body={
-            "__doc__": f"Registered at run time from template {template.name!r}.",
-            "official": None,
-            "hyperparameter_source": f"given at registration (from template {template.name!r})",
-        },
+        f"Registered at run time from template {template.name!r}.",
+        official=None,
+        hyperparameter_source=f"given at registration (from template {template.name!r})",
     )
     register(name, *aliases, force=force)(cls)
     return get_template(name)

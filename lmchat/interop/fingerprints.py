@@ -9,10 +9,8 @@ templates; ``tests/test_matching.py`` recomputes it from ``../shared/conformance
 from __future__ import annotations
 
 import hashlib
-import os
 
-from .loading import chat_template_text, read_json
-from .registry import template_class, template_names
+from ..registry import template_class, template_names
 
 #: sha256 of the normalised official text -> the corpus files that ship exactly that text
 OFFICIAL_TEXTS: dict[str, tuple[str, ...]] = {
@@ -109,22 +107,3 @@ def templates_with_fingerprint(digest: str) -> list[str]:
     """
     stems = OFFICIAL_TEXTS.get(digest, ())
     return [n for n in template_names() if template_class(n).__dict__.get("official") in stems]
-
-
-def shipped_template(folder: str) -> tuple[str, str] | None:
-    """``(file name, text)`` of the chat template a model folder ships, or None.
-
-    ``chat_template.jinja`` first (transformers prefers it when both exist),
-    then a processor's ``chat_template.json``, then ``tokenizer_config.json``.
-    """
-    jinja = os.path.join(folder, "chat_template.jinja")
-    if os.path.isfile(jinja):
-        with open(jinja, encoding="utf-8", newline="") as f:
-            return "chat_template.jinja", f.read()
-    for name in ("chat_template.json", "tokenizer_config.json"):
-        path = os.path.join(folder, name)
-        if os.path.isfile(path):
-            data = read_json(path)
-            if isinstance(data, dict) and data.get("chat_template") is not None:
-                return name, chat_template_text(data["chat_template"], path)
-    return None

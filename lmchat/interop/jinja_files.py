@@ -1,18 +1,17 @@
 """Read a chat template and its model's settings from a Hugging Face folder or a GGUF file.
 
-Both readers return :class:`~lmchat.jinja.JinjaTemplate` keyword arguments.
-Template precedence in a folder follows transformers: separate template files
-(``chat_template.jinja`` plus ``additional_chat_templates/*.jinja``, then the
-processor's ``chat_template.json``) win over ``tokenizer_config.json``.
+Both readers return :class:`~lmchat.interop.jinja.JinjaTemplate` keyword arguments.
+Which template files of a folder count is transformers' rule (:func:`shipped_templates`),
+which fingerprint matching reads too.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from .errors import TemplateConfigError
-from .extras import needs
+from ..errors import TemplateConfigError
+from ..extras import needs
+from ..jsonfile import read_json
 
 #: generation_config.json keys copied as they are
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "repetition_penalty")
@@ -20,13 +19,11 @@ SAMPLING_KEYS = ("temperature", "top_p", "top_k", "repetition_penalty")
 CONTEXT_KEYS = ("max_position_embeddings", "seq_length", "max_sequence_length", "n_positions")
 
 
-def _load_json(path: Path) -> dict:
+def _json_object(path: Path) -> dict:
+    """A folder's JSON file as an object; {} when the folder does not have it."""
     if not path.is_file():
         return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise TemplateConfigError(f"not valid JSON: {exc}", source=str(path)) from None
+    data = read_json(str(path), TemplateConfigError)
     if not isinstance(data, dict):
         raise TemplateConfigError("expected a JSON object", source=str(path))
     return data
@@ -50,8 +47,29 @@ def special_tokens(config: dict) -> dict[str, str]:
     return {k: v for k, v in tokens.items() if v is not None}
 
 
-def _templates(folder: Path, config: dict) -> dict[str, str]:
-    """name -> source; a single template is named 'default'."""
+def named_templates(value: Any, source: str) -> dict[str, str]:
+    """A ``chat_template`` value as name -> source: a string is the 'default', a list holds {name, template}."""
+    if isinstance(value, str):
+        return {"default": value}
+    if isinstance(value, dict):
+        return dict(value)
+    if isinstance(value, list):
+        try:
+            return {t["name"]: t["template"] for t in value}
+        except (KeyError, TypeError):
+            pass
+    raise TemplateConfigError("expected a string, or a list of {name, template} objects",
+                              field="chat_template", source=source)
+
+
+def shipped_templates(folder: Path, config: dict | None = None) -> tuple[str, dict[str, str]] | None:
+    """``(file, name -> source)`` of the chat templates a model folder ships (a single one is 'default'), or None.
+
+    transformers' precedence: separate template files (``chat_template.jinja``
+    plus ``additional_chat_templates/*.jinja``) win over a processor's
+    ``chat_template.json``, which wins over ``tokenizer_config.json``
+    (``config``, when the caller has read it already).
+    """
     found: dict[str, str] = {}
     jinja_file = folder / "chat_template.jinja"
     if jinja_file.is_file():
@@ -61,20 +79,12 @@ def _templates(folder: Path, config: dict) -> dict[str, str]:
         for f in sorted(extra_dir.glob("*.jinja")):
             found[f.stem] = f.read_text(encoding="utf-8")
     if found:
-        return found
-    value = _load_json(folder / "chat_template.json").get("chat_template") or config.get("chat_template")
-    if isinstance(value, str):
-        return {"default": value}
-    if isinstance(value, list):
-        try:
-            return {t["name"]: t["template"] for t in value}
-        except (KeyError, TypeError):
-            raise TemplateConfigError("a list of chat templates needs 'name' and 'template' in each entry",
-                                      field="chat_template", source=str(folder)) from None
-    if isinstance(value, dict):
-        return dict(value)
-    raise TemplateConfigError("no chat template (chat_template.jinja, chat_template.json or tokenizer_config.json)",
-                              source=str(folder))
+        return "chat_template.jinja" if "default" in found else "additional_chat_templates", found
+    for name in ("chat_template.json", "tokenizer_config.json"):
+        data = config if name == "tokenizer_config.json" and config is not None else _json_object(folder / name)
+        if data.get("chat_template"):
+            return name, named_templates(data["chat_template"], str(folder / name))
+    return None
 
 
 def _token_ids(folder: Path, config: dict) -> dict[int, str]:
@@ -82,7 +92,7 @@ def _token_ids(folder: Path, config: dict) -> dict[int, str]:
     table = {int(k): _token_text(v) for k, v in (config.get("added_tokens_decoder") or {}).items()}
     tokenizer = folder / "tokenizer.json"
     if tokenizer.is_file():
-        for t in _load_json(tokenizer).get("added_tokens") or []:
+        for t in _json_object(tokenizer).get("added_tokens") or []:
             table.setdefault(t.get("id"), t.get("content"))
     return {k: v for k, v in table.items() if isinstance(v, str)}
 
@@ -94,8 +104,8 @@ def _as_list(value) -> list:
 
 
 def _sampling(folder: Path, config: dict, tokens: dict[str, str]) -> dict[str, Any]:
-    gen = _load_json(folder / "generation_config.json")
-    model = _load_json(folder / "config.json")
+    gen = _json_object(folder / "generation_config.json")
+    model = _json_object(folder / "config.json")
     text_model = model.get("text_config") if isinstance(model.get("text_config"), dict) else {}
     out: dict[str, Any] = {k: gen[k] for k in SAMPLING_KEYS if gen.get(k) is not None}
     context = [gen.get("max_length")] + [m.get(k) for k in CONTEXT_KEYS for m in (model, text_model)]
@@ -117,8 +127,13 @@ def read_pretrained(folder) -> dict[str, Any]:
     folder = Path(folder)
     if not folder.is_dir():
         raise TemplateConfigError("not a directory", source=str(folder))
-    config = _load_json(folder / "tokenizer_config.json")
-    templates = _templates(folder, config)
+    config = _json_object(folder / "tokenizer_config.json")
+    shipped = shipped_templates(folder, config)
+    if shipped is None:
+        raise TemplateConfigError(
+            "no chat template (chat_template.jinja, chat_template.json or tokenizer_config.json)", source=str(folder)
+        )
+    templates = shipped[1]
     tokens = special_tokens(config)
     default = templates.pop("default", "")
     return {
