@@ -189,7 +189,8 @@ class SessionManager(Sessions):
         they replace the session only if the turn starts, and are saved with
         it. ``note``: a JSON object appended to the session's notes when the
         turn is saved, in the same compare-and-set, with the turn's counts
-        under ``"turn"`` (:func:`lmchat.turns.turn.record_of` without the text).
+        under ``"turn"`` (:func:`lmchat.turns.turn.record_of` with ``chars``, the
+        answer's length, instead of its text).
         Errors that stop the turn from starting (``SessionNotFound``,
         ``SessionBusy``, ``CapacityExceeded``, ``InvalidMessages``,
         ``SessionLengthExceeded``) raise here, before the iterator is

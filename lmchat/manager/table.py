@@ -59,6 +59,10 @@ class View:
         """How many messages the session holds (O(1), where ``len(session.messages)`` copies them)."""
         return len(self.session._chat.messages)
 
+    def slice(self, start: int, stop: int | None = None) -> list[dict]:
+        """Copies of messages ``[start:stop]`` (O(stop - start), where ``session.messages`` copies them all)."""
+        return [dict(m) for m in self.session._chat.messages[start:stop]]
+
 
 def view(entry: Entry) -> View:
     return View(entry.session, entry.extra, entry.notes, entry.version)

@@ -43,8 +43,9 @@ class Claim:
 
     def save(self, record: dict) -> None:
         note = None
-        if self.note is not None:  # the counts without the answer's text, which the session holds
-            note = {**self.note, "turn": {k: v for k, v in record.items() if k != "text"}}
+        if self.note is not None:  # the counts, and the answer's length instead of its text (the session has it)
+            turn = {k: v for k, v in record.items() if k != "text"}
+            note = {**self.note, "turn": {**turn, "chars": len(record["text"])}}
         self.mgr.save(self.entry, {**record, "key": self.idempotency_key}, note)
 
     def discard(self, *, sent: bool) -> None:
