@@ -1,34 +1,34 @@
-"""Server overhead of `lmchat serve`: request latency minus the echo backend's own time.
+"""`lmchat serve` under load, side by side with a baseline commit: requests/s, p50/p99, server overhead.
 
-A real `lmchat serve --backend echo` process on loopback; an httpx async
-client (this process) runs N sessions at once, each sending interactive turns
-(`/v1/chat/interactive`, `interactive_mode`, non-streamed). Two loads:
+Two real `lmchat serve --backend echo` processes on loopback, one from this
+tree and one from ``--baseline`` (a git revision, checked out into a temporary
+worktree; default: the last commit before the server was reworked), each
+loaded in turn by a client in a process of its own (``bench/load.py``: one
+asyncio loop, one keep-alive connection per session, interactive turns on
+``/v1/chat/interactive``, non-streamed). Two loads per level of concurrency:
 
-* paced: each session waits a think time (uniform, mean ``--think``) after
-  each answer, as a person or an agent does: the sessions are concurrent, their
-  requests overlap only partly;
+* paced: each session waits a think time (uniform, mean ``--think``) after each
+  answer, as a person or an agent does;
 * saturated: each session sends its next turn as soon as the answer arrives,
-  so N requests are always in flight and latency is mostly queueing behind
-  the others (N x the per-request cost, on this machine's cores shared with
-  the client).
+  so N requests are always in flight: the throughput of the server.
 
-The echo backend's own time per turn is measured in-process on sessions of
-the same shape and subtracted. Overhead covers HTTP, JSON, the session delta,
-the manager (locks, the worker thread) and the store save, and, as seen by
-the client, the client's own time (httpx, on the same cores). The last
-column is the server's own view: the bucket bound of its request-latency
-histogram (``/metrics``, request in to last byte out) under which 99% fell.
-A lone back-to-back session runs 200 turns, so that its p99 is not a max.
+The echo backend's own time per turn (measured in-process) is subtracted to
+give the overhead; the server's own view is its request-latency histogram
+(``/metrics``: the bucket bound under which 99% of the level's requests fell).
+Targets: saturated throughput at the highest level >= 3x the baseline's;
+paced overhead p99 at 200 sessions <= 5 ms.
 """
 from __future__ import annotations
 
 import argparse
-import asyncio
-import random
+import json
+import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 import httpx
@@ -37,13 +37,11 @@ from lmchat import Session
 from lmchat.backends import GenerationRequest, SamplingParams
 from lmchat.backends.echo import EchoBackend
 
-from .common import save, table
+from .common import ROOT, save, table
+from .load import TEMPLATE, question
 
-TEMPLATE = "qwen2.5"
-
-
-def question(session: int, turn: int) -> str:
-    return f"Session {session}, question {turn}: what is {turn} times {session}? Answer in one short sentence."
+#: the server as it stood before issue 12 (a thread per turn, whole snapshots, the event loop busy)
+BASELINE = "82c288f"
 
 
 def echo_seconds(turns: int, repeat: int = 50) -> float:
@@ -62,11 +60,13 @@ def echo_seconds(turns: int, repeat: int = 50) -> float:
     return statistics.mean(samples)
 
 
-def start_server(port: int, store: str, max_active: int) -> subprocess.Popen:
+def start_server(source: str, port: int, store: str, max_active: int) -> subprocess.Popen:
+    """``lmchat serve`` from the tree at ``source`` (its own package first on the path)."""
+    env = {**os.environ, "PYTHONPATH": source, "LMCHAT_DATA_DIR": tempfile.mkdtemp(prefix="lmchat-bench-")}
     command = [sys.executable, "-m", "lmchat", "serve", "--backend", "echo", "--template", TEMPLATE,
                "--store", store, "--port", str(port), "--log-level", "warning", "--max-active", str(max_active)]
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL)  # only errors (stderr) would show
-    deadline = time.monotonic() + 30
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, cwd=source, env=env)
+    deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
             if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
@@ -74,40 +74,16 @@ def start_server(port: int, store: str, max_active: int) -> subprocess.Popen:
         except httpx.TransportError:
             time.sleep(0.05)
     proc.kill()
-    raise RuntimeError("lmchat serve did not start")
+    raise RuntimeError(f"lmchat serve from {source} did not start")
 
 
-async def run_level(url: str, sessions: int, turns: int, think: float, tag: str) -> tuple[list[float], float]:
-    """Latencies of every request (seconds) and the wall time of the level.
-
-    A client (one keep-alive connection) per session, opened before the clock starts: one shared
-    httpx pool scans its connections on every request, and at 200 connections the client, not the
-    server, would be what is measured.
-    """
-    latencies: list[float] = []
-    rng = random.Random(sessions)
-    clients = [httpx.AsyncClient(base_url=url, timeout=60) for _ in range(sessions)]
-
-    async def one_session(s: int) -> None:
-        sid = f"{tag}-{sessions}-{s}"
-        await asyncio.sleep(rng.uniform(0, 2 * think))  # sessions start spread out, as users do
-        for t in range(turns):
-            body = {"session_id": sid, "prompt": question(s, t), "interactive_mode": True}
-            started = time.perf_counter()
-            r = await clients[s].post("/v1/chat/interactive", json=body)
-            latencies.append(time.perf_counter() - started)
-            if r.status_code != 200:
-                raise RuntimeError(f"{r.status_code}: {r.text}")
-            if think:
-                await asyncio.sleep(rng.uniform(0, 2 * think))
-
-    try:
-        started = time.perf_counter()
-        await asyncio.gather(*(one_session(s) for s in range(sessions)))
-        return latencies, time.perf_counter() - started
-    finally:
-        for client in clients:
-            await client.aclose()
+def load(url: str, sessions: int, turns: int, think: float, tag: str) -> dict:
+    """Run one level in a client process; its latencies (seconds) and wall time."""
+    out = subprocess.run([sys.executable, "-m", "bench.load", url, str(sessions), str(turns), str(think), tag],
+                         cwd=ROOT, capture_output=True, text=True, timeout=3600)
+    if out.returncode != 0:
+        raise RuntimeError(f"load client failed: {out.stderr[-2000:]}")
+    return json.loads(out.stdout)
 
 
 def server_histogram(url: str) -> dict[str, float]:
@@ -118,8 +94,6 @@ def server_histogram(url: str) -> dict[str, float]:
 
 
 def histogram_quantile(before: dict[str, float], after: dict[str, float], q: float) -> str:
-    """The bucket bound under which a ``q`` share of this level's requests finished, as Prometheus'
-    ``histogram_quantile`` would bound it (the server times a request to its last byte)."""
     counts = [(bound, after[bound] - before.get(bound, 0.0)) for bound in after]
     total = counts[-1][1]
     return next(bound for bound, n in counts if n >= q * total)
@@ -130,49 +104,75 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def measure(name: str, source: str, args, levels: list[int], echo: float) -> list[dict]:
+    port = args.port + (0 if name == "current" else 1)
+    proc = start_server(source, port, args.store, max_active=max(levels) + 8)
+    url, records = f"http://127.0.0.1:{port}", []
+    try:
+        load(url, 4, 3, 0, "warmup")
+        for kind, think in (("paced", args.think), ("saturated", 0.0)):
+            for n in levels:
+                turns = args.turns if think else max(args.turns, 200 // n)
+                before = server_histogram(url)
+                result = load(url, n, turns, think, f"{name}-{kind}")
+                latencies = result["latencies"]
+                p50, p99 = pct(latencies, 0.5), pct(latencies, 0.99)
+                records.append({"server": name, "load": kind, "sessions": n, "requests": len(latencies),
+                                "req_per_s": len(latencies) / result["wall_s"], "p50_s": p50, "p99_s": p99,
+                                "overhead_p99_s": p99 - echo,
+                                "server_p99_le_s": histogram_quantile(before, server_histogram(url), 0.99)})
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+    return records
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench server", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sessions", default="1,50,200", help="concurrent sessions per level")
     p.add_argument("--turns", type=int, default=10, help="turns per session")
     p.add_argument("--think", type=float, default=1.0, help="mean think time between turns (paced load), seconds")
-    p.add_argument("--store", default="memory", help="the server's store (memory, sqlite:PATH, redis://...)")
+    p.add_argument("--store", default="memory", help="the servers' store (memory, sqlite:PATH, redis://...)")
+    p.add_argument("--baseline", default=BASELINE, help=f"git revision to compare with (default {BASELINE}); "
+                                                         "'none' measures this tree alone")
     p.add_argument("--port", type=int, default=18777)
     args = p.parse_args(argv)
     levels = [int(n) for n in args.sessions.split(",")]
     echo = echo_seconds(args.turns)
-    proc = start_server(args.port, args.store, max_active=max(levels) + 8)
-    url = f"http://127.0.0.1:{args.port}"
-    records, rows = [], []
-    try:
-        asyncio.run(run_level(url, 4, 3, 0, "warmup"))
-        for load, think in (("paced", args.think), ("saturated", 0.0)):
-            for n in levels:
-                # back to back, a lone session needs more turns for its p99 to mean something
-                turns = args.turns if think else max(args.turns, 200 // n)
-                before = server_histogram(url)
-                latencies, wall = asyncio.run(run_level(url, n, turns, think, load))
-                server_p99 = histogram_quantile(before, server_histogram(url), 0.99)
-                p50, p99 = pct(latencies, 0.5), pct(latencies, 0.99)
-                record = {"load": load, "sessions": n, "requests": len(latencies), "req_per_s": len(latencies) / wall,
-                          "p50_s": p50, "p99_s": p99, "echo_s": echo, "overhead_p50_s": p50 - echo,
-                          "overhead_p99_s": p99 - echo, "server_p99_le_s": server_p99}
-                records.append(record)
-                rows.append([load, n, len(latencies), f"{record['req_per_s']:.0f}", f"{p50 * 1e3:.2f}",
-                             f"{p99 * 1e3:.2f}", f"{(p50 - echo) * 1e3:.2f}", f"{(p99 - echo) * 1e3:.2f}",
-                             f"<= {float(server_p99) * 1e3:g}" if server_p99 != "+Inf" else "> 60000"])
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-    print(f"echo backend, template {TEMPLATE}, store {args.store}, {args.turns} turns per session, "
-          f"think time mean {args.think}s (paced); echo's own time {echo * 1e3:.3f} ms per turn\n")
-    print(table(["load", "sessions", "requests", "req/s", "p50 ms", "p99 ms", "overhead p50 ms", "overhead p99 ms",
+    records = measure("current", str(ROOT), args, levels, echo)
+    if args.baseline != "none":
+        worktree = tempfile.mkdtemp(prefix="lmchat-baseline-")
+        subprocess.run(["git", "worktree", "add", "--detach", worktree, args.baseline], cwd=ROOT, check=True,
+                       capture_output=True)
+        try:
+            records += measure("baseline", worktree, args, levels, echo)
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", worktree], cwd=ROOT, capture_output=True)
+            shutil.rmtree(worktree, ignore_errors=True)
+    rows = [[r["server"], r["load"], r["sessions"], r["requests"], f"{r['req_per_s']:.0f}", f"{r['p50_s'] * 1e3:.2f}",
+             f"{r['p99_s'] * 1e3:.2f}", f"{r['overhead_p99_s'] * 1e3:.2f}",
+             f"<= {float(r['server_p99_le_s']) * 1e3:g}" if r["server_p99_le_s"] != "+Inf" else "> 60000"]
+            for r in records]
+    print(f"echo backend, template {TEMPLATE}, store {args.store}, {args.turns} turns per session, think time "
+          f"mean {args.think}s (paced); echo's own time {echo * 1e3:.3f} ms per turn; baseline {args.baseline}\n")
+    print(table(["server", "load", "sessions", "requests", "req/s", "p50 ms", "p99 ms", "overhead p99 ms",
                  "server-side p99 ms"], rows))
-    paced = next((r for r in records if r["load"] == "paced" and r["sessions"] == 200), None)
+    verdicts = []
+    top = max(levels)
+    current = next(r for r in records if (r["server"], r["load"], r["sessions"]) == ("current", "saturated", top))
+    base = next((r for r in records if (r["server"], r["load"], r["sessions"]) == ("baseline", "saturated", top)), None)
+    if base:
+        ratio = current["req_per_s"] / base["req_per_s"]
+        verdicts.append(f"saturated throughput at {top} sessions: {current['req_per_s']:.0f} vs "
+                        f"{base['req_per_s']:.0f} req/s = {ratio:.2f}x the baseline (>= 3x): "
+                        f"{'met' if ratio >= 3 else 'NOT met'}")
+    paced = next((r for r in records if (r["server"], r["load"], r["sessions"]) == ("current", "paced", 200)), None)
     if paced:
-        ok = paced["overhead_p99_s"] < 0.005
-        print(f"\nissue target: overhead p99 at 200 concurrent sessions (paced) "
-              f"{paced['overhead_p99_s'] * 1e3:.2f} ms (< 5 ms): {'met' if ok else 'NOT met'}")
-    payload = {"store": args.store, "turns": args.turns, "think_s": args.think, "echo_s": echo, "rows": records}
+        verdicts.append(f"paced overhead p99 at 200 sessions {paced['overhead_p99_s'] * 1e3:.2f} ms (<= 5 ms): "
+                        f"{'met' if paced['overhead_p99_s'] <= 0.005 else 'NOT met'}")
+    print("\n" + "\n".join(verdicts))
+    payload = {"store": args.store, "turns": args.turns, "think_s": args.think, "echo_s": echo,
+               "baseline": args.baseline, "rows": records, "verdicts": verdicts}
     print(f"results: {save('server', payload)}")
     return 0

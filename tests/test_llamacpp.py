@@ -132,7 +132,7 @@ def test_another_gguf_path_uses_its_own_chat_template(tmp_path):
     with LlamaCppBackend(model=other, threads=THREADS, sessions=1, ctx=512) as b:
         assert b.model_id == "my-chat-model.gguf"
         assert b.template_name == "gguf:my-chat-model.gguf"  # no built-in matches the name: the GGUF's template
-        assert isinstance(b.template, lmchat.JinjaTemplate)
+        assert isinstance(lmchat.get_template(b.template_name), lmchat.JinjaTemplate)
         session = lmchat.Session(b.template_name, tokenizer=b.tokenizer)
         ids, last, delta = turn(b, session, "What is 2 + 2?", greedy(8))
         assert last.finish_reason in ("stop", "length") and ids

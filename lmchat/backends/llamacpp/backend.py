@@ -9,7 +9,7 @@ from ...errors import BackendError, ModelMatchError, TemplateConfigError
 from ...matching import match_template
 from ...registry import get_template
 from ..base import Chunk, GenerationRequest
-from ..bundled import default_gguf
+from ..bundled import BUNDLED_SAMPLING, default_gguf
 from ._lib import lib, load_model, meta
 from .engine import Engine
 from .vocab import LlamaVocab
@@ -58,6 +58,8 @@ class LlamaCppBackend:
             raise BackendError(f"threads must be at least 1, got {threads}")
         self.path = path
         self.model_id = path.name
+        #: sampling values for this model over its template's (the bundled model has some, see bundled.py)
+        self.sampling_defaults = dict(BUNDLED_SAMPLING) if not model else {}
         self._model = load_model(path)
         try:
             self.tokenizer = LlamaVocab(self._model)

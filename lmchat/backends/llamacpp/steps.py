@@ -1,0 +1,114 @@
+"""One scheduler step: decode the next token of every decoding sequence, prefill prompt chunks, sample.
+
+The KV cache has one stream per sequence (``kv_unified`` off): a sequence's
+attention reads only its own tokens, so a long idle session does not slow the
+others. llama.cpp cuts a batch into micro-batches with an equal number of
+tokens per sequence (adjacent sequence ids share one; decoders therefore get
+the lowest free ids). A prompt put in the same batch as other sequences' next
+tokens would have its first id computed in their micro-batch, and that changes
+the logits at the end of the prompt in the last bits (measured: 0.39 on
+SmolLM2's logits, enough to flip a greedy near-tie), so a turn's tokens would
+depend on what else was running. Decoding tokens and each prompt chunk
+therefore go to ``llama_decode`` separately (little is lost: with a stream per
+sequence llama.cpp computes a prompt beside decoders in micro-batches of its
+own anyway, all but its first id), and a prompt is never split so that its last chunk is one id (the logits of an id
+computed alone differ the same way). Then every turn gives exactly the tokens
+it gives alone, and those ``Llama.generate`` gives when it prefills the same
+ids.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ...errors import BackendError
+from ..base import Chunk
+from ._lib import last_error
+
+if TYPE_CHECKING:
+    from .engine import Job
+
+
+class Steps:
+    """The :class:`.engine.Engine`'s work on its scheduler thread between two looks at its command queue."""
+
+    def _step(self) -> None:
+        """The next token of every decoding sequence (one ``llama_decode``), then prefill chunks within budget."""
+        for job in list(self._active):
+            if job.cancelled.is_set():
+                self._finish(job, "cancelled")
+        # by sequence id: llama.cpp puts adjacent sequences in one micro-batch
+        decoding = sorted((j for j in self._active if j.token is not None), key=lambda j: j.state.seq)
+        if decoding:
+            self._decode(decoding)
+        budget = self.prefill_chunk if decoding else self.n_batch
+        for job in [j for j in self._active if j.fed < len(j.todo)]:
+            if budget <= 0 or budget < 2 <= len(job.todo) - job.fed:
+                break
+            budget -= self._prefill(job, budget)
+
+    def _decode(self, jobs: list[Job]) -> None:
+        n = 0
+        for job in jobs:
+            n = self._put(n, job.token, len(job.state.ids), job.state.seq, True)
+        if not self._run(n, jobs):
+            return
+        for i, job in enumerate(jobs):
+            job.state.ids.append(job.token)
+            job.token = None
+            self._sample(job, i)
+
+    def _prefill(self, job: Job, budget: int) -> int:
+        """Feed the next chunk of ``job``'s prompt, in a ``llama_decode`` of its own; the number of ids fed."""
+        state, todo = job.state, job.todo
+        left = len(todo) - job.fed
+        take = min(left, budget)
+        if left - take == 1:  # never a lone last id (see the module docstring)
+            take = take - 1 if take > 2 else left
+        last = take == left
+        n = 0
+        for i in range(take):
+            n = self._put(n, todo[job.fed + i], len(state.ids) + i, state.seq, last and i == take - 1)
+        if self._run(n, [job]):
+            state.ids.extend(todo[job.fed:job.fed + take])
+            job.fed += take
+            if last:
+                if job.request.params.max_new_tokens <= 0:
+                    self._finish(job, "length")
+                else:
+                    self._sample(job, take - 1)
+        return take
+
+    def _run(self, n: int, jobs: list[Job]) -> bool:
+        self.batch.n_tokens = n
+        rc = self._L.llama_decode(self.ctx, self.batch)
+        if rc == 0:
+            return True
+        for job in jobs:  # what the failed batch wrote is unknown: those sequences start over next turn
+            self.pool.clear(job.state)
+            self._fail(job, BackendError(f"llama_decode failed ({rc}): {last_error() or 'see the lmchat.llamacpp log'}"))
+        return False
+
+    def _put(self, n: int, token: int, pos: int, seq: int, logits: bool) -> int:
+        b = self.batch
+        b.token[n] = token
+        b.pos[n] = pos
+        b.seq_id[n][0] = seq
+        b.logits[n] = logits
+        return n + 1
+
+    def _sample(self, job: Job, index: int) -> None:
+        token = job.sampler.sample(self.ctx, index)
+        job.generated += 1
+        result = job.matcher.feed_ids([token], self.vocab.decode)
+        if result.stopped:
+            job.token = token  # the end marker (or the token holding a stop string): never fed
+            self._finish(job, "stop", result.text)
+            return
+        new = job.matcher.kept_ids[job.kept:]
+        if result.text or new:
+            job.kept += len(new)
+            job.out.put(Chunk(text=result.text, token_ids=tuple(new)))
+        job.token = token
+        if job.generated >= job.request.params.max_new_tokens or len(job.state.ids) >= self.n_ctx_seq:
+            self._finish(job, "length")
+
