@@ -129,6 +129,15 @@ class StoreTimeout(StoreError):
         super().__init__(reason)
 
 
+class SessionMoved(StoreConflict):
+    """A turn asked to run on one version of a session (``expect``) found another: it moved on since."""
+
+    def __init__(self, session_id: str, *, expected: int, actual: int):
+        StoreError.__init__(self, f"session {session_id} is at version {actual}, not {expected}: it changed since "
+                                  "the request read it")
+        self.session_id, self.expected, self.actual = session_id, expected, actual
+
+
 class BackendError(LmchatError, RuntimeError):
     """An inference backend failed: unreachable, an HTTP error, a busy session. Says which and where.
 

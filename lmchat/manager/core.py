@@ -21,13 +21,14 @@ import contextlib
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from ..backends.base import Backend, Chunk, SamplingParams
 from ..errors import CapacityExceeded, ConfigError, SessionBusy, SessionNotFound
 from ..registry import get_template
 from ..session import Session
 from ..session.edits import restored
+from ..session.state import Held
 from ..stores import MemoryStore, SessionInfo, SessionStore
 from ..templates.base import BaseTemplate
 from ..turns.bridge import Done, Pump
@@ -35,7 +36,7 @@ from ..turns.turn import TurnResult
 from .ids import checked_id, owner_key, public_id
 from .metrics import Metrics
 from .sessions import Sessions
-from .table import Table
+from .table import Table, View
 from .turns import Claim, run_turn
 
 #: Session keyword arguments a manager applies to all its sessions
@@ -85,10 +86,12 @@ class SessionManager(Sessions):
                        tokenizer=self.tokenizer, **self.session_defaults)
 
     def create(self, session_id: str | None = None, owner: str | None = None, system: str | None = None,
-               tools: list[dict] | None = None, template: str | BaseTemplate | None = None) -> str:
-        """A new, saved session; returns its id (``SessionExists`` when the owner has one by that id)."""
+               tools: list[dict] | None = None, template: str | BaseTemplate | None = None,
+               extra: dict | None = None) -> str:
+        """A new, saved session; returns its id (``SessionExists`` when the owner has one by that id).
+        ``extra``: JSON the manager keeps beside the session (see :meth:`update`)."""
         with self._metrics.counting():
-            return self._add(self.new_session(session_id, system, tools, template), owner_key(owner))
+            return self._add(self.new_session(session_id, system, tools, template), owner_key(owner), extra)
 
     def get(self, session_id: str, owner: str | None = None) -> Session:
         """A copy of the session as last committed (mid-turn: the state before the turn)."""
@@ -125,12 +128,22 @@ class SessionManager(Sessions):
                     entry.running = False
             self.backend.drop(entry.key)
 
-    def fork(self, session_id: str, new_id: str | None = None, owner: str | None = None) -> str:
-        """The conversation as last committed, under a new id (its first delta resets)."""
+    def fork(self, session_id: str, new_id: str | None = None, owner: str | None = None, at: int | None = None,
+             extra: dict | None = None) -> str:
+        """The conversation as last committed, under a new id (its first delta resets); ``at``: only its
+        first ``at`` messages (a branch from an earlier turn); ``extra`` as in :meth:`create` (the
+        parent's extra and notes are not copied)."""
         with self._metrics.counting():
             data = self._snapshot(session_id, owner_key(owner)).to_dict()
+            reason = f"forked from session {session_id}"
+            if at is not None:
+                if not 0 <= at <= len(data["messages"]):
+                    raise ConfigError(f"cannot fork at message {at} of {len(data['messages'])}", field="at")
+                data["messages"] = data["messages"][:at]
+                data.update(Held().to_dict(with_ids=data.get("context_ids") is not None))  # holds nothing yet
+                reason += f" at message {at}"
             data["session_id"] = checked_id(new_id)
-            return self._add(restored(data, self.tokenizer, f"forked from session {session_id}"), owner_key(owner))
+            return self._add(restored(data, self.tokenizer, reason), owner_key(owner), extra)
 
     def list(self, owner: str | None = None, limit: int = 100) -> list[SessionInfo]:
         """The owner's sessions in the store, most recently saved first."""
@@ -155,7 +168,9 @@ class SessionManager(Sessions):
                     stop: str | Iterable[str] | None = None, max_new_tokens: int | None = None,
                     create: bool = False, history: list[Mapping[str, Any]] | None = None,
                     tools: list[dict] | None = None, idempotency_key: str | None = None,
-                    reserved: bool = False) -> Iterator[Chunk]:
+                    reserved: bool = False, expect: int | None = None,
+                    edit: Callable[[View], tuple[Session | None, dict | None] | None] | None = None,
+                    note: dict | None = None) -> Iterator[Chunk]:
         """Run one turn: append ``messages``, stream the answer, commit and save it.
 
         ``history`` instead of ``messages``: the whole conversation as an OpenAI
@@ -165,6 +180,17 @@ class SessionManager(Sessions):
         id that names no session creates it (LMDeploy clients choose their
         ids). ``idempotency_key``: a retry of the turn that last committed
         with this key returns that turn's result instead of running again.
+        ``expect``: run only on this store version of the session, else
+        ``SessionMoved`` (a caller that read the session decides from a state
+        that is still the session's). ``edit(view)``: the session (and
+        ``extra``) the turn starts from, as replacements, either one None to
+        keep it (e.g. a copy with another system prompt, made with
+        :func:`lmchat.session.edits.restored`, so that its delta resets):
+        they replace the session only if the turn starts, and are saved with
+        it. ``note``: a JSON object appended to the session's notes when the
+        turn is saved, in the same compare-and-set, with the turn's counts
+        under ``"turn"`` (:func:`lmchat.turns.turn.record_of` with ``chars``, the
+        answer's length, instead of its text).
         Errors that stop the turn from starting (``SessionNotFound``,
         ``SessionBusy``, ``CapacityExceeded``, ``InvalidMessages``,
         ``SessionLengthExceeded``) raise here, before the iterator is
@@ -185,7 +211,7 @@ class SessionManager(Sessions):
                         entry.running = False
                     raise
             return run_turn(Claim(self, entry), messages, params, stop, max_new_tokens, history, tools,
-                            idempotency_key)
+                            idempotency_key, expect, edit, note)
 
     def run_turn(self, session_id: str, messages: Iterable[Mapping[str, Any]] | None = None,
                  **kwargs: Any) -> TurnResult:

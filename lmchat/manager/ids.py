@@ -42,11 +42,17 @@ def public_id(key: str) -> str:
     return key.rpartition("/")[2]
 
 
-def dump(session: Session, key: str, owner: str, engine: str | None = None) -> dict:
-    """What a whole save writes: the session's snapshot under its key, who may see it, its engine."""
+def dump(session: Session, key: str, owner: str, engine: str | None = None, extra: dict | None = None,
+         notes: list | None = None) -> dict:
+    """What a whole save writes: the session's snapshot under its key, who may see it, its engine, and
+    the caller's ``extra`` and ``notes`` (kept only when there are any)."""
     data = session.to_dict()
     data["session_id"] = key
     data["owner"] = owner
     if engine:
         data["engine"] = engine
+    if extra:
+        data["extra"] = extra
+    if notes:
+        data["notes"] = notes
     return data

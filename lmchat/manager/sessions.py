@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
-from ..errors import CapacityExceeded, EngineMismatch, SessionBusy, SessionExists, SessionNotFound, StoreConflict
+from ..errors import (CapacityExceeded, EngineMismatch, SessionBusy, SessionExists, SessionMoved, SessionNotFound,
+                      StoreConflict)
 from ..session import Session
 from ..stores import VERSION_KEY
 from .ids import dump, store_key
-from .table import Entry
+from .ids import owner_key
+from .table import Entry, View, view
 
 
 class Sessions:
@@ -46,18 +48,68 @@ class Sessions:
         with self._lock:
             self._active -= 1
 
-    def _add(self, session: Session, owner: str) -> str:
+    def _add(self, session: Session, owner: str, extra: dict | None = None) -> str:
         sid = session.session_id
         key = store_key(sid, owner)
         if self._table.get(key) is not None:
             raise SessionExists(sid)
         try:
-            version = self.store.save(dump(session, key, owner, self.engine), expected_version=0)
+            version = self.store.save(dump(session, key, owner, self.engine, extra), expected_version=0)
         except StoreConflict:
             raise SessionExists(sid) from None
         session.mark_saved()
-        self._table.add(Entry(key, session, version, owner))
+        self._table.add(Entry(key, session, version, owner, extra=dict(extra or {})))
         return sid
+
+    def inspect(self, session_id: str, read: Callable[[View], Any], owner: str | None = None) -> Any:
+        """``read(view)`` on the session as last committed, with its ``extra`` and notes (see :class:`View`).
+
+        An idle session in memory is read in place, under its lock (``read`` must be quick and change
+        nothing: O(what it reads), not a copy of the history); one mid-turn, or saved since by another
+        replica, is read from a copy loaded from the store.
+        """
+        owner = owner_key(owner)
+        entry = self._lookup(session_id, owner)
+        with entry.lock:
+            idle = not entry.running and not entry.evicted
+            result = read(view(entry)) if idle else None
+            version = entry.version
+        if idle and self.store.version(entry.key) == version:
+            return result
+        return read(view(self._entry(entry.key, self._load(entry.key, session_id, owner), session_id, owner)))
+
+    def update(self, session_id: str, change: Callable[[View], tuple[Session | None, dict | None] | None],
+               owner: str | None = None, expect: int | None = None) -> int:
+        """Change a session between turns: ``change(view)`` returns replacements of the session and its
+        ``extra`` (either one None to keep it), or None to change nothing.
+
+        Claimed like a turn (``SessionBusy`` while one runs), fresh from the store, saved with
+        compare-and-set (``expect`` as in :meth:`stream_turn`); a failed save leaves the session as it
+        was stored. A replaced session is saved whole and its first delta should reset (make it with
+        :func:`lmchat.session.edits.restored`); ``extra`` alone is a patch where the store appends.
+        Returns the session's version afterwards.
+        """
+        entry = self._acquire(session_id, owner_key(owner), False, None)
+        try:
+            if expect is not None and entry.version != expect:
+                raise SessionMoved(session_id, expected=expect, actual=entry.version)
+            outcome = change(view(entry))
+            if outcome is not None:
+                session, extra = outcome
+                if session is not None:
+                    entry.session, entry.digests = session, []
+                if extra is not None:
+                    entry.extra = extra
+                try:
+                    self.save(entry, entry.last_turn)
+                except BaseException:
+                    self.discard(entry, drop_backend=session is not None)
+                    raise
+            return entry.version
+        finally:
+            with entry.lock:
+                entry.running = False
+            self._table.touch(entry)
 
     def _snapshot(self, session_id: str, owner: str) -> Session:
         entry = self._lookup(session_id, owner)
@@ -89,7 +141,8 @@ class Sessions:
     def _entry(self, key: str, data: dict, session_id: str, owner: str) -> Entry:
         session = self._restore(data, session_id)
         session.mark_saved()
-        return Entry(key, session, data[VERSION_KEY], owner, last_turn=data.get("last_turn"))
+        return Entry(key, session, data[VERSION_KEY], owner, last_turn=data.get("last_turn"),
+                     extra=data.get("extra") or {}, notes=data.get("notes") or [])
 
     def _acquire(self, session_id: str, owner: str, create: bool, tools: list[dict] | None) -> Entry:
         """The session's entry, claimed (``running``) and fresh from the store; created when asked."""
@@ -117,6 +170,7 @@ class Sessions:
                 fresh = self._entry(key, data, session_id, owner)
                 entry.session, entry.version, entry.last_turn, entry.digests = (
                     fresh.session, fresh.version, fresh.last_turn, [])
+                entry.extra, entry.notes = fresh.extra, fresh.notes
         except BaseException:
             with entry.lock:
                 entry.running = False
@@ -130,19 +184,28 @@ class Sessions:
         self._table.touch(entry)
         self.unreserve()
 
-    def save(self, entry: Entry, record: dict | None = None) -> None:
-        """Save the entry's session after a turn: its patch when the store appends, else a whole snapshot."""
+    def save(self, entry: Entry, record: dict | None = None, note: dict | None = None) -> None:
+        """Save the entry's session after a turn: its patch when the store appends, else a whole snapshot.
+
+        ``note`` is appended to the entry's notes in the same save; the entry's ``extra`` is written too.
+        """
         session = entry.session
         patch, append = session.changes(), getattr(self.store, "append", None)
         entry.last_turn = record
+        if note is not None:
+            entry.notes.append(note)
         if patch is None or append is None:
-            data = dump(session, entry.key, entry.owner, self.engine)
+            data = dump(session, entry.key, entry.owner, self.engine, entry.extra, entry.notes)
             data["last_turn"] = record
             entry.version = self.store.save(data, expected_version=entry.version)
         else:
             from ..stores.base import Summary  # the summary columns of an append
 
             patch["set"]["last_turn"] = record
+            if entry.extra:
+                patch["set"]["extra"] = entry.extra
+            if note is not None:
+                patch["lists"]["notes"] = [len(entry.notes) - 1, [note]]
             entry.version = append(entry.key, patch, expected_version=entry.version,
                                    summary=Summary.of(session, entry.owner))
         session.mark_saved()

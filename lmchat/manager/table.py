@@ -36,6 +36,36 @@ class Entry:
     last_turn: dict | None = None
     #: a digest of each message as a client sees it, for matching resent histories (filled lazily)
     digests: list[str] = attrs.field(factory=list)
+    #: the caller's JSON kept with the session (snapshot key ``extra``), see ``SessionManager.update``
+    extra: dict = attrs.field(factory=dict)
+    #: one JSON note per noted turn (snapshot key ``notes``, appended with the turn), see ``stream_turn(note=)``
+    notes: list = attrs.field(factory=list)
+
+
+@attrs.frozen
+class View:
+    """A session with what the manager keeps beside it, as ``inspect``, ``update`` and turn edits see it.
+
+    The objects are the manager's own (or a copy loaded from the store): read them, never change them.
+    """
+
+    session: Session
+    extra: dict
+    notes: list
+    version: int  # the store version this state is
+
+    @property
+    def messages(self) -> int:
+        """How many messages the session holds (O(1), where ``len(session.messages)`` copies them)."""
+        return len(self.session._chat.messages)
+
+    def slice(self, start: int, stop: int | None = None) -> list[dict]:
+        """Copies of messages ``[start:stop]`` (O(stop - start), where ``session.messages`` copies them all)."""
+        return [dict(m) for m in self.session._chat.messages[start:stop]]
+
+
+def view(entry: Entry) -> View:
+    return View(entry.session, entry.extra, entry.notes, entry.version)
 
 
 class Table:

@@ -9,18 +9,18 @@ turn it already ran, and frees the session and the capacity at the end.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
 import attrs
 
 from ..backends.base import Backend, Chunk, SamplingParams
-from ..errors import ConfigError
+from ..errors import ConfigError, SessionMoved
 from ..messages import normalize_messages
 from ..session import Delta, Session
 from ..turns.turn import Turn, replayed
 from ..validation import validate_messages, validate_tools
 from . import history as hist
-from .table import Entry
+from .table import Entry, view
 
 if TYPE_CHECKING:
     from .core import SessionManager
@@ -31,6 +31,7 @@ class Claim:
 
     def __init__(self, mgr: SessionManager, entry: Entry, idempotency_key: str | None = None):
         self.mgr, self.entry, self.idempotency_key = mgr, entry, idempotency_key
+        self.note: dict | None = None  # what the turn notes with its counts (stream_turn(note=))
 
     @property
     def session(self) -> Session:
@@ -41,7 +42,11 @@ class Claim:
         return self.mgr.backend
 
     def save(self, record: dict) -> None:
-        self.mgr.save(self.entry, {**record, "key": self.idempotency_key})
+        note = None
+        if self.note is not None:  # the counts, and the answer's length instead of its text (the session has it)
+            turn = {k: v for k, v in record.items() if k != "text"}
+            note = {**self.note, "turn": {**turn, "chars": len(record["text"])}}
+        self.mgr.save(self.entry, {**record, "key": self.idempotency_key}, note)
 
     def discard(self, *, sent: bool) -> None:
         self.mgr.discard(self.entry, drop_backend=sent)
@@ -74,15 +79,25 @@ def sampling(session: Session, params, stop, max_new_tokens) -> SamplingParams:
 
 def run_turn(claim: Claim, messages: Iterable[Mapping[str, Any]] | None, params, stop, max_new_tokens,
              history: list[Mapping[str, Any]] | None, tools: list[dict] | None,
-             idempotency_key: str | None) -> Iterator[Chunk]:
+             idempotency_key: str | None, expect: int | None = None, edit: Callable | None = None,
+             note: dict | None = None) -> Iterator[Chunk]:
     """The primed stream of one turn on the claimed session (see :meth:`SessionManager.stream_turn`)."""
     mgr, entry = claim.mgr, claim.entry
-    claim.idempotency_key = idempotency_key
+    claim.idempotency_key, claim.note = idempotency_key, note
+    before = (entry.session, entry.extra)
     try:
         last = entry.last_turn
+        if expect is not None and entry.version != expect:
+            raise SessionMoved(entry.key, expected=expect, actual=entry.version)
         if idempotency_key is not None and last and last.get("key") == idempotency_key:
             stream = _replay(mgr, entry, last)
         else:
+            if edit is not None:  # replaced only if the turn starts (restored below otherwise)
+                session, extra = edit(view(entry)) or (None, None)
+                entry.session = entry.session if session is None else session
+                entry.extra = entry.extra if extra is None else extra
+                if session is not None:
+                    entry.digests = []
             sent = _validated(history, tools, entry.session) if history is not None else None
             turn_params = sampling(entry.session, params, stop, max_new_tokens)
             budget = turn_params.max_new_tokens
@@ -97,6 +112,9 @@ def run_turn(claim: Claim, messages: Iterable[Mapping[str, Any]] | None, params,
         next(stream)  # primed: closing or dropping it now always runs its cleanup
         return stream
     except BaseException:
+        if entry.session is not before[0] or entry.extra is not before[1]:  # an edit the turn did not start from
+            entry.session, entry.extra = before
+            entry.digests = []
         if entry.session.pending:  # extend() succeeded, what followed did not: drop the prompt
             mgr.discard(entry, drop_backend=False)
         mgr.release(entry)  # a failed extend() leaves the session as it was

@@ -13,7 +13,7 @@ from starlette.exceptions import HTTPException
 
 from ..errors import LmchatError
 from ..manager import SessionManager
-from . import chat, completions, interactive, service
+from . import chat, completions, conversations, interactive, responses, service
 from .errors import ApiError, api_error
 from .guard import BODY_SECONDS, Guard
 from .metrics import RequestStats
@@ -47,7 +47,7 @@ def create_app(manager: SessionManager, *, api_keys: Iterable[str] | None = None
     app.state.model_name = model_name
     app.state.started = int(time.time())
     app.state.stats = RequestStats()
-    for module in (interactive, chat, completions, service):
+    for module in (interactive, chat, completions, responses, conversations, service):
         app.include_router(module.router)
     app.add_exception_handler(ApiError, _respond)
     app.add_exception_handler(LmchatError, _respond)

@@ -86,6 +86,7 @@ class Turn:
         self.started = time.monotonic()
         self.history = session.step
         self.delta = start()
+        session = owner.session  # start() may have replaced it (a resent history, an edit)
         self.prompt_tokens = session.step
         self.request = GenerationRequest.from_session(session, self.delta, params, key)
         self.parse, self.guard = parse, guard

@@ -1,6 +1,6 @@
 """Every conversation whose official rendering is a golden vector, per built-in template.
 
-* the battery (``lmchat.battery``: plain, reasoning), with and without a generation prompt;
+* the battery (``lmchat.interop.battery``: plain, reasoning), with and without a generation prompt;
 * the tool conversations for templates that render tools, with the tool list, ``None`` and ``[]``;
 * seeded random conversations (``random_conversations.py``): 60 per template as the
   hypothesis test draws them, and 30 with tool calls and results (except where lmchat
@@ -14,7 +14,7 @@ import importlib
 from typing import Any, Iterator, NamedTuple
 
 from lmchat import template_names
-from lmchat.battery import PLAIN, REASONING, TOOL_CONVERSATIONS, TOOLS
+from lmchat.interop.battery import PLAIN, REASONING, TOOL_CONVERSATIONS, TOOLS
 from lmchat.registry import template_class
 
 from .random_conversations import Draw

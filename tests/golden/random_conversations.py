@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 
-from lmchat.battery import TOOLS, TRICKY, call
+from lmchat.interop.battery import TOOLS, TRICKY, call
 
 WORDS = TRICKY + ["ok", "Paris", "<think>\nhmm\n</think>\n\nyes", "a</think>b"]
 ALPHABET = list(" \n\tab中😀<|>/")

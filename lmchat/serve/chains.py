@@ -1,0 +1,246 @@
+"""Response ids as session states: which session a Responses request runs its turn on, and what it notes.
+
+A response is the state of a session after one of its turns: ``resp_<sid>_<k>``
+is the ``k``-th noted turn of session ``sid`` (:mod:`.items`), and the note
+(``stream_turn(note=)``, saved in the turn's compare-and-set) holds where its
+items are (``s``: the serial of its first input item, ``e``: one past its
+answer) and what the request asked. Beside the notes, the session's ``extra``
+says what kind of session it is (``responses`` or ``conversation``), ``head``
+(1 when its first message is the system prompt of ``instructions`` or the
+template's default, which is no item), and for conversations the items added
+and not yet sent (``queue``), deleted items (``removed``) and which responses
+a deletion cut (``cuts``), and the responses deleted (``deleted``).
+
+``previous_response_id`` naming the latest response of a ``responses``
+session extends it with the new input (a delta, O(turn)); naming an older
+one, or one of a conversation, forks the session at that response's last
+message (the branch's first delta resets). Large fields that rarely change
+(``instructions``, ``tools``) are written in a note when they change and
+referenced (``{"ref": k}``) otherwise.
+"""
+from __future__ import annotations
+
+import bisect
+import time
+import uuid
+from typing import Any
+
+import attrs
+
+from ..errors import SessionNotFound
+from ..manager.table import View
+from ..session import Session
+from ..session.edits import restored
+from .errors import ApiError
+from .items import Serials, parse_conversation_id, parse_response_id
+
+KINDS = ("responses", "conversation")
+_SWITCH: dict[str, bool] = {}
+
+
+def new_sid() -> str:
+    return uuid.uuid4().hex
+
+
+def not_found(what: str, value: Any, param: str | None) -> ApiError:
+    code = {"response": "response_not_found", "conversation": "conversation_not_found", "previous response":
+            "previous_response_not_found", "item": "item_not_found"}[what]
+    return ApiError(404, f"{what} {str(value)[:200]!r} not found", type="invalid_request_error", param=param,
+                    code=code)
+
+
+def thinking_switch(template) -> bool:
+    """Whether the template renders ``enable_thinking`` (Qwen3's switch): found by rendering, once per template."""
+    name = getattr(template, "name", "")
+    if name not in _SWITCH:
+        m = [{"role": "user", "content": "x"}]
+        try:
+            _SWITCH[name] = (template.messages2prompt(m, enable_thinking=False)
+                             != template.messages2prompt(m, enable_thinking=True))
+        except Exception:  # noqa: BLE001 - a template that refuses the keyword has no switch
+            _SWITCH[name] = False
+    return _SWITCH[name]
+
+
+@attrs.frozen
+class Want:
+    """What a request wants the session's frame to be for its turn (its input aside)."""
+
+    instructions: str | None
+    tools: list[dict] | None
+    thinking: bool | None  # None: the template's default
+    overflow: str
+
+
+@attrs.frozen
+class Plan:
+    """Where a request's turn runs: the session, the new response's index, its first input item's serial."""
+
+    sid: str
+    k: int
+    serial: int
+    expect: int | None = None  # the version the decision was made on (None: a session made for it)
+    created: bool = False  # made for this request: ended if the turn does not start
+    queued: list = attrs.field(factory=list)  # a conversation's items the model has not seen, sent first
+    last: dict | None = None  # the refs of the session's last note: {"instructions": (k, value), ...}
+    conversation: str | None = None
+
+
+def resolve(notes: list, k: int, key: str) -> tuple[int, Any]:
+    """(index of the note that holds it, value) of a carried field of note ``k``."""
+    value = notes[k].get(key)
+    if isinstance(value, dict) and "ref" in value:
+        return value["ref"], notes[value["ref"]].get(key)
+    return k, value
+
+
+def carried(notes_last: dict | None, key: str, value: Any) -> Any:
+    """What a new note holds for a carried field: a reference when the last note has the same value."""
+    if notes_last is not None and key in notes_last and notes_last[key][1] == value and value is not None:
+        return {"ref": notes_last[key][0]}
+    return value
+
+
+def _refs(notes: list) -> dict | None:
+    if not notes:
+        return None
+    k = len(notes) - 1
+    return {key: resolve(notes, k, key) for key in ("instructions", "tools")}
+
+
+def count_below(removed: list[int], serial: int) -> int:
+    """How many items there are now before ``serial``."""
+    return serial - bisect.bisect_left(removed, serial)
+
+
+# ---------------------------------------------------------------------------------------------- reads
+def read_response(k: int):
+    """A reader (for ``mgr.inspect``) of response ``k``: its note and the session around it, or None."""
+
+    def read(v: View) -> dict | None:
+        extra, notes = v.extra, v.notes
+        if extra.get("kind") not in KINDS or k >= len(notes) or k in extra.get("deleted", ()):
+            return None
+        note, removed, head = notes[k], extra.get("removed") or [], extra.get("head", 0)
+        m = head + count_below(removed, note["e"])
+        stale = any(n > k and s < note["e"] for n, s in extra.get("cuts", ()))
+        latest = (extra["kind"] == "responses" and k == len(notes) - 1 and v.messages == m
+                  and not extra.get("queue"))
+        return {"version": v.version, "note": note, "m": m, "head": head, "stale": stale, "latest": latest,
+                "refs": _refs(notes), "template": v.session.template, "kind": extra["kind"],
+                "instructions": resolve(notes, k, "instructions")[1], "tools": resolve(notes, k, "tools")[1],
+                "notes": len(notes)}
+
+    return read
+
+
+def read_conversation(v: View) -> dict | None:
+    extra = v.extra
+    if extra.get("kind") != "conversation":
+        return None
+    queue = list(extra.get("queue") or ())
+    items = v.messages - extra.get("head", 0) + len(queue)
+    return {"version": v.version, "k": len(v.notes), "serial": Serials(extra.get("removed")).serial(items),
+            "queue": queue, "refs": _refs(v.notes), "template": v.session.template}
+
+
+# ---------------------------------------------------------------------------------------------- planning
+def plan(mgr, who: str | None, previous: str | None, conversation: str | None, store: bool, want: Want,
+         check) -> Plan:
+    """Where the request's turn runs (blocking: call it from a worker). ``check(template)`` refuses
+    what the session's template cannot do, before anything is created."""
+    if conversation is not None:
+        sid = parse_conversation_id(conversation)
+        info = _inspect(mgr, sid, read_conversation, who) if sid else None
+        if info is None:
+            raise not_found("conversation", conversation, "conversation")
+        check(info["template"])
+        return Plan(sid, info["k"], info["serial"], info["version"], queued=info["queue"], last=info["refs"],
+                    conversation=conversation)
+    if previous is None:
+        check(mgr.template_of("", who))
+        head = int(want.instructions is not None or mgr.template_of("", who).default_system is not None)
+        sid = mgr.create(new_sid(), who, system=want.instructions, tools=want.tools,
+                         extra={"kind": "responses", "head": head})
+        return Plan(sid, 0, 0, created=True)
+    parsed = parse_response_id(previous)
+    info = _inspect(mgr, parsed[0], read_response(parsed[1]), who) if parsed else None
+    if info is None:
+        raise not_found("previous response", previous, "previous_response_id")
+    if info["stale"]:
+        raise ApiError(409, f"response {previous!r}: items of its conversation were deleted since: its state is "
+                            "gone", param="previous_response_id", code="response_state_gone")
+    check(info["template"])
+    if info["latest"] and store:
+        return Plan(parsed[0], info["notes"], info["note"]["e"], info["version"], last=info["refs"])
+    return _branch(mgr, who, parsed[0], info)
+
+
+def _branch(mgr, who: str | None, sid: str, info: dict) -> Plan:
+    """A new session holding the conversation up to the response ``info`` describes."""
+    branch = mgr.fork(sid, new_sid(), who, at=info["m"], extra={"kind": "responses", "head": info["head"]})
+    return Plan(branch, 0, info["m"] - info["head"], created=True)
+
+
+def _inspect(mgr, sid: str, read, who: str | None):
+    try:
+        return mgr.inspect(sid, read, who)
+    except SessionNotFound:
+        return None
+
+
+def branch_after_busy(mgr, who: str | None, previous: str) -> Plan:
+    """A chain's latest response is being continued by another request: this one branches off it."""
+    sid, k = parse_response_id(previous)
+    info = _inspect(mgr, sid, read_response(k), who)
+    if info is None:
+        raise not_found("previous response", previous, "previous_response_id")
+    return _branch(mgr, who, sid, info)
+
+
+# ---------------------------------------------------------------------------------------------- the turn's edit
+def edit_for(want: Want, tokenizer: Any, consume_queue: bool):
+    """The ``edit`` of the turn: the session's system prompt, tools, thinking switch and overflow policy
+    as the request wants them (an edited copy, whose delta resets when what is rendered changed), and a
+    conversation's queue emptied (its items are the turn's first messages). O(1) when nothing changes."""
+
+    def edit(v: View) -> tuple[Session | None, dict | None] | None:
+        session, extra = v.session, v.extra
+        head = extra.get("head", 0)
+        first = session.first_message() if head else None
+        current = first["content"] if first else None
+        if want.instructions is not None:
+            system = want.instructions
+        else:
+            system = session.template.default_system if head else None
+        kwargs = dict(session.template_kwargs)
+        kwargs.pop("enable_thinking", None)
+        if want.thinking is not None:
+            kwargs["enable_thinking"] = want.thinking
+        reasons = [why for why, changed in (
+            ("the instructions changed", system != current),
+            ("the tools changed", (want.tools or None) != (session.tools or None)),
+            ("the reasoning setting changed", kwargs != session.template_kwargs)) if changed]
+        new_extra = {**extra, "queue": []} if consume_queue and extra.get("queue") else None
+        if not reasons and want.overflow == session.overflow:
+            return None if new_extra is None else (None, new_extra)
+        data = session.to_dict()
+        if system != current:
+            messages = data["messages"][1:] if head else data["messages"]
+            data["messages"] = ([{"role": "system", "content": system}] if system is not None else []) + messages
+            data["system"] = system
+            new_extra = {**(new_extra or extra), "head": int(system is not None)}
+        data.update(tools=want.tools, template_kwargs=kwargs, overflow=want.overflow)
+        if reasons and session.step:
+            return restored(data, tokenizer, "; ".join(reasons)), new_extra
+        return Session.from_dict(data, tokenizer=tokenizer), new_extra
+
+    return edit
+
+
+def note_for(p: Plan, n_input: int, *, model: str, previous: str | None, want: Want, request: dict) -> dict:
+    """What the turn notes: where its items are, the request's fields (large ones by reference)."""
+    return {"s": p.serial, "e": p.serial + n_input + 1, "at": time.time(), "model": model, "prev": previous,
+            "conv": p.conversation, "req": request,
+            "instructions": carried(p.last, "instructions", want.instructions),
+            "tools": carried(p.last, "tools", want.tools)}

@@ -1,0 +1,236 @@
+"""OpenAI's Conversations API over sessions: ``/v1/conversations`` and its items.
+
+A conversation is a session (``conv_<sid>``) whose ``extra`` holds its
+``metadata`` and creation time. Its items are the session's messages (after
+the system prompt of ``instructions``, which is no item) and then the items
+added and not yet answered (``queue``: they reach the model with the next
+``responses.create(conversation=ID)``, as the first messages of its turn, so
+adding items costs no reset). Deleting an item the model has seen is an edit
+of the conversation: the next turn's delta resets, and the responses made
+before the deletion whose state held the item can no longer be continued.
+Deleting one item of an answer (its reasoning, text or calls) deletes the
+answer's message, all its items.
+"""
+from __future__ import annotations
+
+import time
+
+from fastapi import APIRouter, Body, Depends, Query, Request
+from fastapi.responses import JSONResponse
+from pydantic import Field
+
+from ..errors import InvalidMessages, SessionNotFound
+from ..messages import normalize_messages
+from ..session.edits import restored
+from ..validation import validate_messages
+from . import chains
+from .deps import blocking, owner
+from .items import (Serials, bad, conversation_id, input_messages, message_items, page, parse_conversation_id,
+                    parse_item_id)
+from .responses import default_template, walk
+from .responses_model import Metadata
+from .schemas import _Body
+
+router = APIRouter()
+
+
+class NewConversation(_Body):
+    items: list | None = None
+    metadata: Metadata | None = None
+
+
+class ConversationUpdate(_Body):
+    metadata: Metadata
+
+
+class NewItems(_Body):
+    items: list = Field(min_length=1, max_length=20)
+
+
+def view(sid: str, extra: dict) -> dict:
+    return {"id": conversation_id(sid), "object": "conversation", "created_at": extra.get("created_at", 0),
+            "metadata": extra.get("metadata") or {}}
+
+
+def _sid(cid: str) -> str:
+    sid = parse_conversation_id(cid)
+    if sid is None:
+        raise chains.not_found("conversation", cid, "conversation_id")
+    return sid
+
+
+def _checked(history: list[dict], new: list[dict], param: str) -> None:
+    """New items validated after what precedes them (a tool result answers a call before it)."""
+    try:
+        validate_messages(history, normalize_messages(new), start=len(history))
+    except InvalidMessages as exc:
+        where = f"{param}[{exc.index - len(history)}]" if exc.index is not None else param
+        raise bad(where, str(exc), "invalid_messages") from None
+
+
+def _conversation(v, cid: str) -> dict:
+    if v.extra.get("kind") != "conversation":
+        raise chains.not_found("conversation", cid, "conversation_id")
+    return v.extra
+
+
+def _tail(v) -> list[dict]:
+    """The messages from the session's last answer on, then the queue: what new items follow."""
+    i = v.messages
+    while i > v.extra.get("head", 0) and v.slice(i - 1, i)[0]["role"] != "assistant":
+        i -= 1
+    return v.slice(max(i - 1, 0)) + list(v.extra.get("queue") or ())
+
+
+def _call(fn, sid: str, *args):
+    """``fn(sid, *args)``, a missing session (or another key's) answering as a missing conversation."""
+    try:
+        return fn(sid, *args)
+    except SessionNotFound:
+        raise chains.not_found("conversation", conversation_id(sid), "conversation_id") from None
+
+
+@router.post("/v1/conversations")
+async def create_conversation(request: Request, body: NewConversation = Body(default_factory=NewConversation),
+                              who: str | None = Depends(owner)):
+    mgr = request.app.state.manager
+    messages = input_messages(body.items or [], "items")
+    _checked([], messages, "items")
+    system = None
+    if messages and messages[0]["role"] == "system":  # the conversation's own system message: an item
+        system, messages = messages[0]["content"], messages[1:]
+    head = int(system is None and default_template(mgr).default_system is not None)
+    extra = {"kind": "conversation", "created_at": int(time.time()), "metadata": body.metadata or {}, "head": head,
+             "queue": messages}
+    sid = await blocking(mgr.create, chains.new_sid(), who, system=system, extra=extra)
+    return JSONResponse(view(sid, extra))
+
+
+@router.get("/v1/conversations/{cid}")
+async def get_conversation(cid: str, request: Request, who: str | None = Depends(owner)):
+    sid = _sid(cid)
+    mgr = request.app.state.manager
+    extra = await blocking(_call, mgr.inspect, sid, lambda v: _conversation(v, cid), who)
+    return JSONResponse(view(sid, extra))
+
+
+@router.post("/v1/conversations/{cid}")
+async def update_conversation(cid: str, body: ConversationUpdate, request: Request, who: str | None = Depends(owner)):
+    sid = _sid(cid)
+    mgr = request.app.state.manager
+    result = {}
+
+    def change(v):
+        result.update(_conversation(v, cid), metadata=body.metadata)
+        return None, dict(result)
+
+    await blocking(_call, mgr.update, sid, change, who)
+    return JSONResponse(view(sid, result))
+
+
+@router.delete("/v1/conversations/{cid}")
+async def delete_conversation(cid: str, request: Request, who: str | None = Depends(owner)):
+    sid = _sid(cid)
+    mgr = request.app.state.manager
+
+    def delete(sid: str) -> None:
+        mgr.inspect(sid, lambda v: _conversation(v, cid), who)
+        mgr.end(sid, who)
+
+    await blocking(_call, delete, sid)
+    return {"id": cid, "object": "conversation.deleted", "deleted": True}
+
+
+@router.get("/v1/conversations/{cid}/items")
+async def list_items(cid: str, request: Request, limit: int = Query(20, ge=1, le=100),
+                     order: str = Query("desc", pattern="^(asc|desc)$"), after: str | None = None,
+                     who: str | None = Depends(owner)):
+    sid = _sid(cid)
+    mgr = request.app.state.manager
+
+    def read(v):
+        extra = _conversation(v, cid)
+        count = v.messages - extra.get("head", 0) + len(extra.get("queue") or ())
+        return page(walk(v, sid, 0, count, order == "desc", after), limit, after)
+
+    return JSONResponse(await blocking(_call, mgr.inspect, sid, read, who))
+
+
+@router.post("/v1/conversations/{cid}/items")
+async def add_items(cid: str, body: NewItems, request: Request, who: str | None = Depends(owner)):
+    sid = _sid(cid)
+    mgr = request.app.state.manager
+    messages = input_messages(body.items, "items")
+    added: list[dict] = []
+
+    def change(v):
+        extra = _conversation(v, cid)
+        _checked(_tail(v), messages, "items")
+        queue = list(extra.get("queue") or ())
+        count = v.messages - extra.get("head", 0) + len(queue)
+        serials = Serials(extra.get("removed"))
+        for j, message in enumerate(messages):
+            added.extend(message_items(sid, serials.serial(count + j), message, v.session.template, v.session.tools))
+        return None, {**extra, "queue": queue + messages}
+
+    await blocking(_call, mgr.update, sid, change, who)
+    return JSONResponse(page(iter(added), len(added), None))
+
+
+def _find(v, sid: str, cid: str, item_id: str) -> tuple[int, int] | None:
+    """(item index, serial) of an item of this conversation, or None."""
+    extra = _conversation(v, cid)
+    found = parse_item_id(item_id)
+    if found is None or found[0] != sid:
+        return None
+    index = Serials(extra.get("removed")).index(found[1])
+    count = v.messages - extra.get("head", 0) + len(extra.get("queue") or ())
+    if index is None or index >= count:
+        return None
+    if not any(item["id"] == item_id for item in walk(v, sid, index, index + 1, False, None)):
+        return None
+    return index, found[1]
+
+
+@router.get("/v1/conversations/{cid}/items/{item_id}")
+async def get_item(cid: str, item_id: str, request: Request, who: str | None = Depends(owner)):
+    sid = _sid(cid)
+    mgr = request.app.state.manager
+
+    def read(v):
+        at = _find(v, sid, cid, item_id)
+        if at is None:
+            raise chains.not_found("item", item_id, "item_id")
+        return next(i for i in walk(v, sid, at[0], at[0] + 1, False, None) if i["id"] == item_id)
+
+    return JSONResponse(await blocking(_call, mgr.inspect, sid, read, who))
+
+
+@router.delete("/v1/conversations/{cid}/items/{item_id}")
+async def delete_item(cid: str, item_id: str, request: Request, who: str | None = Depends(owner)):
+    sid = _sid(cid)
+    mgr = request.app.state.manager
+    result = {}
+
+    def change(v):
+        at = _find(v, sid, cid, item_id)
+        if at is None:
+            raise chains.not_found("item", item_id, "item_id")
+        (index, serial), extra = at, dict(v.extra)
+        result.update(extra)
+        extra["removed"] = sorted([*extra.get("removed", ()), serial])
+        held = v.messages - extra.get("head", 0)
+        if index >= held:  # not seen by the model yet: only the queue changes
+            queue = list(extra["queue"])
+            del queue[index - held]
+            return None, {**extra, "queue": queue}
+        data = v.session.to_dict()
+        del data["messages"][extra.get("head", 0) + index]
+        _checked([], data["messages"], "item_id")
+        template = v.session.template
+        template.render(template.make_chat(data["messages"], tools=data.get("tools"), **data["template_kwargs"]))
+        extra["cuts"] = [*extra.get("cuts", ()), [len(v.notes), serial]]
+        return restored(data, mgr.tokenizer, f"item {item_id} was deleted from the conversation"), extra
+
+    await blocking(_call, mgr.update, sid, change, who)
+    return JSONResponse(view(sid, result))

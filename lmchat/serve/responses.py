@@ -1,0 +1,247 @@
+"""OpenAI's Responses API over sessions: ``POST /v1/responses``, ``GET``/``DELETE /v1/responses/ID``,
+``GET /v1/responses/ID/input_items``.
+
+Each response is a turn of a session (:mod:`.chains` says which and why):
+a chain of ``previous_response_id`` is one session extended a delta at a
+time, a branch from an older response is a fork, ``conversation`` appends to
+that conversation's session, ``store: false`` runs on a one-off session
+ended after the answer. The request is checked whole before any session is
+read or made; a session made for a request whose turn does not start is
+ended again.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from ..errors import InvalidMessages, LmchatError, SessionBusy, SessionMoved, SessionNotFound
+from ..registry import get_template
+from ..validation import validate_tools
+from . import chains
+from .deps import blocking, owner
+from .items import (Serials, answer_items, answer_parts, bad, input_messages, message_item, message_items, page,
+                    parse_item_id, parse_response_id, response_id, session_tools)
+from .responses_model import ResponsesRequest, response_object, turn_of
+from .responses_sse import response_events, started
+from .turns import end_soon, run
+
+router = APIRouter()
+#: how often a request re-plans when the session moved under it (another request extended it first)
+ATTEMPTS = 4
+
+
+def default_template(mgr):
+    return get_template(mgr.template) if isinstance(mgr.template, str) else mgr.template
+
+
+def overflow_for(mgr, truncation: str) -> str:
+    """``disabled``: a turn that does not fit is an error; ``auto``: the server's dropping policy (truncate)."""
+    if truncation == "disabled":
+        return "error"
+    configured = mgr.session_defaults.get("overflow")
+    return configured if configured in ("truncate", "shift") else "truncate"
+
+
+@router.post("/v1/responses")
+async def create_response(body: ResponsesRequest, request: Request, who: str | None = Depends(owner)):
+    state = request.app.state
+    mgr = state.manager
+    checked = body.checked()
+    messages = input_messages(body.input)
+    tools = session_tools(body.tools)
+    try:
+        validate_tools(tools)
+    except InvalidMessages as exc:
+        raise bad("tools", str(exc)) from None
+    want = chains.Want(body.instructions, tools, checked["thinking"], overflow_for(mgr, body.truncation))
+
+    def check(template) -> None:
+        if want.thinking is False and not chains.thinking_switch(template):
+            raise bad("reasoning.effort", f"the {template.name} template has no switch to turn reasoning off",
+                      "unsupported_value")
+
+    template = default_template(mgr)
+    fields = body.fields(template)
+    model = body.model or state.model_name
+    plan, note, started_turn = await _start(request, mgr, who, body, checked["conversation"], want, check,
+                                            messages, model, fields)
+    rid, serial, parse = response_id(plan.sid, plan.k), plan.serial + len(messages), body.tool_choice != "none"
+    oneoff, tokens = not body.store, mgr.tokenizer is not None
+
+    def finish(result, output: list[dict]) -> dict:
+        return response_object(rid, {**note, "turn": turn_of(result)}, output, instructions=want.instructions,
+                               tools=tools, tokens=tokens)
+
+    if body.stream:
+        base = response_object(rid, note, [], instructions=want.instructions, tools=tools, tokens=tokens)
+        events = response_events(started_turn, base, sid=plan.sid, serial=serial, template=template, tools=tools,
+                                 parse=parse, finish=finish)
+        return StreamingResponse(_ending(events, mgr, plan.sid, who) if oneoff else events,
+                                 media_type="text/event-stream")
+    result = started_turn
+    if oneoff:
+        with contextlib.suppress(LmchatError):
+            await blocking(mgr.end, plan.sid, who)
+    status = "completed" if result.finish_reason == "stop" else "incomplete"
+    if parse:
+        calls = result.parsed.tool_calls if result.finish_reason == "stop" else []
+        output = answer_items(plan.sid, serial, result.parsed.content, result.parsed.reasoning_content, calls, status)
+    else:
+        output = [message_item(plan.sid, serial, result.text, status)]
+    return JSONResponse(finish(result, output))
+
+
+async def _start(request: Request, mgr, who, body: ResponsesRequest, conversation, want, check, messages, model,
+                 fields) -> tuple[chains.Plan, dict, Any]:
+    """Plan, then start the turn: its stream (primed) or its result; a moved session is planned again."""
+    previous = body.previous_response_id
+    plan = await blocking(chains.plan, mgr, who, previous, conversation, body.store, want, check)
+    for attempt in range(ATTEMPTS):
+        turn_messages = plan.queued + messages
+        note = chains.note_for(plan, len(messages), model=model, previous=previous, want=want, request=fields)
+        kwargs = {"params": {"temperature": body.temperature, "top_p": body.top_p},
+                  "max_new_tokens": body.max_output_tokens, "owner": who, "expect": plan.expect, "note": note,
+                  "edit": chains.edit_for(want, mgr.tokenizer, bool(plan.queued))}
+        try:
+            if not turn_messages:
+                raise bad("input", "nothing to answer: the input is empty")
+            if body.stream:
+                return plan, note, await started(mgr.pump(plan.sid, turn_messages, kwargs).items())
+            return plan, note, await run(request, mgr, plan.sid, turn_messages, **kwargs)
+        except SessionMoved:  # another request changed the session since it was read: decide again
+            await _drop(mgr, plan, who)
+            if attempt == ATTEMPTS - 1:
+                raise
+            plan = await blocking(chains.plan, mgr, who, previous, conversation, body.store, want, check)
+        except SessionBusy:  # the chain's latest response is being continued by another request: branch off
+            await _drop(mgr, plan, who)
+            if plan.created or previous is None or attempt == ATTEMPTS - 1:
+                raise
+            plan = await blocking(chains.branch_after_busy, mgr, who, previous)
+        except BaseException:
+            await _drop(mgr, plan, who)
+            raise
+    raise AssertionError("unreachable")  # every attempt returns or raises
+
+
+async def _drop(mgr, plan: chains.Plan, who) -> None:
+    """A session made for a request whose turn did not start goes again."""
+    if plan.created:
+        with contextlib.suppress(LmchatError):
+            await blocking(mgr.end, plan.sid, who)
+
+
+async def _ending(events, mgr, sid: str, who: str | None):
+    try:
+        async for event in events:
+            yield event
+    finally:
+        end_soon(mgr, sid, who)
+
+
+# ---------------------------------------------------------------------------------------------- reads
+def _found(mgr, rid: str, who, read) -> Any:
+    parsed = parse_response_id(rid)
+    try:
+        got = mgr.inspect(parsed[0], read(*parsed), who) if parsed else None
+    except SessionNotFound:
+        got = None
+    if got is None:
+        raise chains.not_found("response", rid, "response_id")
+    return got
+
+
+def _response_reader(mgr):
+    def reader(sid: str, k: int):
+        def read(v) -> dict | None:
+            info = chains.read_response(k)(v)
+            if info is None:
+                return None
+            note, extra = info["note"], v.extra
+            head, serial = extra.get("head", 0), note["e"] - 1
+            index = Serials(extra.get("removed")).index(serial)
+            output = []
+            if index is not None and head + index < v.messages:
+                message = v.slice(head + index, head + index + 1)[0]
+                status = "completed" if (note.get("turn") or {}).get("finish_reason") == "stop" else "incomplete"
+                output = answer_items(sid, serial, *answer_parts(message, v.session.template, v.session.tools),
+                                      status=status)
+            return response_object(response_id(sid, k), note, output, instructions=info["instructions"],
+                                   tools=info["tools"], tokens=mgr.tokenizer is not None)
+        return read
+    return reader
+
+
+@router.get("/v1/responses/{rid}")
+async def get_response(rid: str, request: Request, who: str | None = Depends(owner)):
+    mgr = request.app.state.manager
+    return JSONResponse(await blocking(_found, mgr, rid, who, _response_reader(mgr)))
+
+
+@router.delete("/v1/responses/{rid}")
+async def delete_response(rid: str, request: Request, who: str | None = Depends(owner)):
+    mgr = request.app.state.manager
+    parsed = parse_response_id(rid)
+    if parsed is None:
+        raise chains.not_found("response", rid, "response_id")
+    sid, k = parsed
+
+    def change(v):
+        if chains.read_response(k)(v) is None:
+            raise chains.not_found("response", rid, "response_id")
+        deleted = sorted({*v.extra.get("deleted", ()), k})
+        return None, {**v.extra, "deleted": deleted}
+
+    def delete() -> None:
+        try:
+            mgr.update(sid, change, who)
+            gone = mgr.inspect(sid, lambda v: v.extra["kind"] == "responses" and
+                               len(v.extra["deleted"]) == len(v.notes), who)
+            if gone:  # every response of the chain is deleted: so is its session
+                with contextlib.suppress(SessionBusy):
+                    mgr.end(sid, who)
+        except SessionNotFound:
+            raise chains.not_found("response", rid, "response_id") from None
+
+    await blocking(delete)
+    return {"id": rid, "object": "response.deleted", "deleted": True}
+
+
+def walk(v, sid: str, lo: int, hi: int, desc: bool, after: str | None):
+    """The items of messages ``[lo, hi)`` (item indices: the session's messages after its head, then a
+    conversation's queue), in order or reversed, from the message of ``after`` on."""
+    extra = v.extra
+    head, removed, queue = extra.get("head", 0), extra.get("removed") or [], extra.get("queue") or []
+    serials, held = Serials(removed), v.messages - head
+    indices = range(hi - 1, lo - 1, -1) if desc else range(lo, hi)
+    if after is not None:
+        found = parse_item_id(after)
+        at = chains.count_below(removed, found[1]) if found and found[0] == sid else None
+        if at is None or not lo <= at < hi:
+            return
+        indices = range(at, lo - 1, -1) if desc else range(at, hi)
+    for i in indices:
+        message = v.slice(head + i, head + i + 1)[0] if i < held else queue[i - held]
+        items = message_items(sid, serials.serial(i), message, v.session.template, v.session.tools)
+        yield from reversed(items) if desc else items
+
+
+@router.get("/v1/responses/{rid}/input_items")
+async def input_items(rid: str, request: Request, limit: int = Query(20, ge=1, le=100),
+                      order: str = Query("desc", pattern="^(asc|desc)$"), after: str | None = None,
+                      who: str | None = Depends(owner)):
+    def reader(sid: str, k: int):
+        def read(v):
+            info = chains.read_response(k)(v)
+            if info is None:
+                return None
+            removed = v.extra.get("removed") or []
+            lo, hi = chains.count_below(removed, info["note"]["s"]), chains.count_below(removed, info["note"]["e"] - 1)
+            return page(walk(v, sid, lo, hi, order == "desc", after), limit, after)
+        return read
+
+    return JSONResponse(await blocking(_found, request.app.state.manager, rid, who, reader))
+

@@ -1,0 +1,139 @@
+"""The Responses API's request body, checked whole, and the response object built from a turn or a note.
+
+Types are strict as in :mod:`.schemas`. Fields that change nothing here
+(``include``, ``user``, ``service_tier``, ``prompt_cache_key``...) are accepted
+and ignored; fields asking for what lmchat cannot do (``background``, a
+structured ``text.format``, hosted tools, a ``prompt`` template) are refused
+with ``unsupported_value`` rather than silently ignored.
+"""
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, StrictBool, StrictStr
+
+from .errors import ApiError
+from .items import bad, response_tools
+from .schemas import Count, Finite, _Body
+
+EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+Metadata = Annotated[dict[Annotated[str, Field(max_length=64)], Annotated[StrictStr, Field(max_length=512)]],
+                     Field(max_length=16)]
+
+
+class ResponsesRequest(_Body):
+    """OpenAI's ``POST /v1/responses`` body."""
+
+    model: StrictStr | None = None
+    input: StrictStr | list[Any] = Field(default_factory=list)
+    instructions: StrictStr | None = None
+    tools: list[Any] | None = None
+    tool_choice: StrictStr | dict[str, Any] | None = None
+    previous_response_id: StrictStr | None = None
+    conversation: StrictStr | dict[str, Any] | None = None
+    store: StrictBool = True
+    truncation: Literal["auto", "disabled"] = "disabled"
+    max_output_tokens: Count | None = None
+    temperature: Finite | None = Field(None, ge=0, le=2)
+    top_p: Finite | None = Field(None, gt=0, le=1)
+    reasoning: dict[str, Any] | None = None
+    stream: StrictBool = False
+    metadata: Metadata | None = None
+    parallel_tool_calls: StrictBool | None = None
+    text: dict[str, Any] | None = None
+    background: StrictBool | None = None
+    prompt: dict[str, Any] | None = None
+
+    def checked(self) -> dict[str, Any]:
+        """What the body's nested fields mean, checked (``ApiError`` names the first field at fault)."""
+        if self.previous_response_id is not None and self.conversation is not None:
+            raise bad("previous_response_id", "previous_response_id and conversation cannot be used together")
+        if self.background:
+            raise bad("background", "background responses are not supported", "unsupported_value")
+        if self.prompt is not None:
+            raise bad("prompt", "prompt templates are not supported: send instructions and input",
+                      "unsupported_value")
+        conversation = self.conversation
+        if isinstance(conversation, dict):
+            conversation = conversation.get("id")
+            if not isinstance(conversation, str):
+                raise bad("conversation.id", "a conversation is named by its id string")
+        if conversation is not None and not self.store:
+            raise bad("store", "store=false cannot add to a conversation", "unsupported_value")
+        fmt = (self.text or {}).get("format")
+        if fmt is not None and (not isinstance(fmt, dict) or fmt.get("type") != "text"):
+            raise bad("text.format", "only the 'text' format is supported (no structured outputs)",
+                      "unsupported_value")
+        effort = (self.reasoning or {}).get("effort")
+        if effort is not None and effort not in EFFORTS:
+            raise bad("reasoning.effort", f"one of {', '.join(EFFORTS)}")
+        choice = self.tool_choice
+        if isinstance(choice, str) and choice not in ("none", "auto", "required"):
+            raise bad("tool_choice", "'none', 'auto', 'required' or a function")
+        if isinstance(choice, dict) and choice.get("type") not in ("function", "allowed_tools"):
+            raise bad("tool_choice.type", "only function tools can be chosen", "unsupported_value")
+        return {"conversation": conversation, "thinking": None if effort is None else effort != "none"}
+
+    def fields(self, template) -> dict[str, Any]:
+        """The request's fields a response object repeats (a note keeps them)."""
+        return {"temperature": self.temperature if self.temperature is not None else template.temperature,
+                "top_p": self.top_p if self.top_p is not None else template.top_p,
+                "max_output_tokens": self.max_output_tokens, "tool_choice": self.tool_choice or "auto",
+                "truncation": self.truncation, "reasoning": self.reasoning, "metadata": self.metadata or {},
+                "parallel_tool_calls": True if self.parallel_tool_calls is None else self.parallel_tool_calls,
+                "store": self.store}
+
+
+def turn_of(result) -> dict:
+    """The counts of a finished turn, as a note keeps them (``stream_turn(note=)``)."""
+    return {"finish_reason": result.finish_reason, "prefilled": result.prefilled, "reused": result.reused,
+            "generated": len(result.token_ids), "chars": len(result.text),
+            "cache_miss_reason": result.cache_miss_reason}
+
+
+def status_of(finish_reason: str | None) -> tuple[str, dict | None]:
+    if finish_reason == "stop":
+        return "completed", None
+    if finish_reason == "length":
+        return "incomplete", {"reason": "max_output_tokens"}
+    if finish_reason == "cancelled":
+        return "cancelled", None
+    return "incomplete", {"reason": None}  # e.g. a repetition stop
+
+
+def usage(turn: dict, tokens: bool) -> dict:
+    """Responses usage: the prompt is what the engine prefilled plus what it reused (``cached_tokens``);
+    ``cache_miss_reason`` (lmchat's) says why it could not reuse all it held. Counts are characters when
+    the sessions have no tokenizer (``tokens`` False)."""
+    prompt = turn["prefilled"] + turn["reused"]
+    output = turn["generated"] if tokens else turn.get("chars", 0)
+    return {"input_tokens": prompt, "output_tokens": output, "total_tokens": prompt + output,
+            "input_tokens_details": {"cached_tokens": turn["reused"], "cache_write_tokens": 0,
+                                     "cache_miss_reason": turn.get("cache_miss_reason")},
+            "output_tokens_details": {"reasoning_tokens": 0}}
+
+
+def response_object(rid: str, note: dict, output: list[dict] | None, *, instructions: str | None,
+                    tools: list[dict] | None, tokens: bool, status: str | None = None) -> dict:
+    """A response as the API returns it; ``note`` without its ``turn`` is one still running."""
+    req, turn = note["req"], note.get("turn")
+    incomplete = None
+    if status is None:
+        status, incomplete = status_of(turn["finish_reason"]) if turn else ("in_progress", None)
+    return {
+        "id": rid, "object": "response", "created_at": int(note["at"]), "status": status,
+        "completed_at": int(note["at"]) if turn else None, "error": None, "incomplete_details": incomplete,
+        "instructions": instructions, "max_output_tokens": req.get("max_output_tokens"), "model": note["model"],
+        "output": output or [], "parallel_tool_calls": req.get("parallel_tool_calls", True),
+        "previous_response_id": note.get("prev"),
+        "conversation": {"id": note["conv"]} if note.get("conv") else None,
+        "reasoning": req.get("reasoning"), "store": req.get("store", True), "temperature": req.get("temperature"),
+        "text": {"format": {"type": "text"}}, "tool_choice": req.get("tool_choice", "auto"),
+        "tools": response_tools(tools), "top_p": req.get("top_p"), "truncation": req.get("truncation"),
+        "usage": usage(turn, tokens) if turn else None, "user": None, "metadata": req.get("metadata") or {},
+        "background": False,
+    }
+
+
+def failed(response: dict, error: ApiError) -> dict:
+    return {**response, "status": "failed", "error": {"code": "server_error", "message": error.message}}
