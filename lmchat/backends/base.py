@@ -142,6 +142,7 @@ class Backend(Protocol):
     model_id: str
     #: a tokenizer sessions should use for token deltas (None: text-only backend)
     tokenizer: Any
+    # optional: ``sampling_defaults``, values its model needs over its template's (see :func:`model_sampling`)
 
     def generate(self, request: GenerationRequest) -> Iterator[Chunk]: ...
 
@@ -152,6 +153,11 @@ class Backend(Protocol):
         """Forget the cached state of ``session_id``."""
 
     def close(self) -> None: ...
+
+
+def model_sampling(backend: Any) -> dict[str, Any]:
+    """What the backend's model needs over its template's sampling values ({} for most)."""
+    return dict(getattr(backend, "sampling_defaults", None) or {})
 
 
 def engine_id(backend: Backend) -> str:

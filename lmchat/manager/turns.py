@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
 import attrs
 
-from ..backends.base import Backend, Chunk, SamplingParams
+from ..backends.base import Backend, Chunk, SamplingParams, model_sampling
 from ..errors import ConfigError, SessionMoved
 from ..messages import normalize_messages
 from ..session import Delta, Session
@@ -58,12 +58,14 @@ class Claim:
         self.mgr._metrics.error(error)
 
 
-def sampling(session: Session, params, stop, max_new_tokens) -> SamplingParams:
-    """The turn's sampling: the template's values, the session's budget, then the request's."""
+def sampling(session: Session, params, stop, max_new_tokens, model: dict | None = None) -> SamplingParams:
+    """The turn's sampling: the template's values, the model's (``model``), the session's budget, then the
+    request's."""
     if isinstance(params, SamplingParams):
         base = params
     else:
-        overrides = {"max_new_tokens": session.max_new_tokens or None, **(params or {})}
+        given = {k: v for k, v in (params or {}).items() if v is not None}
+        overrides = {**(model or {}), "max_new_tokens": session.max_new_tokens or None, **given}
         try:
             base = SamplingParams.from_template(session.template, **overrides)
         except TypeError as exc:
@@ -99,7 +101,7 @@ def run_turn(claim: Claim, messages: Iterable[Mapping[str, Any]] | None, params,
                 if session is not None:
                     entry.digests = []
             sent = _validated(history, tools, entry.session) if history is not None else None
-            turn_params = sampling(entry.session, params, stop, max_new_tokens)
+            turn_params = sampling(entry.session, params, stop, max_new_tokens, model_sampling(mgr.backend))
             budget = turn_params.max_new_tokens
 
             def start() -> Delta:

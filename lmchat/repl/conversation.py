@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
-from ..backends.base import Backend, SamplingParams, engine_id
+from ..backends.base import Backend, SamplingParams, engine_id, model_sampling
 from ..errors import LmchatError, SessionError, StoreConflict
 from ..session import Delta, Session, edits
 from ..stores import VERSION_KEY, SessionStore
@@ -51,7 +51,7 @@ class Conversation:
 
     @property
     def params(self) -> SamplingParams:
-        return settings.sampling(self.session.template, self.overrides)
+        return settings.sampling(self.session.template, {**model_sampling(self.backend), **self.overrides})
 
     # ------------------------------------------------------------------ turns
     def ask(self, text: str) -> None:
