@@ -18,12 +18,6 @@ from .golden.cases import OWN_TOOL_FORMAT
 
 OFFICIAL = sorted(n for n in lmchat.template_names() if template_class(n).official)
 
-#: (template, conversation label) -> where lmchat is known to differ from the official template.
-#: Left out of the check below; each is a strict xfail of its own, so a fix shows up (then remove it).
-KNOWN_DIFFERENCES = {
-    ("deepseek-r1-distill", "random-tools/deepseek-r1-distill/1"):
-        "a system message without content: the official template drops it, lmchat rejects the conversation",
-}
 
 
 def lmchat_outcome(name, messages, options) -> dict:
@@ -51,8 +45,6 @@ def test_every_official_template_has_vectors():
         labels = {label.split("/")[0] for label, _, _ in entry["vectors"]}
         required = {"battery", "random"} | (set() if name in OWN_TOOL_FORMAT else {"random-tools"})
         assert required <= labels, f"{name} lacks vectors of {required - labels}: run {golden.REGENERATE}"
-    for name, label in KNOWN_DIFFERENCES:
-        assert any(v[0] == label for v in data["templates"][name]["vectors"]), f"{name} {label}: no such vector"
 
 
 @pytest.mark.parametrize("name", OFFICIAL)
@@ -63,22 +55,10 @@ def test_builtin_renders_the_golden_vectors(name):
     assert entry is not None, f"no golden vectors for {name}: run {golden.REGENERATE}"
     failures = []
     for label, options, expected in entry["vectors"]:
-        if (name, label) not in KNOWN_DIFFERENCES:
-            problem = difference(expected, lmchat_outcome(name, data["conversations"][label], options))
-            failures += [f"{label} {options}: {problem}"] if problem else []
+        problem = difference(expected, lmchat_outcome(name, data["conversations"][label], options))
+        failures += [f"{label} {options}: {problem}"] if problem else []
     assert not failures, f"{name} differs from {entry['official']} on {len(failures)} of " \
                          f"{len(entry['vectors'])} vectors:\n" + "\n".join(failures[:10])
-
-
-@pytest.mark.parametrize("name, label", [
-    pytest.param(name, label, marks=pytest.mark.xfail(strict=True, reason=reason))
-    for (name, label), reason in KNOWN_DIFFERENCES.items()
-])
-def test_known_differences(name, label):
-    data = golden.load()
-    for options, expected in [(o, e) for lbl, o, e in data["templates"][name]["vectors"] if lbl == label]:
-        problem = difference(expected, lmchat_outcome(name, data["conversations"][label], options))
-        assert problem is None, problem
 
 
 @oracle.needs_corpus_for("regenerates the golden vectors with the reference renderer")

@@ -197,7 +197,7 @@ class Sessions:
         if patch is None or append is None:
             data = dump(session, entry.key, entry.owner, self.engine, entry.extra, entry.notes)
             data["last_turn"] = record
-            entry.version = self.store.save(data, expected_version=entry.version)
+            entry.version = self.store.save(data, expected_version=entry.version, token=(record or {}).get("key"))
         else:
             from ..stores.base import Summary  # the summary columns of an append
 
@@ -207,7 +207,8 @@ class Sessions:
             if note is not None:
                 patch["lists"]["notes"] = [len(entry.notes) - 1, [note]]
             entry.version = append(entry.key, patch, expected_version=entry.version,
-                                   summary=Summary.of(session, entry.owner))
+                                   summary=Summary.of_session(session, entry.owner),
+                                   token=(record or {}).get("key"))
         session.mark_saved()
 
     def discard(self, entry: Entry, *, drop_backend: bool) -> None:

@@ -44,7 +44,7 @@ class Claim:
     def save(self, record: dict) -> None:
         note = None
         if self.note is not None:  # the counts, and the answer's length instead of its text (the session has it)
-            turn = {k: v for k, v in record.items() if k != "text"}
+            turn = {k: v for k, v in record.items() if k != "text" and v is not None}
             note = {**self.note, "turn": {**turn, "chars": len(record["text"])}}
         self.mgr.save(self.entry, {**record, "key": self.idempotency_key}, note)
 

@@ -15,7 +15,7 @@ a deletion cut (``cuts``), and the responses deleted (``deleted``).
 session extends it with the new input (a delta, O(turn)); naming an older
 one, or one of a conversation, forks the session at that response's last
 message (the branch's first delta resets). Large fields that rarely change
-(``instructions``, ``tools``) are written in a note when they change and
+(``model``, the request's fields, ``instructions``, ``tools``) are written in a note when they change and
 referenced (``{"ref": k}``) otherwise.
 """
 from __future__ import annotations
@@ -32,9 +32,11 @@ from ..manager.table import View
 from ..session import Session
 from ..session.edits import restored
 from .errors import ApiError
-from .items import Serials, parse_conversation_id, parse_response_id
+from .items import Serials, conversation_id, parse_conversation_id, parse_response_id, response_id
 
 KINDS = ("responses", "conversation")
+#: note fields that rarely change: written when they do, referenced ({"ref": k}) otherwise
+CARRIED = ("model", "req", "instructions", "tools")
 _SWITCH: dict[str, bool] = {}
 
 
@@ -105,7 +107,7 @@ def _refs(notes: list) -> dict | None:
     if not notes:
         return None
     k = len(notes) - 1
-    return {key: resolve(notes, k, key) for key in ("instructions", "tools")}
+    return {key: resolve(notes, k, key) for key in CARRIED}
 
 
 def count_below(removed: list[int], serial: int) -> int:
@@ -127,9 +129,7 @@ def read_response(k: int):
         latest = (extra["kind"] == "responses" and k == len(notes) - 1 and v.messages == m
                   and not extra.get("queue"))
         return {"version": v.version, "note": note, "m": m, "head": head, "stale": stale, "latest": latest,
-                "refs": _refs(notes), "template": v.session.template, "kind": extra["kind"],
-                "instructions": resolve(notes, k, "instructions")[1], "tools": resolve(notes, k, "tools")[1],
-                "notes": len(notes)}
+                "refs": _refs(notes), "template": v.session.template, "kind": extra["kind"], "notes": len(notes)}
 
     return read
 
@@ -238,9 +238,27 @@ def edit_for(want: Want, tokenizer: Any, consume_queue: bool):
     return edit
 
 
-def note_for(p: Plan, n_input: int, *, model: str, previous: str | None, want: Want, request: dict) -> dict:
-    """What the turn notes: where its items are, the request's fields (large ones by reference)."""
-    return {"s": p.serial, "e": p.serial + n_input + 1, "at": time.time(), "model": model, "prev": previous,
-            "conv": p.conversation, "req": request,
-            "instructions": carried(p.last, "instructions", want.instructions),
-            "tools": carried(p.last, "tools", want.tools)}
+def note_for(p: Plan, n_input: int, *, model: str, previous: str | None, want: Want, request: dict
+             ) -> tuple[dict, dict]:
+    """What the turn notes (compact: fields equal to the last note's by reference, ``prev`` only when it is
+    not the chain's previous response), and the same note whole, as a response object reads it."""
+    whole = {"s": p.serial, "e": p.serial + n_input + 1, "at": round(time.time(), 3), "model": model,
+             "prev": previous, "conv": p.conversation, "req": request, "instructions": want.instructions,
+             "tools": want.tools}
+    note = {"s": whole["s"], "e": whole["e"], "at": whole["at"]}
+    if previous is not None and not (p.k and previous == response_id(p.sid, p.k - 1)):
+        note["prev"] = previous
+    for key in CARRIED:
+        if whole[key] is not None:
+            note[key] = carried(p.last, key, whole[key])
+    return note, whole
+
+
+def expanded(v: View, sid: str, k: int) -> dict:
+    """Note ``k`` whole: its carried fields resolved, its previous response and conversation named."""
+    notes, extra = v.notes, v.extra
+    note = {**notes[k], **{key: resolve(notes, k, key)[1] for key in CARRIED}}
+    if "prev" not in note:
+        note["prev"] = response_id(sid, k - 1) if k and extra.get("kind") == "responses" else None
+    note["conv"] = conversation_id(sid) if extra.get("kind") == "conversation" else None
+    return note

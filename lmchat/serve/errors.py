@@ -12,7 +12,7 @@ import logging
 
 from ..errors import (
     BackendError, CapacityExceeded, EngineMismatch, SnapshotError, InvalidMessages, LmchatError, SessionBusy, SessionExists,
-    SessionLengthExceeded, SessionNotFound, StoreConflict, StoreError, ConfigError,
+    SessionLengthExceeded, SessionNotFound, StoreConflict, StoreError, StoreTimeout, ConfigError,
     TemplateRuleError, UnknownTemplate,
 )
 
@@ -26,6 +26,8 @@ STATUSES: list[tuple[type, int, str, str]] = [
     (EngineMismatch, 409, "conflict_error", "engine_mismatch"),
     (StoreConflict, 409, "conflict_error", "store_conflict"),
     (CapacityExceeded, 429, "rate_limit_error", "over_capacity"),
+    # the write may have landed: the turn's Idempotency-Key makes a retry answer it instead of running it twice
+    (StoreTimeout, 503, "server_error", "store_timeout"),
     (StoreError, 503, "server_error", "store_unavailable"),
     (SnapshotError, 500, "server_error", "session_unreadable"),
     (BackendError, 502, "server_error", "backend_error"),

@@ -66,17 +66,16 @@ async def create_response(body: ResponsesRequest, request: Request, who: str | N
     template = default_template(mgr)
     fields = body.fields(template)
     model = body.model or state.model_name
-    plan, note, started_turn = await _start(request, mgr, who, body, checked["conversation"], want, check,
-                                            messages, model, fields)
+    plan, whole, started_turn = await _start(request, mgr, who, body, checked["conversation"], want, check,
+                                             messages, model, fields)
     rid, serial, parse = response_id(plan.sid, plan.k), plan.serial + len(messages), body.tool_choice != "none"
     oneoff, tokens = not body.store, mgr.tokenizer is not None
 
     def finish(result, output: list[dict]) -> dict:
-        return response_object(rid, {**note, "turn": turn_of(result)}, output, instructions=want.instructions,
-                               tools=tools, tokens=tokens)
+        return response_object(rid, {**whole, "turn": turn_of(result)}, output, tokens=tokens)
 
     if body.stream:
-        base = response_object(rid, note, [], instructions=want.instructions, tools=tools, tokens=tokens)
+        base = response_object(rid, whole, [], tokens=tokens)
         events = response_events(started_turn, base, sid=plan.sid, serial=serial, template=template, tools=tools,
                                  parse=parse, finish=finish)
         return StreamingResponse(_ending(events, mgr, plan.sid, who) if oneoff else events,
@@ -101,7 +100,8 @@ async def _start(request: Request, mgr, who, body: ResponsesRequest, conversatio
     plan = await blocking(chains.plan, mgr, who, previous, conversation, body.store, want, check)
     for attempt in range(ATTEMPTS):
         turn_messages = plan.queued + messages
-        note = chains.note_for(plan, len(messages), model=model, previous=previous, want=want, request=fields)
+        note, whole = chains.note_for(plan, len(messages), model=model, previous=previous, want=want,
+                                      request=fields)
         kwargs = {"params": {"temperature": body.temperature, "top_p": body.top_p},
                   "max_new_tokens": body.max_output_tokens, "owner": who, "expect": plan.expect, "note": note,
                   "edit": chains.edit_for(want, mgr.tokenizer, bool(plan.queued))}
@@ -109,8 +109,8 @@ async def _start(request: Request, mgr, who, body: ResponsesRequest, conversatio
             if not turn_messages:
                 raise bad("input", "nothing to answer: the input is empty")
             if body.stream:
-                return plan, note, await started(mgr.pump(plan.sid, turn_messages, kwargs).items())
-            return plan, note, await run(request, mgr, plan.sid, turn_messages, **kwargs)
+                return plan, whole, await started(mgr.pump(plan.sid, turn_messages, kwargs).items())
+            return plan, whole, await run(request, mgr, plan.sid, turn_messages, **kwargs)
         except SessionMoved:  # another request changed the session since it was read: decide again
             await _drop(mgr, plan, who)
             if attempt == ATTEMPTS - 1:
@@ -169,8 +169,8 @@ def _response_reader(mgr):
                 status = "completed" if (note.get("turn") or {}).get("finish_reason") == "stop" else "incomplete"
                 output = answer_items(sid, serial, *answer_parts(message, v.session.template, v.session.tools),
                                       status=status)
-            return response_object(response_id(sid, k), note, output, instructions=info["instructions"],
-                                   tools=info["tools"], tokens=mgr.tokenizer is not None)
+            return response_object(response_id(sid, k), chains.expanded(v, sid, k), output,
+                                   tokens=mgr.tokenizer is not None)
         return read
     return reader
 

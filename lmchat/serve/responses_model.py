@@ -113,9 +113,10 @@ def usage(turn: dict, tokens: bool) -> dict:
             "output_tokens_details": {"reasoning_tokens": 0}}
 
 
-def response_object(rid: str, note: dict, output: list[dict] | None, *, instructions: str | None,
-                    tools: list[dict] | None, tokens: bool, status: str | None = None) -> dict:
-    """A response as the API returns it; ``note`` without its ``turn`` is one still running."""
+def response_object(rid: str, note: dict, output: list[dict] | None, *, tokens: bool,
+                    status: str | None = None) -> dict:
+    """A response as the API returns it, from its whole note (:func:`.chains.expanded`); a note without
+    its ``turn`` is a response still running."""
     req, turn = note["req"], note.get("turn")
     incomplete = None
     if status is None:
@@ -123,13 +124,12 @@ def response_object(rid: str, note: dict, output: list[dict] | None, *, instruct
     return {
         "id": rid, "object": "response", "created_at": int(note["at"]), "status": status,
         "completed_at": int(note["at"]) if turn else None, "error": None, "incomplete_details": incomplete,
-        "instructions": instructions, "max_output_tokens": req.get("max_output_tokens"), "model": note["model"],
-        "output": output or [], "parallel_tool_calls": req.get("parallel_tool_calls", True),
-        "previous_response_id": note.get("prev"),
-        "conversation": {"id": note["conv"]} if note.get("conv") else None,
+        "instructions": note.get("instructions"), "max_output_tokens": req.get("max_output_tokens"),
+        "model": note["model"], "output": output or [], "parallel_tool_calls": req.get("parallel_tool_calls", True),
+        "previous_response_id": note.get("prev"), "conversation": {"id": note["conv"]} if note.get("conv") else None,
         "reasoning": req.get("reasoning"), "store": req.get("store", True), "temperature": req.get("temperature"),
         "text": {"format": {"type": "text"}}, "tool_choice": req.get("tool_choice", "auto"),
-        "tools": response_tools(tools), "top_p": req.get("top_p"), "truncation": req.get("truncation"),
+        "tools": response_tools(note.get("tools")), "top_p": req.get("top_p"), "truncation": req.get("truncation"),
         "usage": usage(turn, tokens) if turn else None, "user": None, "metadata": req.get("metadata") or {},
         "background": False,
     }

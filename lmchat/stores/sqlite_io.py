@@ -118,6 +118,8 @@ class Writer:
                         self._commit(batch)
                     except Exception as exc:  # noqa: BLE001  (a bug must not leave callers waiting forever)
                         self._fail([job for job in batch if not job.future.done()], exc)
+                # a job's closure may hold the store: keeping it while waiting would stop its finalizer
+                del batch
         finally:
             self._conn.close()
 

@@ -301,8 +301,10 @@ class DeepSeekR1Distill(DeepSeekV3):
     temperature: float = 0.6
 
     def header(self, chat: Chat) -> str:
-        systems = [chat.text(i) for i, m in enumerate(chat.messages) if m["role"] == "system"]
-        return self.bos + (systems[-1] if systems else "")
+        # the official file reads only the last system message's content, so one without content renders as ''
+        systems = [i for i, m in enumerate(chat.messages) if m["role"] == "system"]
+        last = systems[-1] if systems else None
+        return self.bos + ("" if last is None or "content" not in chat.messages[last] else chat.text(last))
 
     def content(self, chat: Chat, i: int) -> str:
         return chat.text(i).split("</think>")[-1]
