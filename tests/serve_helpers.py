@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -31,14 +32,15 @@ def deepseek_tokenizer_json() -> str:
 class Server:
     """``lmchat serve --backend echo ARGS`` in a subprocess; ``url`` once it answers ``/health``."""
 
-    def __init__(self, *args: str, keys: tuple[str, ...] = (), env: dict | None = None):
+    def __init__(self, *args: str, keys: tuple[str, ...] = (), env: dict | None = None, max_fds: int | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = tempfile.NamedTemporaryFile("w+", prefix="lmchat-serve-", suffix=".log", delete=False)
         env = {**os.environ, **(env or {}), "LMCHAT_API_KEYS": ",".join(keys)}
         command = [sys.executable, "-m", "lmchat", "serve", "--backend", "echo", "--port", str(self.port),
                    "--log-level", "warning", *args]
-        self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        limit = None if max_fds is None else (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (max_fds, max_fds)))
+        self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, env=env, preexec_fn=limit)
         self._wait_ready()
 
     def _wait_ready(self) -> None:

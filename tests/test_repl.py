@@ -57,6 +57,23 @@ def test_turns_stream_extend_the_cache_and_are_saved_at_once(tmp_path):
     assert Session.from_dict(stored).context == conv.session.context
 
 
+def test_each_turn_saves_a_patch_of_itself_and_edits_save_a_whole_snapshot(tmp_path):
+    conv = make(tmp_path, system="Be brief. " * 500)  # a base larger than the patches: no compaction here
+    chat(conv, "/set temperature 0.3", *[f"question {n}" for n in range(6)])
+    sid = conv.session.session_id
+    info = conv.store.records(sid)
+    # the first turn saves a base; each later turn appends a patch of its own size, not the session's
+    assert (info.version, info.base_version, info.patches) == (6, 1, 5), info
+    assert info.patch_chars < 5 * 1000 < info.base_chars, info
+    stored = conv.store.load(sid)
+    assert stored["messages"] == conv.session.messages and stored["chat"]["settings"]["temperature"] == 0.3
+    assert Session.from_dict(stored).context == conv.session.context
+    chat(conv, "/system Be briefer.")  # an edit: a whole snapshot, a new base
+    after = conv.store.records(sid)
+    assert after.base_version == after.version == 7 and after.patches == 0, after
+    assert conv.store.load(sid)["messages"][0] == {"role": "system", "content": "Be briefer."}
+
+
 def test_help_lists_every_command(tmp_path):
     from lmchat.cli.main import build_parser
     from lmchat.repl.commands import COMMANDS

@@ -8,7 +8,7 @@ import attrs
 from ..errors import ConfigError
 from ..extras import load
 from ..session import Delta, Session
-from ..templates.base import DEFAULT_SAMPLING
+from ..templates.sampling import DEFAULT_SAMPLING
 
 #: backend name -> "module:factory" (imported only when chosen)
 BACKENDS = {

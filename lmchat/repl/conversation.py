@@ -18,6 +18,7 @@ from ..backends.base import Backend, SamplingParams, engine_id, model_sampling
 from ..errors import LmchatError, SessionError, StoreConflict
 from ..session import Delta, Session, edits
 from ..stores import VERSION_KEY, SessionStore
+from ..stores.base import Summary
 from ..templates.base import BaseTemplate
 from ..repetition import RepetitionGuard
 from . import settings
@@ -173,11 +174,22 @@ class Conversation:
         if self.version == 0 and self.session.turns == 0:
             return  # nothing worth keeping yet
         try:
-            self.version = self.store.save(self.snapshot(), expected_version=self.version)
+            self.version = self._write()
+            self.session.mark_saved()
         except StoreConflict as exc:
             self.out.error(f"not saved: {exc}; /fork keeps this conversation under a new id")
         except LmchatError as exc:
             self.out.error(f"not saved: {exc}")
+
+
+    def _write(self) -> int:
+        """A turn's patch on top of the version this process saved (O(turn)); else the whole snapshot."""
+        patch = self.session.changes() if self.version else None
+        if patch is None:
+            return self.store.save(self.snapshot(), expected_version=self.version)
+        patch["set"][settings.SNAPSHOT_KEY] = settings.saved(self.overrides)
+        return self.store.append(self.session.session_id, patch, expected_version=self.version,
+                                 summary=Summary.of_session(self.session))
 
 
 def describe_delta(delta: Delta) -> str:

@@ -15,7 +15,6 @@ query, a system prompt moved to the last user turn) says so by overriding it.
 from __future__ import annotations
 
 import datetime as _dt
-from types import MappingProxyType
 from typing import Any, ClassVar, Mapping, Sequence
 
 import attrs
@@ -24,12 +23,9 @@ from ..errors import InvalidMessages, TemplateConfigError, TemplateRuleError
 from ..messages import normalize_messages
 from . import continued
 from .chat import Chat
+from .fields import check_overrides, honoured
+from .sampling import DEFAULT_SAMPLING, SAMPLING_FIELDS
 
-SAMPLING_FIELDS = ("session_len", "top_p", "top_k", "temperature", "repetition_penalty", "stop_words", "capability")
-#: LMDeploy's sampling defaults: what a template whose model publishes none bundles, and a turn that sets none uses
-DEFAULT_SAMPLING: Mapping[str, Any] = MappingProxyType(
-    {"top_p": 0.8, "top_k": None, "temperature": 0.8, "repetition_penalty": 1.0}
-)
 
 
 def _stop_words(value):
@@ -254,8 +250,6 @@ class BaseTemplate:
         that does not render it itself (LMDeploy's meaning of the field); None otherwise."""
         if self.meta_instruction is None:
             return None
-        from .fields import honoured  # rendering probes: asked once per template value
-
         return None if "meta_instruction" in honoured(self) else self.meta_instruction
 
     @property
@@ -286,7 +280,5 @@ class BaseTemplate:
 
     def evolve(self, **changes: Any) -> "BaseTemplate":
         """A copy with ``changes``; a field this template would ignore is refused (:mod:`.fields`)."""
-        from .fields import check_overrides
-
         check_overrides(self, changes)
         return attrs.evolve(self, **changes)

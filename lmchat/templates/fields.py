@@ -19,7 +19,7 @@ import attrs
 
 from ..errors import LmchatError, TemplateConfigError
 from ..messages import normalize_messages
-from .base import SAMPLING_FIELDS
+from .sampling import SAMPLING_FIELDS
 from .chat import Chat
 
 #: fields a session reads rather than the renderer (``lead``) and labels: always accepted

@@ -1,0 +1,62 @@
+"""lmchat's layers, checked on its import graph (docs/architecture.md draws them).
+
+Data flows one way: messages -> template -> session -> backend -> stream parsing -> commit ->
+store. The core (templates, sessions, backends, stores, the turn protocol, tools) knows nothing of
+its two users; the manager serves the server, never the REPL; the CLI sits on top of everything.
+A core module that imported ``lmchat.serve`` would pull FastAPI into ``lmchat render``; a cycle
+would make import order matter.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from . import layers
+
+#: the top-level parts of lmchat that use the core, and which of them each may import
+USERS = {"manager": set(), "repl": set(), "serve": {"manager"}, "cli": {"manager", "repl", "serve"}}
+#: heavy libraries ``import lmchat`` must not load (an engine, a server, a terminal UI, a network client)
+HEAVY = ("torch", "transformers", "tokenizers", "llama_cpp", "fastapi", "uvicorn", "starlette", "prompt_toolkit",
+         "redis", "httpx", "openai")
+
+EDGES = layers.graph()
+
+
+def part(module: str) -> str:
+    """``lmchat.serve.app`` -> ``serve``; modules directly in the package (``lmchat.session``) -> ``session``."""
+    pieces = module.split(".")
+    return pieces[1] if len(pieces) > 1 else ""
+
+
+def test_the_graph_is_read():
+    # the check below is only as good as the graph: it must see the imports everyone knows are there
+    pairs = {(e.source, e.target) for e in EDGES}
+    assert ("lmchat.serve.app", "lmchat.manager") in pairs or any(
+        s.startswith("lmchat.serve") and t.startswith("lmchat.manager") for s, t in pairs)
+    assert any(s.startswith("lmchat.session") and t.startswith("lmchat.templates") for s, t in pairs)
+    assert any(not e.eager for e in EDGES) and len(layers.modules()) > 100
+
+
+def test_no_import_cycles_eager_or_lazy():
+    found = layers.cycles(EDGES)
+    detail = [[(e.source, e.target, e.line) for e in EDGES if e.source in c and e.target in c] for c in found]
+    assert not found, f"import cycles (module, imports, at line): {detail}"
+
+
+@pytest.mark.parametrize("user", sorted(USERS))
+def test_the_core_never_imports_its_users(user):
+    wrong = [e for e in EDGES if part(e.target) == user
+             and part(e.source) not in {user, *[u for u, may in USERS.items() if user in may]}
+             # the package root names SessionManager lazily (PEP 562), as its public API; python -m lmchat is the CLI
+             and not (e.source == "lmchat" and user == "manager" and not e.eager)
+             and e.source != "lmchat.__main__"]
+    assert not wrong, "\n".join(f"{e.source} imports {e.target} (line {e.line})" for e in wrong)
+
+
+def test_importing_lmchat_loads_no_engine_server_or_terminal_library():
+    code = f"import sys, lmchat; print([m for m in {HEAVY!r} if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout
