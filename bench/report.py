@@ -53,6 +53,12 @@ SECTIONS = {
          "KV cache kept vs re-prefilled, an evicted session restored from the host cache vs re-prefilled, "
          "several sessions decoding at once vs one, and the peak memory of a chat vs the transformers backend."),
     ),
+    "drift": (
+        "Retokenization drift: what the engine reuses after cut answers",
+        ("`lmchat serve` on the bundled model under each `--drift` policy, 20 sessions whose answers are all "
+         "cut by `max_tokens` (where the engine's ids most often differ from the canonical encoding): the "
+         "share of each later prompt the engine reused, the turns that reused nothing, and the time per turn."),
+    ),
     "responses": (
         "A long agent conversation: Responses API vs resending the history",
         ("Per-turn latency of one `lmchat serve --backend echo` by turn number: the Responses API with "

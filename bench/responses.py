@@ -18,16 +18,13 @@ responses turn at ``--turns`` within 1.5x of turn 1.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
-import sys
-import tempfile
 import time
 
 import httpx
 
-from .common import ROOT, save, table
+from .common import save, start_serve, table
 from .load import TEMPLATE, question
 
 WINDOW = 5
@@ -35,19 +32,8 @@ TARGET = 1.5
 
 
 def start_server(port: int, store: str) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "LMCHAT_DATA_DIR": tempfile.mkdtemp(prefix="lmchat-bench-")}
-    command = [sys.executable, "-m", "lmchat", "serve", "--backend", "echo", "--template", TEMPLATE, "--store", store,
-               "--port", str(port), "--log-level", "warning", "--max-body-bytes", str(64 * 2**20)]
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, cwd=ROOT, env=env)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                return proc
-        except httpx.TransportError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("lmchat serve did not start")
+    return start_serve(["--backend", "echo", "--template", TEMPLATE, "--store", store,
+                        "--max-body-bytes", str(64 * 2**20)], port)
 
 
 def timed(client: httpx.Client, path: str, body: dict) -> tuple[float, dict]:

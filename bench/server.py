@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import shutil
 import statistics
@@ -30,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import httpx
 
@@ -37,7 +37,7 @@ from lmchat import Session
 from lmchat.backends import GenerationRequest, SamplingParams
 from lmchat.backends.echo import EchoBackend
 
-from .common import ROOT, save, table
+from .common import ROOT, save, start_serve, table
 from .load import TEMPLATE, question
 
 #: the server as it stood before issue 12 (a thread per turn, whole snapshots, the event loop busy)
@@ -62,19 +62,8 @@ def echo_seconds(turns: int, repeat: int = 50) -> float:
 
 def start_server(source: str, port: int, store: str, max_active: int) -> subprocess.Popen:
     """``lmchat serve`` from the tree at ``source`` (its own package first on the path)."""
-    env = {**os.environ, "PYTHONPATH": source, "LMCHAT_DATA_DIR": tempfile.mkdtemp(prefix="lmchat-bench-")}
-    command = [sys.executable, "-m", "lmchat", "serve", "--backend", "echo", "--template", TEMPLATE,
-               "--store", store, "--port", str(port), "--log-level", "warning", "--max-active", str(max_active)]
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, cwd=source, env=env)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                return proc
-        except httpx.TransportError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError(f"lmchat serve from {source} did not start")
+    return start_serve(["--backend", "echo", "--template", TEMPLATE, "--store", store, "--max-active", str(max_active)],
+                       port, source=Path(source))
 
 
 def load(url: str, sessions: int, turns: int, think: float, tag: str) -> dict:
