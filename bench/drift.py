@@ -8,7 +8,8 @@ its history with a session id (what OpenAI clients do). Per policy, over the tur
 the share of the prompt the engine reused (``cached_tokens / prompt_tokens``), the turns that reused
 nothing, the turns whose ``cache_miss_reason`` says the engine could not reuse all it held, and the
 time per turn. ``rewind`` pays a few tokens per drift, ``reset`` the whole history, ``keep`` nothing
-(the engine continues from its own ids).
+(the engine continues from its own ids). Sampling is the model's default (the bundled model's
+temperature 0.2, repetition penalty 1.2), seeded per session so the three policies see the same answers.
 """
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def run_policy(drift: str, args) -> dict:
                     started = time.perf_counter()
                     r = client.post("/chat/completions", json={
                         "messages": history, "session_id": f"{drift}-{s}", "max_tokens": args.max_tokens + s % 8,
-                        "temperature": 0})
+                        "seed": s})
                     elapsed = time.perf_counter() - started
                     r.raise_for_status()
                     body = r.json()

@@ -26,7 +26,7 @@ import time
 
 import attrs
 
-from lmchat import Session
+from lmchat import Session, get_template
 from lmchat.backends import GenerationRequest, SamplingParams
 
 from .common import ROOT, save, table
@@ -105,7 +105,7 @@ def decode_speed(backend, llm, n: int, repeat: int) -> dict:
 
 # ---------------------------------------------------------------------------------------------- 2. TTFT per turn
 def ttft_turns(backend, measure: set[int], answer_tokens: int, repeat: int) -> list[dict]:
-    params = SamplingParams(temperature=0, max_new_tokens=answer_tokens, stop=tuple(backend.template.stop_words or ()))
+    params = SamplingParams(temperature=0, max_new_tokens=answer_tokens, stop=tuple(get_template(backend.template_name).stop_words or ()))
     runs = []
     for _ in range(repeat):
         s, rows = session(backend), {}

@@ -24,7 +24,7 @@ from .deps import blocking, check_n, new_id, owner
 from ..manager.history import object_arguments
 from .schemas import ChatRequest
 from .sse import Meta, chat_events, finish_reason, usage
-from .turns import count, end_soon, run, start_stream
+from .turns import count, end_soon, ending, run, start_stream
 
 router = APIRouter()
 
@@ -57,7 +57,7 @@ async def chat_completions(body: ChatRequest, request: Request, who: str | None 
                 include_usage=bool((body.stream_options or {}).get("include_usage")),
                 count=lambda chars, ids: count(mgr.tokenizer, chars, ids),
             )
-            return StreamingResponse(_ending(events, mgr, sid, who) if oneoff else events,
+            return StreamingResponse(ending(events, mgr, sid, who) if oneoff else events,
                                      media_type="text/event-stream", headers=headers)
         result = await run(request, mgr, sid, messages, owner=who, **kwargs)
     except BaseException:
@@ -85,12 +85,3 @@ async def chat_completions(body: ChatRequest, request: Request, who: str | None 
         "usage": usage(last, count(mgr.tokenizer, len(result.text), len(result.token_ids))),
     }
     return JSONResponse(body_out, headers=headers)
-
-
-async def _ending(events, mgr, sid: str, who: str | None):
-    """A one-off session's stream: the session ends with it, however it ends."""
-    try:
-        async for event in events:
-            yield event
-    finally:
-        end_soon(mgr, sid, who)

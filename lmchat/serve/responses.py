@@ -26,7 +26,7 @@ from .items import (Serials, answer_items, answer_parts, bad, input_messages, me
                     parse_item_id, parse_response_id, response_id, session_tools)
 from .responses_model import ResponsesRequest, response_object, turn_of
 from .responses_sse import response_events, started
-from .turns import end_soon, run
+from .turns import ending, run
 
 router = APIRouter()
 #: how often a request re-plans when the session moved under it (another request extended it first)
@@ -78,7 +78,7 @@ async def create_response(body: ResponsesRequest, request: Request, who: str | N
         base = response_object(rid, whole, [], tokens=tokens)
         events = response_events(started_turn, base, sid=plan.sid, serial=serial, template=template, tools=tools,
                                  parse=parse, finish=finish)
-        return StreamingResponse(_ending(events, mgr, plan.sid, who) if oneoff else events,
+        return StreamingResponse(ending(events, mgr, plan.sid, who) if oneoff else events,
                                  media_type="text/event-stream")
     result = started_turn
     if oneoff:
@@ -132,14 +132,6 @@ async def _drop(mgr, plan: chains.Plan, who) -> None:
     if plan.created:
         with contextlib.suppress(LmchatError):
             await blocking(mgr.end, plan.sid, who)
-
-
-async def _ending(events, mgr, sid: str, who: str | None):
-    try:
-        async for event in events:
-            yield event
-    finally:
-        end_soon(mgr, sid, who)
 
 
 # ---------------------------------------------------------------------------------------------- reads

@@ -81,3 +81,12 @@ def end_soon(mgr: SessionManager, session_id: str, owner: str | None, patience: 
                 return
 
     threading.Thread(target=work, name="lmchat-end", daemon=True).start()
+
+
+async def ending(events: AsyncIterator, mgr: SessionManager, session_id: str, owner: str | None) -> AsyncIterator:
+    """A one-off session's stream: the session ends with it, however it ends."""
+    try:
+        async for event in events:
+            yield event
+    finally:
+        end_soon(mgr, session_id, owner)
