@@ -22,6 +22,7 @@ from ..registry import get_template
 from ..templates.base import BaseTemplate, Chat
 from ..templates.chat import as_date
 from . import commits, overflow, patches, reopening, snapshot
+from .markers import output_markers, special_strings
 from .planning import Frame, next_plan
 from .state import Delta, Held, Plan
 
@@ -166,7 +167,8 @@ class Session:
         new = normalize_messages(list(messages), start=n_old)
         validation.validate_messages(chat.messages, new, start=n_old, max_chars=self.max_message_chars)
         if self.injection == "reject":
-            validation.injected_specials(new, self._special_strings(), n_old, self._output_markers())
+            validation.injected_specials(new, special_strings(self.template, self._codec), n_old,
+                                         output_markers(self.template, self._codec))
         chat.messages.extend(new)
         parts, ids = len(self._held.parts), len(self._held.ids)
         try:
@@ -211,20 +213,6 @@ class Session:
             held.ids += plan.delta.token_ids
             held.anchor = plan.anchor
         held.rewind = held.answer_end = None
-
-    def _special_strings(self) -> set[str]:
-        """What the 'reject' policy refuses: the template's markers and the tokenizer's added tokens."""
-        markers = validation.template_markers(self.template)
-        return markers | set(self._codec.special) if self._codec is not None else markers
-
-    def _output_markers(self) -> frozenset[str]:
-        """What an assistant message may hold all the same: its model's output markup."""
-        from ..tools.registry import output_markers
-
-        found = set(output_markers(self.template))
-        if self._codec is not None:
-            found |= self._codec.output_tokens(self.template)
-        return frozenset(found)
 
     def commit(
         self, answer: str, token_ids: list[int] | None = None, *, stop: str | None = None, **fields: Any
