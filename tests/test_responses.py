@@ -93,6 +93,35 @@ def test_a_branch_from_turn_two_forks_the_conversation_up_to_it(server, client):
     assert client.responses.retrieve(r[2].id).output_text == "turn 2"
 
 
+def test_a_retry_with_the_same_idempotency_key_answers_the_stored_response(server, client):
+    """A retried request (its first attempt landed, e.g. after a 503 store_timeout) runs no second turn."""
+    def create(key, **kw):
+        return client.responses.create(model="m", extra_headers={"Idempotency-Key": key}, **kw)
+
+    first = create("chain-1", input="first")
+    again = create("chain-1", input="first")  # a new chain: found again through the key
+    assert again.id == first.id and again.output_text == "first"
+    second = create("chain-2", input="second", previous_response_id=first.id)
+    retried = create("chain-2", input="second", previous_response_id=first.id)
+    assert retried.id == second.id and retried.output_text == "second" and retried.usage == second.usage
+    with http(server) as api:
+        held = [m["content"] for m in api.get(f"/sessions/{session_of(first.id)}").json()["messages"]]
+        assert held == ["first", "first", "second", "second"]  # one turn each, no branch
+        streamed = api.post("/responses", json={"model": "m", "input": "second", "stream": True,
+                                                "previous_response_id": first.id},
+                            headers={"Idempotency-Key": "chain-2"}).text
+    kinds = [line[len("event: "):] for line in streamed.splitlines() if line.startswith("event: ")]
+    assert kinds == ["response.created", "response.in_progress", "response.completed"]
+    assert f'"id": "{second.id}"' in streamed
+    # another key, or none, is another request: it runs (a branch off the older response)
+    other = create("chain-3", input="second", previous_response_id=first.id)
+    assert session_of(other.id) != session_of(first.id)
+    # another API key's chain of the same key is its own
+    theirs = openai.OpenAI(base_url=f"{server.url}/v1", api_key=K2, max_retries=0).responses.create(
+        model="m", input="mine", extra_headers={"Idempotency-Key": "chain-1"})
+    assert theirs.output_text == "mine" and theirs.id != first.id
+
+
 def test_a_conversation_with_a_tool_call_and_its_output(server, client):
     conv = client.conversations.create(items=[{"role": "user", "content": "I am in France."}],
                                        metadata={"topic": "weather"})

@@ -21,6 +21,7 @@ referenced (``{"ref": k}``) otherwise.
 from __future__ import annotations
 
 import bisect
+import hashlib
 import time
 import uuid
 from typing import Any
@@ -40,8 +41,39 @@ CARRIED = ("model", "req", "instructions", "tools")
 _SWITCH: dict[str, bool] = {}
 
 
-def new_sid() -> str:
-    return uuid.uuid4().hex
+def new_sid(key: str | None = None, who: str | None = None) -> str:
+    """A new chain's session id: random, or derived from the request's Idempotency-Key and its owner, so that a
+    retry finds the chain its first attempt made."""
+    if key is None:
+        return uuid.uuid4().hex
+    return hashlib.sha256(f"{who or ''}\0{key}".encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def replayed(mgr, who: str | None, key: str | None, previous: str | None, conversation: str | None) -> str | None:
+    """The response an earlier attempt of this request (the same Idempotency-Key) stored, or None.
+
+    It is the one right after ``previous``, the latest of ``conversation``, or the first of the chain the key
+    names; its note holds the key. A retry then reads it back instead of running the turn again.
+    """
+    if key is None:
+        return None
+    if conversation is not None:
+        sid, k = parse_conversation_id(conversation), None
+    elif previous is not None:
+        parsed = parse_response_id(previous)
+        sid, k = (parsed[0], parsed[1] + 1) if parsed else (None, None)
+    else:
+        sid, k = new_sid(key, who), 0
+    if not sid:
+        return None
+
+    def read(v: View) -> int | None:
+        n = len(v.notes) - 1 if k is None else k
+        keyed = 0 <= n < len(v.notes) and v.notes[n].get("key") == key
+        return n if keyed and n not in v.extra.get("deleted", ()) else None
+
+    found = _inspect(mgr, sid, read, who)
+    return None if found is None else response_id(sid, found)
 
 
 def not_found(what: str, value: Any, param: str | None) -> ApiError:
@@ -146,7 +178,7 @@ def read_conversation(v: View) -> dict | None:
 
 # ---------------------------------------------------------------------------------------------- planning
 def plan(mgr, who: str | None, previous: str | None, conversation: str | None, store: bool, want: Want,
-         check) -> Plan:
+         check, key: str | None = None) -> Plan:
     """Where the request's turn runs (blocking: call it from a worker). ``check(template)`` refuses
     what the session's template cannot do, before anything is created."""
     if conversation is not None:
@@ -160,7 +192,7 @@ def plan(mgr, who: str | None, previous: str | None, conversation: str | None, s
     if previous is None:
         check(mgr.template_of("", who))
         head = int(want.instructions is not None or mgr.template_of("", who).default_system is not None)
-        sid = mgr.create(new_sid(), who, system=want.instructions, tools=want.tools,
+        sid = mgr.create(new_sid(key, who), who, system=want.instructions, tools=want.tools,
                          extra={"kind": "responses", "head": head})
         return Plan(sid, 0, 0, created=True)
     parsed = parse_response_id(previous)
@@ -238,14 +270,16 @@ def edit_for(want: Want, tokenizer: Any, consume_queue: bool):
     return edit
 
 
-def note_for(p: Plan, n_input: int, *, model: str, previous: str | None, want: Want, request: dict
-             ) -> tuple[dict, dict]:
+def note_for(p: Plan, n_input: int, *, model: str, previous: str | None, want: Want, request: dict,
+             idempotency_key: str | None = None) -> tuple[dict, dict]:
     """What the turn notes (compact: fields equal to the last note's by reference, ``prev`` only when it is
     not the chain's previous response), and the same note whole, as a response object reads it."""
     whole = {"s": p.serial, "e": p.serial + n_input + 1, "at": round(time.time(), 3), "model": model,
              "prev": previous, "conv": p.conversation, "req": request, "instructions": want.instructions,
              "tools": want.tools}
     note = {"s": whole["s"], "e": whole["e"], "at": whole["at"]}
+    if idempotency_key:  # a retry of this request finds the response by it (replayed)
+        note["key"] = idempotency_key
     if previous is not None and not (p.k and previous == response_id(p.sid, p.k - 1)):
         note["prev"] = previous
     for key in CARRIED:

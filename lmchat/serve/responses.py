@@ -25,7 +25,7 @@ from .deps import blocking, owner
 from .items import (Serials, answer_items, answer_parts, bad, input_messages, message_item, message_items, page,
                     parse_item_id, parse_response_id, response_id, session_tools)
 from .responses_model import ResponsesRequest, response_object, turn_of
-from .responses_sse import response_events, started
+from .responses_sse import Events, response_events, started
 from .turns import ending, run
 
 router = APIRouter()
@@ -66,8 +66,13 @@ async def create_response(body: ResponsesRequest, request: Request, who: str | N
     template = default_template(mgr)
     fields = body.fields(template)
     model = body.model or state.model_name
+    key = request.headers.get("idempotency-key") if body.store else None
+    if key is not None:
+        stored = await blocking(chains.replayed, mgr, who, key, body.previous_response_id, checked["conversation"])
+        if stored is not None:  # an earlier attempt of this request landed: answer it, do not run the turn again
+            return _replay(await blocking(_found, mgr, stored, who, _response_reader(mgr)), body.stream)
     plan, whole, started_turn = await _start(request, mgr, who, body, checked["conversation"], want, check,
-                                             messages, model, fields)
+                                             messages, model, fields, key)
     rid, serial, parse = response_id(plan.sid, plan.k), plan.serial + len(messages), body.tool_choice != "none"
     oneoff, tokens = not body.store, mgr.tokenizer is not None
 
@@ -94,14 +99,14 @@ async def create_response(body: ResponsesRequest, request: Request, who: str | N
 
 
 async def _start(request: Request, mgr, who, body: ResponsesRequest, conversation, want, check, messages, model,
-                 fields) -> tuple[chains.Plan, dict, Any]:
+                 fields, key: str | None) -> tuple[chains.Plan, dict, Any]:
     """Plan, then start the turn: its stream (primed) or its result; a moved session is planned again."""
     previous = body.previous_response_id
-    plan = await blocking(chains.plan, mgr, who, previous, conversation, body.store, want, check)
+    plan = await blocking(chains.plan, mgr, who, previous, conversation, body.store, want, check, key)
     for attempt in range(ATTEMPTS):
         turn_messages = plan.queued + messages
         note, whole = chains.note_for(plan, len(messages), model=model, previous=previous, want=want,
-                                      request=fields)
+                                      request=fields, idempotency_key=key)
         kwargs = {"params": {"temperature": body.temperature, "top_p": body.top_p},
                   "max_new_tokens": body.max_output_tokens, "owner": who, "expect": plan.expect, "note": note,
                   "edit": chains.edit_for(want, mgr.tokenizer, bool(plan.queued))}
@@ -115,7 +120,7 @@ async def _start(request: Request, mgr, who, body: ResponsesRequest, conversatio
             await _drop(mgr, plan, who)
             if attempt == ATTEMPTS - 1:
                 raise
-            plan = await blocking(chains.plan, mgr, who, previous, conversation, body.store, want, check)
+            plan = await blocking(chains.plan, mgr, who, previous, conversation, body.store, want, check, key)
         except SessionBusy:  # the chain's latest response is being continued by another request: branch off
             await _drop(mgr, plan, who)
             if plan.created or previous is None or attempt == ATTEMPTS - 1:
@@ -132,6 +137,22 @@ async def _drop(mgr, plan: chains.Plan, who) -> None:
     if plan.created:
         with contextlib.suppress(LmchatError):
             await blocking(mgr.end, plan.sid, who)
+
+
+def _replay(response: dict, stream: bool):
+    """A stored response as a retry gets it: the JSON object, or its stream's first and last events."""
+    if not stream:
+        return JSONResponse(response)
+    events = Events()
+    opening = {**response, "status": "in_progress", "output": [], "usage": None}
+
+    async def replay():
+        yield events("response.created", response=opening)
+        yield events("response.in_progress", response=opening)
+        yield events("response.completed" if response["status"] == "completed" else "response.incomplete",
+                     response=response)
+
+    return StreamingResponse(replay(), media_type="text/event-stream")
 
 
 # ---------------------------------------------------------------------------------------------- reads

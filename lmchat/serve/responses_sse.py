@@ -23,7 +23,9 @@ from .items import arguments_text, call_item, message_item, reasoning_item
 from .responses_model import failed
 
 
-class _Events:
+class Events:
+    """Formats the events of one stream, numbering them."""
+
     def __init__(self) -> None:
         self.seq = 0
 
@@ -58,7 +60,7 @@ async def response_events(items: AsyncIterator[Any], base: dict, *, sid: str, se
     """The events of one response. ``items``: the turn's chunks, then its :class:`Done`; ``base``: the
     response object in progress; ``serial``: the answer's item serial; ``finish(result, output)``: the
     finished response object."""
-    event = _Events()
+    event = Events()
     parser = ResponseStream(template, tools=tools) if parse else None
     output: list[dict] = []
     texts: dict[str, list[str]] = {}  # item id -> its text so far
