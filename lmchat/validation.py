@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable, Sequence
 
-from .errors import InvalidMessages
+from .errors import ConfigError, InvalidMessages
 
 #: roles some supported family renders; anything else is a client error
 KNOWN_ROLES = frozenset(
@@ -161,3 +161,10 @@ def template_markers(template) -> set[str]:
         except ValueError:  # e.g. a template without a system role
             continue
     return found | {w for w in (*(template.stop_words or ()), template.eoa, template.bos) if w}
+
+
+def one_of(value: str, allowed: tuple[str, ...], field: str) -> str:
+    """``value``, when it is one of ``allowed``; else a ConfigError naming ``field``."""
+    if value not in allowed:
+        raise ConfigError(f"must be one of {', '.join(allowed)}, got {value!r}", field=field)
+    return value

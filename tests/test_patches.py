@@ -45,6 +45,8 @@ def test_changes_patch_the_saved_snapshot_into_the_current_one(name, tokens, ove
                 session.prompt({"not": "text"})
         except (ValueError, lmchat.SessionError):
             pass  # refused: the session is as it was, and so must the patch say
+        # turns is counted on from the last count: every edit above must still give the full count
+        assert session.turns == sum(m["role"] == "assistant" for m in session.messages)
         if session.pending:
             continue
         patch = json_copy(session.changes())

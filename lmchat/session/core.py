@@ -16,7 +16,7 @@ import uuid
 from typing import Any, Iterable, Mapping
 
 from .. import validation
-from ..errors import ConfigError, SessionError
+from ..errors import SessionError
 from ..messages import Message, flatten_text, normalize_messages
 from ..registry import get_template
 from ..templates.base import BaseTemplate, Chat
@@ -29,17 +29,6 @@ from .state import Delta, Held, Plan
 OVERFLOW_POLICIES = overflow.POLICIES
 #: what a session does when the engine's ids of an answer differ from their canonical encoding
 DRIFT_POLICIES = ("rewind", "reset", "keep")
-
-
-def _first_change(old: list, new: list) -> int:
-    """The first index where ``new`` differs from ``old`` (rare edits only: it walks the lists)."""
-    return next((i for i, (a, b) in enumerate(zip(old, new)) if a != b), min(len(old), len(new)))
-
-
-def _choice(value: str, allowed: tuple[str, ...], field: str) -> str:
-    if value not in allowed:
-        raise ConfigError(f"must be one of {', '.join(allowed)}, got {value!r}", field=field)
-    return value
 
 
 class Session:
@@ -63,9 +52,9 @@ class Session:
         drift: str = "rewind",
     ):
         self.template = get_template(template) if isinstance(template, str) else template
-        self.overflow = _choice(overflow, OVERFLOW_POLICIES, "overflow")
-        self.injection = _choice(injection, validation.INJECTION_POLICIES, "injection")
-        self.drift = _choice(drift, DRIFT_POLICIES, "drift")
+        self.overflow = validation.one_of(overflow, OVERFLOW_POLICIES, "overflow")
+        self.injection = validation.one_of(injection, validation.INJECTION_POLICIES, "injection")
+        self.drift = validation.one_of(drift, DRIFT_POLICIES, "drift")
         validation.validate_tools(tools)
         self.max_message_chars = max_message_chars
         self.max_new_tokens = max_new_tokens
@@ -144,7 +133,14 @@ class Session:
     @property
     def turns(self) -> int:
         """Number of committed assistant answers."""
-        return sum(1 for m in self._chat.messages if m["role"] == "assistant")
+        # counted on from where the last count ended (O(turn)); an edit before that point puts another object there
+        messages = self._chat.messages
+        n, count, last = getattr(self, "_counted", (0, 0, None))
+        if not (0 < n <= len(messages) and messages[n - 1] is last):
+            n, count = 0, 0
+        count += sum(1 for i in range(n, len(messages)) if messages[i]["role"] == "assistant")
+        self._counted = (len(messages), count, messages[-1] if messages else None)
+        return count
 
     def _frame(self) -> Frame:
         return Frame(self.template, self._chat, self._codec, self.injection)
@@ -273,9 +269,9 @@ class Session:
             raise SessionError("nothing to continue: the conversation does not end with an answer")
         old = self._held
         delta, self._held = reopening.reopen(self._frame(), old)
-        self._mark(messages=len(messages), context=_first_change(old.parts, self._held.parts),
-                   offsets=_first_change(old.offsets, self._held.offsets),
-                   context_ids=_first_change(old.ids, self._held.ids))
+        self._mark(messages=len(messages), context=patches.first_change(old.parts, self._held.parts),
+                   offsets=patches.first_change(old.offsets, self._held.offsets),
+                   context_ids=patches.first_change(old.ids, self._held.ids))
         return delta
 
     def undo(self) -> list[Message]:

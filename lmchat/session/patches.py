@@ -40,3 +40,8 @@ def apply(snapshot: dict, patch: Mapping[str, Any]) -> dict:
         snapshot[key] = current[:low] + items
     snapshot.update(patch.get("set", {}))
     return snapshot
+
+
+def first_change(old: list, new: list) -> int:
+    """The first index where ``new`` differs from ``old`` (rare edits only: it walks the lists)."""
+    return next((i for i, (a, b) in enumerate(zip(old, new)) if a != b), min(len(old), len(new)))
