@@ -10,14 +10,10 @@ from __future__ import annotations
 
 import os
 import re
-import signal
-import socket
-import subprocess
 import sys
-import tempfile
 import time
 
-import httpx
+from .serve_helpers import Service, free_port
 
 READY_SECONDS = 180  # importing the server and mapping the model, on 2 shared cores
 #: llama-cpp-python's log line for a prompt that shares a prefix with what its KV cache holds
@@ -28,14 +24,12 @@ DISCONNECTED = "Disconnected from client"
 SERVER_MODULES = ("llama_cpp", "fastapi", "uvicorn", "sse_starlette", "starlette_context", "pydantic_settings")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Upstream:
+class Upstream(Service):
     """``python -m llama_cpp.server`` on ``model`` (default: the bundled GGUF); ``url`` once it answers."""
+
+    name = "llama-server"
+    ready_path = "/v1/models"
+    ready_seconds = READY_SECONDS
 
     def __init__(self, model: str | None = None, *, n_ctx: int = 2048, threads: int = 1, extra: tuple[str, ...] = ()):
         if model is None:
@@ -45,33 +39,11 @@ class Upstream:
         self.model = model
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log = tempfile.NamedTemporaryFile("w+", prefix="llama-server-", suffix=".log", delete=False)
         command = [sys.executable, "-m", "llama_cpp.server", "--model", model, "--host", "127.0.0.1",
                    "--port", str(self.port), "--n_ctx", str(n_ctx), "--n_threads", str(threads),
                    "--n_threads_batch", str(threads), *extra]
         # one OpenMP thread: llama.cpp's threads spin-wait for each other on a shared machine
-        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
-        self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, env=env)
-        self._wait_ready()
-
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + READY_SECONDS
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"llama_cpp.server exited with {self.proc.returncode}:\n{self.output()[-3000:]}")
-            try:
-                if httpx.get(self.url + "/v1/models", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        self.stop()
-        raise RuntimeError(f"llama_cpp.server did not answer within {READY_SECONDS}s")
-
-    def output(self) -> str:
-        self.log.flush()
-        with open(self.log.name, encoding="utf-8", errors="replace") as f:
-            return f.read()
+        self.start(command, {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"})
 
     def mark(self) -> int:
         """Where the log ends now: :meth:`since` reads what came after."""
@@ -91,20 +63,3 @@ class Upstream:
                 return True
             time.sleep(0.1)
         return False
-
-    def kill(self) -> None:
-        """SIGKILL, as a crash or an OOM kill: connections drop without a goodbye."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        if not self.log.closed:
-            self.log.close()
-            os.unlink(self.log.name)

