@@ -7,6 +7,8 @@ import platform
 import re
 import statistics
 import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -75,10 +77,7 @@ def table(header: list[str], rows: list[list]) -> str:
 def start_serve(args: list[str], port: int, *, source: Path = ROOT, seconds: float = 120) -> subprocess.Popen:
     """``lmchat serve --port PORT ARGS`` from the tree at ``source`` (its package first on the path, its own
     data directory, no API keys), once it answers ``/health``."""
-    import sys
-    import tempfile
-
-    import httpx
+    import httpx  # only the server benchmarks need it
 
     env = {**os.environ, "PYTHONPATH": str(source), "LMCHAT_DATA_DIR": tempfile.mkdtemp(prefix="lmchat-bench-"),
            "LMCHAT_API_KEYS": ""}

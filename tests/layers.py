@@ -52,26 +52,19 @@ def edges_of(path: Path, known: set[str]) -> list[Edge]:
     source, is_package = module_name(path), path.name == "__init__.py"
     found: list[Edge] = []
 
-    def visit(body: list[ast.stmt], eager: bool) -> None:
-        for node in body:
-            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-                visit(node.orelse, eager)
-                continue
-            if isinstance(node, (ast.Import, ast.ImportFrom)):
-                for target in _targets(node, source, is_package, known):
-                    if target in known and target != source:
-                        found.append(Edge(source, target, node.lineno, eager))
-                continue
-            lazy = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
-            for child in ast.iter_child_nodes(node):
-                if isinstance(child, ast.stmt):
-                    visit([child], eager and not lazy)
-                else:
-                    for sub in ast.walk(child):  # statements nested in expressions do not exist; handlers do
-                        if isinstance(sub, ast.stmt):
-                            visit([sub], eager and not lazy)
+    def visit(node: ast.AST, eager: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                for other in child.orelse:
+                    visit(other, eager)
+            elif isinstance(child, (ast.Import, ast.ImportFrom)):
+                found.extend(Edge(source, target, child.lineno, eager)
+                             for target in _targets(child, source, is_package, known)
+                             if target in known and target != source)
+            else:  # a function body runs when called, not when the module is imported
+                visit(child, eager and not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
 
-    visit(ast.parse(path.read_text(encoding="utf-8")).body, True)
+    visit(ast.parse(path.read_text(encoding="utf-8")), True)
     return found
 
 

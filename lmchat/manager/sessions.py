@@ -15,9 +15,8 @@ from typing import Any, Callable, Mapping
 from ..errors import (CapacityExceeded, EngineMismatch, SessionBusy, SessionExists, SessionMoved, SessionNotFound,
                       StoreConflict)
 from ..session import Session
-from ..stores import VERSION_KEY
-from .ids import dump, store_key
-from .ids import owner_key
+from ..stores import VERSION_KEY, Summary
+from .ids import dump, owner_key, store_key
 from .table import Entry, View, view
 
 
@@ -190,25 +189,23 @@ class Sessions:
         ``note`` is appended to the entry's notes in the same save; the entry's ``extra`` is written too.
         """
         session = entry.session
-        patch, append = session.changes(), getattr(self.store, "append", None)
+        patch = session.changes()
+        token = (record or {}).get("key")  # the turn's Idempotency-Key: a retried write is recognised by it
         entry.last_turn = record
         if note is not None:
             entry.notes.append(note)
-        if patch is None or append is None:
+        if patch is None:
             data = dump(session, entry.key, entry.owner, self.engine, entry.extra, entry.notes)
             data["last_turn"] = record
-            entry.version = self.store.save(data, expected_version=entry.version, token=(record or {}).get("key"))
+            entry.version = self.store.save(data, expected_version=entry.version, token=token)
         else:
-            from ..stores.base import Summary  # the summary columns of an append
-
             patch["set"]["last_turn"] = record
             if entry.extra:
                 patch["set"]["extra"] = entry.extra
             if note is not None:
                 patch["lists"]["notes"] = [len(entry.notes) - 1, [note]]
-            entry.version = append(entry.key, patch, expected_version=entry.version,
-                                   summary=Summary.of_session(session, entry.owner),
-                                   token=(record or {}).get("key"))
+            entry.version = self.store.append(entry.key, patch, expected_version=entry.version,
+                                              summary=Summary.of_session(session, entry.owner), token=token)
         session.mark_saved()
 
     def discard(self, entry: Entry, *, drop_backend: bool) -> None:

@@ -77,6 +77,7 @@ class Session:
             self._chat.messages.append({"role": "system", "content": system})
         self._held = Held()
         self._lows: dict[str, int] | None = None  # per list, where it changed since mark_saved()
+        self._counted: tuple[int, int, Any] = (0, 0, None)  # turns: (messages counted, answers, the last one)
 
     # ------------------------------------------------------------------ state
     @property
@@ -135,7 +136,7 @@ class Session:
         """Number of committed assistant answers."""
         # counted on from where the last count ended (O(turn)); an edit before that point puts another object there
         messages = self._chat.messages
-        n, count, last = getattr(self, "_counted", (0, 0, None))
+        n, count, last = self._counted
         if not (0 < n <= len(messages) and messages[n - 1] is last):
             n, count = 0, 0
         count += sum(1 for i in range(n, len(messages)) if messages[i]["role"] == "assistant")
