@@ -39,7 +39,9 @@ SECTIONS = {
         "Server overhead",
         ("Latency `lmchat serve` adds to a turn (echo backend, so the model costs nothing; its own time "
          "is subtracted), p50 and p99, at 1, 50 and 200 concurrent sessions: paced (a think time between "
-         "turns, as people and agents leave) and saturated (every session always has a request in flight)."),
+         "turns, as people and agents leave) and saturated (every session always has a request in flight), "
+         "on the memory store and on SQLite (`lmchat serve`'s default), beside the server as it was before "
+         "issue 12, with the CPU each server and the load client spend per turn."),
     ),
     "kv_reuse": (
         "Embedded model: time to first token",
@@ -51,7 +53,8 @@ SECTIONS = {
         ("lmchat's llamacpp backend on the bundled GGUF, each figure beside its baseline in the same run: "
          "decode speed vs llama-cpp-python's own `Llama.generate`, time to first token with the session's "
          "KV cache kept vs re-prefilled, an evicted session restored from the host cache vs re-prefilled, "
-         "several sessions decoding at once vs one, and the peak memory of a chat vs the transformers backend."),
+         "several sessions decoding at once vs one (beside what llama.cpp alone gains from batching as many "
+         "sequences on this machine), and the peak memory of a chat vs the transformers backend."),
     ),
     "drift": (
         "Retokenization drift: what the engine reuses after cut answers",

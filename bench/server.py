@@ -12,9 +12,14 @@ asyncio loop, one keep-alive connection per session, interactive turns on
 * saturated: each session sends its next turn as soon as the answer arrives,
   so N requests are always in flight: the throughput of the server.
 
-The echo backend's own time per turn (measured in-process) is subtracted to
-give the overhead; the server's own view is its request-latency histogram
-(``/metrics``: the bucket bound under which 99% of the level's requests fell).
+Each store of ``--store`` is measured in turn (default: memory, then SQLite,
+the kind ``lmchat serve`` uses when given none). The echo backend's own time
+per turn (measured in-process) is subtracted to give the overhead; the
+server's own view is its request-latency histogram (``/metrics``: the bucket
+bound under which 99% of the level's requests fell). Turns a server fails
+(e.g. a 503 when its store gives up) are counted, not timed. The CPU time
+each server and the client spend per answered turn (from ``/proc``) is what
+bounds throughput on a small machine, where both share the cores.
 Targets: saturated throughput at the highest level >= 3x the baseline's;
 paced overhead p99 at 200 sessions <= 5 ms.
 """
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import statistics
@@ -93,27 +99,83 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def measure(name: str, source: str, args, levels: list[int], echo: float) -> list[dict]:
-    port = args.port + (0 if name == "current" else 1)
-    proc = start_server(source, port, args.store, max_active=max(levels) + 8)
-    url, records = f"http://127.0.0.1:{port}", []
+def store_for(spec: str, name: str, scratch: str) -> str:
+    """Each server its own store: ``sqlite`` alone means a fresh file in ``scratch`` (the baseline cannot read a
+    newer schema, and neither should start with the other's sessions)."""
+    return f"sqlite:{Path(scratch) / (name + '.db')}" if spec == "sqlite" else spec
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of a process so far (Linux ``/proc``; None elsewhere)."""
     try:
-        load(url, 4, 3, 0, "warmup")
-        for kind, think in (("paced", args.think), ("saturated", 0.0)):
-            for n in levels:
-                turns = args.turns if think else max(args.turns, 200 // n)
-                before = server_histogram(url)
-                result = load(url, n, turns, think, f"{name}-{kind}")
-                latencies = result["latencies"]
-                p50, p99 = pct(latencies, 0.5), pct(latencies, 0.99)
-                records.append({"server": name, "load": kind, "sessions": n, "requests": len(latencies),
-                                "req_per_s": len(latencies) / result["wall_s"], "p50_s": p50, "p99_s": p99,
-                                "overhead_p99_s": p99 - echo,
-                                "server_p99_le_s": histogram_quantile(before, server_histogram(url), 0.99)})
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(name: str, source: str, store: str, args, levels: list[int], echo: float, port: int) -> list[dict]:
+    with tempfile.TemporaryDirectory(prefix="lmchat-bench-store-") as scratch:
+        proc = start_server(source, port, store_for(store, name, scratch), max_active=max(levels) + 8)
+        url, records = f"http://127.0.0.1:{port}", []
+        try:
+            load(url, 4, 3, 0, "warmup")
+            for kind, think in (("paced", args.think), ("saturated", 0.0)):
+                for n in levels:
+                    turns = args.turns if think else max(args.turns, 200 // n)
+                    before, cpu = server_histogram(url), cpu_seconds(proc.pid)
+                    result = load(url, n, turns, think, f"{name}-{kind}")
+                    after = cpu_seconds(proc.pid)
+                    latencies, failed = result["latencies"], sum(result["failed"].values())
+                    answered = max(1, len(latencies))
+                    p50, p99 = pct(latencies, 0.5), pct(latencies, 0.99)
+                    records.append({
+                        "server": name, "store": store, "load": kind, "sessions": n, "requests": len(latencies),
+                        "failed": result["failed"], "first_error": result["first_error"],
+                        "req_per_s": len(latencies) / result["wall_s"], "p50_s": p50, "p99_s": p99,
+                        "overhead_p99_s": p99 - echo,
+                        "server_p99_le_s": histogram_quantile(before, server_histogram(url), 0.99),
+                        "server_cpu_ms": None if cpu is None else (after - cpu) / answered * 1e3,
+                        "client_cpu_ms": result["client_cpu_s"] / answered * 1e3, "failed_n": failed})
+        finally:
+            proc.terminate()
+            proc.wait(timeout=20)
     return records
+
+
+def row(r: dict) -> list:
+    server_p99 = f"<= {float(r['server_p99_le_s']) * 1e3:g}" if r["server_p99_le_s"] != "+Inf" else "> 60000"
+    cpu = "-" if r["server_cpu_ms"] is None else f"{r['server_cpu_ms']:.2f}"
+    return [r["server"], r["store"], r["load"], r["sessions"], r["requests"], r["failed_n"], f"{r['req_per_s']:.0f}",
+            f"{r['p50_s'] * 1e3:.2f}", f"{r['p99_s'] * 1e3:.2f}", f"{r['overhead_p99_s'] * 1e3:.2f}", server_p99,
+            cpu, f"{r['client_cpu_ms']:.2f}"]
+
+
+def verdicts_for(records: list[dict], store: str, top: int) -> list[str]:
+    def find(server: str, kind: str, n: int) -> dict | None:
+        return next((r for r in records if (r["server"], r["store"], r["load"], r["sessions"]) == (server, store, kind, n)),
+                    None)
+
+    out = []
+    current, base = find("current", "saturated", top), find("baseline", "saturated", top)
+    if current and base:
+        ratio = current["req_per_s"] / base["req_per_s"]
+        failed = f" ({base['failed_n']} of the baseline's turns failed)" if base["failed_n"] else ""
+        out.append(f"{store}: saturated throughput at {top} sessions: {current['req_per_s']:.0f} vs "
+                   f"{base['req_per_s']:.0f} answered turns/s = {ratio:.2f}x the baseline{failed} (>= 3x): "
+                   f"{'met' if ratio >= 3 else 'NOT met'}")
+        if current["server_cpu_ms"] and base["server_cpu_ms"]:
+            cores = os.cpu_count() or 1
+            ceiling = cores / (current["server_cpu_ms"] + current["client_cpu_ms"]) * 1e3
+            out.append(f"{store}: CPU per answered turn at {top} saturated sessions: server {current['server_cpu_ms']:.2f} ms "
+                       f"vs the baseline's {base['server_cpu_ms']:.2f} ms ({base['server_cpu_ms'] / current['server_cpu_ms']:.2f}x "
+                       f"less), client {current['client_cpu_ms']:.2f} ms: {cores} cores shared by the server and its "
+                       f"client cap this machine at about {ceiling:.0f} turns/s")
+    paced = find("current", "paced", 200)
+    if paced:
+        out.append(f"{store}: paced overhead p99 at 200 sessions {paced['overhead_p99_s'] * 1e3:.2f} ms (<= 5 ms): "
+                   f"{'met' if paced['overhead_p99_s'] <= 0.005 else 'NOT met'}")
+    return out
 
 
 def main(argv=None) -> int:
@@ -122,46 +184,43 @@ def main(argv=None) -> int:
     p.add_argument("--sessions", default="1,50,200", help="concurrent sessions per level")
     p.add_argument("--turns", type=int, default=10, help="turns per session")
     p.add_argument("--think", type=float, default=1.0, help="mean think time between turns (paced load), seconds")
-    p.add_argument("--store", default="memory", help="the servers' store (memory, sqlite:PATH, redis://...)")
+    p.add_argument("--store", default="memory,sqlite",
+                   help="the servers' stores, comma-separated, each measured in turn: memory, sqlite (a fresh file "
+                        "per server, `lmchat serve`'s default kind), sqlite:PATH, redis://...")
     p.add_argument("--baseline", default=BASELINE, help=f"git revision to compare with (default {BASELINE}); "
                                                          "'none' measures this tree alone")
     p.add_argument("--port", type=int, default=18777)
     args = p.parse_args(argv)
     levels = [int(n) for n in args.sessions.split(",")]
+    stores = args.store.split(",")
     echo = echo_seconds(args.turns)
-    records = measure("current", str(ROOT), args, levels, echo)
+    worktree = None
     if args.baseline != "none":
         worktree = tempfile.mkdtemp(prefix="lmchat-baseline-")
         subprocess.run(["git", "worktree", "add", "--detach", worktree, args.baseline], cwd=ROOT, check=True,
                        capture_output=True)
-        try:
-            records += measure("baseline", worktree, args, levels, echo)
-        finally:
+    records: list[dict] = []
+    try:
+        for store in stores:
+            records += measure("current", str(ROOT), store, args, levels, echo, args.port)
+            if worktree:
+                records += measure("baseline", worktree, store, args, levels, echo, args.port + 1)
+    finally:
+        if worktree:
             subprocess.run(["git", "worktree", "remove", "--force", worktree], cwd=ROOT, capture_output=True)
             shutil.rmtree(worktree, ignore_errors=True)
-    rows = [[r["server"], r["load"], r["sessions"], r["requests"], f"{r['req_per_s']:.0f}", f"{r['p50_s'] * 1e3:.2f}",
-             f"{r['p99_s'] * 1e3:.2f}", f"{r['overhead_p99_s'] * 1e3:.2f}",
-             f"<= {float(r['server_p99_le_s']) * 1e3:g}" if r["server_p99_le_s"] != "+Inf" else "> 60000"]
-            for r in records]
-    print(f"echo backend, template {TEMPLATE}, store {args.store}, {args.turns} turns per session, think time "
-          f"mean {args.think}s (paced); echo's own time {echo * 1e3:.3f} ms per turn; baseline {args.baseline}\n")
-    print(table(["server", "load", "sessions", "requests", "req/s", "p50 ms", "p99 ms", "overhead p99 ms",
-                 "server-side p99 ms"], rows))
-    verdicts = []
-    top = max(levels)
-    current = next(r for r in records if (r["server"], r["load"], r["sessions"]) == ("current", "saturated", top))
-    base = next((r for r in records if (r["server"], r["load"], r["sessions"]) == ("baseline", "saturated", top)), None)
-    if base:
-        ratio = current["req_per_s"] / base["req_per_s"]
-        verdicts.append(f"saturated throughput at {top} sessions: {current['req_per_s']:.0f} vs "
-                        f"{base['req_per_s']:.0f} req/s = {ratio:.2f}x the baseline (>= 3x): "
-                        f"{'met' if ratio >= 3 else 'NOT met'}")
-    paced = next((r for r in records if (r["server"], r["load"], r["sessions"]) == ("current", "paced", 200)), None)
-    if paced:
-        verdicts.append(f"paced overhead p99 at 200 sessions {paced['overhead_p99_s'] * 1e3:.2f} ms (<= 5 ms): "
-                        f"{'met' if paced['overhead_p99_s'] <= 0.005 else 'NOT met'}")
+    print(f"echo backend, template {TEMPLATE}, {args.turns} turns per session, think time mean {args.think}s "
+          f"(paced); echo's own time {echo * 1e3:.3f} ms per turn; baseline {args.baseline}; "
+          f"{os.cpu_count()} cores; CPU per answered turn from /proc\n")
+    print(table(["server", "store", "load", "sessions", "answered", "failed", "turns/s", "p50 ms", "p99 ms",
+                 "overhead p99 ms", "server-side p99 ms", "server CPU ms/turn", "client CPU ms/turn"],
+                [row(r) for r in records]))
+    errors = sorted({f"{r['server']} ({r['store']}): {r['first_error']}" for r in records if r["first_error"]})
+    if errors:
+        print("\nfirst error of each server that failed turns:\n" + "\n".join(errors))
+    verdicts = [v for store in stores for v in verdicts_for(records, store, max(levels))]
     print("\n" + "\n".join(verdicts))
-    payload = {"store": args.store, "turns": args.turns, "think_s": args.think, "echo_s": echo,
+    payload = {"stores": stores, "turns": args.turns, "think_s": args.think, "echo_s": echo,
                "baseline": args.baseline, "rows": records, "verdicts": verdicts}
     print(f"results: {save('server', payload)}")
     return 0

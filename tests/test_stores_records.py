@@ -13,7 +13,7 @@ from lmchat import Session
 from lmchat.errors import StoreConflict, StoreError
 from lmchat.session import patches
 from lmchat.stores import VERSION_KEY, MemoryStore, SQLiteStore, Summary
-from lmchat.stores.records import fold
+from lmchat.stores.records import COMPACT_AFTER, fold
 
 from .redis_fixtures import prefix, redis_server  # noqa: F401  (fixtures)
 from .test_stores import conversation, first_save, json_copy, open_kind, store, turn  # noqa: F401  (store: a fixture)
@@ -28,15 +28,16 @@ def test_compaction_happens_geometrically_and_is_invisible(store):  # noqa: F811
         version = turn(store, session, version, f"Question number {i}: what is {i} + {i}? Explain briefly.")
         info = store.records(session.session_id)
         assert info.version == version and info.patches == version - info.base_version
-        assert info.patch_chars <= info.base_chars  # the rule: fold as soon as the patches outgrow the base
+        # the rule: fold as soon as the patches outgrow COMPACT_AFTER times the base
+        assert info.patch_chars <= COMPACT_AFTER * info.base_chars
         if not bases or info.base_version != bases[-1]:
             bases.append(info.base_version)
             compactions += 1
         if i % 25 == 0:
             assert store.load(session.session_id) == {**json_copy(session.to_dict()), VERSION_KEY: version}
-    assert 3 <= compactions <= 10  # about log2(150 turns / the first base's size in turns)
+    assert 3 <= compactions <= 10  # about log3(150 turns / the first base's size in turns)
     gaps = [b - a for a, b in zip(bases, bases[1:])]
-    assert gaps == sorted(gaps) and gaps[-1] >= 2 * gaps[1]  # each base holds about twice the last
+    assert gaps == sorted(gaps) and gaps[-1] >= 2 * gaps[1]  # each base holds about 1 + COMPACT_AFTER times the last
     assert store.compact(session.session_id) is True and store.compact(session.session_id) is False
     assert store.records(session.session_id).patches == 0
     assert store.load(session.session_id) == {**json_copy(session.to_dict()), VERSION_KEY: version}

@@ -223,13 +223,15 @@ class SessionManager(Sessions):
             except StopIteration as done:
                 return done.value
 
-    def pump(self, session_id: str, messages: Iterable[Mapping[str, Any]] | None, kwargs: dict[str, Any]) -> Pump:
-        """A turn running in a pool worker, for an asyncio caller (capacity is checked here, at once)."""
+    def pump(self, session_id: str, messages: Iterable[Mapping[str, Any]] | None, kwargs: dict[str, Any],
+             result_only: bool = False) -> Pump:
+        """A turn running in a pool worker, for an asyncio caller (capacity is checked here, at once);
+        ``result_only``: its chunks stay in the worker, only the result crosses to the loop."""
         self.reserve()
         owner = kwargs.get("owner")
-        pump = Pump(lambda: self.stream_turn(session_id, messages, reserved=True, **kwargs), self.pool,
-                    on_abandon=lambda: self._cancel_quietly(session_id, owner), loop=asyncio.get_running_loop())
-        return pump
+        return Pump(lambda: self.stream_turn(session_id, messages, reserved=True, **kwargs), self.pool,
+                    on_abandon=lambda: self._cancel_quietly(session_id, owner), loop=asyncio.get_running_loop(),
+                    result_only=result_only)
 
     async def astream_turn(self, session_id: str, messages: Iterable[Mapping[str, Any]] | None = None,
                            **kwargs: Any):
@@ -240,7 +242,7 @@ class SessionManager(Sessions):
 
     async def arun_turn(self, session_id: str, messages: Iterable[Mapping[str, Any]] | None = None,
                         **kwargs: Any) -> TurnResult:
-        items = self.pump(session_id, messages, kwargs).items()
+        items = self.pump(session_id, messages, kwargs, result_only=True).items()
         try:
             async for item in items:
                 if isinstance(item, Done):

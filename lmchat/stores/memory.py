@@ -9,7 +9,7 @@ import attrs
 
 from ..errors import StoreConflict, StoreError
 from .base import SessionInfo, Summary, record
-from .records import RecordInfo, RecordStore, Stored, new_tag
+from .records import RecordInfo, RecordStore, Stored, compaction_due, new_tag
 
 
 @attrs.define
@@ -78,7 +78,7 @@ class MemoryStore(RecordStore):
             row.patches.append(patch)
             row.patch_chars += len(patch)
             row.summary, row.updated_at, row.seq, row.token = summary, time.time(), self._next_seq(), token
-            return row.version, row.patch_chars > len(row.base)
+            return row.version, compaction_due(row.patch_chars, len(row.base))
 
     def _read(self, session_id: str) -> Stored | None:
         with self._lock:

@@ -26,7 +26,7 @@ from typing import Any, Mapping
 
 from ..errors import StoreConflict, StoreError
 from .base import SessionInfo, Summary, record
-from .records import RecordInfo, RecordStore, Stored, new_tag
+from .records import RecordInfo, RecordStore, Stored, compaction_due, new_tag
 from .sqlite_io import BUSY_SECONDS, Readers, Writer, connect
 
 __all__ = ["BUSY_SECONDS", "MIGRATIONS", "SQLiteStore"]
@@ -197,7 +197,7 @@ class SQLiteStore(RecordStore):
                 "title": summary.title, "turns": summary.turns, "template": summary.template,
                 "owner": summary.owner, "token": token, "chars": len(patch),
             })
-            return current + 1, row[3] + len(patch) > row[2]
+            return current + 1, compaction_due(row[3] + len(patch), row[2])
 
         return self._writer.submit(write, f"append to session {session_id}")
 

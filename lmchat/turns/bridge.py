@@ -8,12 +8,20 @@ owns the generator: when the consumer goes away (:meth:`Pump.abandon`: a
 client disconnected) the worker is told, ``on_abandon`` runs at once (it
 cancels the generation), and the worker closes the generator, which then
 commits and saves the partial answer.
+
+Crossing to an asyncio loop costs a wake-up of the loop (a write to its
+self-pipe, then a thread switch under the GIL); a pump therefore wakes its
+loop once per batch, not once per item: the worker appends to a deque and
+schedules a wake-up only when none is pending, and the consumer takes
+everything there when it wakes. A consumer that wants only the result
+(``result_only``) gets :class:`Done` alone: one crossing per turn.
 """
 from __future__ import annotations
 
 import asyncio
 import queue
 import threading
+from collections import deque
 from concurrent.futures import Executor
 from typing import Any, AsyncIterator, Callable, Iterator
 
@@ -36,13 +44,21 @@ class Pump:
     """``produce()`` (it returns an iterator) runs in a worker; its items, then :class:`Done`, cross over.
 
     ``loop``: deliver to an asyncio consumer on that loop (iterate with
-    ``async for``); None: to a thread, with :meth:`get`.
+    ``async for``); None: to a thread, with :meth:`get`. ``result_only``: the
+    items are produced (and dropped) in the worker; only :class:`Done` (or the
+    error) crosses.
     """
 
     def __init__(self, produce: Callable[[], Iterator[Any]], executor: Executor, *,
-                 on_abandon: Callable[[], Any] | None = None, loop: asyncio.AbstractEventLoop | None = None):
+                 on_abandon: Callable[[], Any] | None = None, loop: asyncio.AbstractEventLoop | None = None,
+                 result_only: bool = False):
         self._loop = loop
-        self._queue: Any = asyncio.Queue() if loop is not None else queue.SimpleQueue()
+        self._queue: Any = queue.SimpleQueue() if loop is None else None
+        self._pending: deque[Any] = deque()  # an asyncio consumer's items (deque appends are thread-safe)
+        self._wake_lock = threading.Lock()
+        self._wake_scheduled = False
+        self._ready = asyncio.Event() if loop is not None else None
+        self._result_only = result_only
         self._on_abandon = on_abandon
         self._abandoned = threading.Event()
         self._started = threading.Event()  # the iterator exists: from here on abandoning must cancel it
@@ -55,10 +71,20 @@ class Pump:
         if self._loop is None:
             self._queue.put(item)
             return
+        self._pending.append(item)
+        with self._wake_lock:
+            if self._wake_scheduled:
+                return  # the consumer has not woken yet: it takes this item with the others
+            self._wake_scheduled = True
         try:
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
+            self._loop.call_soon_threadsafe(self._wake)
         except RuntimeError:  # the loop is closed: nobody is listening any more
             pass
+
+    def _wake(self) -> None:  # on the loop
+        with self._wake_lock:
+            self._wake_scheduled = False
+        self._ready.set()
 
     def _work(self, produce: Callable[[], Iterator[Any]]) -> None:
         try:
@@ -75,7 +101,8 @@ class Pump:
                     self._ended.set()
                     self._put(Done(stop.value))
                     return
-                self._put(item)
+                if not self._result_only:
+                    self._put(item)
         except BaseException as exc:  # noqa: BLE001
             self._ended.set()
             self._put(_Raised(exc))
@@ -101,7 +128,12 @@ class Pump:
         """Every item, :class:`Done` last (an asyncio consumer); leaving early abandons the pump."""
         try:
             while not self.finished:
-                yield self._take(await self._queue.get())
+                while not self._pending:
+                    self._ready.clear()
+                    if self._pending:  # appended before the clear, its wake-up already consumed
+                        break
+                    await self._ready.wait()
+                yield self._take(self._pending.popleft())
         finally:
             if not self.finished:
                 self.abandon()
