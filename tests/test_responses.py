@@ -122,6 +122,28 @@ def test_a_retry_with_the_same_idempotency_key_answers_the_stored_response(serve
     assert theirs.output_text == "mine" and theirs.id != first.id
 
 
+def test_a_retried_branch_answers_the_branch_its_first_attempt_made(server, client):
+    """A request off an older response forks a branch; its retry (same key) finds that branch, runs nothing."""
+    def create(key, **kw):
+        return client.responses.create(model="m", extra_headers={"Idempotency-Key": key}, **kw)
+
+    first = client.responses.create(model="m", input="root")
+    client.responses.create(model="m", input="latest", previous_response_id=first.id)  # first is older now
+    branch = create("branch-1", input="off the root", previous_response_id=first.id)
+    assert session_of(branch.id) != session_of(first.id)
+    with http(server) as api:
+        before = {s["id"] for s in api.get("/sessions", params={"limit": 1000}).json()["data"]}
+        retried = create("branch-1", input="off the root", previous_response_id=first.id)
+        after = {s["id"] for s in api.get("/sessions", params={"limit": 1000}).json()["data"]}
+        held = [m["content"] for m in api.get(f"/sessions/{session_of(branch.id)}").json()["messages"]]
+    assert retried.id == branch.id and retried.output_text == "off the root" and retried.usage == branch.usage
+    assert after == before  # no second branch
+    assert held == ["root", "root", "off the root", "off the root"]  # one turn on the branch
+    # the same key off another response is another request
+    other = create("branch-1", input="off the root", previous_response_id=branch.id)
+    assert other.id != branch.id
+
+
 def test_a_conversation_with_a_tool_call_and_its_output(server, client):
     conv = client.conversations.create(items=[{"role": "user", "content": "I am in France."}],
                                        metadata={"topic": "weather"})

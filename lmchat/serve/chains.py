@@ -28,7 +28,7 @@ from typing import Any
 
 import attrs
 
-from ..errors import SessionNotFound
+from ..errors import SessionExists, SessionNotFound
 from ..manager.table import View
 from ..session import Session
 from ..session.edits import restored
@@ -41,39 +41,44 @@ CARRIED = ("model", "req", "instructions", "tools")
 _SWITCH: dict[str, bool] = {}
 
 
-def new_sid(key: str | None = None, who: str | None = None) -> str:
-    """A new chain's session id: random, or derived from the request's Idempotency-Key and its owner, so that a
-    retry finds the chain its first attempt made."""
+def new_sid(key: str | None = None, who: str | None = None, branch_of: str | None = None) -> str:
+    """A new chain's session id: random, or derived from the request's Idempotency-Key and its owner (and, for
+    a branch, the response it branches from), so that a retry finds the session its first attempt made."""
     if key is None:
         return uuid.uuid4().hex
-    return hashlib.sha256(f"{who or ''}\0{key}".encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    seed = f"{who or ''}\0{key}" + (f"\0{branch_of}" if branch_of is not None else "")
+    return hashlib.sha256(seed.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def replayed(mgr, who: str | None, key: str | None, previous: str | None, conversation: str | None) -> str | None:
     """The response an earlier attempt of this request (the same Idempotency-Key) stored, or None.
 
-    It is the one right after ``previous``, the latest of ``conversation``, or the first of the chain the key
-    names; its note holds the key. A retry then reads it back instead of running the turn again.
+    It is the one right after ``previous`` (in its chain, or first in the branch the key made off it), the
+    latest of ``conversation``, or the first of the chain the key names; its note holds the key. A retry
+    then reads it back instead of running the turn again.
     """
     if key is None:
         return None
     if conversation is not None:
-        sid, k = parse_conversation_id(conversation), None
+        places = [(parse_conversation_id(conversation), None)]
     elif previous is not None:
         parsed = parse_response_id(previous)
-        sid, k = (parsed[0], parsed[1] + 1) if parsed else (None, None)
+        places = [(parsed[0], parsed[1] + 1), (new_sid(key, who, branch_of=previous), 0)] if parsed else []
     else:
-        sid, k = new_sid(key, who), 0
-    if not sid:
-        return None
+        places = [(new_sid(key, who), 0)]
+    for sid, k in places:
+        if not sid:
+            continue
 
-    def read(v: View) -> int | None:
-        n = len(v.notes) - 1 if k is None else k
-        keyed = 0 <= n < len(v.notes) and v.notes[n].get("key") == key
-        return n if keyed and n not in v.extra.get("deleted", ()) else None
+        def read(v: View, k=k) -> int | None:
+            n = len(v.notes) - 1 if k is None else k
+            keyed = 0 <= n < len(v.notes) and v.notes[n].get("key") == key
+            return n if keyed and n not in v.extra.get("deleted", ()) else None
 
-    found = _inspect(mgr, sid, read, who)
-    return None if found is None else response_id(sid, found)
+        found = _inspect(mgr, sid, read, who)
+        if found is not None:
+            return response_id(sid, found)
+    return None
 
 
 def not_found(what: str, value: Any, param: str | None) -> ApiError:
@@ -205,12 +210,17 @@ def plan(mgr, who: str | None, previous: str | None, conversation: str | None, s
     check(info["template"])
     if info["latest"] and store:
         return Plan(parsed[0], info["notes"], info["note"]["e"], info["version"], last=info["refs"])
-    return _branch(mgr, who, parsed[0], info)
+    return _branch(mgr, who, previous, info, key if store else None)
 
 
-def _branch(mgr, who: str | None, sid: str, info: dict) -> Plan:
-    """A new session holding the conversation up to the response ``info`` describes."""
-    branch = mgr.fork(sid, new_sid(), who, at=info["m"], extra={"kind": "responses", "head": info["head"]})
+def _branch(mgr, who: str | None, previous: str, info: dict, key: str | None) -> Plan:
+    """A new session holding the conversation up to the response ``previous`` (``info`` describes it); with an
+    Idempotency-Key its id derives from the key, so that a retry finds it (:func:`replayed`)."""
+    sid, extra = parse_response_id(previous)[0], {"kind": "responses", "head": info["head"]}
+    try:
+        branch = mgr.fork(sid, new_sid(key, who, branch_of=previous), who, at=info["m"], extra=extra)
+    except SessionExists:  # an earlier attempt made the branch but its turn never landed: start another
+        branch = mgr.fork(sid, new_sid(), who, at=info["m"], extra=extra)
     return Plan(branch, 0, info["m"] - info["head"], created=True)
 
 
@@ -221,13 +231,13 @@ def _inspect(mgr, sid: str, read, who: str | None):
         return None
 
 
-def branch_after_busy(mgr, who: str | None, previous: str) -> Plan:
+def branch_after_busy(mgr, who: str | None, previous: str, key: str | None = None) -> Plan:
     """A chain's latest response is being continued by another request: this one branches off it."""
     sid, k = parse_response_id(previous)
     info = _inspect(mgr, sid, read_response(k), who)
     if info is None:
         raise not_found("previous response", previous, "previous_response_id")
-    return _branch(mgr, who, sid, info)
+    return _branch(mgr, who, previous, info, key)
 
 
 # ---------------------------------------------------------------------------------------------- the turn's edit

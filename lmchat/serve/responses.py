@@ -125,7 +125,7 @@ async def _start(request: Request, mgr, who, body: ResponsesRequest, conversatio
             await _drop(mgr, plan, who)
             if plan.created or previous is None or attempt == ATTEMPTS - 1:
                 raise
-            plan = await blocking(chains.branch_after_busy, mgr, who, previous)
+            plan = await blocking(chains.branch_after_busy, mgr, who, previous, key)
         except BaseException:
             await _drop(mgr, plan, who)
             raise
