@@ -145,10 +145,11 @@ def measure(name: str, source: str, store: str, args, levels: list[int], echo: f
 
 def row(r: dict) -> list:
     server_p99 = f"<= {float(r['server_p99_le_s']) * 1e3:g}" if r["server_p99_le_s"] != "+Inf" else "> 60000"
-    cpu = "-" if r["server_cpu_ms"] is None else f"{r['server_cpu_ms']:.2f}"
+    # /proc counts CPU time in ticks (10 ms): a level of a few dozen turns cannot be resolved per turn
+    cpu = "-" if r["server_cpu_ms"] is None or r["requests"] < 200 else f"{r['server_cpu_ms']:.2f}"
     return [r["server"], r["store"], r["load"], r["sessions"], r["requests"], r["failed_n"], f"{r['req_per_s']:.0f}",
             f"{r['p50_s'] * 1e3:.2f}", f"{r['p99_s'] * 1e3:.2f}", f"{r['overhead_p99_s'] * 1e3:.2f}", server_p99,
-            cpu, f"{r['client_cpu_ms']:.2f}"]
+            cpu, f"{r['client_cpu_ms']:.2f}" if r["requests"] >= 200 else "-"]
 
 
 def verdicts_for(records: list[dict], store: str, top: int) -> list[str]:
