@@ -8,9 +8,12 @@ gets a short prompt; then, alternately, one sequence decodes ``steps``
 tokens alone (one ``llama_decode`` of one token per step) and all of them
 decode ``steps`` tokens together (one ``llama_decode`` of ``n_seq`` tokens
 per step). Tokens are fixed ids: sampling is not part of the engine's cost.
+``python -m bench llama_batch [--model GGUF]`` prints it alone (e.g. on the
+larger model ``python -m bench random_gguf`` writes).
 """
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
 from pathlib import Path
@@ -66,3 +69,21 @@ def batched_decode(path: Path, threads: int, n_seq: int, steps: int = 64, repeat
     one_rate, many_rate = statistics.median(one), statistics.median(many)
     return {"sequences": n_seq, "steps": steps, "one_tok_s": one_rate, "batched_tok_s": many_rate,
             "ratio": many_rate / one_rate}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench llama_batch", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", type=Path, help="a GGUF file (default: the bundled SmolLM2)")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--sequences", type=int, default=8)
+    p.add_argument("--repeat", type=int, default=3)
+    args = p.parse_args(argv)
+    if args.model is None:
+        from lmchat.backends.bundled import default_gguf
+
+        args.model = default_gguf()
+    r = batched_decode(args.model, args.threads, args.sequences, repeat=args.repeat)
+    print(f"{args.model.name}, {args.threads} threads: one sequence {r['one_tok_s']:.1f} tokens/s, "
+          f"{r['sequences']} in one batch {r['batched_tok_s']:.1f} tokens/s ({r['ratio']:.2f}x)")
+    return 0
