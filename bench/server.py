@@ -2,10 +2,12 @@
 
 Two real `lmchat serve --backend echo` processes on loopback, one from this
 tree and one from ``--baseline`` (a git revision, checked out into a temporary
-worktree; default: the last commit before the server was reworked), each
-loaded in turn by a client in a process of its own (``bench/load.py``: one
-asyncio loop, one keep-alive connection per session, interactive turns on
-``/v1/chat/interactive``, non-streamed). Two loads per level of concurrency:
+worktree; default: the last commit before the server was reworked), up side
+by side and loaded in alternation, level by level, ``--repeat`` times each
+(so that a slow spell of a shared machine falls on both), by a client in a
+process of its own (``bench/load.py``: one asyncio loop, one keep-alive
+connection per session, interactive turns on ``/v1/chat/interactive``,
+non-streamed). Two loads per level of concurrency:
 
 * paced: each session waits a think time (uniform, mean ``--think``) after each
   answer, as a person or an agent does;
@@ -114,33 +116,68 @@ def cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def measure(name: str, source: str, store: str, args, levels: list[int], echo: float, port: int) -> list[dict]:
-    with tempfile.TemporaryDirectory(prefix="lmchat-bench-store-") as scratch:
-        proc = start_server(source, port, store_for(store, name, scratch), max_active=max(levels) + 8)
-        url, records = f"http://127.0.0.1:{port}", []
-        try:
-            load(url, 4, 3, 0, "warmup")
-            for kind, think in (("paced", args.think), ("saturated", 0.0)):
+def measure(servers: dict[str, str], store: str, args, levels: list[int], echo: float) -> list[dict]:
+    """Every level on every server (``name -> source tree``), the servers up side by side and each level
+    run on them in alternation, ``--repeat`` times: a slow spell of the machine falls on both, not on
+    whichever happened to run then. Throughput is the median of the repeats; latencies are pooled."""
+    records = []
+    # fresh servers and stores for each kind of load: the baseline leaks two descriptors per SQLite turn,
+    # and the turns of one kind must not make it fail the other's
+    for kind, think in (("paced", args.think), ("saturated", 0.0)):
+        with tempfile.TemporaryDirectory(prefix="lmchat-bench-store-") as scratch:
+            procs: dict[str, subprocess.Popen] = {}
+            try:
+                for i, (name, source) in enumerate(servers.items()):
+                    procs[name] = start_server(source, args.port + i, store_for(store, name, scratch),
+                                               max_active=max(levels) + 8)
+                    load(url_of(args, i), 4, 3, 0, "warmup")
                 for n in levels:
-                    turns = args.turns if think else max(args.turns, 200 // n)
-                    before, cpu = server_histogram(url), cpu_seconds(proc.pid)
-                    result = load(url, n, turns, think, f"{name}-{kind}")
-                    after = cpu_seconds(proc.pid)
-                    latencies, failed = result["latencies"], sum(result["failed"].values())
-                    answered = max(1, len(latencies))
-                    p50, p99 = pct(latencies, 0.5), pct(latencies, 0.99)
-                    records.append({
-                        "server": name, "store": store, "load": kind, "sessions": n, "requests": len(latencies),
-                        "failed": result["failed"], "first_error": result["first_error"],
-                        "req_per_s": len(latencies) / result["wall_s"], "p50_s": p50, "p99_s": p99,
-                        "overhead_p99_s": p99 - echo,
-                        "server_p99_le_s": histogram_quantile(before, server_histogram(url), 0.99),
-                        "server_cpu_ms": None if cpu is None else (after - cpu) / answered * 1e3,
-                        "client_cpu_ms": result["client_cpu_s"] / answered * 1e3, "failed_n": failed})
-        finally:
-            proc.terminate()
-            proc.wait(timeout=20)
+                    runs: dict[str, list[dict]] = {name: [] for name in servers}
+                    for rep in range(args.repeat):
+                        for i, name in enumerate(servers):
+                            runs[name].append(one_level(url_of(args, i), procs[name].pid, n, kind, think, args,
+                                                        f"{name}-{kind}-{rep}"))
+                    records += [summary(name, store, kind, n, runs[name], echo) for name in servers]
+            finally:
+                for proc in procs.values():
+                    proc.terminate()
+                    proc.wait(timeout=20)
     return records
+
+
+def url_of(args, i: int) -> str:
+    return f"http://127.0.0.1:{args.port + i}"
+
+
+def one_level(url: str, pid: int, n: int, kind: str, think: float, args, tag: str) -> dict:
+    turns = args.turns if think else max(args.turns, 200 // n)
+    before, cpu = server_histogram(url), cpu_seconds(pid)
+    result = load(url, n, turns, think, tag)
+    after = cpu_seconds(pid)
+    return {**result, "histogram": (before, server_histogram(url)),
+            "server_cpu_s": None if cpu is None else after - cpu}
+
+
+def summary(name: str, store: str, kind: str, n: int, runs: list[dict], echo: float) -> dict:
+    latencies = [x for r in runs for x in r["latencies"]]
+    answered = max(1, len(latencies))
+    failed: dict[str, int] = {}
+    for r in runs:
+        for status, count in r["failed"].items():
+            failed[status] = failed.get(status, 0) + count
+    before = {bound: sum(r["histogram"][0].get(bound, 0.0) for r in runs) for bound in runs[0]["histogram"][1]}
+    after = {bound: sum(r["histogram"][1][bound] for r in runs) for bound in runs[0]["histogram"][1]}
+    cpu = None if any(r["server_cpu_s"] is None for r in runs) else sum(r["server_cpu_s"] for r in runs)
+    p99 = pct(latencies, 0.99)
+    return {"server": name, "store": store, "load": kind, "sessions": n, "requests": len(latencies),
+            "repeats": len(runs), "failed": failed, "failed_n": sum(failed.values()),
+            "first_error": next((r["first_error"] for r in runs if r["first_error"]), None),
+            "req_per_s": statistics.median(len(r["latencies"]) / r["wall_s"] for r in runs),
+            "req_per_s_runs": [len(r["latencies"]) / r["wall_s"] for r in runs],
+            "p50_s": pct(latencies, 0.5), "p99_s": p99, "overhead_p99_s": p99 - echo,
+            "server_p99_le_s": histogram_quantile(before, after, 0.99),
+            "server_cpu_ms": None if cpu is None else cpu / answered * 1e3,
+            "client_cpu_ms": sum(r["client_cpu_s"] for r in runs) / answered * 1e3}
 
 
 def row(r: dict) -> list:
@@ -161,7 +198,8 @@ def verdicts_for(records: list[dict], store: str, top: int) -> list[str]:
     current, base = find("current", "saturated", top), find("baseline", "saturated", top)
     if current and base:
         ratio = current["req_per_s"] / base["req_per_s"]
-        failed = f" ({base['failed_n']} of the baseline's turns failed)" if base["failed_n"] else ""
+        failed = "".join(f" ({r['failed_n']} of the {who}'s turns failed)" for who, r in
+                         (("current server", current), ("baseline", base)) if r["failed_n"])
         out.append(f"{store}: saturated throughput at {top} sessions: {current['req_per_s']:.0f} vs "
                    f"{base['req_per_s']:.0f} answered turns/s = {ratio:.2f}x the baseline{failed} (>= 3x): "
                    f"{'met' if ratio >= 3 else 'NOT met'}")
@@ -190,28 +228,30 @@ def main(argv=None) -> int:
                         "per server, `lmchat serve`'s default kind), sqlite:PATH, redis://...")
     p.add_argument("--baseline", default=BASELINE, help=f"git revision to compare with (default {BASELINE}); "
                                                          "'none' measures this tree alone")
+    p.add_argument("--repeat", type=int, default=3, help="runs of each level on each server, alternating")
     p.add_argument("--port", type=int, default=18777)
     args = p.parse_args(argv)
     levels = [int(n) for n in args.sessions.split(",")]
     stores = args.store.split(",")
     echo = echo_seconds(args.turns)
     worktree = None
+    servers = {"current": str(ROOT)}
     if args.baseline != "none":
         worktree = tempfile.mkdtemp(prefix="lmchat-baseline-")
         subprocess.run(["git", "worktree", "add", "--detach", worktree, args.baseline], cwd=ROOT, check=True,
                        capture_output=True)
+        servers["baseline"] = worktree
     records: list[dict] = []
     try:
         for store in stores:
-            records += measure("current", str(ROOT), store, args, levels, echo, args.port)
-            if worktree:
-                records += measure("baseline", worktree, store, args, levels, echo, args.port + 1)
+            records += measure(servers, store, args, levels, echo)
     finally:
         if worktree:
             subprocess.run(["git", "worktree", "remove", "--force", worktree], cwd=ROOT, capture_output=True)
             shutil.rmtree(worktree, ignore_errors=True)
     print(f"echo backend, template {TEMPLATE}, {args.turns} turns per session, think time mean {args.think}s "
-          f"(paced); echo's own time {echo * 1e3:.3f} ms per turn; baseline {args.baseline}; "
+          f"(paced); echo's own time {echo * 1e3:.3f} ms per turn; baseline {args.baseline}; each level "
+          f"{args.repeat} times per server, alternating (turns/s: the median run; latencies pooled); "
           f"{os.cpu_count()} cores; CPU per answered turn from /proc\n")
     print(table(["server", "store", "load", "sessions", "answered", "failed", "turns/s", "p50 ms", "p99 ms",
                  "overhead p99 ms", "server-side p99 ms", "server CPU ms/turn", "client CPU ms/turn"],
@@ -221,7 +261,7 @@ def main(argv=None) -> int:
         print("\nfirst error of each server that failed turns:\n" + "\n".join(errors))
     verdicts = [v for store in stores for v in verdicts_for(records, store, max(levels))]
     print("\n" + "\n".join(verdicts))
-    payload = {"stores": stores, "turns": args.turns, "think_s": args.think, "echo_s": echo,
+    payload = {"stores": stores, "turns": args.turns, "think_s": args.think, "echo_s": echo, "repeat": args.repeat,
                "baseline": args.baseline, "rows": records, "verdicts": verdicts}
     print(f"results: {save('server', payload)}")
     return 0
