@@ -309,11 +309,9 @@ def main(argv=None) -> int:
                       key=lambda c: c["aggregate_tok_s"] / c["one_tok_s"])
         c = runs[len(runs) // 2]  # the run with the median ratio
         ratio = c["aggregate_tok_s"] / c["one_tok_s"]
-        payload["batch"] = {**c, "ratio": ratio}
-    backend.close()  # before the ceiling's context: two would share the cores
-    if "batch" not in skip:
+        backend.close()  # before the ceiling's context: two would share the cores
         raw = batched_decode(backend.path, args.threads, args.concurrent, repeat=args.repeat)
-        payload["batch"]["llama_cpp_alone"] = raw
+        payload["batch"] = {**c, "ratio": ratio, "llama_cpp_alone": raw}
         print()
         print(table(["sessions decoding", "lmchat: decode tokens/s (aggregate)",
                      "llama.cpp alone: one llama_decode per step"], [
@@ -323,6 +321,7 @@ def main(argv=None) -> int:
         verdicts.append(f"{c['sessions']} concurrent sessions {ratio:.2f}x one session's decode rate (>= 3x): "
                         f"{'met' if ratio >= 3 else 'NOT met'}; llama.cpp alone, batching {raw['sequences']} "
                         f"sequences on this machine: {raw['ratio']:.2f}x (the ceiling)")
+    backend.close()
 
     if "rss" not in skip:
         rss = {"llamacpp": peak_rss("llamacpp", {"model": args.model, "threads": args.threads}, args.threads)}

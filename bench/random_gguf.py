@@ -40,9 +40,9 @@ def build(out_f16: Path, n_embd=2048, n_layer=16, n_ff=5632, n_head=32, n_kv=8):
     f = src.fields  # the bundled model's tokenizer, so that sessions and templates work as on it
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("smollm")
-    w.add_token_list([bytes(f["tokenizer.ggml.tokens"].parts[i]).decode("utf-8", "replace") for i in f["tokenizer.ggml.tokens"].data])
-    w.add_token_types([int(f["tokenizer.ggml.token_type"].parts[i][0]) for i in f["tokenizer.ggml.token_type"].data])
-    w.add_token_merges([bytes(f["tokenizer.ggml.merges"].parts[i]).decode("utf-8", "replace") for i in f["tokenizer.ggml.merges"].data])
+    w.add_token_list(f["tokenizer.ggml.tokens"].contents())
+    w.add_token_types(f["tokenizer.ggml.token_type"].contents())
+    w.add_token_merges(f["tokenizer.ggml.merges"].contents())
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
     w.add_unk_token_id(0)

@@ -191,8 +191,8 @@ def row(r: dict) -> list:
 
 def verdicts_for(records: list[dict], store: str, top: int) -> list[str]:
     def find(server: str, kind: str, n: int) -> dict | None:
-        return next((r for r in records if (r["server"], r["store"], r["load"], r["sessions"]) == (server, store, kind, n)),
-                    None)
+        wanted = (server, store, kind, n)
+        return next((r for r in records if (r["server"], r["store"], r["load"], r["sessions"]) == wanted), None)
 
     out = []
     current, base = find("current", "saturated", top), find("baseline", "saturated", top)
@@ -206,10 +206,11 @@ def verdicts_for(records: list[dict], store: str, top: int) -> list[str]:
         if current["server_cpu_ms"] and base["server_cpu_ms"]:
             cores = os.cpu_count() or 1
             ceiling = cores / (current["server_cpu_ms"] + current["client_cpu_ms"]) * 1e3
-            out.append(f"{store}: CPU per answered turn at {top} saturated sessions: server {current['server_cpu_ms']:.2f} ms "
-                       f"vs the baseline's {base['server_cpu_ms']:.2f} ms ({base['server_cpu_ms'] / current['server_cpu_ms']:.2f}x "
-                       f"less), client {current['client_cpu_ms']:.2f} ms: {cores} cores shared by the server and its "
-                       f"client cap this machine at about {ceiling:.0f} turns/s")
+            ours, theirs = current["server_cpu_ms"], base["server_cpu_ms"]
+            out.append(f"{store}: CPU per answered turn at {top} saturated sessions: server {ours:.2f} ms vs the "
+                       f"baseline's {theirs:.2f} ms (the baseline spends {theirs / ours:.2f}x as much), client "
+                       f"{current['client_cpu_ms']:.2f} ms: {cores} cores shared by the server and its client cap "
+                       f"this machine at about {ceiling:.0f} turns/s")
     paced = find("current", "paced", 200)
     if paced:
         out.append(f"{store}: paced overhead p99 at 200 sessions {paced['overhead_p99_s'] * 1e3:.2f} ms (<= 5 ms): "

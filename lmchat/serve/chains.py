@@ -67,18 +67,21 @@ def replayed(mgr, who: str | None, key: str | None, previous: str | None, conver
     else:
         places = [(new_sid(key, who), 0)]
     for sid, k in places:
-        if not sid:
-            continue
-
-        def read(v: View, k=k) -> int | None:
-            n = len(v.notes) - 1 if k is None else k
-            keyed = 0 <= n < len(v.notes) and v.notes[n].get("key") == key
-            return n if keyed and n not in v.extra.get("deleted", ()) else None
-
-        found = _inspect(mgr, sid, read, who)
+        found = _inspect(mgr, sid, _keyed_note(key, k), who) if sid else None
         if found is not None:
             return response_id(sid, found)
     return None
+
+
+def _keyed_note(key: str, k: int | None):
+    """A reader: note ``k`` (None: the latest) if it holds ``key`` and its response is not deleted."""
+
+    def read(v: View) -> int | None:
+        n = len(v.notes) - 1 if k is None else k
+        keyed = 0 <= n < len(v.notes) and v.notes[n].get("key") == key
+        return n if keyed and n not in v.extra.get("deleted", ()) else None
+
+    return read
 
 
 def not_found(what: str, value: Any, param: str | None) -> ApiError:
