@@ -61,6 +61,57 @@ def test_result_only_hands_over_the_result_alone(pool):
     assert CountingPump.wakes == 1
 
 
+def test_result_awaits_what_the_generator_returned(pool):
+    async def main():
+        CountingPump.wakes = 0
+        return await CountingPump(lambda: produce(500), pool, loop=asyncio.get_running_loop(),
+                                  result_only=True).result()
+
+    assert asyncio.run(main()) == "made 500"
+    assert CountingPump.wakes == 1
+
+
+def test_result_raises_the_workers_error(pool):
+    def failing():
+        yield 1
+        raise ValueError("broken generator")
+
+    async def main():
+        return await Pump(failing, pool, loop=asyncio.get_running_loop(), result_only=True).result()
+
+    with pytest.raises(ValueError, match="broken generator"):
+        asyncio.run(main())
+
+
+def test_a_cancelled_result_awaiter_abandons_the_worker(pool):
+    closed, abandoned, started, release = (threading.Event() for _ in range(4))
+
+    def slow():
+        try:
+            started.set()
+            yield "first"
+            release.wait(5)
+            yield "second"
+        finally:
+            closed.set()
+
+    async def main():
+        pump = Pump(slow, pool, loop=asyncio.get_running_loop(), on_abandon=abandoned.set, result_only=True)
+        waiter = asyncio.ensure_future(pump.result())
+        while not started.is_set():
+            await asyncio.sleep(0.001)
+        await asyncio.sleep(0.01)  # the waiter is waiting for the result
+        waiter.cancel()  # e.g. the server shutting down the request's task
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        release.set()
+        return pump
+
+    pump = asyncio.run(main())
+    assert abandoned.is_set() and not pump.finished
+    assert closed.wait(5)
+
+
 @pytest.mark.parametrize("result_only", [False, True])
 def test_an_error_in_the_worker_is_raised_to_the_consumer(pool, result_only):
     def failing():

@@ -132,6 +132,14 @@ def test_api_keys_own_their_sessions(server, client):
     assert [m["content"] for m in other.get("/v1/sessions/private-1").json()["messages"]][-2:] == ["x", "x"]
     mine = http(server).get("/v1/sessions/private-1").json()["messages"]
     assert [m["content"] for m in mine][-2:] == ["secret", "secret"]
+    # the interactive route checks keys the same way
+    body = {"session_id": "private-1", "prompt": "mine?", "interactive_mode": True}
+    for headers in ({}, {"authorization": "Bearer wrong"}, {"authorization": f"Basic {K2}"}):
+        refused = httpx.post(server.url + "/v1/chat/interactive", json=body, headers=headers)
+        assert refused.status_code == 401 and refused.json()["error"]["code"] == "invalid_api_key"
+    assert other.post("/v1/chat/interactive", json=body).json()["text"] == "mine?"
+    assert [m["content"] for m in http(server).get("/v1/sessions/private-1").json()["messages"]][-2:] == \
+        ["secret", "secret"]
 
 
 def test_bad_requests_get_openai_errors_and_the_server_stays_up(server, client):

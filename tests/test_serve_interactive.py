@@ -125,3 +125,34 @@ def test_a_client_disconnect_cancels_the_turn_and_commits_the_partial_answer(ser
     assert got["turns"] == 1 and LONG.startswith(answer) and len(answer) < len(LONG)
     assert turn(http, 202, "still here").json()["text"] == "still here"
     assert http.get("/health").status_code == 200
+
+
+def test_a_client_leaving_a_non_streamed_turn_cancels_it_and_commits_the_partial_answer(server, http):
+    with pytest.raises(httpx.ReadTimeout), httpx.Client(base_url=server.url, timeout=0.3) as c:
+        turn(c, 203, LONG)  # 400 tokens at 2 ms each: the client gives up long before the answer is whole
+    deadline = time.monotonic() + 10
+    while (got := http.get("/v1/sessions/203").json())["turns"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    answer = got["messages"][-1]["content"]
+    assert got["turns"] == 1 and LONG.startswith(answer) and len(answer) < len(LONG)
+
+
+@pytest.mark.parametrize("body, message", [
+    (b"", "the body is empty"), (b"{\"prompt\": ", "the body is not valid JSON: Expecting value"),
+    (b"\xff\xfe\xfa", "the body is not valid JSON"), (b"[1, 2]", "body: Input should be a valid dictionary"),
+])
+def test_a_body_that_is_not_a_json_object_is_a_400_naming_what_is_wrong(http, body, message):
+    r = http.post("/v1/chat/interactive", content=body, headers={"content-type": "application/json"})
+    error = r.json()["error"]
+    assert r.status_code == 400 and error["message"].startswith(message), error
+    assert error["code"] in ("invalid_json", "invalid_value")
+
+
+def test_the_route_answers_other_methods_405_and_is_counted_under_its_path(http):
+    r = http.get("/v1/chat/interactive")
+    assert r.status_code == 405 and r.headers["allow"] == "POST"
+    assert r.json()["error"]["code"] == "method_not_allowed"
+    turn(http, 204, "counted")
+    metrics = http.get("/metrics").text
+    assert 'lmchat_http_requests_total{method="POST",route="/v1/chat/interactive",status="200"}' in metrics
+    assert 'route="/v1/chat/interactive",status="405"' in metrics

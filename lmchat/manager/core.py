@@ -242,14 +242,8 @@ class SessionManager(Sessions):
 
     async def arun_turn(self, session_id: str, messages: Iterable[Mapping[str, Any]] | None = None,
                         **kwargs: Any) -> TurnResult:
-        items = self.pump(session_id, messages, kwargs, result_only=True).items()
-        try:
-            async for item in items:
-                if isinstance(item, Done):
-                    return item.value
-        finally:
-            await items.aclose()
-        raise AssertionError("a turn's stream ended without its result")  # the pump ends with Done or raises
+        """:meth:`stream_turn`, collected in a pool worker (only the result crosses to the loop)."""
+        return await self.pump(session_id, messages, kwargs, result_only=True).result()
 
     def _cancel_quietly(self, session_id: str, owner: str | None) -> None:
         with contextlib.suppress(SessionNotFound):

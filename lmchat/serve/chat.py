@@ -59,7 +59,7 @@ async def chat_completions(body: ChatRequest, request: Request, who: str | None 
             )
             return StreamingResponse(ending(events, mgr, sid, who) if oneoff else events,
                                      media_type="text/event-stream", headers=headers)
-        result = await run(request, mgr, sid, messages, owner=who, **kwargs)
+        result = await run(request.receive, mgr, sid, messages, owner=who, **kwargs)
     except BaseException:
         if oneoff:
             end_soon(mgr, sid, who)

@@ -57,7 +57,7 @@ async def completions(body: CompletionRequest, request: Request, who: str | None
         return StreamingResponse(completion_events(chunks, meta, include_usage=include_usage, count=counter),
                                  media_type="text/event-stream")
     texts, ids, last = [], 0, Chunk()
-    async with cancel_on_disconnect(request, lambda: mgr.backend.cancel(generation.session_id)):
+    async with cancel_on_disconnect(request.receive, lambda: mgr.backend.cancel(generation.session_id)):
         async for chunk in chunks:
             texts.append(chunk.text)
             ids += len(chunk.token_ids)

@@ -20,17 +20,24 @@ async def owner(request: Request) -> str | None:
     ``async`` although it never awaits: FastAPI runs plain functions in its thread pool.
     """
     keys = request.app.state.api_keys
-    if not keys:
-        return None
-    if not await authorized(request, keys):
+    return bearer_owner(request.headers.get("authorization", ""), keys) if keys else None
+
+
+def bearer_owner(header: str, keys) -> str:
+    """The Bearer token of an ``Authorization`` header if it is one of ``keys``, else a 401."""
+    if not bearer_ok(header, keys):
         raise ApiError(401, "missing or invalid API key: send 'Authorization: Bearer KEY'",
                        type="authentication_error", code="invalid_api_key")
-    return request.headers.get("authorization", "").partition(" ")[2]
+    return header.partition(" ")[2]
 
 
 async def authorized(request: Request, keys) -> bool:
     """Whether the request carries one of ``keys`` as a Bearer token."""
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    return bearer_ok(request.headers.get("authorization", ""), keys)
+
+
+def bearer_ok(header: str, keys) -> bool:
+    scheme, _, token = header.partition(" ")
     # compare every key in constant time: no timing hint about which prefix matched
     return scheme.lower() == "bearer" and any([hmac.compare_digest(token.encode(), k.encode()) for k in keys])
 
@@ -51,20 +58,21 @@ def new_id(prefix: str) -> str:
 
 
 @contextlib.asynccontextmanager
-async def cancel_on_disconnect(request: Request, cancel: Callable[[], Any]):
-    """Call ``cancel`` if the client goes away while a non-streamed answer is being generated.
+async def cancel_on_disconnect(receive: Callable, cancel: Callable[[], Any]):
+    """Call ``cancel`` if the client goes away while an answer is being generated.
 
-    The body has been read, so the next ASGI message is the disconnect (uvicorn
-    also sends it once the response is complete: the watcher stops before that).
+    ``receive``: the request's ASGI receive. The body has been read, so the next
+    message is the disconnect (uvicorn also sends it once the response is
+    complete: the watcher stops before that).
     """
 
     async def watch() -> None:
-        while (await request.receive())["type"] != "http.disconnect":
+        while (await receive())["type"] != "http.disconnect":
             pass
         with contextlib.suppress(LmchatError):  # the turn may have just ended
             cancel()
 
-    task = asyncio.create_task(watch())
+    task = asyncio.ensure_future(watch())
     try:
         yield
     finally:

@@ -4,7 +4,9 @@ A plain ASGI middleware (not Starlette's ``BaseHTTPMiddleware``, which
 buffers and re-wraps streaming responses): it only watches the messages
 going by. A declared ``Content-Length`` over the limit is refused before a
 byte of the body is read; a chunked body is counted as it arrives and cut
-off at the limit, so a huge upload never sits in memory.
+off at the limit, so a huge upload never sits in memory. The guard also
+serves the routes given to it as plain ASGI apps (:mod:`.asgi`), before the
+framework sees their requests.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import time
 
 from starlette.exceptions import HTTPException
 
+from .asgi import send_json
 from .errors import ApiError
 from .metrics import RequestStats
 
@@ -40,8 +43,12 @@ else:  # pragma: no cover - Python 3.10
 
 
 class Guard:
-    def __init__(self, app, *, max_body: int, stats: RequestStats, body_timeout: float = BODY_SECONDS):
+    """``routes``: path -> (method, ASGI app) served here, ahead of the wrapped app (:mod:`.asgi`)."""
+
+    def __init__(self, app, *, max_body: int, stats: RequestStats, body_timeout: float = BODY_SECONDS,
+                 routes: dict | None = None):
         self.app, self.max_body, self.stats, self.body_timeout = app, max_body, stats, body_timeout
+        self.routes = routes or {}
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
@@ -72,14 +79,21 @@ class Guard:
                 status = message["status"]
             await send(message)
 
+        own = self.routes.get(scope["path"])
         try:
             if _declared_length(scope) > limit:
                 await _refuse(watched_send, limit)
-            else:
+            elif own is None:
                 await self.app(scope, counted_receive, watched_send)
+            elif scope["method"] != own[0]:
+                await _refuse_method(watched_send, own[0])
+            else:
+                await own[1](scope, counted_receive, watched_send)
         finally:
-            route = scope.get("route")
-            path = getattr(route, "path", None) or "unmatched"  # the route template: session ids stay out
+            if own is not None:
+                path = scope["path"]
+            else:  # the route template: session ids stay out
+                path = getattr(scope.get("route"), "path", None) or "unmatched"
             self.stats.record(scope["method"], path, status, time.perf_counter() - started)
 
 
@@ -91,6 +105,11 @@ def _declared_length(scope) -> int:
             except ValueError:
                 return 0  # the HTTP parser rejects it before us; nothing to add
     return 0
+
+
+async def _refuse_method(send, allowed: str) -> None:
+    error = ApiError(405, "Method Not Allowed", code="method_not_allowed")
+    await send_json(send, error.body(), 405, {"allow": allowed})
 
 
 async def _refuse(send, limit: int) -> None:

@@ -10,6 +10,9 @@ computed for this turn, ``history_tokens`` what it served from its cache,
 ``tokens`` what it generated. A turn that does not fit in ``session_len`` is
 refused with ``finish_reason: 'session_len'`` and an error saying by how
 much, never confused with ``'length'`` (``request_output_len`` reached).
+
+The route is a plain ASGI app (:mod:`.asgi`): it is the hottest one, and
+FastAPI's layers cost more CPU than a turn.
 """
 from __future__ import annotations
 
@@ -17,67 +20,88 @@ import contextlib
 import json
 from typing import Any, AsyncIterator
 
-from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse, StreamingResponse
-
 from ..backends.base import Chunk
 from ..errors import LmchatError, SessionLengthExceeded
-from .deps import blocking, owner
+from . import asgi
+from .deps import blocking, cancel_on_disconnect
 from .errors import ApiError, api_error
 from .schemas import InteractiveRequest
 from .turns import count, end_soon, run, start_stream
 
-router = APIRouter()
+PATH = "/v1/chat/interactive"
 
 
-@router.post("/v1/chat/interactive")
-async def interactive(body: InteractiveRequest, request: Request, who: str | None = Depends(owner)):
-    mgr = request.app.state.manager
-    sid = None if body.session_id in (-1, "-1") else str(body.session_id)
-    if body.cancel or body.stop is True:
-        if sid is None:
-            raise ApiError(400, "cancel needs the session_id of the running turn", param="session_id")
-        cancelled = await blocking(mgr.cancel, sid, who)
-        return reply(sid, "", 0, Chunk(), finish_reason=None, cancelled=cancelled)
-    if body.ignore_eos:
-        raise ApiError(400, "ignore_eos is not supported: the answer ends at the model's end-of-turn marker",
-                       param="ignore_eos", code="unsupported_value")
-    messages = [{"role": "user", "content": body.prompt}] if isinstance(body.prompt, str) else body.prompt
-    messages = [m for m in messages if m.get("content") != ""]
-    end = not body.interactive_mode
-    if not messages:
-        if not end:
-            raise ApiError(400, "empty prompt: nothing to answer (an empty prompt with interactive_mode=false "
-                                "ends the session)", param="prompt")
-        if sid is None:
-            raise ApiError(400, "session_id -1 names no session to end", param="session_id")
-        await blocking(mgr.end, sid, who)
-        return reply(sid, "", 0, Chunk(), finish_reason="stop", ended=True)
-    if sid is None:
-        sid = await blocking(mgr.create, None, who)
-    stop = None if isinstance(body.stop, bool) else body.stop
-    kwargs: dict[str, Any] = {"params": body.sampling(), "stop": stop,
-                              "max_new_tokens": body.request_output_len}
-    try:
-        if body.stream:
-            chunks = await start_stream(mgr, sid, messages, owner=who, create=True, **kwargs)
-            return StreamingResponse(_lines(mgr, sid, who, chunks, end), media_type="application/x-ndjson")
-        result = await run(request, mgr, sid, messages, owner=who, create=True, **kwargs)
-    except SessionLengthExceeded as exc:
-        if end:
-            end_soon(mgr, sid, who)
-        return _overflow(sid, exc)
-    except BaseException:
-        if end:
-            end_soon(mgr, sid, who)
-        raise
-    if end:
-        with contextlib.suppress(LmchatError):
+class Interactive:
+    """``POST /v1/chat/interactive`` for the app whose state is ``state`` (its manager and API keys)."""
+
+    def __init__(self, state: Any):
+        self.state = state
+
+    async def __call__(self, scope: dict, receive, send) -> None:
+        started = False
+
+        async def watched_send(message: dict) -> None:
+            nonlocal started
+            started = True
+            await send(message)
+
+        try:
+            who = asgi.owner(scope, self.state.api_keys)
+            body = asgi.parse(InteractiveRequest, await asgi.read_body(receive))
+            await self.turn(body, who, receive, watched_send)
+        except Exception as exc:  # noqa: BLE001 - every failure is an OpenAI-shaped response
+            if started:  # a stream's status line is out: nothing to answer with any more
+                raise
+            await asgi.send_error(send, exc)
+
+    async def turn(self, body: InteractiveRequest, who: str | None, receive, send) -> None:
+        mgr = self.state.manager
+        sid = None if body.session_id in (-1, "-1") else str(body.session_id)
+        if body.cancel or body.stop is True:
+            if sid is None:
+                raise ApiError(400, "cancel needs the session_id of the running turn", param="session_id")
+            cancelled = await blocking(mgr.cancel, sid, who)
+            return await asgi.send_json(send, reply(sid, "", 0, Chunk(), finish_reason=None, cancelled=cancelled))
+        if body.ignore_eos:
+            raise ApiError(400, "ignore_eos is not supported: the answer ends at the model's end-of-turn marker",
+                           param="ignore_eos", code="unsupported_value")
+        messages = [{"role": "user", "content": body.prompt}] if isinstance(body.prompt, str) else body.prompt
+        messages = [m for m in messages if m.get("content") != ""]
+        end = not body.interactive_mode
+        if not messages:
+            if not end:
+                raise ApiError(400, "empty prompt: nothing to answer (an empty prompt with interactive_mode=false "
+                                    "ends the session)", param="prompt")
+            if sid is None:
+                raise ApiError(400, "session_id -1 names no session to end", param="session_id")
             await blocking(mgr.end, sid, who)
-    last = Chunk(prefilled=result.prefilled, reused=result.reused, cache_miss_reason=result.cache_miss_reason)
-    generated = count(mgr.tokenizer, len(result.text), len(result.token_ids))
-    # a JSONResponse as is: FastAPI's encoder would walk a dict that is JSON already
-    return JSONResponse(reply(sid, result.text, generated, last, result.finish_reason, ended=end or None))
+            return await asgi.send_json(send, reply(sid, "", 0, Chunk(), finish_reason="stop", ended=True))
+        if sid is None:
+            sid = await blocking(mgr.create, None, who)
+        stop = None if isinstance(body.stop, bool) else body.stop
+        kwargs: dict[str, Any] = {"params": body.sampling(), "stop": stop,
+                                  "max_new_tokens": body.request_output_len}
+        try:
+            if body.stream:
+                chunks = await start_stream(mgr, sid, messages, owner=who, create=True, **kwargs)
+                # a client that leaves closes the stream: the turn is cancelled and its partial answer saved
+                async with contextlib.aclosing(chunks), cancel_on_disconnect(receive, lambda: mgr.cancel(sid, who)):
+                    return await asgi.send_lines(send, _lines(mgr, sid, who, chunks, end), b"application/x-ndjson")
+            result = await run(receive, mgr, sid, messages, owner=who, create=True, **kwargs)
+        except SessionLengthExceeded as exc:
+            if end:
+                end_soon(mgr, sid, who)
+            return await _overflow(send, sid, exc)
+        except BaseException:
+            if end:
+                end_soon(mgr, sid, who)
+            raise
+        if end:
+            with contextlib.suppress(LmchatError):
+                await blocking(mgr.end, sid, who)
+        last = Chunk(prefilled=result.prefilled, reused=result.reused, cache_miss_reason=result.cache_miss_reason)
+        generated = count(mgr.tokenizer, len(result.text), len(result.token_ids))
+        await asgi.send_json(send, reply(sid, result.text, generated, last, result.finish_reason, ended=end or None))
 
 
 async def _lines(mgr, sid: str, who: str | None, chunks: AsyncIterator[Chunk], end: bool) -> AsyncIterator[str]:
@@ -105,8 +129,8 @@ def reply(sid: str, text: str, tokens: int, last: Chunk, finish_reason: str | No
     return body
 
 
-def _overflow(sid: str, exc: SessionLengthExceeded) -> JSONResponse:
+async def _overflow(send, sid: str, exc: SessionLengthExceeded) -> None:
     error = api_error(exc)
     body = {**error.body(), "text": "", "tokens": 0, "input_tokens": exc.new, "history_tokens": exc.used,
             "finish_reason": "session_len", "session_id": sid}
-    return JSONResponse(body, status_code=error.status)
+    await asgi.send_json(send, body, error.status)

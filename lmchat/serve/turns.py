@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, AsyncIterator, Iterable
-
-from fastapi import Request
+from typing import Any, AsyncIterator, Callable, Iterable
 
 from ..backends.base import Chunk
 from ..errors import LmchatError, SessionBusy
@@ -51,10 +49,11 @@ async def primed(chunks: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
     return stream()
 
 
-async def run(request: Request, mgr: SessionManager, session_id: str, messages: Iterable[dict], *,
+async def run(receive: Callable, mgr: SessionManager, session_id: str, messages: Iterable[dict], *,
               owner: str | None, **kwargs: Any) -> TurnResult:
-    """The whole turn; the client leaving mid-way cancels it (the partial answer is committed)."""
-    async with cancel_on_disconnect(request, lambda: mgr.cancel(session_id, owner)):
+    """The whole turn; the client leaving mid-way (``receive``: the request's) cancels it (the partial
+    answer is committed)."""
+    async with cancel_on_disconnect(receive, lambda: mgr.cancel(session_id, owner)):
         return await mgr.arun_turn(session_id, messages, owner=owner, **kwargs)
 
 

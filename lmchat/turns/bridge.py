@@ -60,9 +60,10 @@ class Pump:
         self._ready = asyncio.Event() if loop is not None else None
         self._result_only = result_only
         self._on_abandon = on_abandon
-        self._abandoned = threading.Event()
-        self._started = threading.Event()  # the iterator exists: from here on abandoning must cancel it
-        self._ended = threading.Event()
+        # flags one thread sets and the other reads (never waited on: plain attributes, atomic under the GIL)
+        self._abandoned = False
+        self._started = False  # the iterator exists: from here on abandoning must cancel it
+        self._ended = False
         self.finished = False  # the consumer has seen Done or an error
         executor.submit(self._work, produce)
 
@@ -92,19 +93,19 @@ class Pump:
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer, which raises it
             self._put(_Raised(exc))
             return
-        self._started.set()
+        self._started = True
         try:
-            while not self._abandoned.is_set():
+            while not self._abandoned:
                 try:
                     item = next(iterator)
                 except StopIteration as stop:
-                    self._ended.set()
+                    self._ended = True
                     self._put(Done(stop.value))
                     return
                 if not self._result_only:
                     self._put(item)
         except BaseException as exc:  # noqa: BLE001
-            self._ended.set()
+            self._ended = True
             self._put(_Raised(exc))
         finally:
             close = getattr(iterator, "close", None)
@@ -128,18 +129,33 @@ class Pump:
         """Every item, :class:`Done` last (an asyncio consumer); leaving early abandons the pump."""
         try:
             while not self.finished:
-                while not self._pending:
-                    self._ready.clear()
-                    if self._pending:  # appended before the clear, its wake-up already consumed
-                        break
-                    await self._ready.wait()
-                yield self._take(self._pending.popleft())
+                yield await self._next()
         finally:
             if not self.finished:
                 self.abandon()
 
+    async def result(self) -> Any:
+        """What the generator returned (an asyncio consumer of a ``result_only`` pump); a cancelled
+        caller abandons the pump."""
+        try:
+            while True:
+                item = await self._next()
+                if isinstance(item, Done):
+                    return item.value
+        finally:
+            if not self.finished:
+                self.abandon()
+
+    async def _next(self) -> Any:
+        while not self._pending:
+            self._ready.clear()
+            if self._pending:  # appended before the clear, its wake-up already consumed
+                break
+            await self._ready.wait()
+        return self._take(self._pending.popleft())
+
     def abandon(self) -> None:
         """The consumer is gone: stop the worker (the generator is closed, its cleanup runs)."""
-        self._abandoned.set()
-        if self._on_abandon is not None and self._started.is_set() and not self._ended.is_set():
+        self._abandoned = True
+        if self._on_abandon is not None and self._started and not self._ended:
             self._on_abandon()  # at once: the worker only sees the flag between items
