@@ -22,6 +22,10 @@ bound under which 99% of the level's requests fell). Turns a server fails
 (e.g. a 503 when its store gives up) are counted, not timed. The CPU time
 each server and the client spend per answered turn (from ``/proc``) is what
 bounds throughput on a small machine, where both share the cores.
+A third server, the *floor* (``bench/floor_app.py``: uvicorn with a no-op app
+that makes one round trip through a worker thread per request), runs in the
+same alternation: the most turns/s and the least latency any Python server
+gets from this machine under the same load (``--no-floor`` leaves it out).
 Targets: saturated throughput at the highest level >= 3x the baseline's;
 paced overhead p99 at 200 sessions <= 5 ms.
 """
@@ -68,10 +72,31 @@ def echo_seconds(turns: int, repeat: int = 50) -> float:
     return statistics.mean(samples)
 
 
+#: the name of the floor server among the measured ones
+FLOOR = "floor"
+
+
 def start_server(source: str, port: int, store: str, max_active: int) -> subprocess.Popen:
-    """``lmchat serve`` from the tree at ``source`` (its own package first on the path)."""
+    """``lmchat serve`` from the tree at ``source`` (its own package first on the path); the floor app for
+    :data:`FLOOR`."""
+    if source == FLOOR:
+        return start_floor(port)
     return start_serve(["--backend", "echo", "--template", TEMPLATE, "--store", store, "--max-active", str(max_active)],
                        port, source=Path(source))
+
+
+def start_floor(port: int, seconds: float = 60) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-m", "bench.floor_app", "--port", str(port)], cwd=ROOT,
+                            stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            httpx.get(f"http://127.0.0.1:{port}/health", timeout=1)
+            return proc
+        except httpx.TransportError:
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("the floor app did not start")
 
 
 def load(url: str, sessions: int, turns: int, think: float, tag: str) -> dict:
@@ -90,7 +115,9 @@ def server_histogram(url: str) -> dict[str, float]:
     return {bound: float(n) for bound, n in pattern.findall(text)}
 
 
-def histogram_quantile(before: dict[str, float], after: dict[str, float], q: float) -> str:
+def histogram_quantile(before: dict[str, float], after: dict[str, float], q: float) -> str | None:
+    if not after:  # the floor keeps no histogram
+        return None
     counts = [(bound, after[bound] - before.get(bound, 0.0)) for bound in after]
     total = counts[-1][1]
     return next(bound for bound, n in counts if n >= q * total)
@@ -165,6 +192,8 @@ def summary(name: str, store: str, kind: str, n: int, runs: list[dict], echo: fl
     for r in runs:
         for status, count in r["failed"].items():
             failed[status] = failed.get(status, 0) + count
+    # the floor answers at once: its overhead is its whole latency
+    echo = 0.0 if name == FLOOR else echo
     before = {bound: sum(r["histogram"][0].get(bound, 0.0) for r in runs) for bound in runs[0]["histogram"][1]}
     after = {bound: sum(r["histogram"][1][bound] for r in runs) for bound in runs[0]["histogram"][1]}
     cpu = None if any(r["server_cpu_s"] is None for r in runs) else sum(r["server_cpu_s"] for r in runs)
@@ -181,7 +210,8 @@ def summary(name: str, store: str, kind: str, n: int, runs: list[dict], echo: fl
 
 
 def row(r: dict) -> list:
-    server_p99 = f"<= {float(r['server_p99_le_s']) * 1e3:g}" if r["server_p99_le_s"] != "+Inf" else "> 60000"
+    bound = r["server_p99_le_s"]
+    server_p99 = "-" if bound is None else f"<= {float(bound) * 1e3:g}" if bound != "+Inf" else "> 60000"
     # /proc counts CPU time in ticks (10 ms): a level of a few dozen turns cannot be resolved per turn
     cpu = "-" if r["server_cpu_ms"] is None or r["requests"] < 200 else f"{r['server_cpu_ms']:.2f}"
     return [r["server"], r["store"], r["load"], r["sessions"], r["requests"], r["failed_n"], f"{r['req_per_s']:.0f}",
@@ -211,10 +241,18 @@ def verdicts_for(records: list[dict], store: str, top: int) -> list[str]:
                        f"baseline's {theirs:.2f} ms (the baseline spends {theirs / ours:.2f}x as much), client "
                        f"{current['client_cpu_ms']:.2f} ms: {cores} cores shared by the server and its client cap "
                        f"this machine at about {ceiling:.0f} turns/s")
-    paced = find("current", "paced", 200)
+    floor = find(FLOOR, "saturated", top)
+    if current and base and floor:
+        out.append(f"{store}: the floor (no-op app, one worker-thread hop) answered {floor['req_per_s']:.0f} turns/s "
+                   f"saturated: lmchat reaches {current['req_per_s'] / floor['req_per_s']:.0%} of it, the baseline "
+                   f"{base['req_per_s'] / floor['req_per_s']:.0%}; 3x the baseline would be "
+                   f"{3 * base['req_per_s'] / floor['req_per_s']:.0%} of the floor")
+    paced, floor = find("current", "paced", 200), find(FLOOR, "paced", 200)
     if paced:
         out.append(f"{store}: paced overhead p99 at 200 sessions {paced['overhead_p99_s'] * 1e3:.2f} ms (<= 5 ms): "
-                   f"{'met' if paced['overhead_p99_s'] <= 0.005 else 'NOT met'}")
+                   f"{'met' if paced['overhead_p99_s'] <= 0.005 else 'NOT met'}"
+                   + (f"; the floor's own p99 under the same load {floor['p99_s'] * 1e3:.2f} ms (p50 "
+                      f"{floor['p50_s'] * 1e3:.2f}, lmchat's {paced['p50_s'] * 1e3:.2f})" if floor else ""))
     return out
 
 
@@ -229,6 +267,7 @@ def main(argv=None) -> int:
                         "per server, `lmchat serve`'s default kind), sqlite:PATH, redis://...")
     p.add_argument("--baseline", default=BASELINE, help=f"git revision to compare with (default {BASELINE}); "
                                                          "'none' measures this tree alone")
+    p.add_argument("--no-floor", action="store_true", help="leave out the floor server (bench/floor_app.py)")
     p.add_argument("--repeat", type=int, default=3, help="runs of each level on each server, alternating")
     p.add_argument("--port", type=int, default=18777)
     args = p.parse_args(argv)
@@ -242,6 +281,8 @@ def main(argv=None) -> int:
         subprocess.run(["git", "worktree", "add", "--detach", worktree, args.baseline], cwd=ROOT, check=True,
                        capture_output=True)
         servers["baseline"] = worktree
+    if not args.no_floor:
+        servers[FLOOR] = FLOOR
     records: list[dict] = []
     try:
         for store in stores:
