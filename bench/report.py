@@ -41,8 +41,10 @@ SECTIONS = {
          "is subtracted), p50 and p99, at 1, 50 and 200 concurrent sessions: paced (a think time between "
          "turns, as people and agents leave) and saturated (every session always has a request in flight), "
          "on the memory store and on SQLite (`lmchat serve`'s default), beside the server as it was before "
-         "issue 12 (both up at once, each level run on them in alternation, three times), with the CPU each "
-         "server and the load client spend per turn."),
+         "issue 12 and the *floor* (uvicorn with a no-op app that makes one worker-thread round trip per "
+         "request: what this machine gives any Python server under the same load); all three up at once, "
+         "each level run on them in alternation, three times, with the CPU each server and the load client "
+         "spend per turn."),
     ),
     "kv_reuse": (
         "Embedded model: time to first token",
