@@ -20,7 +20,8 @@ from lmchat.stores import VERSION_KEY, MemoryStore, SQLiteStore, Summary, open_s
 from . import tokenizers_fixtures as tf
 from .redis_fixtures import prefix, redis_server  # noqa: F401  (fixtures)
 
-STORES = ["memory", "sqlite", "redis"]
+# "sqlite<3.35": the SQLite store's appends without UPDATE ... RETURNING, as on an older SQLite library
+STORES = ["memory", "sqlite", "sqlite<3.35", "redis"]
 
 
 def conversation(first: str, turns: int = 1, session_id: str | None = None) -> dict:
@@ -38,7 +39,9 @@ def json_copy(value):
 def open_kind(kind: str, request, tmp_path):
     if kind == "memory":
         return MemoryStore()
-    if kind == "sqlite":
+    if kind.startswith("sqlite"):
+        if kind == "sqlite<3.35":
+            request.getfixturevalue("monkeypatch").setattr("lmchat.stores.sqlite._RETURNING", False)
         return SQLiteStore(tmp_path / "sub" / "sessions.db")
     from lmchat.stores.redis import RedisStore
 

@@ -23,10 +23,23 @@ SMALL = ("tail", "rendered", "pending", "needs_reset", "reset_reason", "anchor",
          "session_len", "overflow", "max_new_tokens", "injection", "max_message_chars", "drift")
 
 
+_ATOMIC = (str, int, float, bool, type(None))
+
+
 def make(snapshot_lists: Mapping[str, list], lows: Mapping[str, int], small: Mapping[str, Any]) -> dict:
     """A patch from each list's low-water mark (lists not in ``lows`` did not change)."""
-    lists = {key: [low, copy.deepcopy(snapshot_lists[key][low:])] for key, low in lows.items()}
-    return {"lists": lists, "set": {k: copy.deepcopy(v) for k, v in small.items()}}
+    lists = {key: [low, _copied(snapshot_lists[key][low:])] for key, low in lows.items()}
+    return {"lists": lists, "set": {k: _copied(v) for k, v in small.items()}}
+
+
+def _copied(value: Any) -> Any:
+    """A deep copy of ``value``; text and numbers (most of a patch: context pieces, offsets, ids, the small
+    fields) are their own copy, and a list of them needs only a shallow one."""
+    if isinstance(value, _ATOMIC):
+        return value
+    if isinstance(value, list) and all(isinstance(v, _ATOMIC) for v in value):
+        return list(value)
+    return copy.deepcopy(value)
 
 
 def apply(snapshot: dict, patch: Mapping[str, Any]) -> dict:

@@ -88,18 +88,24 @@ MIGRATIONS: list[tuple[str, ...]] = [
 _UPSERT = """
 INSERT INTO sessions (id, version, seq, created_at, updated_at, title, turns, template, owner, token, base_chars,
                       patch_chars)
-VALUES (:id, :version, :seq, :now, :now, :title, :turns, :template, :owner, :token, :base_chars, 0)
+VALUES (:id, :version, (SELECT COALESCE(MAX(seq), 0) + 1 FROM sessions), :now, :now, :title, :turns, :template, :owner, :token, :base_chars, 0)
 ON CONFLICT(id) DO UPDATE SET
     version = excluded.version, seq = excluded.seq, updated_at = excluded.updated_at,
     title = excluded.title, turns = excluded.turns, template = excluded.template, owner = excluded.owner,
     token = excluded.token, base_chars = excluded.base_chars, patch_chars = 0
 """
 
+# the compare-and-set of an append: it changes the row only at the expected version
 _APPENDED = """
-UPDATE sessions SET version = :version, seq = :seq, updated_at = :now, title = :title, turns = :turns,
-    template = :template, owner = :owner, token = :token, patch_chars = patch_chars + :chars
-WHERE id = :id
+UPDATE sessions SET version = :version, seq = (SELECT COALESCE(MAX(seq), 0) + 1 FROM sessions), updated_at = :now,
+    title = :title, turns = :turns, template = :template, owner = :owner, token = :token,
+    patch_chars = patch_chars + :chars
+WHERE id = :id AND version = :version - 1
 """
+
+#: SQLite >= 3.35 returns what an UPDATE changed: an append is then one statement on its session's row (each
+#: statement hands the GIL to the other threads and back, which costs more than the statement under load)
+_RETURNING = sqlite3.sqlite_version_info >= (3, 35)
 
 
 def _migrate(path: str, conn: sqlite3.Connection) -> None:
@@ -119,10 +125,6 @@ def _migrate(path: str, conn: sqlite3.Connection) -> None:
         conn.execute("COMMIT")
     except sqlite3.Error as exc:
         raise StoreError(f"{path}: not a usable session store: {exc}") from None
-
-
-def _next_seq(conn: sqlite3.Connection) -> int:
-    return conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM sessions").fetchone()[0]
 
 
 def _shutdown(writer: Writer, readers: Readers) -> None:
@@ -171,7 +173,7 @@ class SQLiteStore(RecordStore):
                     return current  # a retry of the write that made this version
                 raise StoreConflict(rec.id, expected=expected_version, actual=current)
             conn.execute(_UPSERT, {
-                "id": rec.id, "version": current + 1, "seq": _next_seq(conn), "now": time.time(),
+                "id": rec.id, "version": current + 1, "now": time.time(),
                 "title": rec.title, "turns": rec.turns, "template": rec.template, "owner": rec.owner,
                 "token": token, "base_chars": len(rec.data),
             })
@@ -183,23 +185,35 @@ class SQLiteStore(RecordStore):
         return self._writer.submit(write, f"save session {rec.id}")
 
     def _append(self, session_id: str, patch: str, expected: int, summary: Summary, token: str) -> tuple[int, bool]:
+        params = {"id": session_id, "version": expected + 1, "now": time.time(), "title": summary.title,
+                  "turns": summary.turns, "template": summary.template, "owner": summary.owner, "token": token,
+                  "chars": len(patch)}
+
         def write(conn: sqlite3.Connection) -> tuple[int, bool]:
-            row = conn.execute("SELECT version, token, base_chars, patch_chars FROM sessions WHERE id = ?",
-                               (session_id,)).fetchone()
-            current = self._check_int(session_id, "version", row[0]) if row else 0
-            if current != expected:
-                if row is not None and row[1] == token and current == expected + 1:
-                    return current, False
-                raise StoreConflict(session_id, expected=expected, actual=current)
-            conn.execute("INSERT INTO patches (id, version, data) VALUES (?, ?, ?)", (session_id, current + 1, patch))
-            conn.execute(_APPENDED, {
-                "id": session_id, "version": current + 1, "seq": _next_seq(conn), "now": time.time(),
-                "title": summary.title, "turns": summary.turns, "template": summary.template,
-                "owner": summary.owner, "token": token, "chars": len(patch),
-            })
-            return current + 1, compaction_due(row[3] + len(patch), row[2])
+            if _RETURNING:
+                row = conn.execute(_APPENDED + " RETURNING base_chars, patch_chars", params).fetchall()
+                if not row:
+                    return self._unappended(conn, session_id, expected, token)
+                base_chars, patch_chars = row[0]
+            else:
+                row = conn.execute("SELECT version, base_chars, patch_chars FROM sessions WHERE id = ?",
+                                   (session_id,)).fetchone()
+                if row is None or row[0] != expected:
+                    return self._unappended(conn, session_id, expected, token)
+                conn.execute(_APPENDED, params)
+                base_chars, patch_chars = row[1], row[2] + len(patch)
+            conn.execute("INSERT INTO patches (id, version, data) VALUES (?, ?, ?)", (session_id, expected + 1, patch))
+            return expected + 1, compaction_due(patch_chars, base_chars)
 
         return self._writer.submit(write, f"append to session {session_id}")
+
+    def _unappended(self, conn: sqlite3.Connection, session_id: str, expected: int, token: str) -> tuple[int, bool]:
+        """An append whose compare-and-set failed: the retry of the write that made this version, or a conflict."""
+        row = conn.execute("SELECT version, token FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        current = self._check_int(session_id, "version", row[0]) if row else 0
+        if row is not None and row[1] == token and current == expected + 1:
+            return current, False
+        raise StoreConflict(session_id, expected=expected, actual=current)
 
     def _install(self, session_id: str, tag: str, at_version: int, base: str, folded_chars: int) -> bool:
         def write(conn: sqlite3.Connection) -> bool:
@@ -255,7 +269,7 @@ class SQLiteStore(RecordStore):
         return None if row is None else RecordInfo(*row)
 
     def _rows(self, sql: str, params: tuple, what: str) -> list[tuple]:
-        return self._readers.read(lambda conn: conn.execute(sql, params).fetchall(), what)
+        return self._readers.rows(sql, params, what)
 
     def _check_int(self, session_id: str, what: str, value: Any) -> int:
         # SQLite columns take any type: a hand-edited file may hold text where a number belongs

@@ -217,6 +217,15 @@ class Readers:
             except sqlite3.Error as exc:
                 raise StoreError(f"{self.path}: cannot {what}: {exc}") from None
 
+    def rows(self, sql: str, params: tuple, what: str) -> list[tuple]:
+        """The rows of one query: a single statement is its own read transaction (no BEGIN and COMMIT around
+        it, two statements fewer)."""
+        with self.connection() as conn:
+            try:
+                return conn.execute(sql, params).fetchall()
+            except sqlite3.Error as exc:
+                raise StoreError(f"{self.path}: cannot {what}: {exc}") from None
+
     def close(self) -> None:
         with self._lock:
             self._closed = True
