@@ -44,7 +44,8 @@ def create_app(manager: SessionManager, *, api_keys: Iterable[str] | None = None
     takes (default: the API keys). ``model_name``: what ``/v1/models`` lists and responses name.
     ``body_timeout``: seconds a client may take to send its body. ``close_manager``: close it when the
     server shuts down (running turns get its grace period to save); otherwise the caller keeps
-    ownership of ``manager``."""
+    ownership of ``manager``. The app is FastAPI's, behind the guard (:class:`App`): middleware added
+    to it does not see ``/v1/chat/interactive``, which the guard serves itself."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):

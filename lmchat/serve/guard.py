@@ -11,7 +11,6 @@ framework sees their requests.
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 import time
 
@@ -114,9 +113,5 @@ async def _refuse_method(send, allowed: str) -> None:
 
 async def _refuse(send, limit: int) -> None:
     error = ApiError(413, f"request body over {limit} bytes", code="request_too_large")
-    body = json.dumps(error.body()).encode()
     # close the connection: the unread body must not be parsed as the next request
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-               (b"connection", b"close")]
-    await send({"type": "http.response.start", "status": 413, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+    await send_json(send, error.body(), 413, {"connection": "close"})
