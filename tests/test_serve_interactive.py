@@ -64,6 +64,16 @@ def test_a_request_without_interactive_mode_answers_then_ends_its_session(http):
     body = http.post("/v1/chat/interactive", json={"prompt": "one shot"}).json()
     assert body["text"] == "one shot" and body["ended"] is True
     assert http.get(f"/v1/sessions/{body['session_id']}").status_code == 404
+    # streamed, the session ends with the stream
+    with http.stream("POST", "/v1/chat/interactive", json={"prompt": "one streamed shot", "session_id": 105,
+                                                           "stream": True}) as r:
+        streamed = lines(r)
+    assert "".join(line["text"] for line in streamed) == "one streamed shot"
+    assert streamed[-1]["finish_reason"] == "stop"
+    deadline = time.monotonic() + 10  # the end runs once the stream has closed
+    while http.get("/v1/sessions/105").status_code != 404 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert http.get("/v1/sessions/105").status_code == 404
 
 
 def test_output_length_and_session_overflow_are_told_apart(http):

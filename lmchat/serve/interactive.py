@@ -84,10 +84,8 @@ class Interactive:
         try:
             if body.stream:
                 chunks = await start_stream(mgr, sid, messages, owner=who, create=True, **kwargs)
-                # a client that leaves closes the stream: the turn is cancelled and its partial answer saved
-                async with contextlib.aclosing(chunks), cancel_on_disconnect(receive, lambda: mgr.cancel(sid, who)):
-                    return await asgi.send_lines(send, _lines(mgr, sid, who, chunks, end), b"application/x-ndjson")
-            result = await run(receive, mgr, sid, messages, owner=who, create=True, **kwargs)
+            else:
+                result = await run(receive, mgr, sid, messages, owner=who, create=True, **kwargs)
         except SessionLengthExceeded as exc:
             if end:
                 end_soon(mgr, sid, who)
@@ -96,6 +94,10 @@ class Interactive:
             if end:
                 end_soon(mgr, sid, who)
             raise
+        if body.stream:  # the session ends (interactive_mode=false) when the stream does, however it ends
+            # a client that leaves closes the stream: the turn is cancelled and its partial answer saved
+            async with contextlib.aclosing(chunks), cancel_on_disconnect(receive, lambda: mgr.cancel(sid, who)):
+                return await asgi.send_lines(send, _lines(mgr, sid, who, chunks, end), b"application/x-ndjson")
         if end:
             with contextlib.suppress(LmchatError):
                 await blocking(mgr.end, sid, who)
