@@ -88,7 +88,8 @@ MIGRATIONS: list[tuple[str, ...]] = [
 _UPSERT = """
 INSERT INTO sessions (id, version, seq, created_at, updated_at, title, turns, template, owner, token, base_chars,
                       patch_chars)
-VALUES (:id, :version, (SELECT COALESCE(MAX(seq), 0) + 1 FROM sessions), :now, :now, :title, :turns, :template, :owner, :token, :base_chars, 0)
+VALUES (:id, :version, (SELECT COALESCE(MAX(seq), 0) + 1 FROM sessions), :now, :now, :title, :turns, :template,
+        :owner, :token, :base_chars, 0)
 ON CONFLICT(id) DO UPDATE SET
     version = excluded.version, seq = excluded.seq, updated_at = excluded.updated_at,
     title = excluded.title, turns = excluded.turns, template = excluded.template, owner = excluded.owner,
