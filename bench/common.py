@@ -77,12 +77,18 @@ def table(header: list[str], rows: list[list]) -> str:
 def start_serve(args: list[str], port: int, *, source: Path = ROOT, seconds: float = 120) -> subprocess.Popen:
     """``lmchat serve --port PORT ARGS`` from the tree at ``source`` (its package first on the path, its own
     data directory, no API keys), once it answers ``/health``."""
-    import httpx  # only the server benchmarks need it
-
     env = {**os.environ, "PYTHONPATH": str(source), "LMCHAT_DATA_DIR": tempfile.mkdtemp(prefix="lmchat-bench-"),
            "LMCHAT_API_KEYS": ""}
     command = [sys.executable, "-m", "lmchat", "serve", "--port", str(port), "--log-level", "warning", *args]
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, cwd=source, env=env)
+    return answering(proc, port, f"lmchat serve {' '.join(args)} from {source}", seconds)
+
+
+def answering(proc: subprocess.Popen, port: int, what: str, seconds: float = 120) -> subprocess.Popen:
+    """``proc`` once it answers ``/health`` on ``port``; killed, and a RuntimeError naming ``what``, if it
+    does not within ``seconds``."""
+    import httpx  # only the server benchmarks need it
+
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline and proc.poll() is None:
         try:
@@ -91,4 +97,4 @@ def start_serve(args: list[str], port: int, *, source: Path = ROOT, seconds: flo
         except httpx.TransportError:
             time.sleep(0.05)
     proc.kill()
-    raise RuntimeError(f"lmchat serve {' '.join(args)} from {source} did not start")
+    raise RuntimeError(f"{what} did not start")

@@ -49,7 +49,7 @@ from lmchat import Session
 from lmchat.backends import GenerationRequest, SamplingParams
 from lmchat.backends.echo import EchoBackend
 
-from .common import ROOT, save, start_serve, table
+from .common import ROOT, answering, save, start_serve, table
 from .load import TEMPLATE, question
 
 #: the server as it stood before issue 12 (a thread per turn, whole snapshots, the event loop busy)
@@ -85,18 +85,10 @@ def start_server(source: str, port: int, store: str, max_active: int) -> subproc
                        port, source=Path(source))
 
 
-def start_floor(port: int, seconds: float = 60) -> subprocess.Popen:
+def start_floor(port: int) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-m", "bench.floor_app", "--port", str(port)], cwd=ROOT,
                             stdout=subprocess.DEVNULL)
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            httpx.get(f"http://127.0.0.1:{port}/health", timeout=1)
-            return proc
-        except httpx.TransportError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("the floor app did not start")
+    return answering(proc, port, "the floor app", seconds=60)
 
 
 def load(url: str, sessions: int, turns: int, think: float, tag: str) -> dict:

@@ -86,7 +86,7 @@ class _Automaton:
         # from the root, a character that starts no stop word leads back to the root: the scan skips such
         # runs (most of an answer) with one search in C instead of a step per character
         firsts = "".join(re.escape(ch) for ch in self.goto[0])
-        self.first = re.compile(f"[{firsts}]") if firsts else None
+        self.first = re.compile(f"[{firsts}]" if firsts else "(?!)")  # no stop words: nothing to jump to
 
     def step(self, s: int, ch: str) -> int:
         while s and ch not in self.goto[s]:
@@ -159,7 +159,7 @@ class StopMatcher:
         i, n = 0, len(chunk)
         while i < n:
             if state == 0 and cand is None:  # at the root with nothing found: jump to a stop word's first character
-                found = ac.first.search(chunk, i) if ac.first is not None else None
+                found = ac.first.search(chunk, i)
                 skip = (found.start() if found is not None else n) - i
                 end += skip
                 i += skip

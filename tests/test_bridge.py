@@ -30,6 +30,23 @@ def produce(n: int, closed: threading.Event | None = None):
             closed.set()
 
 
+def two_items(release: threading.Event, closed: threading.Event, started: threading.Event | None = None):
+    """Yields once, then waits for ``release`` before the second item; ``closed`` when its cleanup ran."""
+    try:
+        if started is not None:
+            started.set()
+        yield "first"
+        release.wait(5)
+        yield "second"
+    finally:
+        closed.set()
+
+
+def failing():
+    yield 1
+    raise ValueError("broken generator")
+
+
 async def collect(pump: Pump) -> list:
     return [item async for item in pump.items()]
 
@@ -72,10 +89,6 @@ def test_result_awaits_what_the_generator_returned(pool):
 
 
 def test_result_raises_the_workers_error(pool):
-    def failing():
-        yield 1
-        raise ValueError("broken generator")
-
     async def main():
         return await Pump(failing, pool, loop=asyncio.get_running_loop(), result_only=True).result()
 
@@ -86,17 +99,8 @@ def test_result_raises_the_workers_error(pool):
 def test_a_cancelled_result_awaiter_abandons_the_worker(pool):
     closed, abandoned, started, release = (threading.Event() for _ in range(4))
 
-    def slow():
-        try:
-            started.set()
-            yield "first"
-            release.wait(5)
-            yield "second"
-        finally:
-            closed.set()
-
     async def main():
-        pump = Pump(slow, pool, loop=asyncio.get_running_loop(), on_abandon=abandoned.set, result_only=True)
+        pump = Pump(lambda: two_items(release, closed, started), pool, loop=asyncio.get_running_loop(), on_abandon=abandoned.set, result_only=True)
         waiter = asyncio.ensure_future(pump.result())
         while not started.is_set():
             await asyncio.sleep(0.001)
@@ -114,10 +118,6 @@ def test_a_cancelled_result_awaiter_abandons_the_worker(pool):
 
 @pytest.mark.parametrize("result_only", [False, True])
 def test_an_error_in_the_worker_is_raised_to_the_consumer(pool, result_only):
-    def failing():
-        yield 1
-        raise ValueError("broken generator")
-
     async def main():
         return await collect(Pump(failing, pool, loop=asyncio.get_running_loop(), result_only=result_only))
 
@@ -128,16 +128,8 @@ def test_an_error_in_the_worker_is_raised_to_the_consumer(pool, result_only):
 def test_a_consumer_that_leaves_abandons_the_worker(pool):
     closed, abandoned, release = threading.Event(), threading.Event(), threading.Event()
 
-    def slow():
-        try:
-            yield "first"
-            release.wait(5)
-            yield "second"
-        finally:
-            closed.set()
-
     async def main():
-        pump = Pump(slow, pool, loop=asyncio.get_running_loop(), on_abandon=abandoned.set)
+        pump = Pump(lambda: two_items(release, closed), pool, loop=asyncio.get_running_loop(), on_abandon=abandoned.set)
         items = pump.items()
         assert await items.__anext__() == "first"
         await items.aclose()  # the consumer leaves, as the manager's callers do in their `finally`
