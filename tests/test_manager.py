@@ -13,7 +13,7 @@ from lmchat.errors import (
     CapacityExceeded, InvalidMessages, LmchatError, SessionBusy, SessionExists, SessionNotFound,
     ConfigError,
 )
-from lmchat.stores import VERSION_KEY, SQLiteStore
+from lmchat.stores import VERSION_KEY, SQLiteStore, open_store
 
 from . import tokenizers_fixtures as tf
 
@@ -205,10 +205,14 @@ async def _collect(mgr, sid, text):
     return [c async for c in mgr.astream_turn(sid, user(text))]
 
 
-def test_asyncio_tasks_share_the_manager():
+@pytest.mark.parametrize("on_loop", [True, False], ids=["on-loop", "pool"])
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+def test_asyncio_tasks_share_the_manager(on_loop, store, tmp_path):
     import asyncio
 
-    mgr = SessionManager(EchoBackend(delay=0.01), template="qwen2.5")
+    mgr = SessionManager(EchoBackend(delay=0.01), template="qwen2.5", on_loop=on_loop,
+                         store=open_store(f"sqlite:{tmp_path}/s.db" if store == "sqlite" else "memory"))
+    assert mgr.on_loop is on_loop
     ids = [mgr.create() for _ in range(4)]
 
     async def main():

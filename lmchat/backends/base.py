@@ -142,7 +142,9 @@ class Backend(Protocol):
     model_id: str
     #: a tokenizer sessions should use for token deltas (None: text-only backend)
     tokenizer: Any
-    # optional: ``sampling_defaults``, values its model needs over its template's (see :func:`model_sampling`)
+    # optional: ``sampling_defaults``, values its model needs over its template's (see :func:`model_sampling`);
+    # ``agenerate(request)``, the same stream as an async iterator that never blocks the event loop (the
+    # session manager then runs asyncio callers' turns on the loop, without a thread: see docs/manager.md)
 
     def generate(self, request: GenerationRequest) -> Iterator[Chunk]: ...
 

@@ -13,10 +13,11 @@ says rebuilds from the whole prompt.
 """
 from __future__ import annotations
 
+import asyncio
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from ..session.tokens import codec_for
@@ -46,6 +47,24 @@ class EchoBackend:
         return self.prefix + (request.last_user or request.delta.text)
 
     def generate(self, request: GenerationRequest) -> Iterator[Chunk]:
+        for chunk in self._answer(request):
+            if chunk is None:
+                if self.delay:
+                    time.sleep(self.delay)
+            else:
+                yield chunk
+
+    async def agenerate(self, request: GenerationRequest) -> AsyncIterator[Chunk]:
+        """:meth:`generate` for an asyncio caller (the session manager's turns run on the loop then)."""
+        for chunk in self._answer(request):
+            if chunk is None:
+                if self.delay:
+                    await asyncio.sleep(self.delay)
+            else:
+                yield chunk
+
+    def _answer(self, request: GenerationRequest) -> Iterator[Chunk | None]:
+        """The answer's chunks, with None before each piece: where the caller waits ``delay``."""
         sid, params, delta = request.session_id, request.params, request.delta
         size = len(delta.token_ids or ()) if self.codec is not None else len(delta.text)
         with self._lock:
@@ -70,8 +89,7 @@ class EchoBackend:
                 if n >= params.max_new_tokens:
                     finish = "length"
                     break
-                if self.delay:
-                    time.sleep(self.delay)
+                yield None
                 result = matcher.feed_ids(piece, self.codec.decode) if self.codec else matcher.feed(piece)
                 if result.stopped:
                     text = result.text

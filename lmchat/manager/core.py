@@ -21,7 +21,7 @@ import contextlib
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any, AsyncIterator, Callable, Iterable, Iterator, Mapping
 
 from ..backends.base import Backend, Chunk, SamplingParams
 from ..errors import CapacityExceeded, ConfigError, SessionBusy, SessionNotFound
@@ -50,7 +50,7 @@ class SessionManager(Sessions):
         self, backend: Backend, template: str | BaseTemplate = "smollm2", store: SessionStore | None = None,
         tokenizer: Any = None, max_sessions: int = 10_000, max_active: int = 64, idle_ttl: float | None = None,
         store_ttl: float | None = None, session_defaults: Mapping[str, Any] | None = None,
-        engine: str | None = None,
+        engine: str | None = None, on_loop: bool | None = None,
     ):
         self.backend = backend
         #: what generates the answers (e.g. ``embedded:SmolLM2-135M-Instruct.gguf``); stored with each session,
@@ -69,6 +69,13 @@ class SessionManager(Sessions):
         if unknown:
             raise ConfigError(f"unknown {unknown} (known: {', '.join(SESSION_DEFAULTS)})", field="session_defaults")
         Session(template, **self.session_defaults)  # bad defaults fail here, not on the first request
+        able = callable(getattr(backend, "agenerate", None)) and getattr(self.store, "loop_safe", False)
+        if on_loop and not able:
+            raise ConfigError(f"turns run on the event loop only with a backend that has agenerate() and a store "
+                              f"whose reads are local ({type(backend).__name__}, {type(self.store).__name__})",
+                              field="on_loop")
+        #: asyncio callers' turns run on their event loop, without a worker thread (see :meth:`turn_items`)
+        self.on_loop = able if on_loop is None else on_loop
         self.max_active = max_active
         self._table = Table(max_sessions, idle_ttl, self._evicted)
         self._metrics = Metrics()
@@ -196,6 +203,16 @@ class SessionManager(Sessions):
         ``SessionLengthExceeded``) raise here, before the iterator is
         returned, and leave the stored session as it was.
         """
+        return self._turn(session_id, messages, params=params, owner=owner, stop=stop,
+                          max_new_tokens=max_new_tokens, create=create, history=history, tools=tools,
+                          idempotency_key=idempotency_key, reserved=reserved, expect=expect, edit=edit, note=note)
+
+    def _turn(self, session_id: str, messages: Iterable[Mapping[str, Any]] | None, *, params=None,
+              owner: str | None = None, stop=None, max_new_tokens: int | None = None, create: bool = False,
+              history: list[Mapping[str, Any]] | None = None, tools: list[dict] | None = None,
+              idempotency_key: str | None = None, reserved: bool = False, expect: int | None = None,
+              edit: Callable | None = None, note: dict | None = None, on_loop: bool = False) -> Any:
+        """:meth:`stream_turn`; ``on_loop``: the turn as an async iterator to prime at once (see :meth:`turn_items`)."""
         with self._metrics.counting():
             try:
                 entry = self._acquire(session_id, owner_key(owner), create or history is not None, tools)
@@ -211,7 +228,7 @@ class SessionManager(Sessions):
                         entry.running = False
                     raise
             return run_turn(Claim(self, entry), messages, params, stop, max_new_tokens, history, tools,
-                            idempotency_key, expect, edit, note)
+                            idempotency_key, expect, edit, note, on_loop)
 
     def run_turn(self, session_id: str, messages: Iterable[Mapping[str, Any]] | None = None,
                  **kwargs: Any) -> TurnResult:
@@ -222,6 +239,29 @@ class SessionManager(Sessions):
                 next(stream)
             except StopIteration as done:
                 return done.value
+
+    def turn_items(self, session_id: str, messages: Iterable[Mapping[str, Any]] | None,
+                   kwargs: dict[str, Any]) -> AsyncIterator[Any]:
+        """A turn for an asyncio caller: its chunks, then :class:`Done` with its result (what stops the turn
+        from starting raises at the first item). On the loop when :attr:`on_loop` (the backend streams
+        asynchronously, ``agenerate``, and the store's reads are local, ``loop_safe``), else in a pool
+        worker; leaving early cancels the turn, whose partial answer is committed."""
+        if self.on_loop:
+            return self._loop_items(session_id, messages, kwargs)
+        return self.pump(session_id, messages, kwargs).items()
+
+    async def _loop_items(self, session_id: str, messages: Iterable[Mapping[str, Any]] | None,
+                          kwargs: dict[str, Any]) -> AsyncIterator[Any]:
+        if kwargs.get("create") or kwargs.get("history") is not None:
+            await self._acreate(session_id, owner_key(kwargs.get("owner")), kwargs.get("tools"))
+        self.reserve()
+        stream = self._turn(session_id, messages, reserved=True, on_loop=True, **kwargs)
+        try:
+            await stream.__anext__()  # primed: from here on, closing it runs its cleanup
+            async for item in stream:
+                yield item
+        finally:
+            await stream.aclose()
 
     def pump(self, session_id: str, messages: Iterable[Mapping[str, Any]] | None, kwargs: dict[str, Any],
              result_only: bool = False) -> Pump:
@@ -235,15 +275,26 @@ class SessionManager(Sessions):
 
     async def astream_turn(self, session_id: str, messages: Iterable[Mapping[str, Any]] | None = None,
                            **kwargs: Any):
-        """``async for chunk in mgr.astream_turn(...)``: the turn runs in a pool worker."""
-        async for item in self.pump(session_id, messages, kwargs).items():
-            if not isinstance(item, Done):
-                yield item
+        """``async for chunk in mgr.astream_turn(...)`` (see :meth:`turn_items`)."""
+        items = self.turn_items(session_id, messages, kwargs)
+        try:
+            async for item in items:
+                if not isinstance(item, Done):
+                    yield item
+        finally:
+            await items.aclose()
 
     async def arun_turn(self, session_id: str, messages: Iterable[Mapping[str, Any]] | None = None,
                         **kwargs: Any) -> TurnResult:
-        """:meth:`stream_turn`, collected in a pool worker (only the result crosses to the loop)."""
-        return await self.pump(session_id, messages, kwargs, result_only=True).result()
+        """:meth:`stream_turn`, collected (see :meth:`turn_items`; in a pool worker, only the result crosses
+        to the loop)."""
+        if not self.on_loop:
+            return await self.pump(session_id, messages, kwargs, result_only=True).result()
+        async with contextlib.aclosing(self._loop_items(session_id, messages, kwargs)) as items:
+            async for item in items:
+                if isinstance(item, Done):
+                    return item.value
+        raise AssertionError("a turn ends with Done")
 
     def _cancel_quietly(self, session_id: str, owner: str | None) -> None:
         with contextlib.suppress(SessionNotFound):

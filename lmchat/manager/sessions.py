@@ -48,17 +48,38 @@ class Sessions:
             self._active -= 1
 
     def _add(self, session: Session, owner: str, extra: dict | None = None) -> str:
-        sid = session.session_id
-        key = store_key(sid, owner)
-        if self._table.get(key) is not None:
-            raise SessionExists(sid)
+        key = self._new_key(session, owner)
         try:
             version = self.store.save(dump(session, key, owner, self.engine, extra), expected_version=0)
         except StoreConflict:
-            raise SessionExists(sid) from None
+            raise SessionExists(session.session_id) from None
+        return self._added(key, session, version, owner, extra)
+
+    async def _acreate(self, session_id: str, owner: str, tools: list[dict] | None) -> None:
+        """What :meth:`_acquire` does for ``create``, on the event loop: a missing session is created with
+        an awaited write (a turn that runs on the loop must not wait for the store there)."""
+        key = store_key(session_id, owner)
+        if self._table.get(key) is not None or self.store.version(key) != 0:
+            return
+        session = self.new_session(session_id, tools=tools)
+        with contextlib.suppress(SessionExists):  # another request created it first
+            key = self._new_key(session, owner)
+            try:
+                version = await self.store.asave(dump(session, key, owner, self.engine), expected_version=0)
+            except StoreConflict:
+                raise SessionExists(session_id) from None
+            self._added(key, session, version, owner, None)
+
+    def _new_key(self, session: Session, owner: str) -> str:
+        key = store_key(session.session_id, owner)
+        if self._table.get(key) is not None:
+            raise SessionExists(session.session_id)
+        return key
+
+    def _added(self, key: str, session: Session, version: int, owner: str, extra: dict | None) -> str:
         session.mark_saved()
         self._table.add(Entry(key, session, version, owner, extra=dict(extra or {})))
-        return sid
+        return session.session_id
 
     def inspect(self, session_id: str, read: Callable[[View], Any], owner: str | None = None) -> Any:
         """``read(view)`` on the session as last committed, with its ``extra`` and notes (see :class:`View`).
@@ -188,25 +209,45 @@ class Sessions:
 
         ``note`` is appended to the entry's notes in the same save; the entry's ``extra`` is written too.
         """
+        snapshot, patch, token = self._writes(entry, record, note)
+        if patch is None:
+            entry.version = self.store.save(snapshot, expected_version=entry.version, token=token)
+        else:
+            entry.version = self.store.append(entry.key, patch, expected_version=entry.version,
+                                              summary=Summary.of_session(entry.session, entry.owner), token=token)
+        entry.session.mark_saved()
+
+    async def asave(self, entry: Entry, record: dict | None = None, note: dict | None = None) -> None:
+        """:meth:`save` on the event loop: the store's write is awaited (``aappend``, ``asave``)."""
+        snapshot, patch, token = self._writes(entry, record, note)
+        if patch is None:
+            entry.version = await self.store.asave(snapshot, expected_version=entry.version, token=token)
+        else:
+            entry.version = await self.store.aappend(entry.key, patch, expected_version=entry.version,
+                                                     summary=Summary.of_session(entry.session, entry.owner),
+                                                     token=token)
+        entry.session.mark_saved()
+
+    def _writes(self, entry: Entry, record: dict | None, note: dict | None) -> tuple[dict | None, dict | None,
+                                                                                      str | None]:
+        """What saving the entry writes: (a whole snapshot, None) or (None, the turn's patch), and the turn's
+        Idempotency-Key (a retried write is recognised by it)."""
         session = entry.session
         patch = session.changes()
-        token = (record or {}).get("key")  # the turn's Idempotency-Key: a retried write is recognised by it
+        token = (record or {}).get("key")
         entry.last_turn = record
         if note is not None:
             entry.notes.append(note)
         if patch is None:
             data = dump(session, entry.key, entry.owner, self.engine, entry.extra, entry.notes)
             data["last_turn"] = record
-            entry.version = self.store.save(data, expected_version=entry.version, token=token)
-        else:
-            patch["set"]["last_turn"] = record
-            if entry.extra:
-                patch["set"]["extra"] = entry.extra
-            if note is not None:
-                patch["lists"]["notes"] = [len(entry.notes) - 1, [note]]
-            entry.version = self.store.append(entry.key, patch, expected_version=entry.version,
-                                              summary=Summary.of_session(session, entry.owner), token=token)
-        session.mark_saved()
+            return data, None, token
+        patch["set"]["last_turn"] = record
+        if entry.extra:
+            patch["set"]["extra"] = entry.extra
+        if note is not None:
+            patch["lists"]["notes"] = [len(entry.notes) - 1, [note]]
+        return None, patch, token
 
     def discard(self, entry: Entry, *, drop_backend: bool) -> None:
         """Forget the in-memory copy (the caller's turn owns it): the next use reloads the last commit."""

@@ -9,7 +9,7 @@ turn it already ran, and frees the session and the capacity at the end.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterable, Iterator, Mapping
 
 import attrs
 
@@ -17,6 +17,7 @@ from ..backends.base import Backend, Chunk, SamplingParams, model_sampling
 from ..errors import ConfigError, SessionMoved
 from ..messages import normalize_messages
 from ..session import Delta, Session
+from ..turns.bridge import Done
 from ..turns.turn import Turn, replayed
 from ..validation import validate_messages, validate_tools
 from . import history as hist
@@ -42,11 +43,18 @@ class Claim:
         return self.mgr.backend
 
     def save(self, record: dict) -> None:
+        self.mgr.save(self.entry, *self._keyed(record))
+
+    async def asave(self, record: dict) -> None:
+        await self.mgr.asave(self.entry, *self._keyed(record))
+
+    def _keyed(self, record: dict) -> tuple[dict, dict | None]:
+        """The record with the turn's key, and the note that goes with it."""
         note = None
         if self.note is not None:  # the counts, and the answer's length instead of its text (the session has it)
             turn = {k: v for k, v in record.items() if k != "text" and v is not None}
             note = {**self.note, "turn": {**turn, "chars": len(record["text"])}}
-        self.mgr.save(self.entry, {**record, "key": self.idempotency_key}, note)
+        return {**record, "key": self.idempotency_key}, note
 
     def discard(self, *, sent: bool) -> None:
         self.mgr.discard(self.entry, drop_backend=sent)
@@ -82,8 +90,9 @@ def sampling(session: Session, params, stop, max_new_tokens, model: dict | None 
 def run_turn(claim: Claim, messages: Iterable[Mapping[str, Any]] | None, params, stop, max_new_tokens,
              history: list[Mapping[str, Any]] | None, tools: list[dict] | None,
              idempotency_key: str | None, expect: int | None = None, edit: Callable | None = None,
-             note: dict | None = None) -> Iterator[Chunk]:
-    """The primed stream of one turn on the claimed session (see :meth:`SessionManager.stream_turn`)."""
+             note: dict | None = None, on_loop: bool = False) -> Iterator[Chunk] | AsyncIterator[Any]:
+    """The primed stream of one turn on the claimed session (see :meth:`SessionManager.stream_turn`);
+    ``on_loop``: an async iterator to prime at once (``await anext``), its last item :class:`Done`."""
     mgr, entry = claim.mgr, claim.entry
     claim.idempotency_key, claim.note = idempotency_key, note
     before = (entry.session, entry.extra)
@@ -92,6 +101,8 @@ def run_turn(claim: Claim, messages: Iterable[Mapping[str, Any]] | None, params,
         if expect is not None and entry.version != expect:
             raise SessionMoved(entry.key, expected=expect, actual=entry.version)
         if idempotency_key is not None and last and last.get("key") == idempotency_key:
+            if on_loop:
+                return _areplay(mgr, entry, last)
             stream = _replay(mgr, entry, last)
         else:
             if edit is not None:  # replaced only if the turn starts (restored below otherwise)
@@ -110,6 +121,8 @@ def run_turn(claim: Claim, messages: Iterable[Mapping[str, Any]] | None, params,
                 return entry.session.extend(messages or (), max_new_tokens=budget)
 
             turn = Turn(claim, start, turn_params, parse=True, key=entry.key)
+            if on_loop:
+                return _arun(mgr, entry, turn)
             stream = _run(mgr, entry, turn)
         next(stream)  # primed: closing or dropping it now always runs its cleanup
         return stream
@@ -128,16 +141,42 @@ def _run(mgr: SessionManager, entry: Entry, turn: Turn) -> Iterator[Chunk | None
         inner = turn.run()
         yield next(inner)  # primed
         result = yield from inner
-        final = turn.final
-        mgr._metrics.turn(time.monotonic() - turn.started, final.prefilled, final.reused)
-        if turn.delta.reset or turn.delta.dropped:
-            entry.digests.clear()  # the session's messages are not the ones digested any more
+        _finished(mgr, entry, turn)
         return result
     except Exception as exc:  # a failed generation or save, raised to the consumer: counted here
         mgr._metrics.error(exc)
         raise
     finally:
         mgr.release(entry)
+
+
+async def _arun(mgr: SessionManager, entry: Entry, turn: Turn) -> AsyncIterator[Any]:
+    """:func:`_run` on the event loop: None (primed), the chunks, then :class:`Done` once the session is
+    released."""
+    items = turn.arun()
+    try:
+        async for item in items:
+            if isinstance(item, Done):
+                done = item
+            else:
+                yield item
+        _finished(mgr, entry, turn)
+    except Exception as exc:
+        mgr._metrics.error(exc)
+        raise
+    finally:
+        try:
+            await items.aclose()  # a consumer that left: the turn commits its partial answer first
+        finally:
+            mgr.release(entry)
+    yield done
+
+
+def _finished(mgr: SessionManager, entry: Entry, turn: Turn) -> None:
+    final = turn.final
+    mgr._metrics.turn(time.monotonic() - turn.started, final.prefilled, final.reused)
+    if turn.delta.reset or turn.delta.dropped:
+        entry.digests.clear()  # the session's messages are not the ones digested any more
 
 
 def _replay(mgr: SessionManager, entry: Entry, record: dict) -> Iterator[Chunk | None]:
@@ -152,6 +191,22 @@ def _replay(mgr: SessionManager, entry: Entry, record: dict) -> Iterator[Chunk |
         return result
     finally:
         mgr.release(entry)
+
+
+async def _areplay(mgr: SessionManager, entry: Entry, record: dict) -> AsyncIterator[Any]:
+    """:func:`_replay` on the event loop."""
+    replay = _replay(mgr, entry, record)
+    try:
+        while True:
+            try:
+                item = next(replay)
+            except StopIteration as stop:
+                result = stop.value
+                break
+            yield item
+    finally:
+        replay.close()
+    yield Done(result)
 
 
 def _validated(history: list[Mapping[str, Any]], tools: list[dict] | None, session: Session) -> list[dict]:

@@ -114,7 +114,7 @@ async def _start(request: Request, mgr, who, body: ResponsesRequest, conversatio
             if not turn_messages:
                 raise bad("input", "nothing to answer: the input is empty")
             if body.stream:
-                return plan, whole, await started(mgr.pump(plan.sid, turn_messages, kwargs).items())
+                return plan, whole, await started(mgr.turn_items(plan.sid, turn_messages, kwargs))
             return plan, whole, await run(request.receive, mgr, plan.sid, turn_messages, **kwargs)
         except SessionMoved:  # another request changed the session since it was read: decide again
             await _drop(mgr, plan, who)

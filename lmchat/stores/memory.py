@@ -34,6 +34,7 @@ class MemoryStore(RecordStore):
     """
 
     spec = "memory"
+    loop_safe = True
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -64,6 +65,14 @@ class MemoryStore(RecordStore):
             self._rows[rec.id] = _Row(current + 1, current + 1, new_tag(), rec.data, [], 0, rec.summary,
                                       time.time(), self._next_seq(), token)
             return current + 1
+
+    async def asave(self, session_dict: Mapping[str, Any], *, expected_version: int | None = None,
+                    token: str | None = None) -> int:
+        return self.save(session_dict, expected_version=expected_version, token=token)  # never waits
+
+    async def _append_soon(self, session_id: str, patch: str, expected: int, summary: Summary,
+                           token: str) -> tuple[int, bool]:
+        return self._append(session_id, patch, expected, summary, token)
 
     def _append(self, session_id: str, patch: str, expected: int, summary: Summary, token: str) -> tuple[int, bool]:
         with self._lock:

@@ -19,6 +19,7 @@ compaction that replaced the base makes this one a no-op.
 """
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import logging
@@ -176,18 +177,41 @@ class RecordStore:
     compare-and-set of a compacted base on the tag it was read with).
     """
 
+    #: reads are local and quick (no network round trip, no lock held across I/O): an event loop may make
+    #: them itself, and the session manager then runs asyncio callers' turns on the loop
+    loop_safe = False
+
     def append(self, session_id: str, patch: Mapping[str, Any], *, expected_version: int, summary: Summary,
                token: str | None = None) -> int:
         check_append(session_id, expected_version, summary)
         text = encode_patch(session_id, patch)
         version, due = self._append(session_id, text, expected_version, summary, token or new_tag())
         if due:
-            try:
-                self.compact(session_id)
-            except StoreError as exc:  # the append itself is durable: say so rather than fail the turn
-                log.warning("session %s: compaction after version %d failed (the append stands): %s",
-                            session_id, version, exc)
+            self._compact_after(session_id, version)
         return version
+
+    async def aappend(self, session_id: str, patch: Mapping[str, Any], *, expected_version: int,
+                      summary: Summary, token: str | None = None) -> int:
+        """:meth:`append` for an event loop: the write is awaited, never waited on; a compaction that is
+        due runs in a worker thread (it reads and folds the whole session)."""
+        check_append(session_id, expected_version, summary)
+        text = encode_patch(session_id, patch)
+        version, due = await self._append_soon(session_id, text, expected_version, summary, token or new_tag())
+        if due:
+            await asyncio.to_thread(self._compact_after, session_id, version)
+        return version
+
+    async def asave(self, session_dict: Mapping[str, Any], *, expected_version: int | None = None,
+                    token: str | None = None) -> int:
+        """``save`` for an event loop (here: in a worker thread)."""
+        return await asyncio.to_thread(self.save, session_dict, expected_version=expected_version, token=token)
+
+    def _compact_after(self, session_id: str, version: int) -> None:
+        try:
+            self.compact(session_id)
+        except StoreError as exc:  # the append itself is durable: say so rather than fail the turn
+            log.warning("session %s: compaction after version %d failed (the append stands): %s",
+                        session_id, version, exc)
 
     def load(self, session_id: str) -> dict[str, Any] | None:
         stored = self._read(session_id)
@@ -203,6 +227,11 @@ class RecordStore:
 
     def _append(self, session_id: str, patch: str, expected: int, summary: Summary, token: str) -> tuple[int, bool]:
         raise NotImplementedError
+
+    async def _append_soon(self, session_id: str, patch: str, expected: int, summary: Summary,
+                           token: str) -> tuple[int, bool]:
+        """``_append`` for an event loop (here: in a worker thread)."""
+        return await asyncio.to_thread(self._append, session_id, patch, expected, summary, token)
 
     def _read(self, session_id: str) -> Stored | None:
         raise NotImplementedError

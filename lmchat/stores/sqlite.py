@@ -18,11 +18,12 @@ applies the missing ``MIGRATIONS`` in one transaction.
 """
 from __future__ import annotations
 
+import asyncio
 import os
 import sqlite3
 import time
 import weakref
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ..errors import StoreConflict, StoreError
 from .base import SessionInfo, Summary, record
@@ -136,6 +137,8 @@ def _shutdown(writer: Writer, readers: Readers) -> None:
 class SQLiteStore(RecordStore):
     """Sessions in an SQLite file (created with its folder when missing); ``readers``: reader connections at most."""
 
+    loop_safe = True  # reads are local; writes are queued to the writer thread and awaited
+
     def __init__(self, path: str | os.PathLike, *, readers: int = 4):
         self.path = os.fspath(path)
         if self.path == ":memory:" or not self.path:
@@ -163,6 +166,22 @@ class SQLiteStore(RecordStore):
     # ------------------------------------------------------------------ writes
     def save(self, session_dict: Mapping[str, Any], *, expected_version: int | None = None,
              token: str | None = None) -> int:
+        return self._writer.submit(*self._save_job(session_dict, expected_version, token))
+
+    async def asave(self, session_dict: Mapping[str, Any], *, expected_version: int | None = None,
+                    token: str | None = None) -> int:
+        return await asyncio.wrap_future(self._writer.queue(*self._save_job(session_dict, expected_version, token)))
+
+    def _append(self, session_id: str, patch: str, expected: int, summary: Summary, token: str) -> tuple[int, bool]:
+        return self._writer.submit(*self._append_job(session_id, patch, expected, summary, token))
+
+    async def _append_soon(self, session_id: str, patch: str, expected: int, summary: Summary,
+                           token: str) -> tuple[int, bool]:
+        return await asyncio.wrap_future(self._writer.queue(*self._append_job(session_id, patch, expected, summary,
+                                                                             token)))
+
+    def _save_job(self, session_dict: Mapping[str, Any], expected_version: int | None, token: str | None
+                  ) -> tuple[Callable[[sqlite3.Connection], int], str]:
         rec = record(session_dict)
         token = token or new_tag()
 
@@ -183,9 +202,10 @@ class SQLiteStore(RecordStore):
             conn.execute("DELETE FROM patches WHERE id = ?", (rec.id,))
             return current + 1
 
-        return self._writer.submit(write, f"save session {rec.id}")
+        return write, f"save session {rec.id}"
 
-    def _append(self, session_id: str, patch: str, expected: int, summary: Summary, token: str) -> tuple[int, bool]:
+    def _append_job(self, session_id: str, patch: str, expected: int, summary: Summary, token: str
+                    ) -> tuple[Callable[[sqlite3.Connection], tuple[int, bool]], str]:
         params = {"id": session_id, "version": expected + 1, "now": time.time(), "title": summary.title,
                   "turns": summary.turns, "template": summary.template, "owner": summary.owner, "token": token,
                   "chars": len(patch)}
@@ -206,7 +226,7 @@ class SQLiteStore(RecordStore):
             conn.execute("INSERT INTO patches (id, version, data) VALUES (?, ?, ?)", (session_id, expected + 1, patch))
             return expected + 1, compaction_due(patch_chars, base_chars)
 
-        return self._writer.submit(write, f"append to session {session_id}")
+        return write, f"append to session {session_id}"
 
     def _unappended(self, conn: sqlite3.Connection, session_id: str, expected: int, token: str) -> tuple[int, bool]:
         """An append whose compare-and-set failed: the retry of the write that made this version, or a conflict."""

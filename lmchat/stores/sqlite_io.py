@@ -66,7 +66,8 @@ class _Job:
 
 
 class Writer:
-    """The one thread that writes; ``submit(fn, what)`` runs ``fn(conn)`` in a group commit and returns its result."""
+    """The one thread that writes; ``submit(fn, what)`` runs ``fn(conn)`` in a group commit and returns its result
+    (``queue(fn, what)``: its future)."""
 
     def __init__(self, path: str, conn: sqlite3.Connection):
         self.path, self._conn = path, conn
@@ -81,13 +82,17 @@ class Writer:
         self._thread.start()
 
     def submit(self, fn: Callable[[sqlite3.Connection], Any], what: str) -> Any:
+        return self.queue(fn, what).result()
+
+    def queue(self, fn: Callable[[sqlite3.Connection], Any], what: str) -> Future:
+        """Queue ``fn`` without waiting: its result (or error) comes in the future."""
         check_process(self.path, self._pid)
         job = _Job(fn, what)
         with self._lock:  # a write queued before close()'s stop marker is still run
             if self._closed:
                 raise StoreError(f"{self.path}: the store is closed")
             self._queue.put(job)
-        return job.future.result()
+        return job.future
 
     def close(self) -> None:
         with self._lock:

@@ -19,9 +19,10 @@ saved: a client that saw it can rely on the turn being durable.
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import time
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, AsyncIterator, Callable, Iterator, Protocol
 
 import attrs
 
@@ -30,6 +31,7 @@ from ..repetition import RepetitionGuard
 from ..session import Delta, Session
 from ..session.edits import Generation, commit_generation
 from ..tools import ParsedResponse, parse_response
+from .bridge import Done
 
 
 @attrs.frozen
@@ -65,6 +67,9 @@ class Owner(Protocol):
     def save(self, record: dict) -> None:
         """Save the committed turn (compare-and-set); a failure raises. ``record`` sums the turn up
         (text, finish reason, counts) for an owner that replays retried turns."""
+
+    async def asave(self, record: dict) -> None:
+        """:meth:`save` on an event loop (only :meth:`Turn.arun` calls it)."""
 
     def discard(self, *, sent: bool) -> None:
         """The turn did not commit: go back to the session as last saved (``sent``: the engine got the delta)."""
@@ -109,24 +114,20 @@ class Turn:
             chunks = iter(backend.generate(self.request))
             try:
                 for chunk in chunks:
-                    self._record(chunk)
-                    if chunk.finish_reason is None and (chunk.text or chunk.token_ids):
+                    if self._take(chunk):
                         yield chunk
-                    # repeated: the backend may have registered the generation late
-                    if self.owner.cancel_requested() or (self.guard is not None and self.guard.tripped):
-                        backend.cancel(self.session_id)
             except GeneratorExit:  # the consumer left: what the engine generates is still committed
                 stage = "abandoned"
                 backend.cancel(self.session_id)
                 try:
                     for chunk in chunks:
                         self._record(chunk)
-                    self._commit_and_save()
+                    self.owner.save(record_of(self._commit()))
                 except Exception as exc:  # noqa: BLE001 - the engine or the store failed while stopping
-                    self.owner.discard(sent=True)
-                    self.owner.failed(exc)
+                    self._failed(exc)
                 raise
-            result = self._commit_and_save()
+            result = self._commit()
+            self.owner.save(record_of(result))
             stage = "saved"
             yield self.final
             return result
@@ -140,6 +141,58 @@ class Turn:
             self.owner.discard(sent=True)
             raise
 
+    async def arun(self) -> AsyncIterator[Chunk | Done | None]:
+        """:meth:`run` on an event loop, over the backend's ``agenerate`` and the owner's ``asave``:
+        None once (primed), the answer's chunks, then :class:`Done` with the result. The caller's task
+        cancelled mid-stream counts as the consumer leaving: the partial answer is committed and saved."""
+        backend = self.owner.backend
+        stage = "primed"
+        try:
+            yield None
+            stage = "streaming"
+            chunks = backend.agenerate(self.request)
+            try:
+                async for chunk in chunks:
+                    if self._take(chunk):
+                        yield chunk
+            except (GeneratorExit, asyncio.CancelledError):
+                stage = "abandoned"
+                backend.cancel(self.session_id)
+                try:
+                    async for chunk in chunks:  # an engine that was cancelled mid-await has ended already
+                        self._record(chunk)
+                    await self.owner.asave(record_of(self._commit()))
+                except Exception as exc:  # noqa: BLE001
+                    self._failed(exc)
+                raise
+            finally:
+                await chunks.aclose()
+            result = self._commit()
+            await self.owner.asave(record_of(result))
+            stage = "saved"
+            yield self.final
+            yield Done(result)
+        except GeneratorExit:
+            if stage == "primed":
+                self.owner.discard(sent=False)
+            raise
+        except BaseException:
+            self.owner.discard(sent=True)
+            raise
+
+    def _take(self, chunk: Chunk) -> bool:
+        """Record ``chunk``; whether it goes to the consumer now (the last one waits for the save)."""
+        self._record(chunk)
+        # repeated: the backend may have registered the generation late
+        if self.owner.cancel_requested() or (self.guard is not None and self.guard.tripped):
+            self.owner.backend.cancel(self.session_id)
+        return chunk.finish_reason is None and bool(chunk.text or chunk.token_ids)
+
+    def _failed(self, exc: Exception) -> None:
+        """The engine or the store failed while an abandoned turn stopped: nobody is left to tell."""
+        self.owner.discard(sent=True)
+        self.owner.failed(exc)
+
     def _record(self, chunk: Chunk) -> None:
         if self.first_chunk is None and (chunk.text or chunk.token_ids):
             self.first_chunk = time.monotonic()
@@ -150,8 +203,8 @@ class Turn:
         if chunk.finish_reason is not None:
             self.final = chunk
 
-    def _commit_and_save(self) -> TurnResult:
-        """Commit what the engine holds (an end marker only when the model emitted one), then save it."""
+    def _commit(self) -> TurnResult:
+        """Commit what the engine holds (an end marker only when the model emitted one); the owner saves it."""
         session, final = self.owner.session, self.final
         if final is None:  # a stream cut short (cancelled, or a backend that ended without its last chunk)
             final = Chunk(finish_reason="cancelled")
@@ -173,7 +226,6 @@ class Turn:
             prompt_tokens=self.prompt_tokens, prefilled=final.prefilled, reused=final.reused,
             history_tokens=self.history, parsed=parsed, cache_miss_reason=self.delta.reason,
         )
-        self.owner.save(record_of(result))
         return result
 
 

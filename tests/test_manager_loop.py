@@ -1,0 +1,198 @@
+"""Turns on the event loop (``SessionManager.on_loop``): the same outcomes as in a pool worker.
+
+The echo backend streams asynchronously and the memory and SQLite stores
+are loop-safe, so asyncio callers' turns run on the loop; each test runs both
+ways (``on_loop=False`` forces the pool) and on both stores, and compares the
+stored bytes where a turn must leave the session as it was.
+"""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from lmchat import SessionManager
+from lmchat.backends.echo import EchoBackend
+from lmchat.errors import BackendError, ConfigError, SessionBusy, StoreConflict
+from lmchat.stores import VERSION_KEY, open_store
+
+
+def user(text: str) -> list[dict]:
+    return [{"role": "user", "content": text}]
+
+
+class FailingEcho(EchoBackend):
+    """Echo that breaks after ``after`` chunks, in both of its streams (an engine dying mid-answer)."""
+
+    def __init__(self, after: int = 2, **kwargs):
+        super().__init__(**kwargs)
+        self.after, self.failing = after, False
+
+    def generate(self, request):
+        for n, chunk in enumerate(super().generate(request)):
+            if self.failing and n == self.after:
+                raise BackendError("the engine died")
+            yield chunk
+
+    async def agenerate(self, request):
+        n = 0
+        async for chunk in super().agenerate(request):
+            if self.failing and n == self.after:
+                raise BackendError("the engine died")
+            n += 1
+            yield chunk
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store(request, tmp_path):
+    store = open_store(f"sqlite:{tmp_path}/s.db" if request.param == "sqlite" else "memory")
+    yield store
+    store.close()
+
+
+def manager(store, on_loop: bool, backend=None) -> SessionManager:
+    mgr = SessionManager(backend or EchoBackend(), template="qwen2.5", store=store, on_loop=on_loop)
+    assert mgr.on_loop is on_loop
+    return mgr
+
+
+def stored(store, sid: str) -> dict:
+    return store.load(next(i.id for i in store.list(owner=None) if i.id.endswith(sid)))
+
+
+WAYS = pytest.mark.parametrize("on_loop", [True, False], ids=["on-loop", "pool"])
+
+
+@WAYS
+def test_turns_create_answer_commit_and_replay(store, on_loop):
+    mgr = manager(store, on_loop)
+
+    async def main():
+        # `create=True` names a session that does not exist yet: created with an awaited write
+        result = await mgr.arun_turn("s1", user("hello there"), create=True)
+        assert (result.text, result.finish_reason) == ("echo: hello there", "stop")
+        chunks = [c async for c in mgr.astream_turn("s1", user("one two three"))]
+        assert "".join(c.text for c in chunks) == "echo: one two three"
+        assert chunks[-1].finish_reason == "stop"
+        first = await mgr.arun_turn("s1", user("keyed"), idempotency_key="k1")
+        again = await mgr.arun_turn("s1", user("keyed"), idempotency_key="k1")  # a retry: no new turn
+        assert again.text == first.text == "echo: keyed"
+        # a resent history: only what the session lacks is a turn
+        history = mgr.get("s1").messages + user("from history")
+        assert (await mgr.arun_turn("s1", history=history)).text == "echo: from history"
+
+    asyncio.run(main())
+    messages = mgr.get("s1").messages
+    assert [m["content"] for m in messages if m["role"] == "user"] == [
+        "hello there", "one two three", "keyed", "from history"]
+    assert stored(store, "s1")[VERSION_KEY] == 5  # created, then four turns (the retry wrote nothing)
+    assert mgr.metrics()["sessions_active"] == 0
+
+
+@WAYS
+def test_a_backend_failure_leaves_the_stored_session_as_it_was(store, on_loop):
+    backend = FailingEcho()
+    mgr = manager(store, on_loop, backend)
+    sid = mgr.create("s2")
+
+    async def main():
+        await mgr.arun_turn(sid, user("kept"))
+        before = stored(store, sid)
+        backend.failing = True
+        with pytest.raises(BackendError, match="died"):
+            await mgr.arun_turn(sid, user("one two three four five"))
+        with pytest.raises(BackendError, match="died"):
+            async for _ in mgr.astream_turn(sid, user("one two three four five")):
+                pass
+        assert stored(store, sid) == before
+        assert mgr.get(sid).turns == 1
+        backend.failing = False
+        assert (await mgr.arun_turn(sid, user("after"))).text == "echo: after"
+
+    asyncio.run(main())
+    assert mgr.metrics()["errors"].get("BackendError") == 2
+    assert mgr.metrics()["sessions_active"] == 0
+
+
+@WAYS
+def test_a_save_that_loses_its_compare_and_set_discards_the_turn(store, on_loop):
+    mgr = manager(store, on_loop, EchoBackend(delay=0.01))
+    sid = mgr.create("s3")
+
+    async def main():
+        await mgr.arun_turn(sid, user("kept"))
+        stream = mgr.astream_turn(sid, user("one two three"))
+        await stream.__anext__()
+        # another writer (a replica) saves the session mid-turn: this turn's save must not land
+        key = next(i.id for i in store.list(owner=None) if i.id.endswith(sid))
+        data = store.load(key)
+        store.save({k: v for k, v in data.items() if k != VERSION_KEY}, expected_version=data[VERSION_KEY])
+        before = store.load(key)
+        with pytest.raises(StoreConflict):
+            async for _ in stream:
+                pass
+        assert store.load(key) == before
+        # the manager reloads the stored state for the next turn
+        assert (await mgr.arun_turn(sid, user("next"))).text == "echo: next"
+
+    asyncio.run(main())
+    assert [m["content"] for m in mgr.get(sid).messages if m["role"] == "user"] == ["kept", "next"]
+
+
+@WAYS
+def test_leaving_or_cancelling_commits_the_partial_answer(store, on_loop):
+    mgr = manager(store, on_loop, EchoBackend(delay=0.02))
+    sid = mgr.create("s4")
+    words = "one two three four five six seven eight nine ten"
+
+    async def settled(version: int) -> None:
+        for _ in range(300):  # a pool worker commits in the background; on the loop it is done already
+            if store.version(next(i.id for i in store.list(owner=None) if i.id.endswith(sid))) == version:
+                return
+            await asyncio.sleep(0.01)
+
+    async def main():
+        stream = mgr.astream_turn(sid, user(words))
+        first = await stream.__anext__()
+        await stream.aclose()  # the consumer leaves
+        await settled(2)
+        task = asyncio.ensure_future(mgr.arun_turn(sid, user(words)))
+        await asyncio.sleep(0.05)
+        task.cancel()  # the caller's task is cancelled mid-answer
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await settled(3)
+        return first
+
+    first = asyncio.run(main())
+    answers = [m["content"] for m in mgr.get(sid).messages if m["role"] == "assistant"]
+    assert len(answers) == 2 and answers[0].startswith(first.text)
+    assert all(("echo: " + words).startswith(a) and a != "echo: " + words for a in answers)
+    assert mgr.metrics()["sessions_active"] == 0
+
+
+@WAYS
+def test_one_turn_at_a_time_per_session(store, on_loop):
+    mgr = manager(store, on_loop, EchoBackend(delay=0.005))
+    sid = mgr.create("s5")
+
+    async def main():
+        results = await asyncio.gather(*(mgr.arun_turn(sid, user(f"race {n} a b c")) for n in range(6)),
+                                       return_exceptions=True)
+        assert sum(isinstance(r, SessionBusy) for r in results) == 5
+
+    asyncio.run(main())
+    assert mgr.get(sid).turns == 1
+
+
+def test_on_loop_needs_an_async_backend_and_a_loop_safe_store(tmp_path):
+    class ThreadOnly(EchoBackend):
+        agenerate = None  # an engine in this process streams from a thread only
+
+    with pytest.raises(ConfigError, match="agenerate"):
+        SessionManager(ThreadOnly(), template="qwen2.5", on_loop=True)
+    assert SessionManager(ThreadOnly(), template="qwen2.5").on_loop is False
+    assert SessionManager(EchoBackend(), template="qwen2.5").on_loop is True
+    sqlite = SessionManager(EchoBackend(), template="qwen2.5", store=open_store(f"sqlite:{tmp_path}/a.db"))
+    assert sqlite.on_loop is True
+    sqlite.close()
