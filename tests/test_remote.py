@@ -3,6 +3,7 @@
 server, llama-cpp-python's, is in test_remote_server.py."""
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import socket
@@ -118,23 +119,50 @@ def url(httpd, suffix=""):
     return f"http://127.0.0.1:{httpd.server_address[1]}{suffix}"
 
 
-def turn(backend, session, content, **params):
+@pytest.fixture(params=["generate", "agenerate"])
+def way(request):
+    """Both of the backend's streams: for threads (the REPL, the pool) and for the event loop."""
+    return request.param
+
+
+def chunks_of(backend, request, way, on_chunk=None) -> list:
+    """The stream's chunks, ``on_chunk(chunks so far)`` after each."""
+    if way == "generate":
+        out = []
+        for chunk in backend.generate(request):
+            out.append(chunk)
+            if on_chunk:
+                on_chunk(out)
+        return out
+
+    async def main():
+        out = []
+        async for chunk in backend.agenerate(request):
+            out.append(chunk)
+            if on_chunk:
+                on_chunk(out)
+        return out
+
+    return asyncio.run(main())
+
+
+def turn(backend, session, content, way="generate", **params):
     delta = session.prompt(content)
     params = SamplingParams.from_template(session.template, **params)
-    chunks = list(backend.generate(GenerationRequest.from_session(session, delta, params)))
+    chunks = chunks_of(backend, GenerationRequest.from_session(session, delta, params), way)
     text = "".join(c.text for c in chunks)
     session.commit(text, stop=chunks[-1].stop)
     return text, chunks[-1]
 
 
-def test_each_turn_sends_the_whole_prompt_with_the_session_id(server):
+def test_each_turn_sends_the_whole_prompt_with_the_session_id(server, way):
     backend = get_backend("remote", base_url=url(server, "/v1"), model="smollm2", api_key="k")
     server.api_key = "k"
     session = lmchat.Session("smollm2")
-    text, last = turn(backend, session, "Hello", temperature=0, max_new_tokens=64)
+    text, last = turn(backend, session, "Hello", way, temperature=0, max_new_tokens=64)
     assert (text, last.finish_reason) == ("you said Hello", "stop")
     assert (last.prefilled, last.reused) == (len(session.context) - len(text) - len("<|im_end|>"), 0)
-    text, last = turn(backend, session, "How are you?", temperature=0.5, top_k=20, seed=7, max_new_tokens=64)
+    text, last = turn(backend, session, "How are you?", way, temperature=0.5, top_k=20, seed=7, max_new_tokens=64)
     assert text == "you said How are you?"
     headers, body = server.requests[-1]
     assert body["prompt"] == session.context[: -len(text + "<|im_end|>")]  # the full prompt, not the delta
@@ -147,27 +175,29 @@ def test_each_turn_sends_the_whole_prompt_with_the_session_id(server):
 
 
 @pytest.mark.parametrize("server_stops", [True, False])
-def test_stop_words_and_max_tokens(server, server_stops):
+def test_stop_words_and_max_tokens(server, server_stops, way):
     server.ignore_stop = not server_stops  # then lmchat's own matcher cuts the stream
     backend = get_backend("remote", base_url=url(server))  # without /v1: added
     session = lmchat.Session("smollm2")
-    text, last = turn(backend, session, "one two three four", max_new_tokens=3)
+    text, last = turn(backend, session, "one two three four", way, max_new_tokens=3)
     assert (text, last.finish_reason, last.stop) == ("you said one ", "length", None)
-    text, last = turn(backend, session, "one two three four", stop=["ee f"])
+    text, last = turn(backend, session, "one two three four", way, stop=["ee f"])
     assert (text, last.finish_reason, last.stop) == ("you said one two thr", "stop", "ee f")
 
 
-def test_cancel_from_another_thread_closes_the_stream(server):
+def test_cancel_from_another_thread_closes_the_stream(server, way):
     server.delay = 0.02
     backend = get_backend("remote", base_url=url(server))
     session = lmchat.Session("smollm2")
     delta = session.prompt(" ".join(f"w{i}" for i in range(300)))
     request = GenerationRequest.from_session(session, delta, SamplingParams(max_new_tokens=1000))
-    started, pieces = time.monotonic(), []
-    for chunk in backend.generate(request):
-        pieces.append(chunk)
+    started = time.monotonic()
+
+    def cancel_at_two(pieces):
         if len(pieces) == 2:
             threading.Thread(target=backend.cancel, args=(session.session_id,)).start()
+
+    pieces = chunks_of(backend, request, way, cancel_at_two)
     assert pieces[-1].finish_reason == "cancelled"
     assert "".join(c.text for c in pieces).startswith("you said ") and len(pieces) < 10
     assert time.monotonic() - started < 3  # far less than the 6 s the whole answer takes
@@ -178,7 +208,7 @@ def test_cancel_from_another_thread_closes_the_stream(server):
 
 
 @pytest.mark.parametrize("status", [401, 500])
-def test_http_errors_name_the_url_and_status(server, status):
+def test_http_errors_name_the_url_and_status(server, status, way):
     if status == 401:
         server.api_key = "secret"
     else:
@@ -187,13 +217,13 @@ def test_http_errors_name_the_url_and_status(server, status):
     session = lmchat.Session("smollm2")
     request = GenerationRequest.from_session(session, session.prompt("hi"), SamplingParams())
     with pytest.raises(BackendError) as info:
-        list(backend.generate(request))
+        chunks_of(backend, request, way)
     assert info.value.status == status and info.value.url == url(server, "/v1/completions")
     assert f"HTTP {status}" in str(info.value) and url(server) in str(info.value)
     assert ("invalid api key" if status == 401 else "the model crashed") in str(info.value)
 
 
-def test_backend_down_is_a_clear_error():
+def test_backend_down_is_a_clear_error(way):
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -201,7 +231,7 @@ def test_backend_down_is_a_clear_error():
     session = lmchat.Session("smollm2")
     request = GenerationRequest.from_session(session, session.prompt("hi"), SamplingParams())
     with pytest.raises(BackendError, match=rf"cannot reach http://127.0.0.1:{port}/v1/completions") as info:
-        list(backend.generate(request))
+        chunks_of(backend, request, way)
     assert info.value.status is None and isinstance(info.value, RuntimeError)
 
 
@@ -237,7 +267,7 @@ def test_ids_carry_the_sessions_encoding_and_typed_markers_stay_text(vocab):
 
 
 @pytest.mark.parametrize("status, mode", [(200, "ids"), (422, "text"), (500, "text"), (503, None), (401, "error")])
-def test_auto_probes_once_whether_the_server_takes_ids(server, vocab, status, mode):
+def test_auto_probes_once_whether_the_server_takes_ids(server, vocab, status, mode, way):
     server.ids_status = status
     backend = get_backend("remote", base_url=url(server), tokenizer=vocab)
     if mode == "error":
@@ -250,7 +280,7 @@ def test_auto_probes_once_whether_the_server_takes_ids(server, vocab, status, mo
     assert len(probes) == 1 and probes[0]["max_tokens"] == 1 and isinstance(probes[0]["prompt"], list)
     session = lmchat.Session("smollm2", tokenizer=vocab)
     server.ids_status = 200  # a transient answer is probed again before the next request
-    text, last = turn(backend, session, "Hello", max_new_tokens=8)
+    text, last = turn(backend, session, "Hello", way, max_new_tokens=8)
     sent = server.requests[-1][1]["prompt"]
     if mode == "ids" or mode is None:
         assert sent == session.context_ids[: len(sent)] and text == "ids ids "
@@ -260,11 +290,11 @@ def test_auto_probes_once_whether_the_server_takes_ids(server, vocab, status, mo
 
 
 @pytest.mark.parametrize("cut, message", [("done", "without a finish_reason"), ("error", "failed mid-stream: engine dead")])
-def test_a_stream_cut_short_is_an_error_not_an_answer(server, cut, message):
+def test_a_stream_cut_short_is_an_error_not_an_answer(server, cut, message, way):
     server.cut_with = cut
     backend = get_backend("remote", base_url=url(server))
     session = lmchat.Session("smollm2")
     request = GenerationRequest.from_session(session, session.prompt("one two"), SamplingParams())
     with pytest.raises(BackendError, match=message) as info:
-        list(backend.generate(request))
+        chunks_of(backend, request, way)
     assert info.value.url == url(server, "/v1/completions")

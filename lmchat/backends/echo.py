@@ -47,24 +47,25 @@ class EchoBackend:
         return self.prefix + (request.last_user or request.delta.text)
 
     def generate(self, request: GenerationRequest) -> Iterator[Chunk]:
-        for chunk in self._answer(request):
+        if not self.delay:
+            yield from self._answer(request, waits=False)
+            return
+        for chunk in self._answer(request, waits=True):
             if chunk is None:
-                if self.delay:
-                    time.sleep(self.delay)
+                time.sleep(self.delay)
             else:
                 yield chunk
 
     async def agenerate(self, request: GenerationRequest) -> AsyncIterator[Chunk]:
         """:meth:`generate` for an asyncio caller (the session manager's turns run on the loop then)."""
-        for chunk in self._answer(request):
+        for chunk in self._answer(request, waits=bool(self.delay)):
             if chunk is None:
-                if self.delay:
-                    await asyncio.sleep(self.delay)
+                await asyncio.sleep(self.delay)
             else:
                 yield chunk
 
-    def _answer(self, request: GenerationRequest) -> Iterator[Chunk | None]:
-        """The answer's chunks, with None before each piece: where the caller waits ``delay``."""
+    def _answer(self, request: GenerationRequest, waits: bool) -> Iterator[Chunk | None]:
+        """The answer's chunks; ``waits``: with None before each piece, where the caller waits ``delay``."""
         sid, params, delta = request.session_id, request.params, request.delta
         size = len(delta.token_ids or ()) if self.codec is not None else len(delta.text)
         with self._lock:
@@ -89,7 +90,8 @@ class EchoBackend:
                 if n >= params.max_new_tokens:
                     finish = "length"
                     break
-                yield None
+                if waits:
+                    yield None
                 result = matcher.feed_ids(piece, self.codec.decode) if self.codec else matcher.feed(piece)
                 if result.stopped:
                     text = result.text

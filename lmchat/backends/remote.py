@@ -19,9 +19,11 @@ CLI gives sessions the ``'reject'`` injection policy (docs/backends.md).
 """
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -30,7 +32,7 @@ from ..errors import BackendError, ConfigError
 from ..stops import StopMatcher
 from .base import Chunk, GenerationRequest
 from .cancel import Cancels
-from .remote_stream import counts, events
+from .remote_stream import aevents, counts, events
 
 log = logging.getLogger("lmchat.remote")
 
@@ -76,6 +78,8 @@ class RemoteBackend:
         self._probe_lock = threading.Lock()
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.Client(headers=headers, timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)))
+        self._aclient: httpx.AsyncClient | None = None  # agenerate's, made on the loop that uses it
+        self._aclient_loop: asyncio.AbstractEventLoop | None = None
         self._cancels = Cancels()
 
     # ------------------------------------------------------------------ the prompt's form
@@ -158,44 +162,52 @@ class RemoteBackend:
     def generate(self, request: GenerationRequest) -> Iterator[Chunk]:
         self.resolve_prompt_format()
         with self._cancels.running(request.session_id) as cancelled:
-            yield from self._stream(request, cancelled)
+            answer = _Answer(self.url, request.params.stop)
+            stream = events(self._client, self.url, self.payload(request), self._headers_for(request), cancelled)
+            try:
+                for event in stream:
+                    if event is None:
+                        answer.finish = "cancelled"
+                        break
+                    yield from answer.feed(event)
+                    if answer.stopped:
+                        break
+                yield answer.last()
+            finally:
+                stream.close()  # closes the HTTP stream when we stop first (stop word, cancel, consumer gone)
 
-    def _stream(self, request: GenerationRequest, cancelled: threading.Event) -> Iterator[Chunk]:
-        # the server applies the stop words too; matching them here as well names the one that fired
-        # and holds to lmchat's semantics on servers that cap or ignore them
-        matcher = StopMatcher(request.params.stop)
-        finish, found, server_stop = None, {}, None
-        headers = {name: request.session_id for name in self.session_headers}
-        stream = events(self._client, self.url, self.payload(request), headers, cancelled)
-        try:
-            for event in stream:
-                if event is None:
-                    finish = "cancelled"
-                    break
-                found = counts(event) or found
-                for choice in event.get("choices") or ():
-                    result = matcher.feed(choice.get("text") or "")
-                    if result.text:
-                        yield Chunk(text=result.text)
-                    if choice.get("finish_reason"):
-                        finish = "length" if choice["finish_reason"] == "length" else "stop"
-                        server_stop = choice.get("stop_reason")
-                if matcher.stopped:
-                    break
-            tail = matcher.finish()
-            if matcher.stopped:
-                finish = "stop"
-            elif finish is None:
-                # llama-cpp-python's server ends a stream this way when another request arrives
-                # (--interrupt_requests): a cut answer must not be committed as a finished one
-                raise BackendError(f"{self.url} ended the stream without a finish_reason (the answer was cut "
-                                   "short: another request interrupted it?)", url=self.url)
-            stop = None
-            if finish == "stop":
-                stop = matcher.stop or (server_stop if isinstance(server_stop, str) else None)
-            yield Chunk(text=tail, finish_reason=finish, stop=stop, **found)
-        finally:
-            stream.close()  # closes the HTTP stream when we stop first (stop word, cancel, consumer gone)
+    async def agenerate(self, request: GenerationRequest) -> AsyncIterator[Chunk]:
+        """:meth:`generate` over an asynchronous client, for the session manager's turns on the event loop
+        (the one probe of ``'auto'`` runs in a worker thread)."""
+        if self._ids is None:
+            await asyncio.to_thread(self.resolve_prompt_format)
+        with self._cancels.running(request.session_id) as cancelled:
+            answer = _Answer(self.url, request.params.stop)
+            stream = aevents(self._loop_client(), self.url, self.payload(request), self._headers_for(request),
+                             cancelled)
+            try:
+                async for event in stream:
+                    if event is None:
+                        answer.finish = "cancelled"
+                        break
+                    for chunk in answer.feed(event):
+                        yield chunk
+                    if answer.stopped:
+                        break
+                yield answer.last()
+            finally:
+                await stream.aclose()
+
+    def _headers_for(self, request: GenerationRequest) -> dict[str, str]:
+        return {name: request.session_id for name in self.session_headers}
+
+    def _loop_client(self) -> httpx.AsyncClient:
+        """The asynchronous client of the running loop (a client's connections belong to one loop)."""
+        loop = asyncio.get_running_loop()
+        if self._aclient is None or self._aclient_loop is not loop:
+            self._aclient = httpx.AsyncClient(headers=self._client.headers, timeout=self._client.timeout)
+            self._aclient_loop = loop
+        return self._aclient
 
     def cancel(self, session_id: str) -> None:
         self._cancels.cancel(session_id)
@@ -205,6 +217,55 @@ class RemoteBackend:
 
     def close(self) -> None:
         self._client.close()
+        client, loop = self._aclient, self._aclient_loop
+        self._aclient = self._aclient_loop = None
+        if client is not None and loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop stopped meanwhile: its sockets go with it
+                asyncio.run_coroutine_threadsafe(client.aclose(), loop)
+
+
+class _Answer:
+    """What a stream of completion events says, for both streams: the answer's chunks, then its last chunk.
+
+    The server applies the stop words too; matching them here as well names the one that fired and
+    holds to lmchat's semantics on servers that cap or ignore them.
+    """
+
+    def __init__(self, url: str, stop: Sequence[str]):
+        self.url = url
+        self.matcher = StopMatcher(stop)
+        self.finish: str | None = None
+        self.found: dict = {}
+        self.server_stop: Any = None
+
+    @property
+    def stopped(self) -> bool:
+        return self.matcher.stopped
+
+    def feed(self, event: dict) -> list[Chunk]:
+        self.found = counts(event) or self.found
+        chunks = []
+        for choice in event.get("choices") or ():
+            result = self.matcher.feed(choice.get("text") or "")
+            if result.text:
+                chunks.append(Chunk(text=result.text))
+            if choice.get("finish_reason"):
+                self.finish = "length" if choice["finish_reason"] == "length" else "stop"
+                self.server_stop = choice.get("stop_reason")
+        return chunks
+
+    def last(self) -> Chunk:
+        tail = self.matcher.finish()
+        finish = "stop" if self.matcher.stopped else self.finish
+        if finish is None:
+            # llama-cpp-python's server ends a stream this way when another request arrives
+            # (--interrupt_requests): a cut answer must not be committed as a finished one
+            raise BackendError(f"{self.url} ended the stream without a finish_reason (the answer was cut "
+                               "short: another request interrupted it?)", url=self.url)
+        stop = None
+        if finish == "stop":
+            stop = self.matcher.stop or (self.server_stop if isinstance(self.server_stop, str) else None)
+        return Chunk(text=tail, finish_reason=finish, stop=stop, **self.found)
 
 
 def _body(response: httpx.Response) -> str:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 
 import httpx
 
@@ -22,37 +22,82 @@ def events(client: httpx.Client, url: str, body: dict, headers: Mapping[str, str
     try:
         with client.stream("POST", url, json=body, headers=dict(headers)) as response:
             if response.status_code >= 400:
-                text = response.read().decode("utf-8", "replace").strip()
-                raise BackendError(f"{url} answered HTTP {response.status_code}: {text[:500] or response.reason_phrase}",
-                                   url=url, status=response.status_code)
+                _refused(url, response.status_code, response.read(), response.reason_phrase)
             started = True
             for line in response.iter_lines():
                 if cancelled.is_set():
                     yield None
                     return
-                if not line.startswith("data:"):
-                    continue  # SSE comments, event names, keep-alives
-                data = line[5:].strip()
-                if data == "[DONE]":
+                event = _event(url, line, response.status_code)
+                if event is _DONE:
                     return
-                try:
-                    event = json.loads(data)
-                except json.JSONDecodeError:
-                    raise BackendError(f"{url} sent a stream event that is not JSON: {data[:200]!r}", url=url,
-                                       status=response.status_code) from None
-                if isinstance(event, dict) and "error" in event and not event.get("choices"):
-                    # an error after the answer started comes as an event (vLLM, lmchat serve)
-                    raise BackendError(f"{url} failed mid-stream: {_message(event['error'])}", url=url,
-                                       status=response.status_code)
-                yield event
+                if event is not None:
+                    yield event
     except httpx.TimeoutException as exc:
-        raise BackendError(f"{url} did not answer in time ({type(exc).__name__})", url=url) from exc
+        raise _timed_out(url, exc) from exc
     except httpx.TransportError as exc:
-        reason = str(exc) or type(exc).__name__
-        if started:  # the server answered, then the connection broke: it died or was restarted
-            raise BackendError(f"the connection to {url} broke mid-stream ({reason}): the server went away",
-                               url=url) from exc
-        raise BackendError(f"cannot reach {url}: {reason} (is the server running?)", url=url) from exc
+        raise _broken(url, exc, started) from exc
+
+
+async def aevents(client: httpx.AsyncClient, url: str, body: dict, headers: Mapping[str, str],
+                  cancelled: threading.Event) -> AsyncIterator[dict | None]:
+    """:func:`events` over an asynchronous client."""
+    started = False
+    try:
+        async with client.stream("POST", url, json=body, headers=dict(headers)) as response:
+            if response.status_code >= 400:
+                _refused(url, response.status_code, await response.aread(), response.reason_phrase)
+            started = True
+            async for line in response.aiter_lines():
+                if cancelled.is_set():
+                    yield None
+                    return
+                event = _event(url, line, response.status_code)
+                if event is _DONE:
+                    return
+                if event is not None:
+                    yield event
+    except httpx.TimeoutException as exc:
+        raise _timed_out(url, exc) from exc
+    except httpx.TransportError as exc:
+        raise _broken(url, exc, started) from exc
+
+
+_DONE: dict = {}  # the end of the stream (`data: [DONE]`)
+
+
+def _event(url: str, line: str, status: int) -> dict | None:
+    """One SSE line: its event, :data:`_DONE`, or None (comments, event names, keep-alives)."""
+    if not line.startswith("data:"):
+        return None
+    data = line[5:].strip()
+    if data == "[DONE]":
+        return _DONE
+    try:
+        event = json.loads(data)
+    except json.JSONDecodeError:
+        raise BackendError(f"{url} sent a stream event that is not JSON: {data[:200]!r}", url=url,
+                           status=status) from None
+    if isinstance(event, dict) and "error" in event and not event.get("choices"):
+        # an error after the answer started comes as an event (vLLM, lmchat serve)
+        raise BackendError(f"{url} failed mid-stream: {_message(event['error'])}", url=url, status=status)
+    return event
+
+
+def _refused(url: str, status: int, body: bytes, reason: str) -> None:
+    text = body.decode("utf-8", "replace").strip()
+    raise BackendError(f"{url} answered HTTP {status}: {text[:500] or reason}", url=url, status=status)
+
+
+def _timed_out(url: str, exc: Exception) -> BackendError:
+    return BackendError(f"{url} did not answer in time ({type(exc).__name__})", url=url)
+
+
+def _broken(url: str, exc: Exception, started: bool) -> BackendError:
+    reason = str(exc) or type(exc).__name__
+    if started:  # the server answered, then the connection broke: it died or was restarted
+        return BackendError(f"the connection to {url} broke mid-stream ({reason}): the server went away", url=url)
+    return BackendError(f"cannot reach {url}: {reason} (is the server running?)", url=url)
 
 
 def _message(error) -> str:

@@ -211,8 +211,10 @@ class SessionManager(Sessions):
               owner: str | None = None, stop=None, max_new_tokens: int | None = None, create: bool = False,
               history: list[Mapping[str, Any]] | None = None, tools: list[dict] | None = None,
               idempotency_key: str | None = None, reserved: bool = False, expect: int | None = None,
-              edit: Callable | None = None, note: dict | None = None, on_loop: bool = False) -> Any:
-        """:meth:`stream_turn`; ``on_loop``: the turn as an async iterator to prime at once (see :meth:`turn_items`)."""
+              edit: Callable | None = None, note: dict | None = None, on_loop: bool = False,
+              result_only: bool = False) -> Any:
+        """:meth:`stream_turn`; ``on_loop``: the turn as an async iterator to prime at once (see
+        :meth:`turn_items`; ``result_only``: without the answer's chunks)."""
         with self._metrics.counting():
             try:
                 entry = self._acquire(session_id, owner_key(owner), create or history is not None, tools)
@@ -228,7 +230,7 @@ class SessionManager(Sessions):
                         entry.running = False
                     raise
             return run_turn(Claim(self, entry), messages, params, stop, max_new_tokens, history, tools,
-                            idempotency_key, expect, edit, note, on_loop)
+                            idempotency_key, expect, edit, note, on_loop, result_only)
 
     def run_turn(self, session_id: str, messages: Iterable[Mapping[str, Any]] | None = None,
                  **kwargs: Any) -> TurnResult:
@@ -251,11 +253,11 @@ class SessionManager(Sessions):
         return self.pump(session_id, messages, kwargs).items()
 
     async def _loop_items(self, session_id: str, messages: Iterable[Mapping[str, Any]] | None,
-                          kwargs: dict[str, Any]) -> AsyncIterator[Any]:
+                          kwargs: dict[str, Any], result_only: bool = False) -> AsyncIterator[Any]:
         if kwargs.get("create") or kwargs.get("history") is not None:
             await self._acreate(session_id, owner_key(kwargs.get("owner")), kwargs.get("tools"))
         self.reserve()
-        stream = self._turn(session_id, messages, reserved=True, on_loop=True, **kwargs)
+        stream = self._turn(session_id, messages, reserved=True, on_loop=True, result_only=result_only, **kwargs)
         try:
             await stream.__anext__()  # primed: from here on, closing it runs its cleanup
             async for item in stream:
@@ -290,7 +292,7 @@ class SessionManager(Sessions):
         to the loop)."""
         if not self.on_loop:
             return await self.pump(session_id, messages, kwargs, result_only=True).result()
-        async with contextlib.aclosing(self._loop_items(session_id, messages, kwargs)) as items:
+        async with contextlib.aclosing(self._loop_items(session_id, messages, kwargs, result_only=True)) as items:
             async for item in items:
                 if isinstance(item, Done):
                     return item.value

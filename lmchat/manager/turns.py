@@ -90,9 +90,11 @@ def sampling(session: Session, params, stop, max_new_tokens, model: dict | None 
 def run_turn(claim: Claim, messages: Iterable[Mapping[str, Any]] | None, params, stop, max_new_tokens,
              history: list[Mapping[str, Any]] | None, tools: list[dict] | None,
              idempotency_key: str | None, expect: int | None = None, edit: Callable | None = None,
-             note: dict | None = None, on_loop: bool = False) -> Iterator[Chunk] | AsyncIterator[Any]:
+             note: dict | None = None, on_loop: bool = False, result_only: bool = False
+             ) -> Iterator[Chunk] | AsyncIterator[Any]:
     """The primed stream of one turn on the claimed session (see :meth:`SessionManager.stream_turn`);
-    ``on_loop``: an async iterator to prime at once (``await anext``), its last item :class:`Done`."""
+    ``on_loop``: an async iterator to prime at once (``await anext``), its last item :class:`Done`
+    (``result_only``: the answer's chunks before it are left out)."""
     mgr, entry = claim.mgr, claim.entry
     claim.idempotency_key, claim.note = idempotency_key, note
     before = (entry.session, entry.extra)
@@ -122,7 +124,7 @@ def run_turn(claim: Claim, messages: Iterable[Mapping[str, Any]] | None, params,
 
             turn = Turn(claim, start, turn_params, parse=True, key=entry.key)
             if on_loop:
-                return _arun(mgr, entry, turn)
+                return _arun(mgr, entry, turn, result_only)
             stream = _run(mgr, entry, turn)
         next(stream)  # primed: closing or dropping it now always runs its cleanup
         return stream
@@ -150,10 +152,10 @@ def _run(mgr: SessionManager, entry: Entry, turn: Turn) -> Iterator[Chunk | None
         mgr.release(entry)
 
 
-async def _arun(mgr: SessionManager, entry: Entry, turn: Turn) -> AsyncIterator[Any]:
+async def _arun(mgr: SessionManager, entry: Entry, turn: Turn, result_only: bool) -> AsyncIterator[Any]:
     """:func:`_run` on the event loop: None (primed), the chunks, then :class:`Done` once the session is
     released."""
-    items = turn.arun()
+    items = turn.arun(chunks=not result_only)
     try:
         async for item in items:
             if isinstance(item, Done):

@@ -141,32 +141,33 @@ class Turn:
             self.owner.discard(sent=True)
             raise
 
-    async def arun(self) -> AsyncIterator[Chunk | Done | None]:
+    async def arun(self, chunks: bool = True) -> AsyncIterator[Chunk | Done | None]:
         """:meth:`run` on an event loop, over the backend's ``agenerate`` and the owner's ``asave``:
-        None once (primed), the answer's chunks, then :class:`Done` with the result. The caller's task
-        cancelled mid-stream counts as the consumer leaving: the partial answer is committed and saved."""
+        None once (primed), the answer's chunks (``chunks=False``: the last one only), then :class:`Done`
+        with the result. The caller's task cancelled mid-stream counts as the consumer leaving: the
+        partial answer is committed and saved."""
         backend = self.owner.backend
         stage = "primed"
         try:
             yield None
             stage = "streaming"
-            chunks = backend.agenerate(self.request)
+            stream = backend.agenerate(self.request)
             try:
-                async for chunk in chunks:
-                    if self._take(chunk):
+                async for chunk in stream:
+                    if self._take(chunk) and chunks:
                         yield chunk
             except (GeneratorExit, asyncio.CancelledError):
                 stage = "abandoned"
                 backend.cancel(self.session_id)
                 try:
-                    async for chunk in chunks:  # an engine that was cancelled mid-await has ended already
+                    async for chunk in stream:  # an engine that was cancelled mid-await has ended already
                         self._record(chunk)
                     await self.owner.asave(record_of(self._commit()))
                 except Exception as exc:  # noqa: BLE001
                     self._failed(exc)
                 raise
             finally:
-                await chunks.aclose()
+                await stream.aclose()
             result = self._commit()
             await self.owner.asave(record_of(result))
             stage = "saved"
