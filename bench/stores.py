@@ -17,8 +17,10 @@ run (medians; the mean includes the compactions). Target: an append at turn
 5,000 costs <= 1.5x one at turn 10.
 
 Also: end-to-end turns per second through the manager (echo backend,
-MemoryStore), and the Python memory an idle session costs the manager
-(tracemalloc over ``--idle`` sessions of 4 exchanges each).
+MemoryStore); one manager turn at turn ``--long`` vs turn 10 of a session with
+token ids (SmolLM2's tokenizer: every layer of a turn, from the delta to the
+patch, must be O(turn); target <= 1.5x); and the Python memory an idle session
+costs the manager (tracemalloc over ``--idle`` sessions of 4 exchanges each).
 """
 from __future__ import annotations
 
@@ -165,6 +167,37 @@ def manager_turns_per_second(turns: int = 2000) -> float:
     return turns / (time.perf_counter() - start)
 
 
+def manager_turn_costs(long: int, samples: int) -> dict | None:
+    """One manager turn (delta, stream, commit, patch, save) at turn 10 vs turn ``long`` of a session with
+    token ids (SmolLM2's tokenizer, echo backend, MemoryStore), interleaved; None without the tokenizer."""
+    try:
+        from .token_cost import smollm2_tokenizer
+
+        tok = smollm2_tokenizer()
+    except ImportError:
+        return None
+    mgr = SessionManager(EchoBackend(tokenizer=tok), template="smollm2", tokenizer=tok,
+                         session_defaults={"session_len": 10**9})
+
+    def turn(sid: str, i: int) -> None:
+        mgr.run_turn(sid, [{"role": "user", "content": f"Question number {i}: what is {i} + {i}?"}])
+
+    first = {"short": 10, "long": long}
+    for sid, turns in first.items():
+        mgr.create(sid)
+        for i in range(turns):
+            turn(sid, i)
+    times: dict[str, list[float]] = {"short": [], "long": []}
+    for r in range(samples):
+        for sid in random.Random(r).sample(list(times), 2):
+            t0 = time.perf_counter()
+            turn(sid, first[sid] + r)
+            times[sid].append(time.perf_counter() - t0)
+    ids = len(mgr.get("long").context_ids)
+    mgr.close()
+    return {"context_ids_long": ids, **{k: statistics.median(v) for k, v in times.items()}}
+
+
 def bytes_per_idle_session(count: int, turns: int, folder: str) -> float:
     """Python memory the manager holds per idle session (an SQLite store: its pages are not Python's)."""
     mgr = SessionManager(EchoBackend(), template="qwen2.5", store=SQLiteStore(f"{folder}/idle.db"),
@@ -241,6 +274,7 @@ def main(argv=None) -> int:
     if redis is None:
         rows.append(["redis", "", "", "n/a (no redis-server or redis-py)", "", "", "", f">= {TARGETS['redis']:,}", ""])
     turns_s = manager_turns_per_second()  # also a yardstick of how busy the machine was
+    manager_costs = manager_turn_costs(args.long, args.samples)
     long_chars = len(record(snapshots[args.long]).data)
     print(f"commits: one turn's patch (median {patch_chars:,.0f} chars of JSON) appended to sessions from turn "
           f"{START} on, or their whole snapshot at turn {START} saved ({len(record(start).data):,} chars)\n")
@@ -267,6 +301,14 @@ def main(argv=None) -> int:
     held += [[f"{n}: append at turn {args.long:,} vs turn 10", f"<= {TURN_RATIO_TARGET}x",
               f"{costs[n]['append long']['median_s'] / costs[n]['append short']['median_s']:.2f}x", v]
              for n, v in verdicts.items()]
+    if manager_costs is not None:
+        ratio = manager_costs["long"] / manager_costs["short"]
+        held.append([f"manager turn at turn {args.long:,} vs turn 10 (token ids)", f"<= {TURN_RATIO_TARGET}x",
+                     f"{ratio:.2f}x", "yes" if ratio <= TURN_RATIO_TARGET else "NO"])
+        print(f"\none manager turn (echo with SmolLM2's tokenizer, MemoryStore: delta, stream, commit, patch, save) "
+              f"at turn 10: {manager_costs['short'] * 1e6:,.0f} µs, at turn {args.long:,} "
+              f"({manager_costs['context_ids_long']:,} ids held): {manager_costs['long'] * 1e6:,.0f} µs, "
+              f"median of {args.samples}")
     print("\ntargets\n")
     print(table(["target", "wanted", "measured", "met"], held))
     print(f"\nmanager, echo backend, MemoryStore: {turns_s:,.0f} turns/s end to end (delta + stream + commit + save)")
@@ -274,6 +316,6 @@ def main(argv=None) -> int:
     payload = {"threads": args.threads, "start_turn": START, "patch_chars": patch_chars, "rows": records,
                "turn_cost": {"long_turn": args.long, "samples": args.samples, "long_snapshot_chars": long_chars,
                              "stores": copy.deepcopy(costs), "target_ratio": TURN_RATIO_TARGET},
-               "manager_turns_per_s": turns_s, "idle_session_bytes": idle}
+               "manager_turns_per_s": turns_s, "manager_turn_cost": manager_costs, "idle_session_bytes": idle}
     print(f"\nresults: {save('stores', payload)}")
     return 0

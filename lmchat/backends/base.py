@@ -97,7 +97,7 @@ class GenerationRequest:
                      key: str | None = None) -> "GenerationRequest":
         """The request for ``delta``, which ``session`` has just applied; ``key`` names the session for
         the backend (default: its id; a server namespaces ids by owner)."""
-        size = len(delta.token_ids or ()) if session.context_ids is not None else len(delta.text)
+        size = len(delta.token_ids or ()) if session.counts_tokens else len(delta.text)
         cached: list[Prompt] = []
 
         def source() -> Prompt:

@@ -133,7 +133,7 @@ class Conversation:
         self.cached = False
         return (
             f"template {template.name}: the backend cache of this session was dropped "
-            f"({old.step} {'tokens' if old.context_ids is not None else 'chars'}); "
+            f"({old.step} {'tokens' if old.counts_tokens else 'chars'}); "
             "the next turn sends the whole conversation"
         )
 

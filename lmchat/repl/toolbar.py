@@ -12,7 +12,7 @@ def toolbar_text(conversation) -> str:
     rewind, an overflow), its reason follows the counts.
     """
     session = conversation.session
-    if session.context_ids is not None:
+    if session.counts_tokens:
         used = f"{session.step}/{session.session_len} tokens"
     else:  # no tokenizer: the session counts characters and checks no budget
         used = f"{session.step} chars (no tokenizer)"

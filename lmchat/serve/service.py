@@ -24,7 +24,7 @@ def view(session: Session) -> dict:
     """A session as the API shows it; ``unit`` says what ``step`` and ``session_len`` count."""
     return {
         "id": session.session_id, "object": "session", "template": session.template.name,
-        "step": session.step, "unit": "tokens" if session.context_ids is not None else "characters",
+        "step": session.step, "unit": "tokens" if session.counts_tokens else "characters",
         "session_len": session.session_len, "turns": session.turns, "messages": session.messages,
         "tools": session.tools,
     }

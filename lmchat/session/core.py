@@ -100,6 +100,12 @@ class Session:
         return list(self._held.ids) if self._codec is not None else None
 
     @property
+    def counts_tokens(self) -> bool:
+        """Whether the session holds token ids (it has a tokenizer): ``context_ids is not None`` without its
+        copy of the whole history."""
+        return self._codec is not None
+
+    @property
     def step(self) -> int:
         """Size of what the engine holds: tokens with a tokenizer, else characters."""
         return len(self._held.ids) if self._codec is not None else self._held.length
@@ -316,7 +322,7 @@ class Session:
         lists = {"messages": self._chat.messages, "context": self._held.parts, "offsets": self._held.offsets,
                  "context_ids": self._held.ids}
         lows = {k: v for k, v in self._lows.items() if k != "context_ids" or self._codec is not None}
-        state = {**self._held.to_dict(with_ids=self._codec is not None), **self._options()}
+        state = {**self._held.small(), **self._options()}  # not to_dict(): it copies the whole history
         return patches.make(lists, lows, {k: state[k] for k in patches.SMALL})
 
     def _options(self) -> dict[str, Any]:

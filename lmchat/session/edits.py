@@ -88,6 +88,6 @@ def commit_generation(session: Session, generation: Generation, **fields: Any) -
     template's. ``fields`` go on the message (parsed tool calls).
     """
     text, ids = generation.text, generation.token_ids
-    keep_ids = session.context_ids is not None and (ids or not text)
+    keep_ids = session.counts_tokens and (ids or not text)
     stop = generation.stop if generation.finish_reason == "stop" else ""  # None: the template's eoa
     session.commit(text, token_ids=list(ids) if keep_ids else None, stop=stop, **fields)

@@ -105,6 +105,14 @@ class Held:
         self.append(kept)
 
     # ------------------------------------------------------------------ snapshots
+    def small(self) -> dict[str, Any]:
+        """The snapshot's fields but its lists (context, offsets, ids): O(1), what a patch sets each turn."""
+        out = {}
+        for name, key in _SMALL:
+            value = getattr(self, name)
+            out[key] = list(value) if isinstance(value, tuple) else value
+        return out
+
     def to_dict(self, with_ids: bool) -> dict[str, Any]:
         out = {}
         for a in attrs.fields(Held):
@@ -147,3 +155,8 @@ def _is(value: Any, kind: type) -> bool:
 #: what each held field is made of (a snapshot from elsewhere is checked before it is used)
 _KINDS = {"parts": str, "offsets": int, "ids": int, "anchor": int, "rewind": int, "answer_end": int,
           "rendered": int, "tail": int, "pending": bool, "needs_reset": bool, "reset_reason": str, "reopened": str}
+
+
+#: (attribute, snapshot key) of Held's small fields: not the lists that grow with the conversation
+_SMALL = tuple((a.name, a.metadata["key"]) for a in attrs.fields(Held)
+               if "key" in a.metadata and a.name not in ("parts", "offsets", "ids"))
