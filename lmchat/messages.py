@@ -16,6 +16,21 @@ REASONING_KEYS = ("reasoning_content", "thinking", "reasoning")
 
 Message = dict[str, Any]
 
+_ATOMIC = (str, int, float, bool, type(None))
+
+
+def json_copy(value: Any) -> Any:
+    """A deep copy of a JSON-shaped value (dicts, lists, text, numbers), several times faster than
+    ``copy.deepcopy``; anything else is deep-copied as ``copy.deepcopy`` does."""
+    if isinstance(value, _ATOMIC):
+        return value
+    kind = type(value)
+    if kind is dict:
+        return {k: v if isinstance(v, _ATOMIC) else json_copy(v) for k, v in value.items()}
+    if kind is list:
+        return [v if isinstance(v, _ATOMIC) else json_copy(v) for v in value]
+    return copy.deepcopy(value)
+
 
 def normalize_message(message: Mapping[str, Any], index: int) -> Message:
     """Return a deep, normalised copy of one message (the caller's object is never touched)."""
@@ -24,7 +39,7 @@ def normalize_message(message: Mapping[str, Any], index: int) -> Message:
     role = message.get("role")
     if not isinstance(role, str) or not role:
         raise InvalidMessages("missing or non-string role", index=index, field="role")
-    out = {k: copy.deepcopy(v) for k, v in message.items() if v is not None}
+    out = {k: json_copy(v) for k, v in message.items() if v is not None}
     reasoning = next((out[k] for k in REASONING_KEYS if k in out), None)
     if reasoning is not None:
         out = {"thinking": reasoning, **out, "reasoning_content": reasoning}

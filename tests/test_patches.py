@@ -65,3 +65,36 @@ def test_a_turn_patch_does_not_grow_with_the_history():
         sizes.append(len(json.dumps(session.changes())))
         session.mark_saved()
     assert max(sizes[-20:]) <= max(sizes[:20]) + 64  # the turn number's digits, not the history
+
+
+def _objects(value) -> list:
+    """Every dict and list inside ``value`` (what a copy must not share)."""
+    if isinstance(value, dict):
+        return [value, *(o for v in value.values() for o in _objects(v))]
+    if isinstance(value, list):
+        return [value, *(o for v in value for o in _objects(v))]
+    return []
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+                    max_leaves=30)
+
+
+@given(JSON)
+def test_json_copy_is_an_equal_value_that_shares_no_container(value):
+    from lmchat.messages import json_copy
+
+    copied = json_copy(value)
+    assert copied == value and json.dumps(copied) == json.dumps(value)
+    originals = {id(o) for o in _objects(value)}
+    assert not originals & {id(o) for o in _objects(copied)}
+
+
+def test_json_copy_deep_copies_what_is_not_json():
+    from lmchat.messages import json_copy
+
+    inner = [1, 2]
+    value = {"t": (inner, "x"), "s": {3}}
+    copied = json_copy(value)
+    assert copied == value and copied["t"][0] is not inner and copied["s"] is not value["s"]

@@ -12,17 +12,33 @@ import threading
 from typing import Iterator
 
 
+class Flag:
+    """Set once, read between tokens: what a cancel needs of ``threading.Event`` (nobody waits on it),
+    without its condition variable and lock per generation."""
+
+    __slots__ = ("_set",)
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True  # one attribute store: atomic, seen by the generating thread at its next check
+
+    def is_set(self) -> bool:
+        return self._set
+
+
 class Cancels:
-    """Thread-safe: session id -> the cancel event of its running generation."""
+    """Thread-safe: session id -> the cancel flag of its running generation."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._running: dict[str, threading.Event] = {}
+        self._running: dict[str, Flag] = {}
 
     @contextlib.contextmanager
-    def running(self, session_id: str) -> Iterator[threading.Event]:
+    def running(self, session_id: str) -> Iterator[Flag]:
         """Register a generation of ``session_id`` for as long as the block runs."""
-        event = threading.Event()
+        event = Flag()
         with self._lock:
             self._running[session_id] = event
         try:

@@ -2,16 +2,16 @@
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import AsyncIterator, Iterator, Mapping
 
 import httpx
 
 from ..errors import BackendError
+from .cancel import Flag
 
 
 def events(client: httpx.Client, url: str, body: dict, headers: Mapping[str, str],
-           cancelled: threading.Event) -> Iterator[dict | None]:
+           cancelled: Flag) -> Iterator[dict | None]:
     """The server's SSE events as dicts; None once cancelled (closing the stream aborts the request).
 
     Every failure is a :class:`BackendError` naming ``url``: an HTTP error status with the server's
@@ -40,7 +40,7 @@ def events(client: httpx.Client, url: str, body: dict, headers: Mapping[str, str
 
 
 async def aevents(client: httpx.AsyncClient, url: str, body: dict, headers: Mapping[str, str],
-                  cancelled: threading.Event) -> AsyncIterator[dict | None]:
+                  cancelled: Flag) -> AsyncIterator[dict | None]:
     """:func:`events` over an asynchronous client."""
     started = False
     try:

@@ -13,8 +13,9 @@ they outgrow it.
 """
 from __future__ import annotations
 
-import copy
 from typing import Any, Mapping
+
+from ..messages import json_copy
 
 #: the snapshot's lists, patched from an index on
 LISTS = ("messages", "context", "offsets", "context_ids")
@@ -23,23 +24,11 @@ SMALL = ("tail", "rendered", "pending", "needs_reset", "reset_reason", "anchor",
          "session_len", "overflow", "max_new_tokens", "injection", "max_message_chars", "drift")
 
 
-_ATOMIC = (str, int, float, bool, type(None))
-
-
 def make(snapshot_lists: Mapping[str, list], lows: Mapping[str, int], small: Mapping[str, Any]) -> dict:
-    """A patch from each list's low-water mark (lists not in ``lows`` did not change)."""
-    lists = {key: [low, _copied(snapshot_lists[key][low:])] for key, low in lows.items()}
-    return {"lists": lists, "set": {k: _copied(v) for k, v in small.items()}}
-
-
-def _copied(value: Any) -> Any:
-    """A deep copy of ``value``; text and numbers (most of a patch: context pieces, offsets, ids, the small
-    fields) are their own copy, and a list of them needs only a shallow one."""
-    if isinstance(value, _ATOMIC):
-        return value
-    if isinstance(value, list) and all(isinstance(v, _ATOMIC) for v in value):
-        return list(value)
-    return copy.deepcopy(value)
+    """A patch from each list's low-water mark (lists not in ``lows`` did not change); it shares nothing
+    with the session."""
+    lists = {key: [low, json_copy(snapshot_lists[key][low:])] for key, low in lows.items()}
+    return {"lists": lists, "set": {k: json_copy(v) for k, v in small.items()}}
 
 
 def apply(snapshot: dict, patch: Mapping[str, Any]) -> dict:

@@ -21,7 +21,7 @@ from ...interop.matching import match_template
 from ...session.tokens import codec_for
 from ...stops import StopMatcher
 from ..base import Chunk, GenerationRequest
-from ..cancel import Cancels
+from ..cancel import Cancels, Flag
 from ..bundled import BUNDLED_SAMPLING, default_gguf
 from .convert import cache_root, ensure_converted, quiet_transformers
 from .kvcache import KVStore
@@ -118,7 +118,7 @@ class HFBackend:
         self.caches.clear()
 
     # ------------------------------------------------------------------ internals
-    def _forward(self, slot, ids: list[int], cancelled: threading.Event | None = None) -> torch.Tensor | None:
+    def _forward(self, slot, ids: list[int], cancelled: Flag | None = None) -> torch.Tensor | None:
         """Feed ``ids`` through the model into the slot's cache; the logits after the last one.
 
         A cancel stops a long prefill between passes (None: what was fed stays cached, ids and all).
