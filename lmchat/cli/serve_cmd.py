@@ -116,6 +116,8 @@ def run(args) -> int:
     gc.freeze()
     # the app closes the manager when uvicorn shuts down: running turns are cancelled and saved
     logs.to_debug()  # library warnings only with --log-level debug
+    # access lines are logged at info: above it, uvicorn would still format their fields for every response
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
+                access_log=args.log_level in ("info", "debug"),
                 timeout_graceful_shutdown=args.shutdown_grace, http=protocol(args.header_timeout))
     return 0

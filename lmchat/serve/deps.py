@@ -57,13 +57,19 @@ def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex}"
 
 
+#: seconds a block runs before its client is watched: most turns of a busy server end sooner, and a task
+#: per request (started, then cancelled) costs more than the rest of the watch
+WATCH_AFTER = 0.02
+
+
 @contextlib.asynccontextmanager
 async def cancel_on_disconnect(receive: Callable, cancel: Callable[[], Any]):
     """Call ``cancel`` if the client goes away while an answer is being generated.
 
     ``receive``: the request's ASGI receive. The body has been read, so the next
     message is the disconnect (uvicorn also sends it once the response is
-    complete: the watcher stops before that).
+    complete: the watcher stops before that). The watch starts after
+    ``WATCH_AFTER`` seconds: a client that left earlier is noticed then.
     """
 
     async def watch() -> None:
@@ -72,8 +78,11 @@ async def cancel_on_disconnect(receive: Callable, cancel: Callable[[], Any]):
         with contextlib.suppress(LmchatError):  # the turn may have just ended
             cancel()
 
-    task = asyncio.ensure_future(watch())
+    tasks: list[asyncio.Task] = []
+    timer = asyncio.get_running_loop().call_later(WATCH_AFTER, lambda: tasks.append(asyncio.ensure_future(watch())))
     try:
         yield
     finally:
-        task.cancel()
+        timer.cancel()
+        for task in tasks:
+            task.cancel()

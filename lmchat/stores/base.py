@@ -93,6 +93,9 @@ def _title_of_session(session) -> str:
 class SessionStore(Protocol):
     #: where the sessions live, as ``open_store`` takes it (a Redis password masked)
     spec: str
+    # optional (RecordStore has them): ``loop_safe``, true when the reads are local and quick, and
+    # ``aappend``/``asave``, the writes awaited on an event loop; the session manager runs turns on
+    # the loop only with a store that has all three
 
     def save(self, session_dict: Mapping[str, Any], *, expected_version: int | None = None,
              token: str | None = None) -> int:
