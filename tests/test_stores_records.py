@@ -44,6 +44,40 @@ def test_compaction_happens_geometrically_and_is_invisible(store):  # noqa: F811
     assert store.compact("absent") is False
 
 
+def test_awaited_appends_compact_the_same_way_in_the_background(store):  # noqa: F811
+    """``aappend`` (a turn on the event loop): the append lands when it returns; the compaction it makes due
+    runs in a worker thread that the turn does not wait for, and folds what a blocking append would."""
+    import asyncio
+
+    from lmchat.stores import records
+
+    session = Session("qwen2.5", system="You are a helpful assistant.")
+    version = first_save(store, session)
+
+    async def main() -> int:
+        nonlocal version
+        compactions = 0
+        for i in range(150):
+            session.prompt(f"Question number {i}: what is {i} + {i}? Explain briefly.")
+            session.commit(f"answer to {i}")
+            version = await store.aappend(session.session_id, session.changes(), expected_version=version,
+                                          summary=Summary.of_session(session))
+            session.mark_saved()
+            assert store.version(session.session_id) == version  # durable before any compaction
+            running = list(records._COMPACTING)
+            if running:
+                compactions += 1
+                await asyncio.gather(*running)
+            info = store.records(session.session_id)
+            assert info.patch_chars <= COMPACT_AFTER * info.base_chars and not records._COMPACTING
+            if i % 25 == 0:
+                assert store.load(session.session_id) == {**json_copy(session.to_dict()), VERSION_KEY: version}
+        return compactions
+
+    assert 3 <= asyncio.run(main()) <= 10
+    assert store.load(session.session_id) == {**json_copy(session.to_dict()), VERSION_KEY: version}
+
+
 def test_a_compaction_keeps_appends_made_while_it_folded_and_yields_to_saves(store):  # noqa: F811
     """The interleavings a concurrent compaction meets, played in order on the store's own steps."""
     session = Session("qwen2.5")

@@ -69,7 +69,8 @@ class SessionManager(Sessions):
         if unknown:
             raise ConfigError(f"unknown {unknown} (known: {', '.join(SESSION_DEFAULTS)})", field="session_defaults")
         Session(template, **self.session_defaults)  # bad defaults fail here, not on the first request
-        able = callable(getattr(backend, "agenerate", None)) and getattr(self.store, "loop_safe", False)
+        able = (callable(getattr(backend, "agenerate", None)) and getattr(self.store, "loop_safe", False)
+                and all(callable(getattr(self.store, m, None)) for m in ("aappend", "asave")))
         if on_loop and not able:
             raise ConfigError(f"turns run on the event loop only with a backend that has agenerate() and a store "
                               f"whose reads are local ({type(backend).__name__}, {type(self.store).__name__})",

@@ -164,6 +164,10 @@ def _short(value: Any) -> str:
 COMPACT_AFTER = 2
 
 
+#: compactions running in the background (:meth:`RecordStore.aappend`)
+_COMPACTING: set = set()
+
+
 def compaction_due(patch_chars: int, base_chars: int) -> bool:
     return patch_chars > COMPACT_AFTER * base_chars
 
@@ -193,12 +197,16 @@ class RecordStore:
     async def aappend(self, session_id: str, patch: Mapping[str, Any], *, expected_version: int,
                       summary: Summary, token: str | None = None) -> int:
         """:meth:`append` for an event loop: the write is awaited, never waited on; a compaction that is
-        due runs in a worker thread (it reads and folds the whole session)."""
+        due runs in a worker thread, in the background (it reads and folds the whole session, and the
+        append is durable without it: the turn that crossed the threshold does not wait for it)."""
         check_append(session_id, expected_version, summary)
         text = encode_patch(session_id, patch)
         version, due = await self._append_soon(session_id, text, expected_version, summary, token or new_tag())
         if due:
-            await asyncio.to_thread(self._compact_after, session_id, version)
+            task = asyncio.get_running_loop().create_task(
+                asyncio.to_thread(self._compact_after, session_id, version))
+            _COMPACTING.add(task)  # the loop keeps only a weak reference to a task
+            task.add_done_callback(_COMPACTING.discard)
         return version
 
     async def asave(self, session_dict: Mapping[str, Any], *, expected_version: int | None = None,
