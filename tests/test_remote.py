@@ -289,7 +289,8 @@ def test_auto_probes_once_whether_the_server_takes_ids(server, vocab, status, mo
     assert len([b for _, b in server.requests if not b.get("stream")]) == (2 if mode is None else 1)
 
 
-@pytest.mark.parametrize("cut, message", [("done", "without a finish_reason"), ("error", "failed mid-stream: engine dead")])
+@pytest.mark.parametrize("cut, message", [("done", "without a finish_reason"),
+                                          ("error", "failed mid-stream: engine dead")])
 def test_a_stream_cut_short_is_an_error_not_an_answer(server, cut, message, way):
     server.cut_with = cut
     backend = get_backend("remote", base_url=url(server))
