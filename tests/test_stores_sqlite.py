@@ -222,6 +222,40 @@ def test_group_commit_isolates_each_write_of_a_batch(tmp_path):
     store.close()
 
 
+def test_an_awaited_append_cancelled_in_the_queue_is_not_written_and_spares_its_batch(tmp_path):
+    """A turn on the event loop whose task is cancelled while its append waits for the writer (a client
+    gone): that append is not written, and the others of the same batch still get their results."""
+    import asyncio
+
+    store = SQLiteStore(tmp_path / "cancel.db")
+    sessions = [Session("qwen2.5", session_id=f"s{n}") for n in range(3)]
+    for s in sessions:
+        first_save(store, s)
+        s.prompt("hello")
+        s.commit("hi")
+    release, holder = hold_the_writer(store)
+
+    async def main() -> list:
+        tasks = [asyncio.ensure_future(store.aappend(s.session_id, s.changes(), expected_version=1,
+                                                     summary=Summary.of_session(s))) for s in sessions]
+        deadline = time.monotonic() + 10
+        while store._writer._queue.qsize() < len(tasks) and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+        tasks[1].cancel()
+        await asyncio.sleep(0)
+        release.set()
+        return await asyncio.gather(*tasks, return_exceptions=True)
+
+    first, cancelled, third = asyncio.run(main())
+    holder.join()
+    assert (first, third) == (2, 2) and isinstance(cancelled, asyncio.CancelledError)
+    assert [store.version(s.session_id) for s in sessions] == [2, 1, 2]
+    s1 = sessions[1]  # the writer is sound: the cancelled turn can be appended again
+    assert store.append("s1", s1.changes(), expected_version=1, summary=Summary.of_session(s1)) == 2
+    assert store.load("s1") == {**json_copy(s1.to_dict()), VERSION_KEY: 2}
+    store.close()
+
+
 def test_fifty_writer_threads_share_transactions(tmp_path):
     store = SQLiteStore(tmp_path / "fifty.db")
     versions = {}

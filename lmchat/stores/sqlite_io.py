@@ -136,6 +136,8 @@ class Writer:
             return self._fail(batch, exc)
         try:
             for job in batch:
+                if not job.future.set_running_or_notify_cancel():
+                    continue  # its caller gave up waiting before it ran (a cancelled task): not written
                 conn.execute("SAVEPOINT write")
                 try:
                     outcomes.append((job, job.fn(conn), None))
@@ -149,7 +151,7 @@ class Writer:
                 conn.execute("ROLLBACK")
             return self._fail(batch, exc)
         self.transactions += 1
-        self.writes += len(batch)
+        self.writes += len(outcomes)
         for job, result, exc in outcomes:
             if exc is None:
                 job.future.set_result(result)
@@ -165,7 +167,8 @@ class Writer:
 
     def _fail(self, batch: list[_Job], exc: Exception) -> None:
         for job in batch:
-            job.future.set_exception(StoreError(f"{self.path}: cannot {job.what}: {exc}"))
+            if not job.future.done():  # a cancelled one has nobody to tell
+                job.future.set_exception(StoreError(f"{self.path}: cannot {job.what}: {exc}"))
 
 
 class Readers:
