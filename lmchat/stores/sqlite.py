@@ -18,7 +18,6 @@ applies the missing ``MIGRATIONS`` in one transaction.
 """
 from __future__ import annotations
 
-import asyncio
 import os
 import sqlite3
 import time
@@ -170,15 +169,14 @@ class SQLiteStore(RecordStore):
 
     async def asave(self, session_dict: Mapping[str, Any], *, expected_version: int | None = None,
                     token: str | None = None) -> int:
-        return await asyncio.wrap_future(self._writer.queue(*self._save_job(session_dict, expected_version, token)))
+        return await self._writer.run(*self._save_job(session_dict, expected_version, token))
 
     def _append(self, session_id: str, patch: str, expected: int, summary: Summary, token: str) -> tuple[int, bool]:
         return self._writer.submit(*self._append_job(session_id, patch, expected, summary, token))
 
     async def _append_soon(self, session_id: str, patch: str, expected: int, summary: Summary,
                            token: str) -> tuple[int, bool]:
-        return await asyncio.wrap_future(self._writer.queue(*self._append_job(session_id, patch, expected, summary,
-                                                                             token)))
+        return await self._writer.run(*self._append_job(session_id, patch, expected, summary, token))
 
     def _save_job(self, session_dict: Mapping[str, Any], expected_version: int | None, token: str | None
                   ) -> tuple[Callable[[sqlite3.Connection], int], str]:

@@ -11,6 +11,7 @@ returned is on disk.
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import queue
@@ -59,15 +60,52 @@ def connect(path: str, *, readonly: bool = False) -> sqlite3.Connection:
 
 
 class _Job:
-    __slots__ = ("fn", "what", "future")
+    """A queued write and whoever waits for it: a thread (a ``concurrent.futures.Future``) or a coroutine on
+    ``loop`` (an asyncio future, settled on its loop)."""
 
-    def __init__(self, fn: Callable[[sqlite3.Connection], Any], what: str):
-        self.fn, self.what, self.future = fn, what, Future()
+    __slots__ = ("fn", "what", "future", "loop")
+
+    def __init__(self, fn: Callable[[sqlite3.Connection], Any], what: str,
+                 loop: asyncio.AbstractEventLoop | None = None):
+        self.fn, self.what, self.loop = fn, what, loop
+        self.future: Any = Future() if loop is None else loop.create_future()
+
+    def start(self) -> bool:
+        """Whether to run it: not when its caller gave up waiting first (a cancelled task or future)."""
+        if self.loop is None:
+            return self.future.set_running_or_notify_cancel()
+        return not self.future.cancelled()  # read across threads: at worst it runs for a caller that left
+
+
+def _deliver(outcomes: list[tuple[_Job, Any, BaseException | None]]) -> None:
+    """Hand each job its result or error: threads at once, coroutines with one call per loop for the batch
+    (one wake-up of the loop, not one per write)."""
+    waiting: dict[asyncio.AbstractEventLoop, list] = {}
+    for job, result, exc in outcomes:
+        if job.loop is not None:
+            waiting.setdefault(job.loop, []).append((job.future, result, exc))
+        elif not job.future.done():
+            if exc is None:
+                job.future.set_result(result)
+            else:
+                job.future.set_exception(exc)
+    for loop, settled in waiting.items():
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting any more
+            loop.call_soon_threadsafe(_settle, settled)
+
+
+def _settle(settled: list) -> None:  # on the waiting loop
+    for future, result, exc in settled:
+        if not future.done():  # a cancelled caller
+            if exc is None:
+                future.set_result(result)
+            else:
+                future.set_exception(exc)
 
 
 class Writer:
     """The one thread that writes; ``submit(fn, what)`` runs ``fn(conn)`` in a group commit and returns its result
-    (``queue(fn, what)``: its future)."""
+    (``await run(fn, what)`` on an event loop)."""
 
     def __init__(self, path: str, conn: sqlite3.Connection):
         self.path, self._conn = path, conn
@@ -82,12 +120,15 @@ class Writer:
         self._thread.start()
 
     def submit(self, fn: Callable[[sqlite3.Connection], Any], what: str) -> Any:
-        return self.queue(fn, what).result()
+        return self._put(_Job(fn, what)).result()
 
-    def queue(self, fn: Callable[[sqlite3.Connection], Any], what: str) -> Future:
-        """Queue ``fn`` without waiting: its result (or error) comes in the future."""
+    async def run(self, fn: Callable[[sqlite3.Connection], Any], what: str) -> Any:
+        """:meth:`submit` for a coroutine: the write is awaited, the loop never blocked. Cancelled before the
+        writer takes it, it is not written."""
+        return await self._put(_Job(fn, what, asyncio.get_running_loop()))
+
+    def _put(self, job: _Job) -> Any:
         check_process(self.path, self._pid)
-        job = _Job(fn, what)
         with self._lock:  # a write queued before close()'s stop marker is still run
             if self._closed:
                 raise StoreError(f"{self.path}: the store is closed")
@@ -122,7 +163,7 @@ class Writer:
                     try:
                         self._commit(batch)
                     except Exception as exc:  # noqa: BLE001  (a bug must not leave callers waiting forever)
-                        self._fail([job for job in batch if not job.future.done()], exc)
+                        self._fail(batch, exc)
                 # a job's closure may hold the store: keeping it while waiting would stop its finalizer
                 del batch
         finally:
@@ -136,7 +177,7 @@ class Writer:
             return self._fail(batch, exc)
         try:
             for job in batch:
-                if not job.future.set_running_or_notify_cancel():
+                if not job.start():
                     continue  # its caller gave up waiting before it ran (a cancelled task): not written
                 conn.execute("SAVEPOINT write")
                 try:
@@ -152,11 +193,7 @@ class Writer:
             return self._fail(batch, exc)
         self.transactions += 1
         self.writes += len(outcomes)
-        for job, result, exc in outcomes:
-            if exc is None:
-                job.future.set_result(result)
-            else:
-                job.future.set_exception(exc)
+        _deliver(outcomes)
 
     def _typed(self, exc: Exception, what: str) -> Exception:
         if isinstance(exc, StoreError):
@@ -166,9 +203,7 @@ class Writer:
         return StoreError(f"{self.path}: cannot {what}: unexpected {type(exc).__name__}: {exc}")
 
     def _fail(self, batch: list[_Job], exc: Exception) -> None:
-        for job in batch:
-            if not job.future.done():  # a cancelled one has nobody to tell
-                job.future.set_exception(StoreError(f"{self.path}: cannot {job.what}: {exc}"))
+        _deliver([(job, None, StoreError(f"{self.path}: cannot {job.what}: {exc}")) for job in batch])
 
 
 class Readers:
