@@ -56,7 +56,7 @@ def test_awaited_appends_compact_the_same_way_in_the_background(store):  # noqa:
 
     async def main() -> int:
         nonlocal version
-        compactions = 0
+        compactions, base = 0, store.records(session.session_id).base_version
         for i in range(150):
             session.prompt(f"Question number {i}: what is {i} + {i}? Explain briefly.")
             session.commit(f"answer to {i}")
@@ -64,17 +64,50 @@ def test_awaited_appends_compact_the_same_way_in_the_background(store):  # noqa:
                                           summary=Summary.of_session(session))
             session.mark_saved()
             assert store.version(session.session_id) == version  # durable before any compaction
-            running = list(records._COMPACTING)
-            if running:
-                compactions += 1
-                await asyncio.gather(*running)
+            await asyncio.to_thread(records.compactions_idle)
             info = store.records(session.session_id)
             assert info.patch_chars <= COMPACT_AFTER * info.base_chars and not records._COMPACTING
+            compactions += info.base_version != base
+            base = info.base_version
             if i % 25 == 0:
                 assert store.load(session.session_id) == {**json_copy(session.to_dict()), VERSION_KEY: version}
         return compactions
 
     assert 3 <= asyncio.run(main()) <= 10
+    assert store.load(session.session_id) == {**json_copy(session.to_dict()), VERSION_KEY: version}
+
+
+def test_background_compactions_queue_one_per_session(store):  # noqa: F811
+    """While the compaction thread is busy, a session whose appends keep making a fold due queues one."""
+    import asyncio
+    import threading
+
+    from lmchat.stores import records
+
+    session = Session("qwen2.5")
+    version = first_save(store, session)
+    release = threading.Event()
+    records._COMPACTOR.submit(release.wait, 10)  # the compaction thread is busy
+
+    async def main() -> int:
+        nonlocal version
+        for i in range(40):
+            session.prompt(f"question {i} " * 20)
+            session.commit(f"answer {i} " * 20)
+            version = await store.aappend(session.session_id, session.changes(), expected_version=version,
+                                          summary=Summary.of_session(session))
+            session.mark_saved()
+        return version
+
+    try:
+        asyncio.run(main())
+        assert records._COMPACTING == {(id(store), session.session_id)}
+        assert store.records(session.session_id).base_version == 1  # nothing folded yet
+    finally:
+        release.set()
+    records.compactions_idle()
+    info = store.records(session.session_id)
+    assert info.base_version > 1 and not records._COMPACTING
     assert store.load(session.session_id) == {**json_copy(session.to_dict()), VERSION_KEY: version}
 
 

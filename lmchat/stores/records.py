@@ -26,6 +26,7 @@ import logging
 import os
 import uuid
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import attrs
@@ -164,8 +165,16 @@ def _short(value: Any) -> str:
 COMPACT_AFTER = 2
 
 
-#: compactions running in the background (:meth:`RecordStore.aappend`)
-_COMPACTING: set = set()
+#: the background compactions of awaited appends (:meth:`RecordStore.aappend`) run one at a time: a burst of
+#: them must not take every reader connection (nor the GIL) from the event loop that serves the turns
+_COMPACTOR = ThreadPoolExecutor(1, thread_name_prefix="lmchat-compact")
+#: (store, session) of the compactions queued or running there: one per session at a time
+_COMPACTING: set[tuple[int, str]] = set()
+
+
+def compactions_idle(timeout: float = 30.0) -> None:
+    """Wait until the background compactions queued so far have run (tests; a store about to be copied)."""
+    _COMPACTOR.submit(lambda: None).result(timeout)
 
 
 def compaction_due(patch_chars: int, base_chars: int) -> bool:
@@ -197,22 +206,27 @@ class RecordStore:
     async def aappend(self, session_id: str, patch: Mapping[str, Any], *, expected_version: int,
                       summary: Summary, token: str | None = None) -> int:
         """:meth:`append` for an event loop: the write is awaited, never waited on; a compaction that is
-        due runs in a worker thread, in the background (it reads and folds the whole session, and the
-        append is durable without it: the turn that crossed the threshold does not wait for it)."""
+        due runs in the background, in one worker thread for the process (it reads and folds the whole
+        session, and the append is durable without it: the turn that crossed the threshold does not
+        wait for it; :func:`compactions_idle` waits for them)."""
         check_append(session_id, expected_version, summary)
         text = encode_patch(session_id, patch)
         version, due = await self._append_soon(session_id, text, expected_version, summary, token or new_tag())
-        if due:
-            task = asyncio.get_running_loop().create_task(
-                asyncio.to_thread(self._compact_after, session_id, version))
-            _COMPACTING.add(task)  # the loop keeps only a weak reference to a task
-            task.add_done_callback(_COMPACTING.discard)
+        if due and (id(self), session_id) not in _COMPACTING:
+            _COMPACTING.add((id(self), session_id))
+            _COMPACTOR.submit(self._compact_in_background, session_id, version)
         return version
 
     async def asave(self, session_dict: Mapping[str, Any], *, expected_version: int | None = None,
                     token: str | None = None) -> int:
         """``save`` for an event loop (here: in a worker thread)."""
         return await asyncio.to_thread(self.save, session_dict, expected_version=expected_version, token=token)
+
+    def _compact_in_background(self, session_id: str, version: int) -> None:
+        try:
+            self._compact_after(session_id, version)
+        finally:
+            _COMPACTING.discard((id(self), session_id))
 
     def _compact_after(self, session_id: str, version: int) -> None:
         try:

@@ -163,8 +163,10 @@ class Turn:
                     async for chunk in stream:  # an engine that was cancelled mid-await has ended already
                         self._record(chunk)
                     await self.owner.asave(record_of(self._commit()))
+                    stage = "saved"
                 except Exception as exc:  # noqa: BLE001
                     self._failed(exc)
+                    stage = "failed"
                 raise
             finally:
                 await stream.aclose()
@@ -173,9 +175,11 @@ class Turn:
             stage = "saved"
             yield self.final
             yield Done(result)
-        except GeneratorExit:
+        except (GeneratorExit, asyncio.CancelledError):
             if stage == "primed":
                 self.owner.discard(sent=False)
+            elif stage in ("streaming", "abandoned"):  # cancelled while saving: the save's outcome is unknown
+                self.owner.discard(sent=True)
             raise
         except BaseException:
             self.owner.discard(sent=True)
