@@ -234,8 +234,8 @@ def test_asyncio_tasks_share_the_manager(on_loop, store, tmp_path):
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        for _ in range(200):  # the worker drains, commits and saves in the background
-            if mgr.store.version(ids[2]) == 3:
+        for _ in range(200):  # the turn is drained, committed and saved in the background, then released
+            if mgr.store.version(ids[2]) == 3 and mgr.metrics()["sessions_active"] == 0:
                 break
             await asyncio.sleep(0.01)
         last = mgr.get(ids[2]).messages[-1]

@@ -146,8 +146,9 @@ def test_leaving_or_cancelling_commits_the_partial_answer(store, on_loop):
     words = "one two three four five six seven eight nine ten"
 
     async def settled(version: int) -> None:
-        for _ in range(300):  # a pool worker commits in the background; on the loop it is done already
-            if store.version(next(i.id for i in store.list(owner=None) if i.id.endswith(sid))) == version:
+        for _ in range(300):  # the abandoned turn is finished in the background (a pool worker, or a task)
+            saved = store.version(next(i.id for i in store.list(owner=None) if i.id.endswith(sid))) == version
+            if saved and mgr.metrics()["sessions_active"] == 0:
                 return
             await asyncio.sleep(0.01)
 
@@ -172,6 +173,40 @@ def test_leaving_or_cancelling_commits_the_partial_answer(store, on_loop):
     assert answers[0].startswith(first.text)
     assert all(("echo: " + words).startswith(a) and a != "echo: " + words for a in answers)
     assert mgr.metrics()["sessions_active"] == 0
+
+
+@WAYS
+def test_a_stream_left_in_a_cancelled_anyio_scope_commits_the_partial_answer(store, on_loop):
+    """What Starlette does when a streamed response's client disconnects: it cancels the anyio scope the
+    response runs in, which cancels every later await of that task, the stream's cleanup included."""
+    import anyio
+
+    mgr = manager(store, on_loop, EchoBackend(delay=0.01))
+    sid = mgr.create("s7")
+    words = "one two three four five six seven eight nine ten"
+
+    async def main():
+        got = []
+
+        async def respond():
+            async for chunk in mgr.astream_turn(sid, user(words)):
+                got.append(chunk)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(respond)
+            while len(got) < 2:
+                await anyio.sleep(0.005)
+            group.cancel_scope.cancel()
+        for _ in range(300):
+            if mgr.metrics()["sessions_active"] == 0:
+                break
+            await asyncio.sleep(0.01)
+        return got
+
+    got = asyncio.run(main())
+    answer = mgr.get(sid).messages[-1]
+    assert answer["role"] == "assistant" and answer["content"].startswith("".join(c.text for c in got))
+    assert answer["content"] != "echo: " + words and stored(store, sid)[VERSION_KEY] == 2
 
 
 @WAYS

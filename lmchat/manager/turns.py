@@ -155,6 +155,7 @@ def _run(mgr: SessionManager, entry: Entry, turn: Turn) -> Iterator[Chunk | None
 async def _arun(mgr: SessionManager, entry: Entry, turn: Turn, result_only: bool) -> AsyncIterator[Any]:
     """:func:`_run` on the event loop: None (primed), the chunks, then :class:`Done` once the session is
     released."""
+    turn.when_finished = lambda: mgr.release(entry)  # an abandoned turn frees the session once it is saved
     items = turn.arun(chunks=not result_only)
     try:
         async for item in items:
@@ -168,9 +169,10 @@ async def _arun(mgr: SessionManager, entry: Entry, turn: Turn, result_only: bool
         raise
     finally:
         try:
-            await items.aclose()  # a consumer that left: the turn commits its partial answer first
+            await items.aclose()
         finally:
-            mgr.release(entry)
+            if turn.finishing is None:
+                mgr.release(entry)
     yield done
 
 

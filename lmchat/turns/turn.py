@@ -99,6 +99,9 @@ class Turn:
         self.ids: list[int] = []
         self.final: Chunk | None = None
         self.first_chunk: float | None = None  # when output began (generation speed)
+        #: the task finishing an abandoned turn on an event loop (see :meth:`arun`), and what it calls last
+        self.finishing: asyncio.Task | None = None
+        self.when_finished: Callable[[], Any] | None = None
 
     @property
     def session_id(self) -> str:
@@ -144,8 +147,14 @@ class Turn:
     async def arun(self, chunks: bool = True) -> AsyncIterator[Chunk | Done | None]:
         """:meth:`run` on an event loop, over the backend's ``agenerate`` and the owner's ``asave``:
         None once (primed), the answer's chunks (``chunks=False``: the last one only), then :class:`Done`
-        with the result. The caller's task cancelled mid-stream counts as the consumer leaving: the
-        partial answer is committed and saved."""
+        with the result.
+
+        The consumer leaving mid-stream (closing it, or its task cancelled) hands the rest of the turn
+        to a task of its own, :attr:`finishing`: it drains the cancelled engine, commits and saves the
+        partial answer, then calls :attr:`when_finished`. The caller's cancelled task could not wait
+        for either: a cancelled anyio scope (Starlette's streamed responses) cancels every later await
+        of the task that is in it.
+        """
         backend = self.owner.backend
         stage = "primed"
         try:
@@ -159,17 +168,11 @@ class Turn:
             except (GeneratorExit, asyncio.CancelledError):
                 stage = "abandoned"
                 backend.cancel(self.session_id)
-                try:
-                    async for chunk in stream:  # an engine that was cancelled mid-await has ended already
-                        self._record(chunk)
-                    await self.owner.asave(record_of(self._commit()))
-                    stage = "saved"
-                except Exception as exc:  # noqa: BLE001
-                    self._failed(exc)
-                    stage = "failed"
+                self.finishing = asyncio.get_running_loop().create_task(self._finish_abandoned(stream))
                 raise
             finally:
-                await stream.aclose()
+                if self.finishing is None:
+                    await stream.aclose()
             result = self._commit()
             await self.owner.asave(record_of(result))
             stage = "saved"
@@ -178,12 +181,28 @@ class Turn:
         except (GeneratorExit, asyncio.CancelledError):
             if stage == "primed":
                 self.owner.discard(sent=False)
-            elif stage in ("streaming", "abandoned"):  # cancelled while saving: the save's outcome is unknown
+            elif stage == "streaming":  # cancelled while saving: the save's outcome is unknown
                 self.owner.discard(sent=True)
             raise
         except BaseException:
             self.owner.discard(sent=True)
             raise
+
+    async def _finish_abandoned(self, stream: AsyncIterator[Chunk]) -> None:
+        try:
+            async for chunk in stream:  # an engine that was cancelled mid-await has ended already
+                self._record(chunk)
+            await self.owner.asave(record_of(self._commit()))
+        except BaseException as exc:  # noqa: BLE001 - the engine or the store failed while stopping
+            self._failed(exc)
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            try:
+                await stream.aclose()
+            finally:
+                if self.when_finished is not None:
+                    self.when_finished()
 
     def _take(self, chunk: Chunk) -> bool:
         """Record ``chunk``; whether it goes to the consumer now (the last one waits for the save)."""
