@@ -1,7 +1,9 @@
 """Running a turn's generator in a worker thread and handing its items to a consumer.
 
-One bridge for every caller: the REPL waits on it with Ctrl-C turned into a
-flag, the server's asyncio routes await it. Workers come from a bounded
+One bridge for every caller that runs a turn in a thread: the REPL waits on
+it with Ctrl-C turned into a flag, the server's asyncio routes await it when
+the turn cannot run on their loop (an engine in this process, a Redis store:
+see ``SessionManager.turn_items``). Workers come from a bounded
 pool (the session manager's has ``max_active`` threads, reserved before
 work is submitted, so nothing ever queues behind a busy pool). The worker
 owns the generator: when the consumer goes away (:meth:`Pump.abandon`: a
