@@ -11,9 +11,10 @@ import asyncio
 
 import pytest
 
+import lmchat
 from lmchat import SessionManager
 from lmchat.backends.echo import EchoBackend
-from lmchat.errors import BackendError, ConfigError, SessionBusy, StoreConflict
+from lmchat.errors import BackendError, ConfigError, LmchatError, SessionBusy, StoreConflict
 from lmchat.stores import VERSION_KEY, open_store
 
 
@@ -264,3 +265,37 @@ def test_a_turn_cancelled_while_its_save_waits_leaves_memory_as_stored(tmp_path)
     assert [m["content"] for m in mgr.get(sid).messages if m["role"] == "user"] == ["next"]
     assert mgr.metrics()["sessions_active"] == 0
     mgr.close()
+
+
+@pytest.mark.parametrize("name", lmchat.template_names())
+def test_every_template_stores_the_same_turns_on_the_loop_as_in_a_thread(name):
+    """Three turns (a plain one, unicode and whitespace, an empty message) through the event loop and
+    through the blocking API, on every registered template: the same answers, chunks and stored bytes, or
+    the same refusal."""
+
+    def outcome(call):
+        try:
+            return call()
+        except LmchatError as exc:
+            return type(exc).__name__
+
+    prompts = ["Hello there", "  tabs\tand  spaces, 中文 😀 ", ""]
+    ways = {}
+    for on_loop in (True, False):
+        mgr = SessionManager(EchoBackend(), template=name, on_loop=True)  # stream_turn blocks whatever on_loop says
+        mgr.create("t")
+        results = []
+        for text in prompts:
+            if on_loop:
+                async def turn(text=text):
+                    chunks = [c async for c in mgr.astream_turn("t", user(text))]
+                    return [(c.text, c.finish_reason, c.prefilled, c.reused) for c in chunks]
+                results.append(outcome(lambda: asyncio.run(turn())))
+            else:
+                results.append(outcome(lambda text=text: [(c.text, c.finish_reason, c.prefilled, c.reused)
+                                                         for c in mgr.stream_turn("t", user(text))]))
+        key = next(i.id for i in mgr.store.list(owner=None))
+        ways[on_loop] = (results, mgr.store.load(key))
+        assert mgr.metrics()["sessions_active"] == 0
+    assert ways[True] == ways[False]
+    assert any(isinstance(r, list) for r in ways[True][0])  # at least one turn ran on every template

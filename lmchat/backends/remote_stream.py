@@ -1,6 +1,7 @@
 """The remote backend's wire: a completions request's server-sent events, and the cache counts in them."""
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import AsyncIterator, Iterator, Mapping
 
@@ -18,58 +19,50 @@ def events(client: httpx.Client, url: str, body: dict, headers: Mapping[str, str
     message, no connection, a timeout, and a connection that breaks after the answer started (the
     server went down mid-stream), which says so.
     """
-    started = False
-    try:
-        with client.stream("POST", url, json=body, headers=dict(headers)) as response:
-            if response.status_code >= 400:
-                _refused(url, response.status_code, response.read(), response.reason_phrase)
-            started = True
-            for line in response.iter_lines():
-                if cancelled.is_set():
-                    yield None
+    call = _Call(url)
+    with call.failures(), client.stream("POST", url, json=body, headers=dict(headers)) as response:
+        if response.status_code >= 400:
+            _refused(url, response.status_code, response.read(), response.reason_phrase)
+        call.started = True
+        for line in response.iter_lines():
+            item = _item(url, line, response.status_code, cancelled)
+            if item is not _SKIP:
+                if item is _DONE:
                     return
-                event = _event(url, line, response.status_code)
-                if event is _DONE:
+                yield item
+                if item is None:
                     return
-                if event is not None:
-                    yield event
-    except httpx.TimeoutException as exc:
-        raise _timed_out(url, exc) from exc
-    except httpx.TransportError as exc:
-        raise _broken(url, exc, started) from exc
 
 
 async def aevents(client: httpx.AsyncClient, url: str, body: dict, headers: Mapping[str, str],
                   cancelled: Flag) -> AsyncIterator[dict | None]:
     """:func:`events` over an asynchronous client."""
-    started = False
-    try:
+    call = _Call(url)
+    with call.failures():
         async with client.stream("POST", url, json=body, headers=dict(headers)) as response:
             if response.status_code >= 400:
                 _refused(url, response.status_code, await response.aread(), response.reason_phrase)
-            started = True
+            call.started = True
             async for line in response.aiter_lines():
-                if cancelled.is_set():
-                    yield None
-                    return
-                event = _event(url, line, response.status_code)
-                if event is _DONE:
-                    return
-                if event is not None:
-                    yield event
-    except httpx.TimeoutException as exc:
-        raise _timed_out(url, exc) from exc
-    except httpx.TransportError as exc:
-        raise _broken(url, exc, started) from exc
+                item = _item(url, line, response.status_code, cancelled)
+                if item is not _SKIP:
+                    if item is _DONE:
+                        return
+                    yield item
+                    if item is None:
+                        return
 
 
 _DONE: dict = {}  # the end of the stream (`data: [DONE]`)
+_SKIP: dict = {}  # a line that is no event: a comment, an event name, a keep-alive
 
 
-def _event(url: str, line: str, status: int) -> dict | None:
-    """One SSE line: its event, :data:`_DONE`, or None (comments, event names, keep-alives)."""
-    if not line.startswith("data:"):
+def _item(url: str, line: str, status: int, cancelled: Flag) -> dict | None:
+    """What one SSE line gives: its event, None once cancelled, :data:`_DONE` or :data:`_SKIP`."""
+    if cancelled.is_set():
         return None
+    if not line.startswith("data:"):
+        return _SKIP
     data = line[5:].strip()
     if data == "[DONE]":
         return _DONE
@@ -84,20 +77,30 @@ def _event(url: str, line: str, status: int) -> dict | None:
     return event
 
 
+class _Call:
+    """One request's transport failures as :class:`BackendError`s (``started``: the answer had begun)."""
+
+    def __init__(self, url: str):
+        self.url, self.started = url, False
+
+    @contextlib.contextmanager
+    def failures(self) -> Iterator[None]:
+        url = self.url
+        try:
+            yield
+        except httpx.TimeoutException as exc:
+            raise BackendError(f"{url} did not answer in time ({type(exc).__name__})", url=url) from exc
+        except httpx.TransportError as exc:
+            reason = str(exc) or type(exc).__name__
+            if self.started:  # the server answered, then the connection broke: it died or was restarted
+                raise BackendError(f"the connection to {url} broke mid-stream ({reason}): the server went away",
+                                   url=url) from exc
+            raise BackendError(f"cannot reach {url}: {reason} (is the server running?)", url=url) from exc
+
+
 def _refused(url: str, status: int, body: bytes, reason: str) -> None:
     text = body.decode("utf-8", "replace").strip()
     raise BackendError(f"{url} answered HTTP {status}: {text[:500] or reason}", url=url, status=status)
-
-
-def _timed_out(url: str, exc: Exception) -> BackendError:
-    return BackendError(f"{url} did not answer in time ({type(exc).__name__})", url=url)
-
-
-def _broken(url: str, exc: Exception, started: bool) -> BackendError:
-    reason = str(exc) or type(exc).__name__
-    if started:  # the server answered, then the connection broke: it died or was restarted
-        return BackendError(f"the connection to {url} broke mid-stream ({reason}): the server went away", url=url)
-    return BackendError(f"cannot reach {url}: {reason} (is the server running?)", url=url)
 
 
 def _message(error) -> str:

@@ -76,7 +76,7 @@ class Session:
         if system is not None:
             self._chat.messages.append({"role": "system", "content": system})
         self._held = Held()
-        self._lows: dict[str, int] | None = None  # per list, where it changed since mark_saved()
+        self._changes = patches.Changes()  # per list, where it changed since mark_saved()
         self._counted: tuple[int, int, Any] = (0, 0, None)  # turns: (messages counted, answers, the last one)
 
     # ------------------------------------------------------------------ state
@@ -190,9 +190,9 @@ class Session:
         self._apply(plan)
         self._held.pending = True
         if plan.full or plan.shift or plan.delta.dropped:
-            self._mark(messages=0, context=0, offsets=0, context_ids=0)
+            self._changes.lower(messages=0, context=0, offsets=0, context_ids=0)
         else:
-            self._mark(messages=n_old, context=parts, offsets=plan.window,
+            self._changes.lower(messages=n_old, context=parts, offsets=plan.window,
                        context_ids=rewind[0] if rewind else ids)
         return plan.delta
 
@@ -249,7 +249,7 @@ class Session:
         message = {"role": "assistant", "content": content, **fields}  # fields may override the content
         validation.validate_messages(self._chat.messages, [message], start=len(self._chat.messages), max_chars=None)
         self._chat.messages.extend(normalize_messages([message], len(self._chat.messages)))
-        self._mark(messages=len(self._chat.messages) - 1, context=len(held.parts), context_ids=len(held.ids))
+        self._changes.lower(messages=len(self._chat.messages) - 1, context=len(held.parts), context_ids=len(held.ids))
         end = held.length + len(answer)
         ids_end = anchor = None
         if self._codec is not None:
@@ -276,7 +276,7 @@ class Session:
             raise SessionError("nothing to continue: the conversation does not end with an answer")
         old = self._held
         delta, self._held = reopening.reopen(self._frame(), old)
-        self._mark(messages=len(messages), context=patches.first_change(old.parts, self._held.parts),
+        self._changes.lower(messages=len(messages), context=patches.first_change(old.parts, self._held.parts),
                    offsets=patches.first_change(old.offsets, self._held.offsets),
                    context_ids=patches.first_change(old.ids, self._held.ids))
         return delta
@@ -289,7 +289,7 @@ class Session:
             raise SessionError("nothing to undo: the session has no user message")
         dropped = msgs[last_user:]
         del msgs[last_user:]
-        self._mark(messages=last_user)
+        self._changes.lower(messages=last_user)
         self._held.pending, self._held.reopened = False, None
         self._held.needs_reset = True
         return dropped
@@ -297,19 +297,14 @@ class Session:
     def reset(self) -> None:
         """Start the conversation over (the system prompt and tools stay); the next delta resets."""
         del self._chat.messages[int(self._system is not None):]
-        self._mark(messages=int(self._system is not None))
+        self._changes.lower(messages=int(self._system is not None))
         self._held.pending, self._held.reopened = False, None
         self._held.needs_reset = bool(self._held.parts)
 
     # ------------------------------------------------------------------ persistence
-    def _mark(self, **lows: int) -> None:
-        if self._lows is not None:
-            for key, low in lows.items():
-                self._lows[key] = min(self._lows.get(key, low), low)
-
     def mark_saved(self) -> None:
         """The snapshot was saved: :meth:`changes` counts from here."""
-        self._lows = {}
+        self._changes.saved()
 
     def changes(self) -> dict | None:
         """What changed since :meth:`mark_saved` as a snapshot patch (:mod:`.patches`): O(turn) for a turn.
@@ -317,24 +312,7 @@ class Session:
         None when the session was never marked saved (restored, forked, edited:
         only a whole snapshot describes it).
         """
-        if self._lows is None:
-            return None
-        lists = {"messages": self._chat.messages, "context": self._held.parts, "offsets": self._held.offsets,
-                 "context_ids": self._held.ids}
-        lows = {k: v for k, v in self._lows.items() if k != "context_ids" or self._codec is not None}
-        state = {**self._held.small(), **self._options()}  # not to_dict(): it copies the whole history
-        return patches.make(lists, lows, {k: state[k] for k in patches.SMALL})
-
-    def _options(self) -> dict[str, Any]:
-        """The constructor options a snapshot keeps (besides the template, tools and the like)."""
-        return {
-            "session_len": self.session_len if self._codec is not None or self._explicit_len else None,
-            "overflow": self.overflow,
-            "max_new_tokens": self.max_new_tokens,
-            "injection": self.injection,
-            "max_message_chars": self.max_message_chars,
-            "drift": self.drift,
-        }
+        return snapshot.patch(self)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready snapshot that shares nothing with the session; :meth:`from_dict` restores it."""

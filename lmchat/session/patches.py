@@ -24,6 +24,22 @@ SMALL = ("tail", "rendered", "pending", "needs_reset", "reset_reason", "anchor",
          "session_len", "overflow", "max_new_tokens", "injection", "max_message_chars", "drift")
 
 
+class Changes:
+    """Where each of a session's lists changed since it was last saved (the index each patch starts from).
+    Before the first save nothing is tracked: only a whole snapshot describes the session."""
+
+    def __init__(self) -> None:
+        self.lows: dict[str, int] | None = None
+
+    def lower(self, **lows: int) -> None:
+        if self.lows is not None:
+            for key, low in lows.items():
+                self.lows[key] = min(self.lows.get(key, low), low)
+
+    def saved(self) -> None:
+        self.lows = {}
+
+
 def make(snapshot_lists: Mapping[str, list], lows: Mapping[str, int], small: Mapping[str, Any]) -> dict:
     """A patch from each list's low-water mark (lists not in ``lows`` did not change); it shares nothing
     with the session."""

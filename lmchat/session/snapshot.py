@@ -18,6 +18,7 @@ from .. import validation
 from ..errors import LmchatError, SnapshotError
 from ..messages import normalize_messages
 from ..templates.base import BaseTemplate
+from . import patches
 from .state import Held
 
 if TYPE_CHECKING:
@@ -38,7 +39,35 @@ def to_dict(session: "Session") -> dict[str, Any]:
         "template_kwargs": copy.deepcopy(session.template_kwargs),
         "messages": copy.deepcopy(chat.messages),
         **session._held.to_dict(with_ids=session._codec is not None),
-        **session._options(),
+        **options(session),
+    }
+
+
+def patch(session: "Session") -> dict | None:
+    """What changed since the session was last saved, as a patch (:mod:`.patches`), or None when it never
+    was: O(turn) for a turn (the small fields are not taken from :meth:`Held.to_dict`, which copies the
+    history)."""
+    lows = session._changes.lows
+    if lows is None:
+        return None
+    held = session._held
+    lists = {"messages": session._chat.messages, "context": held.parts, "offsets": held.offsets,
+             "context_ids": held.ids}
+    if session._codec is None:
+        lows = {k: v for k, v in lows.items() if k != "context_ids"}
+    state = {**held.small(), **options(session)}
+    return patches.make(lists, lows, {k: state[k] for k in patches.SMALL})
+
+
+def options(session: "Session") -> dict[str, Any]:
+    """The constructor options a snapshot keeps (besides the template, tools and the like)."""
+    return {
+        "session_len": session.session_len if session._codec is not None or session._explicit_len else None,
+        "overflow": session.overflow,
+        "max_new_tokens": session.max_new_tokens,
+        "injection": session.injection,
+        "max_message_chars": session.max_message_chars,
+        "drift": session.drift,
     }
 
 
