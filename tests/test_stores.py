@@ -123,7 +123,16 @@ def test_rejects_what_is_not_a_session(store):
         store.save({"messages": []})
     with pytest.raises(StoreError, match="session x is not JSON-serialisable"):
         store.save({"session_id": "x", "bad": object()})
+    cycle: dict = {"role": "user"}
+    cycle["content"] = [cycle]  # a caller's own cycle: the encoder does not look for one, recursion stops it
+    with pytest.raises(StoreError, match="session x is not JSON-serialisable"):
+        store.save({"session_id": "x", "messages": [cycle]})
     assert store.version("x") == 0
+    version = store.save({"session_id": "x", "messages": []}, expected_version=0)
+    with pytest.raises(StoreError, match="not JSON-serialisable"):
+        store.append("x", {"lists": {"messages": [0, [cycle]]}, "set": {}}, expected_version=version,
+                      summary=Summary("", 0, "", ""))
+    assert store.version("x") == version and store.load("x")["messages"] == []
 
 
 # ---------------------------------------------------------------------- appends of real turns

@@ -99,9 +99,13 @@ def http_error(exc: HTTPException) -> ApiError:
                     code=_CODES.get(exc.status_code), headers=dict(exc.headers or {}))
 
 
+#: Starlette's ``JSONResponse`` encoding, built once; the server builds every body itself: trees, no cycle to check
+_ENCODE = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"), check_circular=False).encode
+
+
 async def send_json(send: Callable, body: Any, status: int = 200, headers: dict | None = None) -> None:
     """One JSON response, encoded as Starlette's ``JSONResponse`` encodes it."""
-    data = json.dumps(body, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+    data = _ENCODE(body).encode()
     raw = [*_JSON_HEADERS, (b"content-length", str(len(data)).encode())]
     raw += [(k.lower().encode("latin-1"), str(v).encode("latin-1")) for k, v in (headers or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": raw})

@@ -153,11 +153,17 @@ def record(session_dict: Mapping[str, Any]) -> Record:
                   template=summary.template, owner=summary.owner)
 
 
+#: one encoder for every write (``json.dumps`` with options builds one per call). No circular check: what is
+#: stored comes from JSON or ``json_copy``, trees; a cycle a caller built ends in RecursionError instead (and the
+#: check took half the time of encoding a turn's patch)
+_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False).encode
+
+
 def dumps(value: Any, what: str) -> str:
     """Compact JSON, or a StoreError saying what could not be encoded."""
     try:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    except (TypeError, ValueError) as exc:
+        return _ENCODE(value)
+    except (TypeError, ValueError, RecursionError) as exc:
         raise StoreError(f"{what} is not JSON-serialisable: {exc}") from None
 
 
