@@ -5,6 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import lmchat
 from lmchat import ResponseStream, parse_response
 from lmchat.tools import (
     FORMATS,
@@ -15,6 +16,7 @@ from lmchat.tools import (
     ToolCallStart,
     collect,
 )
+from lmchat.tools.registry import output_markers, response_format
 
 COMMON = ["text ", "\n", " ", "{", "}", '"', "\\", "日本😀", "<think>", "</think>", "<", "|"]
 PIECES = {
@@ -122,3 +124,19 @@ def test_a_finished_stream_takes_no_more_text():
     assert stream.finish() == []
     with pytest.raises(RuntimeError):
         stream.feed("more")
+
+
+@pytest.mark.parametrize("template", lmchat.template_names())
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_every_template_parses_a_whole_answer_as_its_stream_does(template, data):
+    """``parse_response`` skips the parser for answers without markup (most of them): on every registered
+    template, with the prompt opening a think block or not as the template does, it agrees with the parser."""
+    name = response_format(template).tools
+    text, _, _, _ = data.draw(answers(name))
+    plain = data.draw(st.booleans())
+    if plain:  # an answer without markers: the skip is taken unless the text itself can be a call
+        for marker in output_markers(template):
+            text = text.replace(marker, marker[:-1])
+    parser = ResponseStream(template)
+    assert normal(parse_response(template, text)) == normal(collect(parser.feed(text) + parser.finish()))

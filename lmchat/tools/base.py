@@ -61,6 +61,9 @@ class Format:
     ids = staticmethod(openai_id)
     #: marker strings the model writes in its answers in this format (they are its markup, not content)
     markers: tuple[str, ...] = ()
+    #: an answer without any of :attr:`markers` is all content, verbatim (False where the text itself can be a
+    #: call: Llama 3's bare JSON, GLM's tool-name line); :func:`lmchat.parse_response` then skips the parser
+    verbatim_without_markers = True
 
     def __init__(self, sink: Sink):
         self.sink = sink

@@ -50,6 +50,7 @@ class PythonTag:
 
 class Llama3Json(RegionFormat):
     opens = (TAG,)
+    verbatim_without_markers = False  # an answer that starts with "{" is calls
 
     def __init__(self, sink: Sink):
         super().__init__(sink)

@@ -21,6 +21,7 @@ class SegmentFormat(Format):
     """Segment bookkeeping; subclasses parse a tool segment's body (``tool_feed``/``tool_close``)."""
 
     markers = (SEP,)
+    verbatim_without_markers = False  # the first line may name a tool
 
     def __init__(self, sink):
         super().__init__(sink)

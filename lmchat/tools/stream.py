@@ -11,7 +11,7 @@ from typing import Any
 from .events import ParsedResponse, collect
 from .registry import FORMATS, prompt_opens_think, response_format
 from .sink import Sink
-from .think import ThinkSplitter
+from .think import CLOSE, OPEN, ThinkSplitter
 
 
 class ResponseStream:
@@ -61,5 +61,19 @@ def parse_response(
     as content (or, after a call's name, as a call closed after its last
     complete value) with a note in ``errors``.
     """
+    if _verbatim(template, text, prompt_opened):
+        return ParsedResponse(content=text, reasoning_content=None, tool_calls=[], errors=[])
     stream = ResponseStream(template, tools=tools, prompt_opened=prompt_opened)
     return collect(stream.feed(text) + stream.finish())
+
+
+def _verbatim(template: Any, text: str, prompt_opened: bool | None) -> bool:
+    """Whether the answer is all content as written, without running the parser (most answers: no markup)."""
+    fmt = response_format(template)
+    cls = FORMATS[fmt.tools]
+    if not cls.verbatim_without_markers or any(m in text for m in cls.markers):
+        return False
+    if not fmt.reasoning:
+        return True
+    opened = prompt_opens_think(template) if prompt_opened is None else prompt_opened
+    return not opened and OPEN not in text and CLOSE not in text
