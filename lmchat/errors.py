@@ -7,7 +7,7 @@ the standard library still catch them.
 from __future__ import annotations
 
 import difflib
-from typing import Iterable
+from collections.abc import Iterable
 
 
 class LmchatError(Exception):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-from typing import Iterator
+from collections.abc import Iterator
 
 from .errors import MissingExtra
 

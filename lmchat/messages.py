@@ -8,7 +8,8 @@ keys whose value is ``None`` are dropped, and ``reasoning_content`` /
 from __future__ import annotations
 
 import copy
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from .errors import InvalidMessages
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import functools
 import importlib
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import attrs
 from mmengine.registry import Registry  # not `from mmengine import`: that imports torch

@@ -9,7 +9,8 @@ injection policy — special-token strings typed into content.
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from .errors import ConfigError, InvalidMessages
 

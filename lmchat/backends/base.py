@@ -1,7 +1,8 @@
 """The backend protocol shared by the REPL and the server."""
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Protocol, runtime_checkable
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol, runtime_checkable
 
 import attrs
 

@@ -98,7 +98,7 @@ def _open(args, store, backend, template, out) -> Conversation:
     tokenizer = getattr(backend, "tokenizer", None)  # token deltas whenever the backend has one
     injection = injection_policy(backend, args)  # 'reject' when prompts go upstream as text
     if injection:
-        out.info(f"prompts go to the server as text: messages holding the template's special strings are refused "
+        out.info("prompts go to the server as text: messages holding the template's special strings are refused "
                  "(--allow-special-text sends them anyway)")
     if args.resume is None:
         if template is None:

@@ -10,7 +10,8 @@ conversation when they render the same text, or both reject it.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import attrs
 

@@ -14,7 +14,8 @@ whole conversation and verifies that it extends what the engine holds.
 from __future__ import annotations
 
 import functools
-from typing import Any, ClassVar, Mapping
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import attrs
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import json
-from typing import Mapping
+from collections.abc import Mapping
 
 import jinja2
 import jinja2.ext

@@ -11,7 +11,8 @@ Content is encoded with special-token parsing off, as in sessions.
 from __future__ import annotations
 
 import datetime as _dt
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ..registry import get_template
 from ..session.tokens import codec_for

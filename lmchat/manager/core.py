@@ -21,7 +21,8 @@ import contextlib
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, AsyncIterator, Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 from ..backends.base import Backend, Chunk, SamplingParams
 from ..errors import CapacityExceeded, ConfigError, SessionBusy, SessionNotFound

@@ -5,7 +5,7 @@ import bisect
 import contextlib
 import threading
 from collections import Counter
-from typing import Iterator
+from collections.abc import Iterator
 
 from ..errors import LmchatError
 

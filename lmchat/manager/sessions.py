@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from ..errors import (CapacityExceeded, EngineMismatch, SessionBusy, SessionExists, SessionMoved, SessionNotFound,
                       StoreConflict)

@@ -9,7 +9,8 @@ turn it already ran, and frees the session and the capacity at the end.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 import attrs
 

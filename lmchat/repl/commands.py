@@ -5,7 +5,7 @@ import difflib
 import re
 import time
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 import attrs
 

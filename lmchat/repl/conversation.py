@@ -12,7 +12,8 @@ flight.
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..backends.base import Backend, SamplingParams, engine_id, model_sampling
 from ..errors import LmchatError, SessionError, StoreConflict

@@ -19,7 +19,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import attrs
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Iterable
+from collections.abc import Iterable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError

@@ -15,7 +15,8 @@ FastAPI handlers use too).
 from __future__ import annotations
 
 import json
-from typing import Any, AsyncIterator, Callable, TypeVar
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
 
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError

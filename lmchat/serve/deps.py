@@ -5,7 +5,8 @@ import asyncio
 import contextlib
 import hmac
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 from ..backends.base import Chunk
 from ..errors import LmchatError, SessionLengthExceeded

@@ -21,7 +21,8 @@ from __future__ import annotations
 import bisect
 import json
 import re
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from ..messages import flatten_text
 from ..tools import parse_response

@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 import threading
 from collections import Counter
-from typing import Iterable
+from collections.abc import Iterable
 
 #: request latency buckets (seconds): fine at the low end, where server overhead lives
 REQUEST_BUCKETS = (0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,

@@ -13,7 +13,8 @@ event followed by ``response.failed``.
 from __future__ import annotations
 
 import json
-from typing import Any, AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from ..errors import LmchatError
 from ..tools import ContentDelta, ReasoningDelta, ResponseStream

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import datetime as _dt
 import uuid
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from .. import validation
 from ..errors import SessionError

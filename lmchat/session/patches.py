@@ -13,7 +13,8 @@ they outgrow it.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ..messages import json_copy
 

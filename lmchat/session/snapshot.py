@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import copy
 import datetime as _dt
-from typing import TYPE_CHECKING, Any, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from .. import validation
 from ..errors import LmchatError, SnapshotError

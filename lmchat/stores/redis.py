@@ -24,7 +24,8 @@ a redis-py exception.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import redis
 from redis.backoff import NoBackoff

@@ -22,7 +22,8 @@ import os
 import sqlite3
 import time
 import weakref
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from ..errors import StoreConflict, StoreError
 from .base import SessionInfo, Summary, record

@@ -18,7 +18,8 @@ import queue
 import sqlite3
 import threading
 from concurrent.futures import Future
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from ..errors import StoreError
 

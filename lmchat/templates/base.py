@@ -15,7 +15,8 @@ query, a system prompt moved to the last user turn) says so by overriding it.
 from __future__ import annotations
 
 import datetime as _dt
-from typing import Any, ClassVar, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
 
 import attrs
 

@@ -13,7 +13,8 @@ messages becomes its default system prompt (see
 from __future__ import annotations
 
 import functools
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import attrs
 

@@ -13,7 +13,8 @@ odd ones (its name is printed as is; ``assistant`` becomes ``model``).
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ..errors import InvalidMessages, TemplateRuleError
 from ..registry import template

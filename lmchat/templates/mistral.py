@@ -12,7 +12,8 @@ system prompt and tools move to the last user turn.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import attrs
 

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ..errors import TemplateRuleError
 from .chat import Chat

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 SAMPLING_FIELDS = ("session_len", "top_p", "top_k", "temperature", "repetition_penalty", "stop_words", "capability")
 #: LMDeploy's sampling defaults: what a template whose model publishes none bundles, and a turn that sets none uses

@@ -25,7 +25,8 @@ import queue
 import threading
 from collections import deque
 from concurrent.futures import Executor
-from typing import Any, AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
 
 import attrs
 

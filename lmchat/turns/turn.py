@@ -22,7 +22,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Any, AsyncIterator, Callable, Iterator, Protocol
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any, Protocol
 
 import attrs
 
