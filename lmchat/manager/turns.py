@@ -85,7 +85,7 @@ def sampling(session: Session, params, stop, max_new_tokens, model: dict | None 
         changes["stop"] = tuple(dict.fromkeys(base.stop + extra))
     if max_new_tokens is not None:
         changes["max_new_tokens"] = max_new_tokens
-    return attrs.evolve(base, **changes)
+    return attrs.evolve(base, **changes) if changes else base  # evolve rebuilds and re-validates
 
 
 def run_turn(claim: Claim, messages: Iterable[Mapping[str, Any]] | None, params, stop, max_new_tokens,

@@ -75,8 +75,7 @@ class Summary:
         """The columns of a live :class:`lmchat.Session` after a turn.
 
         ``turns``: the caller's own count, when it keeps one; otherwise
-        ``session.turns``, which counts the messages (the one part that grows
-        with the history: about 1 ms at 10,000 messages).
+        ``session.turns``, which counts on from where its last count ended.
         """
         return cls(title=_title_of_session(session), turns=session.turns if turns is None else turns,
                    template=str(getattr(session.template, "name", "") or ""), owner=owner)
