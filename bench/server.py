@@ -26,6 +26,9 @@ A third server, the *floor* (``bench/floor_app.py``: uvicorn with a no-op app
 that makes one round trip through a worker thread per request), runs in the
 same alternation: the most turns/s and the least latency any Python server
 gets from this machine under the same load (``--no-floor`` leaves it out).
+On the SQLite store the floor is durable: its worker thread commits each
+request's body to an SQLite file (WAL, ``synchronous=FULL``, group commit)
+before it answers, the least a server pays here for a turn on disk.
 Targets: saturated throughput at the highest level >= 3x the baseline's;
 paced overhead p99 at 200 sessions <= 5 ms.
 """
@@ -80,13 +83,15 @@ def start_server(source: str, port: int, store: str, max_active: int) -> subproc
     """``lmchat serve`` from the tree at ``source`` (its own package first on the path); the floor app for
     :data:`FLOOR`."""
     if source == FLOOR:
-        return start_floor(port)
+        return start_floor(port, store)
     return start_serve(["--backend", "echo", "--template", TEMPLATE, "--store", store, "--max-active", str(max_active)],
                        port, source=Path(source))
 
 
-def start_floor(port: int) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-m", "bench.floor_app", "--port", str(port)], cwd=ROOT,
+def start_floor(port: int, store: str) -> subprocess.Popen:
+    """The floor app; on an SQLite store, durable: each request's body committed to its file before the answer."""
+    durable = ["--sqlite", store.removeprefix("sqlite:")] if store.startswith("sqlite:") else []
+    proc = subprocess.Popen([sys.executable, "-m", "bench.floor_app", "--port", str(port), *durable], cwd=ROOT,
                             stdout=subprocess.DEVNULL)
     return answering(proc, port, "the floor app", seconds=60)
 
@@ -235,7 +240,8 @@ def verdicts_for(records: list[dict], store: str, top: int) -> list[str]:
                        f"this machine at about {ceiling:.0f} turns/s")
     floor = find(FLOOR, "saturated", top)
     if current and base and floor:
-        out.append(f"{store}: the floor (no-op app, one worker-thread hop) answered {floor['req_per_s']:.0f} turns/s "
+        what = "a durable SQLite commit" if store.startswith("sqlite") else "one worker-thread hop"
+        out.append(f"{store}: the floor (no-op app, {what} per turn) answered {floor['req_per_s']:.0f} turns/s "
                    f"saturated: lmchat reaches {current['req_per_s'] / floor['req_per_s']:.0%} of it, the baseline "
                    f"{base['req_per_s'] / floor['req_per_s']:.0%}; 3x the baseline would be "
                    f"{3 * base['req_per_s'] / floor['req_per_s']:.0%} of the floor")
