@@ -42,7 +42,9 @@ SECTIONS = {
          "turns, as people and agents leave) and saturated (every session always has a request in flight), "
          "on the memory store and on SQLite (`lmchat serve`'s default), beside the server as it was before "
          "issue 12 and the *floor* (uvicorn with a no-op app that makes one worker-thread round trip per "
-         "request: what this machine gives any Python server under the same load); all three up at once, "
+         "request: what this machine gives any Python server under the same load; on SQLite the floor "
+         "commits each request durably to an SQLite file before answering, the least a server pays here for "
+         "a turn on disk); all three up at once, "
          "each level run on them in alternation, three times, with the CPU each server and the load client "
          "spend per turn."),
     ),

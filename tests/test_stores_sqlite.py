@@ -222,6 +222,33 @@ def test_group_commit_isolates_each_write_of_a_batch(tmp_path):
     store.close()
 
 
+def test_a_write_alone_in_its_batch_that_fails_takes_back_what_it_wrote(tmp_path):
+    """Without a batch there is no savepoint: the failing write's transaction is rolled back whole, and the
+    writer goes on (a conflict, then a write that fails after writing, then a good append)."""
+    store = SQLiteStore(tmp_path / "alone.db")
+    s = Session("qwen2.5", session_id="s0")
+    version = turn(store, s, first_save(store, s), "hello")
+    before = store.group_commits
+    s.prompt("again")
+    s.commit("hi")
+    with pytest.raises(StoreConflict):
+        store.append("s0", s.changes(), expected_version=version + 5, summary=Summary.of_session(s))
+
+    def failing(conn):
+        conn.execute("INSERT INTO patches (id, version, data) VALUES ('s0', 99, '{}')")
+        conn.execute("UPDATE sessions SET version = 99 WHERE id = 's0'")
+        raise sqlite3.IntegrityError("a write that fails after it wrote")
+
+    with pytest.raises(StoreError, match="fail on purpose"):
+        store._writer.submit(failing, "fail on purpose")
+    assert store.version("s0") == version and store.records("s0").patches == 1
+    assert store.append("s0", s.changes(), expected_version=version, summary=Summary.of_session(s)) == version + 1
+    assert store.load("s0") == {**json_copy(s.to_dict()), VERSION_KEY: version + 1}
+    transactions, writes = (a - b for a, b in zip(store.group_commits, before))
+    assert transactions == writes >= 3  # each alone in its transaction (a compaction may follow the append)
+    store.close()
+
+
 def test_an_awaited_append_cancelled_in_the_queue_is_not_written_and_spares_its_batch(tmp_path):
     """A turn on the event loop whose task is cancelled while its append waits for the writer (a client
     gone): that append is not written, and the others of the same batch still get their results."""

@@ -172,6 +172,9 @@ class Writer:
 
     def _commit(self, batch: list[_Job]) -> None:
         conn, outcomes = self._conn, []
+        # a write alone in its batch (most of them, unless the server is busy) needs no savepoint: when it fails
+        # the whole transaction is rolled back. Each statement is a GIL round trip with the event loop.
+        alone = len(batch) == 1
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
@@ -180,14 +183,17 @@ class Writer:
             for job in batch:
                 if not job.start():
                     continue  # its caller gave up waiting before it ran (a cancelled task): not written
-                conn.execute("SAVEPOINT write")
+                if not alone:
+                    conn.execute("SAVEPOINT write")
                 try:
                     outcomes.append((job, job.fn(conn), None))
                 except Exception as exc:  # noqa: BLE001  (handed to the caller, typed below)
-                    conn.execute("ROLLBACK TO write")
+                    conn.execute("ROLLBACK" if alone else "ROLLBACK TO write")
                     outcomes.append((job, None, self._typed(exc, job.what)))
-                conn.execute("RELEASE write")
-            conn.execute("COMMIT")
+                if not alone:
+                    conn.execute("RELEASE write")
+            if conn.in_transaction:
+                conn.execute("COMMIT")
         except sqlite3.Error as exc:  # the transaction itself failed (disk full, I/O): no write of it landed
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
