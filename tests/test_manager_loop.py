@@ -8,13 +8,14 @@ stored bytes where a turn must leave the session as it was.
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 
 import lmchat
 from lmchat import SessionManager
 from lmchat.backends.echo import EchoBackend
-from lmchat.errors import BackendError, ConfigError, LmchatError, SessionBusy, StoreConflict
+from lmchat.errors import BackendError, ConfigError, LmchatError, SessionBusy, SessionNotFound, StoreConflict
 from lmchat.stores import VERSION_KEY, open_store
 
 
@@ -299,3 +300,39 @@ def test_every_template_stores_the_same_turns_on_the_loop_as_in_a_thread(name):
         assert mgr.metrics()["sessions_active"] == 0
     assert ways[True] == ways[False]
     assert any(isinstance(r, list) for r in ways[True][0])  # at least one turn ran on every template
+
+
+def test_a_session_not_in_memory_loads_off_the_loop(store):
+    """A turn on the loop for a session the manager does not hold (a restarted server): the store's read and
+    the fold of its records, O(session), run in a worker thread while the loop serves others; the turn then
+    continues the session. A session that is not there is still refused as such."""
+    first = manager(store, True)
+
+    async def fill():
+        await first.arun_turn("s1", user("hello"), create=True)
+        for i in range(20):
+            await first.arun_turn("s1", user(f"turn {i}"))
+
+    asyncio.run(fill())
+    before = stored(store, "s1")
+    restarted = manager(store, True)
+    loads, real = [], store.load
+
+    def load(key):
+        loads.append((key, threading.get_ident()))
+        return real(key)
+
+    store.load = load
+
+    async def main():
+        result = await restarted.arun_turn("s1", user("after the restart"))
+        with pytest.raises(SessionNotFound):
+            await restarted.arun_turn("nobody", user("hi"))
+        return threading.get_ident(), result
+
+    loop_thread, result = asyncio.run(main())
+    assert result.text == "echo: after the restart" and result.history_tokens > 0
+    threads = [thread for key, thread in loads if key.endswith("s1")]
+    assert threads and loop_thread not in threads
+    after = stored(store, "s1")
+    assert after["messages"][:-2] == before["messages"] and after[VERSION_KEY] == before[VERSION_KEY] + 1

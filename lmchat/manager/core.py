@@ -256,8 +256,10 @@ class SessionManager(Sessions):
 
     async def _loop_items(self, session_id: str, messages: Iterable[Mapping[str, Any]] | None,
                           kwargs: dict[str, Any], result_only: bool = False) -> AsyncIterator[Any]:
+        owner = owner_key(kwargs.get("owner"))
         if kwargs.get("create") or kwargs.get("history") is not None:
-            await self._acreate(session_id, owner_key(kwargs.get("owner")), kwargs.get("tools"))
+            await self._acreate(session_id, owner, kwargs.get("tools"))
+        await self._awarm(session_id, owner)
         self.reserve()
         stream = self._turn(session_id, messages, reserved=True, on_loop=True, result_only=result_only, **kwargs)
         try:

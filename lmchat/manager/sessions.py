@@ -8,13 +8,14 @@ discarded (to reload) when a turn fails.
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..errors import (CapacityExceeded, EngineMismatch, SessionBusy, SessionExists, SessionMoved, SessionNotFound,
-                      StoreConflict)
+from ..errors import (CapacityExceeded, EngineMismatch, LmchatError, SessionBusy, SessionExists, SessionMoved,
+                      SessionNotFound, StoreConflict)
 from ..session import Session
 from ..stores import VERSION_KEY, Summary
 from .ids import dump, owner_key, store_key
@@ -70,6 +71,14 @@ class Sessions:
             except StoreConflict:
                 raise SessionExists(session_id) from None
             self._added(key, session, version, owner, None)
+
+    async def _awarm(self, session_id: str, owner: str) -> None:
+        """Load a session that is not in memory in a worker thread, for a turn on the event loop: the store's
+        read, the fold of its records and the restore are O(session), and the loop serves other turns
+        meanwhile. What fails here fails again, and is reported, when the turn looks the session up."""
+        if self._table.get(store_key(session_id, owner)) is None:
+            with contextlib.suppress(LmchatError):
+                await asyncio.to_thread(self._lookup, session_id, owner)
 
     def _new_key(self, session: Session, owner: str) -> str:
         key = store_key(session.session_id, owner)
