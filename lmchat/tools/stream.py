@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from .events import ParsedResponse, collect
-from .registry import FORMATS, prompt_opens_think, response_format
+from .registry import FORMATS, ResponseFormat, prompt_opens_think, response_format
 from .sink import Sink
 from .think import CLOSE, OPEN, ThinkSplitter
 
@@ -61,19 +61,18 @@ def parse_response(
     as content (or, after a call's name, as a call closed after its last
     complete value) with a note in ``errors``.
     """
-    if _verbatim(template, text, prompt_opened):
+    fmt = response_format(template)
+    if fmt.reasoning and prompt_opened is None:
+        prompt_opened = prompt_opens_think(template)  # once (it renders a prompt), for the check and the parser
+    if _verbatim(fmt, text, prompt_opened):
         return ParsedResponse(content=text, reasoning_content=None, tool_calls=[], errors=[])
     stream = ResponseStream(template, tools=tools, prompt_opened=prompt_opened)
     return collect(stream.feed(text) + stream.finish())
 
 
-def _verbatim(template: Any, text: str, prompt_opened: bool | None) -> bool:
+def _verbatim(fmt: ResponseFormat, text: str, opened: bool | None) -> bool:
     """Whether the answer is all content as written, without running the parser (most answers: no markup)."""
-    fmt = response_format(template)
     cls = FORMATS[fmt.tools]
     if not cls.verbatim_without_markers or any(m in text for m in cls.markers):
         return False
-    if not fmt.reasoning:
-        return True
-    opened = prompt_opens_think(template) if prompt_opened is None else prompt_opened
-    return not opened and OPEN not in text and CLOSE not in text
+    return not fmt.reasoning or not (opened or OPEN in text or CLOSE in text)
