@@ -8,6 +8,7 @@ injection policy — special-token strings typed into content.
 """
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -82,9 +83,10 @@ def _check_tool_calls(message: dict, index: int) -> list[str]:
     return ids
 
 
-def open_call_ids(history: Sequence[dict]) -> set[str] | None:
-    """Ids of the calls the last assistant turn made, or None when no tool call is pending."""
-    for message in reversed(history):
+def open_call_ids(history: Sequence[dict], added: Sequence[dict] = ()) -> set[str] | None:
+    """Ids of the calls the last assistant turn made (of ``history`` then ``added``), or None when no tool call
+    is pending. Walks back to the last user or assistant message only: O(turn)."""
+    for message in itertools.chain(reversed(added), reversed(history)):
         if message["role"] == "assistant":
             calls = message.get("tool_calls") or []
             return {c.get("id") for c in calls if isinstance(c, dict)} if calls else None
@@ -96,7 +98,7 @@ def open_call_ids(history: Sequence[dict]) -> set[str] | None:
 def validate_messages(history: Sequence[dict], new: Iterable[dict], *, start: int,
                       max_chars: int | None = DEFAULT_MAX_CHARS) -> None:
     """Check normalised ``new`` messages appended after ``history`` (indices from ``start``)."""
-    seen = list(history)
+    added: list[dict] = []  # history is not copied: a turn is O(turn)
     for k, message in enumerate(new):
         index = start + k
         if message["role"] not in KNOWN_ROLES:
@@ -106,11 +108,11 @@ def validate_messages(history: Sequence[dict], new: Iterable[dict], *, start: in
         _check_tool_calls(message, index)
         call_id = message.get("tool_call_id") if message["role"] == "tool" else None
         if call_id is not None:  # a result that names its call must answer one of the last turn's calls
-            pending = open_call_ids(seen)
+            pending = open_call_ids(history, added)
             if pending is None or (pending and call_id not in pending):
                 raise InvalidMessages(f"tool_call_id {call_id!r} matches no call of the last assistant turn",
                                       index=index, field="tool_call_id")
-        seen.append(message)
+        added.append(message)
 
 
 def injected_specials(messages: Iterable[dict], specials: Iterable[str], start: int,

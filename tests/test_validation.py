@@ -48,6 +48,47 @@ def test_tool_results_must_answer_the_last_calls():
         Session("qwen2.5").extend([{"role": "tool", "content": "3", "tool_call_id": "c9"}])
 
 
+def test_a_tool_result_answers_the_last_calls_whether_they_are_held_or_sent_with_it():
+    """The calls a result answers may be in the session or earlier in the same request; a user message in
+    between closes them; a second result answers the same calls."""
+    from lmchat.validation import validate_messages
+
+    user, result = {"role": "user", "content": "go"}, {"role": "tool", "content": "3", "tool_call_id": "c1"}
+    calls = {"role": "assistant", "content": "", "tool_calls": [CALL]}
+    validate_messages([user, calls], [result, result], start=2)
+    validate_messages([user], [calls, result, result], start=1)
+    validate_messages([], [user, calls, result], start=0)
+    for history, new in (([user, calls], [user, result]), ([calls], [{"role": "assistant", "content": "x"}, result]),
+                         ([], [result]), ([user, calls, result, user], [result])):
+        with pytest.raises(InvalidMessages, match="c1") as err:
+            validate_messages(history, new, start=len(history))
+        assert err.value.index == len(history) + len(new) - 1
+
+
+def test_validating_a_turn_reads_the_history_from_its_end_only():
+    """O(turn): a 10,000-message history is neither copied nor walked past the last user message."""
+    from collections.abc import Sequence
+
+    from lmchat.validation import validate_messages
+
+    class Counted(Sequence):
+        def __init__(self, items):
+            self.items, self.reads = items, 0
+
+        def __len__(self):
+            return len(self.items)
+
+        def __getitem__(self, i):
+            self.reads += 1
+            return self.items[i]
+
+    history = Counted([{"role": "user", "content": "q"}, {"role": "assistant", "content": "", "tool_calls": [CALL]}]
+                      * 5000)
+    validate_messages(history, [{"role": "tool", "content": "3", "tool_call_id": "c1"},
+                                {"role": "user", "content": "next"}], start=len(history))
+    assert history.reads <= 2
+
+
 @pytest.mark.parametrize(
     "tools, field",
     [
