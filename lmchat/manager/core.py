@@ -259,8 +259,12 @@ class SessionManager(Sessions):
         owner = owner_key(kwargs.get("owner"))
         if kwargs.get("create") or kwargs.get("history") is not None:
             await self._acreate(session_id, owner, kwargs.get("tools"))
-        await self._awarm(session_id, owner)
-        self.reserve()
+        self.reserve()  # capacity first: a load is work
+        try:
+            await self._awarm(session_id, owner)
+        except BaseException:  # cancelled while the session loaded
+            self.unreserve()
+            raise
         stream = self._turn(session_id, messages, reserved=True, on_loop=True, result_only=result_only, **kwargs)
         try:
             await stream.__anext__()  # primed: from here on, closing it runs its cleanup
