@@ -8,14 +8,17 @@ stored bytes where a turn must leave the session as it was.
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
+import weakref
 
 import pytest
 
 import lmchat
 from lmchat import SessionManager
 from lmchat.backends.echo import EchoBackend
-from lmchat.errors import BackendError, ConfigError, LmchatError, SessionBusy, SessionNotFound, StoreConflict
+from lmchat.errors import (BackendError, CapacityExceeded, ConfigError, LmchatError, SessionBusy, SessionNotFound,
+                           StoreConflict)
 from lmchat.stores import VERSION_KEY, open_store
 
 
@@ -336,3 +339,73 @@ def test_a_session_not_in_memory_loads_off_the_loop(store):
     assert threads and loop_thread not in threads
     after = stored(store, "s1")
     assert after["messages"][:-2] == before["messages"] and after[VERSION_KEY] == before[VERSION_KEY] + 1
+
+
+def test_an_abandoned_turn_finishes_though_only_its_task_holds_what_it_waits_for():
+    """The loop keeps only a weak reference to a task: the one finishing an abandoned turn is kept by the
+    turn machinery, or a garbage collection while it waits on a future nothing else holds (an engine's
+    own) would destroy it, and the session would stay busy forever."""
+    class OwnFuture(EchoBackend):
+        def __init__(self):
+            super().__init__(delay=0.01)
+            self.pending: list = []  # weak references to the futures it waits on
+
+        async def agenerate(self, request):
+            n = 0
+            async for chunk in super().agenerate(request):
+                yield chunk
+                n += 1
+                if n == 2:
+                    future = asyncio.get_running_loop().create_future()
+                    self.pending.append(weakref.ref(future))
+                    await future  # cancelled here: the engine still flushes what it has, after this
+
+    backend = OwnFuture()
+    mgr = manager(open_store("memory"), True, backend)
+    sid = mgr.create("s9")
+
+    async def main():
+        stream = mgr.astream_turn(sid, user("one two three four five"))
+        await stream.__anext__()
+        await stream.__anext__()
+        await stream.aclose()  # the consumer leaves; the engine, drained by the finishing task, waits
+        while not backend.pending:
+            await asyncio.sleep(0.001)
+        gc.collect()
+        future = backend.pending[-1]()
+        assert future is not None, "the task finishing the turn was collected"
+        future.set_result(None)
+        for _ in range(300):
+            if mgr.metrics()["sessions_active"] == 0:
+                return
+            await asyncio.sleep(0.01)
+
+    asyncio.run(main())
+    assert mgr.metrics()["sessions_active"] == 0
+    assert mgr.get(sid).messages[-1]["content"] == "echo: one "  # the two chunks the engine made
+
+
+def test_a_server_at_capacity_refuses_a_turn_before_loading_its_session(store):
+    """Capacity is taken before a cold session is loaded: a load is O(session) work."""
+    SessionManager(EchoBackend(), template="qwen2.5", store=store).create("cold")
+    mgr = SessionManager(EchoBackend(delay=0.05), template="qwen2.5", store=store, max_active=1, on_loop=True)
+    mgr.create("busy")
+    loads, real = [], store.load
+
+    def load(key):
+        loads.append(key)
+        return real(key)
+
+    store.load = load
+
+    async def main():
+        running = asyncio.ensure_future(mgr.arun_turn("busy", user("one two three")))
+        while mgr.metrics()["sessions_active"] == 0:
+            await asyncio.sleep(0.001)
+        with pytest.raises(CapacityExceeded):
+            await mgr.arun_turn("cold", user("hi"))
+        assert not [k for k in loads if k.endswith("cold")]
+        await running
+        return await mgr.arun_turn("cold", user("hi"))  # capacity back: it loads and answers
+
+    assert asyncio.run(main()).text == "echo: hi"

@@ -82,6 +82,10 @@ class Owner(Protocol):
         """A turn failed where nobody is left to tell (an abandoned stream): count it."""
 
 
+#: the tasks finishing abandoned turns (:meth:`Turn.arun`): collected mid-way, a turn would never free its session
+_FINISHING: set[asyncio.Task] = set()
+
+
 class Turn:
     """One turn on a session its owner holds: built with its delta, then :meth:`run` streams, commits, saves."""
 
@@ -170,6 +174,8 @@ class Turn:
                 stage = "abandoned"
                 backend.cancel(self.session_id)
                 self.finishing = asyncio.get_running_loop().create_task(self._finish_abandoned(stream))
+                _FINISHING.add(self.finishing)  # the loop keeps only a weak reference to a task
+                self.finishing.add_done_callback(_FINISHING.discard)
                 raise
             finally:
                 if self.finishing is None:
