@@ -59,8 +59,10 @@ class DurableWriter:
                     batch.append(self._queue.get_nowait())
                 except queue.Empty:
                     break
+            for body, _, _ in batch:
+                json.loads(body)  # parsed, as the other floor parses it
             self._conn.execute("BEGIN IMMEDIATE")
-            self._conn.executemany("INSERT INTO turns (body) VALUES (?)", [(json.loads(b) and b,) for b, _, _ in batch])
+            self._conn.executemany("INSERT INTO turns (body) VALUES (?)", [(body,) for body, _, _ in batch])
             self._conn.execute("COMMIT")
             for _, loop, done in batch:
                 loop.call_soon_threadsafe(done.set_result, None)

@@ -26,11 +26,11 @@ def events(client: httpx.Client, url: str, body: dict, headers: Mapping[str, str
         call.started = True
         for line in response.iter_lines():
             item = _item(url, line, response.status_code, cancelled)
+            if item is _DONE:
+                return
             if item is not _SKIP:
-                if item is _DONE:
-                    return
                 yield item
-                if item is None:
+                if item is None:  # cancelled: the caller closes the stream
                     return
 
 
@@ -43,11 +43,11 @@ async def aevents(client: httpx.AsyncClient, url: str, body: dict, headers: Mapp
             if response.status_code >= 400:
                 _refused(url, response.status_code, await response.aread(), response.reason_phrase)
             call.started = True
-            async for line in response.aiter_lines():
+            async for line in response.aiter_lines():  # the loop of events(), asynchronous
                 item = _item(url, line, response.status_code, cancelled)
+                if item is _DONE:
+                    return
                 if item is not _SKIP:
-                    if item is _DONE:
-                        return
                     yield item
                     if item is None:
                         return
