@@ -341,6 +341,45 @@ def test_a_session_not_in_memory_loads_off_the_loop(store):
     assert after["messages"][:-2] == before["messages"] and after[VERSION_KEY] == before[VERSION_KEY] + 1
 
 
+def test_a_session_another_replica_saved_reloads_off_the_loop(store):
+    """Two replicas on one store take turns on a session: each turn finds the session saved by the other since,
+    and reloads it (O(session)) in a worker thread, not on the loop; the conversation holds every turn once."""
+    a, b = manager(store, True), manager(store, True)
+    loads, real = [], store.load
+
+    def load(key):
+        loads.append(threading.get_ident())
+        return real(key)
+
+    async def main():
+        await a.arun_turn("s1", user("hello"), create=True)
+        store.load = load
+        for i in range(6):
+            await (b if i % 2 == 0 else a).arun_turn("s1", user(f"turn {i}"))
+        return threading.get_ident()
+
+    loop_thread = asyncio.run(main())
+    assert len(loads) >= 6 and loop_thread not in loads  # b's first load, then a reload on every turn
+    contents = [m["content"] for m in stored(store, "s1")["messages"] if m["role"] == "user"]
+    assert contents == ["hello"] + [f"turn {i}" for i in range(6)]
+    assert a.metrics()["sessions_active"] == b.metrics()["sessions_active"] == 0
+
+
+def test_a_session_another_replica_ended_is_not_found_and_not_left_busy(store):
+    a, b = manager(store, True), manager(store, True)
+
+    async def main():
+        await a.arun_turn("s1", user("hello"), create=True)
+        await b.arun_turn("s1", user("again"))
+        a.end("s1")
+        with pytest.raises(SessionNotFound):
+            await b.arun_turn("s1", user("still there?"))
+        return await b.arun_turn("s1", user("anew"), create=True)  # nothing holds the id any more
+
+    assert asyncio.run(main()).history_tokens == 0
+    assert b.metrics()["sessions_active"] == 0
+
+
 def test_an_abandoned_turn_finishes_though_only_its_task_holds_what_it_waits_for():
     """The loop keeps only a weak reference to a task: the one finishing an abandoned turn is kept by the
     turn machinery, or a garbage collection while it waits on a future nothing else holds (an engine's

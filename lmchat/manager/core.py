@@ -214,12 +214,12 @@ class SessionManager(Sessions):
               history: list[Mapping[str, Any]] | None = None, tools: list[dict] | None = None,
               idempotency_key: str | None = None, reserved: bool = False, expect: int | None = None,
               edit: Callable | None = None, note: dict | None = None, on_loop: bool = False,
-              result_only: bool = False) -> Any:
+              result_only: bool = False, fresh: int | None = None) -> Any:
         """:meth:`stream_turn`; ``on_loop``: the turn as an async iterator to prime at once (see
-        :meth:`turn_items`; ``result_only``: without the answer's chunks)."""
+        :meth:`turn_items`; ``result_only``: without the answer's chunks; ``fresh``: see :meth:`_acquire`)."""
         with self._metrics.counting():
             try:
-                entry = self._acquire(session_id, owner_key(owner), create or history is not None, tools)
+                entry = self._acquire(session_id, owner_key(owner), create or history is not None, tools, fresh)
             except BaseException:
                 if reserved:
                     self.unreserve()
@@ -261,11 +261,12 @@ class SessionManager(Sessions):
             await self._acreate(session_id, owner, kwargs.get("tools"))
         self.reserve()  # capacity first: a load is work
         try:
-            await self._awarm(session_id, owner)
+            fresh = await self._awarm(session_id, owner)
         except BaseException:  # cancelled while the session loaded
             self.unreserve()
             raise
-        stream = self._turn(session_id, messages, reserved=True, on_loop=True, result_only=result_only, **kwargs)
+        stream = self._turn(session_id, messages, reserved=True, on_loop=True, result_only=result_only, fresh=fresh,
+                            **kwargs)
         try:
             await stream.__anext__()  # primed: from here on, closing it runs its cleanup
             async for item in stream:

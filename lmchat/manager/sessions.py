@@ -72,13 +72,34 @@ class Sessions:
                 raise SessionExists(session_id) from None
             self._added(key, session, version, owner, None)
 
-    async def _awarm(self, session_id: str, owner: str) -> None:
-        """Load a session that is not in memory in a worker thread, for a turn on the event loop: the store's
-        read, the fold of its records and the restore are O(session), and the loop serves other turns
-        meanwhile. What fails here fails again, and is reported, when the turn looks the session up."""
-        if self._table.get(store_key(session_id, owner)) is None:
-            with contextlib.suppress(LmchatError):
+    async def _awarm(self, session_id: str, owner: str) -> int | None:
+        """Load a session that is not in memory, or that another replica saved since, in a worker thread, for a
+        turn on the event loop: the store's read, the fold of its records and the restore are O(session), and
+        the loop serves other turns meanwhile. Returns the version the entry is known to hold as stored (the
+        turn's :meth:`_acquire` then skips its own check), or None. What fails here fails again, and is
+        reported, when the turn looks the session up."""
+        key = store_key(session_id, owner)
+        entry = self._table.get(key)
+        with contextlib.suppress(LmchatError):
+            if entry is None:
                 await asyncio.to_thread(self._lookup, session_id, owner)
+                return None
+            version = self.store.version(key)
+            if version == entry.version:
+                return version
+            with entry.lock:
+                if entry.running or entry.evicted:
+                    return None
+                entry.running = True  # claimed while it reloads, freed by the worker (the turn may be cancelled)
+            await asyncio.to_thread(self._refresh, entry, version, session_id, owner)
+        return None
+
+    def _refresh(self, entry: Entry, version: int, session_id: str, owner: str) -> None:
+        try:
+            self._freshen(entry, version, session_id, owner)
+        finally:
+            with entry.lock:
+                entry.running = False
 
     def _new_key(self, session: Session, owner: str) -> str:
         key = store_key(session.session_id, owner)
@@ -174,8 +195,10 @@ class Sessions:
         return Entry(key, session, data[VERSION_KEY], owner, last_turn=data.get("last_turn"),
                      extra=data.get("extra") or {}, notes=data.get("notes") or [])
 
-    def _acquire(self, session_id: str, owner: str, create: bool, tools: list[dict] | None) -> Entry:
-        """The session's entry, claimed (``running``) and fresh from the store; created when asked."""
+    def _acquire(self, session_id: str, owner: str, create: bool, tools: list[dict] | None,
+                 fresh: int | None = None) -> Entry:
+        """The session's entry, claimed (``running``) and fresh from the store; created when asked. ``fresh``:
+        the stored version :meth:`_awarm` just read (no other read when the entry still holds it)."""
         key = store_key(session_id, owner)
         if create and self._table.get(key) is None and self.store.version(key) == 0:
             with contextlib.suppress(SessionExists):  # another request created it first
@@ -190,22 +213,28 @@ class Sessions:
                 entry.running = True
             break
         try:
-            version = self.store.version(key)
-            if version != entry.version:  # another replica saved it (or deleted it) since
-                data = self.store.load(key)
-                if data is None or (data.get("owner") or "") != owner:
-                    self._table.remove(entry)
-                    raise SessionNotFound(session_id)
-                self._metrics.add(sessions_loaded_total=1)
-                fresh = self._entry(key, data, session_id, owner)
-                entry.session, entry.version, entry.last_turn, entry.digests = (
-                    fresh.session, fresh.version, fresh.last_turn, [])
-                entry.extra, entry.notes = fresh.extra, fresh.notes
+            if fresh is None or fresh != entry.version:
+                self._freshen(entry, self.store.version(key), session_id, owner)
         except BaseException:
             with entry.lock:
                 entry.running = False
             raise
         return entry
+
+    def _freshen(self, entry: Entry, version: int, session_id: str, owner: str) -> None:
+        """Reload a claimed entry whose stored ``version`` differs from its own: another replica saved (or
+        deleted) it since."""
+        if version == entry.version:
+            return
+        data = self.store.load(entry.key)
+        if data is None or (data.get("owner") or "") != owner:
+            self._table.remove(entry)
+            raise SessionNotFound(session_id)
+        self._metrics.add(sessions_loaded_total=1)
+        fresh = self._entry(entry.key, data, session_id, owner)
+        entry.session, entry.version, entry.last_turn, entry.digests = (
+            fresh.session, fresh.version, fresh.last_turn, [])
+        entry.extra, entry.notes = fresh.extra, fresh.notes
 
     def release(self, entry: Entry) -> None:
         """The turn on ``entry`` is over (committed or not): free the session and the capacity."""
