@@ -8,6 +8,7 @@ without a built-in template (``glm45``) are reached through
 """
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import attrs
@@ -77,12 +78,24 @@ def prompt_opens_think(template: Any, **template_kwargs: Any) -> bool:
 
     Read from the rendered prompt of a one-message conversation, so a template
     keyword such as Qwen3's ``enable_thinking=False`` (an empty, closed block)
-    counts.
+    counts. Templates are frozen: the answer is kept per template and keywords.
     """
     if isinstance(template, ResponseFormat):
         return False
     if isinstance(template, str):
         template = get_template(template)
+    try:
+        return _opens_think(template, tuple(sorted(template_kwargs.items())))
+    except TypeError:  # a keyword's value that cannot be a key (a list of tools): render it
+        return _renders_open_think(template, template_kwargs)
+
+
+@functools.lru_cache(maxsize=256)
+def _opens_think(template: Any, template_kwargs: tuple) -> bool:
+    return _renders_open_think(template, dict(template_kwargs))
+
+
+def _renders_open_think(template: Any, template_kwargs: dict) -> bool:
     try:
         prompt = template.messages2prompt([{"role": "user", "content": "."}], **template_kwargs)
     except LmchatError:  # a template that cannot render this conversation does not open a block
