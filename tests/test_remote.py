@@ -70,16 +70,16 @@ class Handler(BaseHTTPRequestHandler):
             for word in words:
                 self.event({"choices": [{"index": 0, "text": word, "finish_reason": None}]})
                 time.sleep(server.delay)
+            if server.cut_with == "error":  # vLLM reports a failure after the answer started as an event
+                self.event({"error": {"message": "engine dead", "type": "server_error", "code": 500}})
+            elif server.cut_with != "done":  # "done": [DONE] without a finish_reason, as an interrupted stream
+                self.event({"choices": [{"index": 0, "text": "", "finish_reason": finish,
+                                         "stop_reason": stop_reason}]})
+                usage = {"prompt_tokens": len(prompt), "prompt_tokens_details": {"cached_tokens": cached}}
+                self.event({"choices": [], "usage": usage})
+            self.wfile.write(b"data: [DONE]\n\n")
         except (BrokenPipeError, ConnectionResetError):  # the client closed the stream: abort, as vLLM does
             server.aborted += 1
-            return
-        if server.cut_with == "error":  # vLLM reports a failure after the answer started as an event
-            self.event({"error": {"message": "engine dead", "type": "server_error", "code": 500}})
-        elif server.cut_with != "done":  # "done": [DONE] without a finish_reason, as an interrupted stream
-            self.event({"choices": [{"index": 0, "text": "", "finish_reason": finish, "stop_reason": stop_reason}]})
-            usage = {"prompt_tokens": len(prompt), "prompt_tokens_details": {"cached_tokens": cached}}
-            self.event({"choices": [], "usage": usage})
-        self.wfile.write(b"data: [DONE]\n\n")
 
     def reply(self, payload):
         data = json.dumps(payload).encode()
