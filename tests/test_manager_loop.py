@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import threading
+import time
 import weakref
 
 import pytest
@@ -19,6 +20,7 @@ from lmchat import SessionManager
 from lmchat.backends.echo import EchoBackend
 from lmchat.errors import (BackendError, CapacityExceeded, ConfigError, LmchatError, SessionBusy, SessionNotFound,
                            StoreConflict)
+from lmchat.serve.turns import start_stream
 from lmchat.stores import VERSION_KEY, open_store
 
 
@@ -448,3 +450,66 @@ def test_a_server_at_capacity_refuses_a_turn_before_loading_its_session(store):
         return await mgr.arun_turn("cold", user("hi"))  # capacity back: it loads and answers
 
     assert asyncio.run(main()).text == "echo: hi"
+
+
+class SlowStop(EchoBackend):
+    """Echo whose stop takes ``seconds``: once cancelled, its last chunk comes that much later (an engine
+    finishing its step and freeing its slot)."""
+
+    def __init__(self, seconds: float = 0.3, **kwargs):
+        super().__init__(**kwargs)
+        self.seconds = seconds
+
+    def generate(self, request):
+        for chunk in super().generate(request):
+            if chunk.finish_reason == "cancelled":
+                time.sleep(self.seconds)
+            yield chunk
+
+    async def agenerate(self, request):
+        async for chunk in super().agenerate(request):
+            if chunk.finish_reason == "cancelled":
+                await asyncio.sleep(self.seconds)
+            yield chunk
+
+
+@WAYS
+def test_a_turn_can_wait_for_the_stopping_turn_its_client_left(store, on_loop):
+    """The consumer leaves a turn, whose engine takes 0.3 s to stop: the next turn finds the session busy, and
+    ``await_stopped`` waits until the partial answer is saved; the server's turns wait that way by themselves
+    (``start_stream``). A turn nobody asked to stop is not waited for beyond the grace."""
+    mgr = manager(store, on_loop, SlowStop(delay=0.01))
+    sid = mgr.create("s1")
+    text = "one two three four five six seven eight nine ten"
+
+    async def leave() -> None:
+        stream = mgr.astream_turn(sid, user(text))
+        await stream.__anext__()
+        await stream.aclose()
+
+    async def main():
+        await leave()
+        with pytest.raises(SessionBusy):
+            await mgr.arun_turn(sid, user("at once"))
+        begun = time.monotonic()
+        assert await mgr.await_stopped(sid)
+        waited = time.monotonic() - begun
+        await leave()
+        chunks = await start_stream(mgr, sid, user("retried"))
+        answer = "".join([c.text async for c in chunks])
+        live = mgr.astream_turn(sid, user(text))
+        await live.__anext__()
+        begun = time.monotonic()
+        stopped = await mgr.await_stopped(sid, grace=0.05)
+        live_wait = time.monotonic() - begun
+        await live.aclose()
+        assert await mgr.await_stopped(sid)  # left now: the wait is for its partial answer
+        return waited, answer, stopped, live_wait
+
+    waited, answer, stopped, live_wait = asyncio.run(main())
+    assert waited >= 0.2 and answer == "echo: retried"
+    assert stopped is False and live_wait < 0.25
+    messages = mgr.get(sid).messages
+    assert [m["content"] for m in messages if m["role"] == "user"] == [text, text, "retried", text]
+    partials = [m["content"] for m in messages if m["role"] == "assistant"]
+    assert all(("echo: " + text).startswith(p) and p != "echo: " + text for p in partials[:2] + partials[3:])

@@ -147,6 +147,32 @@ def test_a_client_leaving_a_non_streamed_turn_cancels_it_and_commits_the_partial
     assert got["turns"] == 1 and LONG.startswith(answer) and len(answer) < len(LONG)
 
 
+def test_a_client_that_leaves_a_turn_and_sends_the_next_at_once_gets_its_answer(server, http):
+    """The turn it left is still stopping and saving: the next turn waits for it instead of a 409, and follows its
+    partial answer. A turn that is not stopping still answers 409 at once."""
+    with httpx.Client(base_url=server.url, timeout=30) as c, c.stream(
+        "POST", "/v1/chat/interactive",
+        json={"session_id": 205, "prompt": LONG, "interactive_mode": True, "stream": True},
+    ) as r:
+        next(r.iter_lines())
+    with pytest.raises(httpx.ReadTimeout), httpx.Client(base_url=server.url, timeout=0.3) as c:
+        turn(c, 206, LONG)
+    for sid in (205, 206):
+        after = turn(http, sid, "right after")
+        assert after.status_code == 200 and after.json()["text"] == "right after"
+        messages = http.get(f"/v1/sessions/{sid}").json()["messages"]
+        assert [m["content"] for m in messages if m["role"] == "user"] == [LONG, "right after"]
+        partial = messages[1]["content"]
+        assert partial and LONG.startswith(partial) and len(partial) < len(LONG)
+    started, out = threading.Event(), []
+    thread = start_long_turn(server, 207, started, out)
+    begun = time.monotonic()
+    busy = turn(http, 207, "while it runs")
+    assert busy.status_code == 409 and time.monotonic() - begun < 2
+    http.post("/v1/chat/interactive", json={"session_id": 207, "cancel": True})
+    thread.join(10)
+
+
 @pytest.mark.parametrize("body, message", [
     (b"", "the body is empty"), (b"{\"prompt\": ", "the body is not valid JSON: Expecting value"),
     (b"\xff\xfe\xfa", "the body is not valid JSON"), (b"[1, 2]", "body: Input should be a valid dictionary"),

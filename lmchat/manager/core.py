@@ -34,7 +34,7 @@ from ..stores import MemoryStore, SessionInfo, SessionStore
 from ..templates.base import BaseTemplate
 from ..turns.bridge import Done, Pump
 from ..turns.turn import TurnResult
-from .ids import checked_id, owner_key, public_id
+from .ids import checked_id, owner_key, public_id, store_key
 from .metrics import Metrics
 from .sessions import Sessions
 from .table import Table, View
@@ -170,6 +170,23 @@ class SessionManager(Sessions):
             entry.cancel_requested = True
             self.backend.cancel(entry.key)
             return True
+
+    async def await_stopped(self, session_id: str, owner: str | None = None, timeout: float = 5.0,
+                            grace: float = 0.1) -> bool:
+        """Wait while a turn asked to stop (:meth:`cancel`, or its consumer left) still holds the session: it
+        commits and saves its partial answer first. True once nothing holds the session; False when the turn
+        holding it is not asked to stop within ``grace`` seconds (a server notices a client that left a few
+        milliseconds late), or still holds it after ``timeout``. A server calls it when a turn finds the session
+        busy: a client that left a turn and sends the next one at once then waits for the partial answer
+        instead of getting ``SessionBusy``."""
+        entry = self._table.get(store_key(session_id, owner_key(owner)))
+        begun = time.monotonic()
+        while entry is not None and entry.running:
+            waited = time.monotonic() - begun
+            if waited >= timeout or (waited >= grace and not entry.cancel_requested):
+                return False
+            await asyncio.sleep(0.005)
+        return True
 
     # ------------------------------------------------------------------ turns
     def stream_turn(self, session_id: str, messages: Iterable[Mapping[str, Any]] | None = None,

@@ -174,6 +174,9 @@ async def _arun(mgr: SessionManager, entry: Entry, turn: Turn, result_only: bool
         finally:
             if turn.finishing is None:
                 mgr.release(entry)
+            else:  # the consumer left: the turn stops and saves on its own (see SessionManager.await_stopped);
+                # its task started in aclose(), which did not yield since, so the session is still this turn's
+                entry.cancel_requested = True
     yield done
 
 

@@ -10,19 +10,37 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from typing import Any, TypeVar
 
 from ..backends.base import Chunk
 from ..errors import LmchatError, SessionBusy
 from ..manager import SessionManager, TurnResult
 from .deps import cancel_on_disconnect
 
+T = TypeVar("T")
+
+
+#: seconds a turn waits for the one before it on its session to stop and save, once asked to (its client left or
+#: cancelled it): a client that retries at once gets its answer, not a 409
+STOPPING_SECONDS = 5.0
+
+
+async def patient(mgr: SessionManager, session_id: str, owner: str | None, start: Callable[[], Awaitable[T]]) -> T:
+    """``start()``; when the session is busy with a turn that is stopping, again once that turn has saved."""
+    try:
+        return await start()
+    except SessionBusy:
+        if not await mgr.await_stopped(session_id, owner, STOPPING_SECONDS):
+            raise
+    return await start()
+
 
 async def start_stream(mgr: SessionManager, session_id: str, messages: Iterable[dict], **kwargs: Any
                        ) -> AsyncIterator[Chunk]:
     """The turn's chunks, once the first one is there (so the turn has started)."""
-    return await primed(mgr.astream_turn(session_id, messages, **kwargs))
+    return await patient(mgr, session_id, kwargs.get("owner"),
+                         lambda: primed(mgr.astream_turn(session_id, messages, **kwargs)))
 
 
 async def primed(chunks: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
@@ -55,7 +73,8 @@ async def run(receive: Callable, mgr: SessionManager, session_id: str, messages:
     """The whole turn; the client leaving mid-way (``receive``: the request's) cancels it (the partial
     answer is committed)."""
     async with cancel_on_disconnect(receive, lambda: mgr.cancel(session_id, owner)):
-        return await mgr.arun_turn(session_id, messages, owner=owner, **kwargs)
+        return await patient(mgr, session_id, owner,
+                             lambda: mgr.arun_turn(session_id, messages, owner=owner, **kwargs))
 
 
 def count(tokenizer: Any, n_chars: int, n_ids: int) -> int:
