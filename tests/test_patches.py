@@ -12,7 +12,7 @@ from lmchat.session import patches
 
 from . import tokenizers_fixtures as tf
 
-OPS = st.lists(st.tuples(st.sampled_from(["turn", "turn", "cut", "undo", "reopen", "reset", "bad"]),
+OPS = st.lists(st.tuples(st.sampled_from(["turn", "turn", "cut", "undo", "reopen", "reset", "bad", "reload"]),
                          st.text(alphabet="ab <|>\n中", max_size=12)), min_size=1, max_size=25)
 
 
@@ -41,6 +41,10 @@ def test_changes_patch_the_saved_snapshot_into_the_current_one(name, tokens, ove
                 session.commit(text)
             elif op == "reset":
                 session.reset()
+            elif op == "reload":  # a manager restarted, or another replica: it goes on from the stored snapshot
+                if not session.pending:
+                    session = Session.from_dict(stored, tokenizer=tok)
+                    session.mark_saved()
             else:
                 session.prompt({"not": "text"})
         except (ValueError, lmchat.SessionError):

@@ -3,7 +3,7 @@
 A session's snapshot (:meth:`Session.to_dict`) has four lists that grow with
 the conversation (``messages``, ``context``, ``offsets``, ``context_ids``) and
 a few small fields. A patch holds, for each list, the index from which it
-changed and the items from there on, plus the small fields' new values::
+changed and the items from there on, plus the new values of the small fields that changed::
 
     {"lists": {"messages": [4, [...]], "context_ids": [812, [...]]}, "set": {"tail": 1204, ...}}
 
@@ -20,7 +20,7 @@ from ..messages import json_copy
 
 #: the snapshot's lists, patched from an index on
 LISTS = ("messages", "context", "offsets", "context_ids")
-#: the small fields a patch sets every time (the rest only change with a new session: a full save)
+#: the small fields a patch sets when they changed (the rest only change with a new session: a full save)
 SMALL = ("tail", "rendered", "pending", "needs_reset", "reset_reason", "anchor", "rewind", "answer_end", "reopened",
          "session_len", "overflow", "max_new_tokens", "injection", "max_message_chars", "drift")
 
@@ -31,14 +31,15 @@ class Changes:
 
     def __init__(self) -> None:
         self.lows: dict[str, int] | None = None
+        self.small: dict[str, Any] = {}  # the small fields as last saved: a patch sets those that changed
 
     def lower(self, **lows: int) -> None:
         if self.lows is not None:
             for key, low in lows.items():
                 self.lows[key] = min(self.lows.get(key, low), low)
 
-    def saved(self) -> None:
-        self.lows = {}
+    def saved(self, small: dict[str, Any]) -> None:
+        self.lows, self.small = {}, small
 
 
 def make(snapshot_lists: Mapping[str, list], lows: Mapping[str, int], small: Mapping[str, Any]) -> dict:

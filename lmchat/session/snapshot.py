@@ -47,7 +47,7 @@ def to_dict(session: "Session") -> dict[str, Any]:
 def patch(session: "Session") -> dict | None:
     """What changed since the session was last saved, as a patch (:mod:`.patches`), or None when it never
     was: O(turn) for a turn (the small fields are not taken from :meth:`Held.to_dict`, which copies the
-    history)."""
+    history; only those that changed are set)."""
     lows = session._changes.lows
     if lows is None:
         return None
@@ -56,8 +56,14 @@ def patch(session: "Session") -> dict | None:
              "context_ids": held.ids}
     if session._codec is None:
         lows = {k: v for k, v in lows.items() if k != "context_ids"}
-    state = {**held.small(), **options(session)}
-    return patches.make(lists, lows, {k: state[k] for k in patches.SMALL})
+    last = session._changes.small
+    return patches.make(lists, lows, {k: v for k, v in small(session).items() if k not in last or last[k] != v})
+
+
+def small(session: "Session") -> dict[str, Any]:
+    """The small fields of the snapshot (:data:`.patches.SMALL`), as new objects: O(1)."""
+    state = {**session._held.small(), **options(session)}
+    return {k: state[k] for k in patches.SMALL}
 
 
 def options(session: "Session") -> dict[str, Any]:

@@ -106,7 +106,7 @@ class Held:
 
     # ------------------------------------------------------------------ snapshots
     def small(self) -> dict[str, Any]:
-        """The snapshot's fields but its lists (context, offsets, ids): O(1), what a patch sets each turn."""
+        """The snapshot's fields but its lists (context, offsets, ids): O(1), what a patch sets when they change."""
         out = {}
         for name, key in _SMALL:
             value = getattr(self, name)
