@@ -2,10 +2,8 @@
 from __future__ import annotations
 
 import bisect
-import contextlib
 import threading
 from collections import Counter
-from collections.abc import Iterator
 
 from ..errors import LmchatError
 
@@ -22,6 +20,7 @@ class Metrics:
         self.errors: Counter[str] = Counter()
         self._buckets = [0] * (len(LATENCY_BUCKETS) + 1)
         self._latency_sum = 0.0
+        self._counting = _Counting(self)
 
     def add(self, **amounts: int) -> None:
         with self._lock:
@@ -31,18 +30,17 @@ class Metrics:
         with self._lock:
             self.errors[type(exc).__name__] += 1
 
-    @contextlib.contextmanager
-    def counting(self) -> Iterator[None]:
-        """Count the LmchatErrors raised inside, by type (a public method's refusals)."""
-        try:
-            yield
-        except LmchatError as exc:
-            self.error(exc)
-            raise
+    def counting(self) -> "_Counting":
+        """``with metrics.counting():`` counts the LmchatErrors raised inside, by type (a public method's
+        refusals)."""
+        return self._counting
 
     def turn(self, seconds: float, prefilled: int, reused: int) -> None:
-        with self._lock:
-            self.counts.update(turns_total=1, tokens_prefilled_total=prefilled, tokens_reused_total=reused)
+        counts = self.counts
+        with self._lock:  # plain increments: Counter.update costs more than the rest of this per turn
+            counts["turns_total"] += 1
+            counts["tokens_prefilled_total"] += prefilled
+            counts["tokens_reused_total"] += reused
             self._buckets[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
             self._latency_sum += seconds
 
@@ -62,3 +60,21 @@ class Metrics:
                 "turn_latency_seconds": {"buckets": cumulative, "sum": self._latency_sum, "count": total},
                 "errors": dict(self.errors),
             }
+
+
+class _Counting:
+    """What :meth:`Metrics.counting` returns: one object per ``Metrics`` (it keeps no state of its own, so
+    nested and concurrent uses share it), cheaper than a generator-based context manager on every turn."""
+
+    __slots__ = ("metrics",)
+
+    def __init__(self, metrics: Metrics):
+        self.metrics = metrics
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, exc, tb) -> bool:
+        if exc is not None and isinstance(exc, LmchatError):
+            self.metrics.error(exc)
+        return False
