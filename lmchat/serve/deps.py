@@ -63,27 +63,42 @@ def new_id(prefix: str) -> str:
 WATCH_AFTER = 0.02
 
 
-@contextlib.asynccontextmanager
-async def cancel_on_disconnect(receive: Callable, cancel: Callable[[], Any]):
-    """Call ``cancel`` if the client goes away while an answer is being generated.
+def cancel_on_disconnect(receive: Callable, cancel: Callable[[], Any]) -> "_Watch":
+    """``async with cancel_on_disconnect(receive, cancel):`` calls ``cancel`` if the client goes away while
+    an answer is being generated.
 
     ``receive``: the request's ASGI receive. The body has been read, so the next
     message is the disconnect (uvicorn also sends it once the response is
     complete: the watcher stops before that). The watch starts after
     ``WATCH_AFTER`` seconds: a client that left earlier is noticed then.
     """
+    return _Watch(receive, cancel)
 
-    async def watch() -> None:
-        while (await receive())["type"] != "http.disconnect":
+
+class _Watch:
+    """The context manager of :func:`cancel_on_disconnect` (a class: every request enters one)."""
+
+    __slots__ = ("receive", "cancel", "timer", "task")
+
+    def __init__(self, receive: Callable, cancel: Callable[[], Any]):
+        self.receive, self.cancel = receive, cancel
+        self.timer: asyncio.TimerHandle | None = None
+        self.task: asyncio.Task | None = None
+
+    async def __aenter__(self) -> None:
+        self.timer = asyncio.get_running_loop().call_later(WATCH_AFTER, self._start)
+
+    def _start(self) -> None:
+        self.task = asyncio.ensure_future(self._watch())
+
+    async def _watch(self) -> None:
+        while (await self.receive())["type"] != "http.disconnect":
             pass
         with contextlib.suppress(LmchatError):  # the turn may have just ended
-            cancel()
+            self.cancel()
 
-    tasks: list[asyncio.Task] = []
-    timer = asyncio.get_running_loop().call_later(WATCH_AFTER, lambda: tasks.append(asyncio.ensure_future(watch())))
-    try:
-        yield
-    finally:
-        timer.cancel()
-        for task in tasks:
-            task.cancel()
+    async def __aexit__(self, *exc_info: Any) -> bool:
+        self.timer.cancel()
+        if self.task is not None:
+            self.task.cancel()
+        return False
