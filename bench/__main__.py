@@ -3,7 +3,8 @@ import importlib
 import sys
 
 if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
-    print("usage: python -m bench all|report|prompt_compare|prompt_cost|token_cost|kv_reuse|stores|server|engine|llama_batch|random_gguf|drift|responses|remote [options] "
+    print("usage: python -m bench all|report|prompt_compare|prompt_cost|token_cost|kv_reuse|stores|server|engine|"
+          "llama_batch|random_gguf|drift|responses|remote [options] "
           "(see --help of each)")
     sys.exit(0)
 module = importlib.import_module(f"bench.{sys.argv[1]}")

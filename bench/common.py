@@ -56,7 +56,8 @@ def _git(*args: str) -> str:
 def machine() -> dict:
     """Where and from which code a result was measured (a dirty tree: HEAD plus uncommitted changes)."""
     return {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
-            "cpu_model": _cpu_model(), "ram_gib": _ram_gib(), "commit": _git("rev-parse", "--short", "HEAD") or "unknown",
+            "cpu_model": _cpu_model(), "ram_gib": _ram_gib(),
+            "commit": _git("rev-parse", "--short", "HEAD") or "unknown",
             "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
             "date": time.strftime("%Y-%m-%d", time.gmtime())}
 

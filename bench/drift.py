@@ -82,7 +82,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     rows = [run_policy(d, args) for d in args.only.split(",")]
     print(f"{args.sessions} sessions x {args.turns} turns on the bundled model, answers cut at "
-          f"{args.max_tokens}-{args.max_tokens + 7} tokens; the {rows[0]['turns_measured']} turns after each session's first:")
+          f"{args.max_tokens}-{args.max_tokens + 7} tokens; "
+          f"the {rows[0]['turns_measured']} turns after each session's first:")
     print()
     print(table(["--drift", "prompt reused", "turns reusing nothing", "turns with cache_miss_reason",
                  "tokens prefilled", "turn (median)"],

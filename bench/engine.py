@@ -102,13 +102,14 @@ def decode_speed(backend, llm, n: int, repeat: int) -> dict:
         theirs.append(rate(ref_stamps))
         same = same and ref == ids
     backend.drop(s.session_id)
-    return {"tokens": len(ids), "ours_tok_s": statistics.median(ours), "llama_generate_tok_s": statistics.median(theirs),
-            "identical_tokens": same}
+    return {"tokens": len(ids), "ours_tok_s": statistics.median(ours),
+            "llama_generate_tok_s": statistics.median(theirs), "identical_tokens": same}
 
 
 # ---------------------------------------------------------------------------------------------- 2. TTFT per turn
 def ttft_turns(backend, measure: set[int], answer_tokens: int, repeat: int) -> list[dict]:
-    params = SamplingParams(temperature=0, max_new_tokens=answer_tokens, stop=tuple(get_template(backend.template_name).stop_words or ()))
+    params = SamplingParams(temperature=0, max_new_tokens=answer_tokens,
+                            stop=tuple(get_template(backend.template_name).stop_words or ()))
     runs = []
     for _ in range(repeat):
         s, rows = session(backend), {}
@@ -132,7 +133,7 @@ def ttft_turns(backend, measure: set[int], answer_tokens: int, repeat: int) -> l
     return out
 
 
-# ---------------------------------------------------------------------------------------------- 3. restore vs re-prefill
+# --------------------------------------------------------------------------------------------- 3. restore vs re-prefill
 def restore_vs_prefill(backend_cls, options: dict, target: int, repeat: int) -> dict:
     """A ~``target``-token session on a one-sequence backend, evicted by another session, then its next turn."""
     params = SamplingParams(temperature=0, max_new_tokens=8, stop=("<|im_end|>",))
@@ -216,12 +217,14 @@ started = time.perf_counter()
 backend = get_backend(name, **options)
 loaded = time.perf_counter() - started
 s = lmchat.Session(backend.template_name, tokenizer=backend.tokenizer)
-params = SamplingParams(temperature=0, max_new_tokens=32, stop=tuple(lmchat.get_template(backend.template_name).stop_words))
+params = SamplingParams(temperature=0, max_new_tokens=32, \
+stop=tuple(lmchat.get_template(backend.template_name).stop_words))
 for i in range(10):
     d = s.prompt(f"Question {i}: tell me one fact about the number {i}.")
     chunks = list(backend.generate(GenerationRequest.from_session(s, d, params)))
     from lmchat.session.edits import Generation, commit_generation
-    commit_generation(s, Generation("".join(c.text for c in chunks), tuple(t for c in chunks for t in c.token_ids), chunks[-1].finish_reason, chunks[-1].stop))
+    commit_generation(s, Generation("".join(c.text for c in chunks), tuple(t for c in chunks for t in c.token_ids), \
+chunks[-1].finish_reason, chunks[-1].stop))
 # VmHWM: this process's own peak (ru_maxrss would include the parent's, inherited across fork + exec)
 peak = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
 print(json.dumps({"load_s": loaded, "peak_rss_mb": peak / 1024}))
@@ -299,7 +302,8 @@ def main(argv=None) -> int:
         print(table(["next turn of an evicted session", "tokens prefilled", "TTFT"], [
             [f"restored from the host cache ({r['session_tokens']} tokens, restore {r['restore_s'] * 1e3:.0f} ms)",
              r["prefilled_restored"], f"{r['ttft_restored_s'] * 1e3:.0f} ms"],
-            ["dropped: the history prefilled again", r["prefilled_reprefilled"], f"{r['ttft_reprefilled_s'] * 1e3:.0f} ms"],
+            ["dropped: the history prefilled again", r["prefilled_reprefilled"],
+             f"{r['ttft_reprefilled_s'] * 1e3:.0f} ms"],
         ]))
         verdicts.append(f"restore {ratio:.1f}x faster than re-prefilling {r['session_tokens']} tokens (>= 10x): "
                         f"{'met' if ratio >= 10 else 'NOT met'}")

@@ -110,7 +110,8 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
     measure = {int(t) for t in args.turns.split(",")}
     backend = HFBackend(model=args.model)
-    params = SamplingParams(temperature=0, max_new_tokens=args.answer_tokens, stop=tuple(get_template(backend.template_name).stop_words or ()))
+    params = SamplingParams(temperature=0, max_new_tokens=args.answer_tokens,
+                            stop=tuple(get_template(backend.template_name).stop_words or ()))
     long_prefill(backend, params)  # warm-up: torch's first passes allocate and pick kernels
     reuse, stateless, answers = [], [], None
     for _ in range(args.repeat):

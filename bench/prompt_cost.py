@@ -85,6 +85,7 @@ def main(argv=None) -> int:
             f"{theirs / ours:.0f}x" if theirs else "n/a",
         ])
     print(f"template {args.template} (official {official})\n")
-    print(table(["turn", "lmchat delta", "vs turn 1", "transformers apply_chat_template", "transformers / lmchat"], rows))
+    print(table(["turn", "lmchat delta", "vs turn 1", "transformers apply_chat_template", "transformers / lmchat"],
+                rows))
     print(f"\nresults: {save('prompt_cost', {'template': args.template, 'rows': records})}")
     return 0

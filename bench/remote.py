@@ -63,7 +63,8 @@ class Run:
             self.cold()
         if self.defeat == "salt":
             self.backend.extra_body["cache_salt"] = uuid.uuid4().hex
-        request = GenerationRequest.from_session(session, delta, attrs.evolve(self.params, max_new_tokens=max_new_tokens))
+        request = GenerationRequest.from_session(session, delta,
+                                                 attrs.evolve(self.params, max_new_tokens=max_new_tokens))
         mark = self.upstream.mark() if self.upstream else 0
         started = time.perf_counter()
         first, chunks = None, []
@@ -72,7 +73,8 @@ class Run:
                 first = time.perf_counter() - started
             chunks.append(chunk)
         prompt = len(session.context_ids) if session.context_ids is not None else None
-        row = {"ttft_s": first, "prompt_tokens": prompt, "text": "".join(c.text for c in chunks), "stop": chunks[-1].stop}
+        row = {"ttft_s": first, "prompt_tokens": prompt, "text": "".join(c.text for c in chunks),
+               "stop": chunks[-1].stop}
         last = chunks[-1]
         if last.prefilled or last.reused:
             row.update(evaluated=last.prefilled, reused=last.reused, source="server counts")
@@ -163,11 +165,13 @@ def main(argv=None) -> int:
     totals = {k: sum(r[k] or 0 for r in records) for k in ("evaluated_reuse", "evaluated_defeated")}
     ttft = {k: sum(r[k] for r in records) for k in ("ttft_reuse_s", "ttft_defeated_s")}
     print(f"\nover {args.turns} turns: the server evaluated {totals['evaluated_reuse']} prompt tokens with its cache, "
-          f"{totals['evaluated_defeated']} without ({totals['evaluated_defeated'] / max(totals['evaluated_reuse'], 1):.1f}x); "
+          f"{totals['evaluated_defeated']} without "
+          f"({totals['evaluated_defeated'] / max(totals['evaluated_reuse'], 1):.1f}x); "
           f"time to first token summed {ttft['ttft_reuse_s']:.1f} s vs {ttft['ttft_defeated_s']:.1f} s "
           f"({ttft['ttft_defeated_s'] / ttft['ttft_reuse_s']:.1f}x)")
     payload = {"server": server, "defeat": args.defeat, "threads": args.threads, "repeat": args.repeat,
-               "answer_tokens": args.answer_tokens, "counts_from": source, "rows": records, "totals": {**totals, **ttft}}
+               "answer_tokens": args.answer_tokens, "counts_from": source, "rows": records,
+               "totals": {**totals, **ttft}}
     print(f"results: {save('remote', payload)}")
     return 0
 

@@ -108,7 +108,8 @@ def load(url: str, sessions: int, turns: int, think: float, tag: str) -> dict:
 def server_histogram(url: str) -> dict[str, float]:
     """The server's own latency histogram of the interactive route: upper bound -> cumulative count."""
     text = httpx.get(url + "/metrics").text
-    pattern = re.compile(r'lmchat_http_request_duration_seconds_bucket\{route="/v1/chat/interactive",le="([^"]+)"\} (\d+)')
+    pattern = re.compile(r'lmchat_http_request_duration_seconds_bucket'
+                         r'\{route="/v1/chat/interactive",le="([^"]+)"\} (\d+)')
     return {bound: float(n) for bound, n in pattern.findall(text)}
 
 

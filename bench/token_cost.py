@@ -40,10 +40,13 @@ def main(argv=None) -> int:
         ours = lmchat_turn_cost(tok, turn)
         base = base or ours
         msgs = conversation(turn)[:-1]
-        theirs = median_time(lambda: tok.apply_chat_template(msgs, tokenize=True, add_generation_prompt=True), repeat=20)
+        theirs = median_time(lambda: tok.apply_chat_template(msgs, tokenize=True, add_generation_prompt=True),
+                             repeat=20)
         records.append({"turn": turn, "lmchat_s": ours, "transformers_s": theirs})
-        rows.append([turn, f"{ours * 1e6:.0f} µs", f"{ours / base:.2f}x", f"{theirs * 1e6:.0f} µs", f"{theirs / ours:.0f}x"])
+        rows.append([turn, f"{ours * 1e6:.0f} µs", f"{ours / base:.2f}x", f"{theirs * 1e6:.0f} µs",
+                     f"{theirs / ours:.0f}x"])
     print("template smollm2, tokenizer SmolLM2-135M-Instruct (GGUF)\n")
-    print(table(["turn", "lmchat token delta", "vs turn 1", "apply_chat_template(tokenize=True)", "transformers / lmchat"], rows))
+    print(table(["turn", "lmchat token delta", "vs turn 1", "apply_chat_template(tokenize=True)",
+                 "transformers / lmchat"], rows))
     print(f"\nresults: {save('token_cost', {'rows': records})}")
     return 0
