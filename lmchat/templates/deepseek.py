@@ -220,7 +220,8 @@ def _call_text(call: Any, i: int) -> str:
             field="tool_calls",
         )
     kind, name, arguments = parts
-    return f"<｜tool▁call▁begin｜>{kind}<｜tool▁sep｜>{name}\n```json\n{arguments}\n```<｜tool▁call▁end｜>"
+    return (f"<｜tool▁call▁begin｜>{kind}<｜tool▁sep｜>{name}\n"
+            f"```json\n{arguments}\n```<｜tool▁call▁end｜>")
 
 
 @template("deepseek-r1", "deepseek_r1")
@@ -235,7 +236,8 @@ class DeepSeekR1(DeepSeekV3):
     results), so committing an answer with its reasoning resets the next turn.
     The generation prompt is ``<｜Assistant｜>``: this template revision does not
     add ``<think>\\n`` (later Hub revisions do). Tool calls render as
-    ``<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>{type}<｜tool▁sep｜>{name}\\n```json\\n{args}\\n```<｜tool▁call▁end｜>``
+    ``<｜tool▁calls▁begin｜>`` followed by
+    ``<｜tool▁call▁begin｜>{type}<｜tool▁sep｜>{name}\\n```json\\n{args}\\n```<｜tool▁call▁end｜>``
     (arguments must be a JSON string), joined by ``\\n``, closed by
     ``<｜tool▁calls▁end｜><eos>``; the official ``ns.is_first`` is never reset, so
     only the conversation's first call is preceded by ``<｜Assistant｜>{content}``.

@@ -48,7 +48,8 @@ NAME_TOKENS = {"plugin": PLUGIN, "interpreter": INTERPRETER}
 
 #: the code-interpreter system prompt of InternLM's chat-format document (seed 000)
 INTERPRETER_PROMPT = (
-    "你现在可以使用一个支持 Python 代码执行的 Jupyter 笔记本环境。只需向 python 发送代码，即可在这个有状态环境中进行运行。"
+    "你现在可以使用一个支持 Python 代码执行的 Jupyter 笔记本环境。"
+    "只需向 python 发送代码，即可在这个有状态环境中进行运行。"
     "这个功能适用于:\n"
     "- 数据分析或处理（如数据操作和图形制作）\n"
     "- 复杂计算（如数学和物理问题）\n"

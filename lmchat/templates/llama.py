@@ -254,7 +254,10 @@ class Llama3_1(Llama3):
         try:
             if len(calls) != 1:
                 raise TemplateRuleError(
-                    "single-tool-call", "This model only supports single tool-calls at once!", index=i, field="tool_calls"
+                    "single-tool-call",
+                    "This model only supports single tool-calls at once!",
+                    index=i,
+                    field="tool_calls",
                 )
             function = calls[0]["function"]
             name, arguments = string(function["name"], i, "tool_calls"), function.get("arguments", MISSING)
@@ -266,7 +269,8 @@ class Llama3_1(Llama3):
             arguments = {} if arguments is MISSING else arguments
             if not isinstance(arguments, Mapping):
                 raise InvalidMessages("a built-in tool call needs an arguments object", index=i, field="tool_calls")
-            args = ", ".join(f'{string(k, i, "tool_calls")}="{string(v, i, "tool_calls")}"' for k, v in arguments.items())
+            args = ", ".join(f'{string(k, i, "tool_calls")}="{string(v, i, "tool_calls")}"'
+                             for k, v in arguments.items())
             body = f"<|python_tag|>{name}.call({args})"
         else:
             if arguments is MISSING:

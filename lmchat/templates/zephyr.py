@@ -54,6 +54,8 @@ class TinyLlama(Zephyr):
     """TinyLlama-1.1B-Chat-v1.0: the Zephyr format."""
 
     official = "TinyLlama__TinyLlama-1.1B-Chat-v1.0"
-    hyperparameter_source = "TinyLlama-1.1B-Chat-v1.0 model card example (temperature 0.7, top_k 50, top_p 0.95); 2K context"
+    hyperparameter_source = (
+        "TinyLlama-1.1B-Chat-v1.0 model card example (temperature 0.7, top_k 50, top_p 0.95); 2K context"
+    )
 
     session_len: int = 2048
