@@ -45,7 +45,8 @@ def _words(value: str | Iterable[str] | None, field: str) -> list[str]:
     return words
 
 
-def combine_stops(template_stop_words: Iterable[str] | None, request_stop: str | Iterable[str] | None) -> tuple[str, ...]:
+def combine_stops(template_stop_words: Iterable[str] | None,
+                  request_stop: str | Iterable[str] | None) -> tuple[str, ...]:
     """The template's stop words followed by the request's, without duplicates, in first-seen order."""
     words = _words(template_stop_words, "stop_words") + _words(request_stop, "stop")
     return tuple(dict.fromkeys(words))

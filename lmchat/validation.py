@@ -3,8 +3,9 @@
 Templates reject what their official counterpart rejects (alternation, system
 roles); these checks add what a server must refuse whatever the template:
 unknown roles, content of the wrong type or over a size limit, tool results
-whose ``tool_call_id`` answers no call of the last assistant turn, malformed tool schemas, and — under the ``'reject'``
-injection policy — special-token strings typed into content.
+whose ``tool_call_id`` answers no call of the last assistant turn, malformed
+tool schemas, and — under the ``'reject'`` injection policy — special-token
+strings typed into content.
 """
 from __future__ import annotations
 
@@ -61,7 +62,8 @@ def _check_content(message: dict, index: int, max_chars: int | None) -> None:
     else:
         raise InvalidMessages(f"expected text, got {type(content).__name__}", index=index, field="content")
     if max_chars is not None and size > max_chars:
-        raise InvalidMessages(f"content of {size} characters is over the limit of {max_chars}", index=index, field="content")
+        raise InvalidMessages(f"content of {size} characters is over the limit of {max_chars}",
+                              index=index, field="content")
 
 
 def _check_tool_calls(message: dict, index: int) -> list[str]:

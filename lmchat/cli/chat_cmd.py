@@ -116,7 +116,8 @@ def _open(args, store, backend, template, out) -> Conversation:
     except UnknownTemplate:
         name = data["template"].get("name", "")
         if name.startswith("file:"):
-            raise SessionError(f"session {session_id[:8]} uses a template file: pass --chat-template {name[5:]}") from None
+            raise SessionError(f"session {session_id[:8]} uses a template file: "
+                               f"pass --chat-template {name[5:]}") from None
         raise
     conv = Conversation(session, backend, store, out, tokenizer=tokenizer, version=data[VERSION_KEY])
     conv.restore_settings(data)

@@ -15,7 +15,8 @@ from ..errors import LmchatError
 COMMANDS = {
     "templates": ("lmchat.cli.templates_cmd", "list registered templates, aliases and bundled sampling settings"),
     "render": ("lmchat.cli.render_cmd", "render a conversation (or its per-turn deltas) byte-exactly"),
-    "check": ("lmchat.cli.check_cmd", "compare a built-in template with a Jinja chat template (file, model folder, GGUF)"),
+    "check": ("lmchat.cli.check_cmd",
+              "compare a built-in template with a Jinja chat template (file, model folder, GGUF)"),
     "export": ("lmchat.cli.export_cmd", "write a Jinja chat_template equivalent to a built-in template"),
     "match": ("lmchat.cli.match_cmd", "which template fits a model folder or hub id, and the evidence"),
     "chat": ("lmchat.cli.chat_cmd", "interactive chat with a model; sessions are saved after every turn and resumable"),

@@ -23,7 +23,9 @@ def add_arguments(p) -> None:
         "--no-generation-prompt", action="store_true", help="do not append the assistant's generation prompt"
     )
     p.add_argument("--date", metavar="YYYY-MM-DD", help="date printed by templates that show one (default: today)")
-    p.add_argument("--kwargs", metavar="JSON", default="{}", help='extra template variables, e.g. \'{"enable_thinking": false}\'')
+    p.add_argument(
+        "--kwargs", metavar="JSON", default="{}", help='extra template variables, e.g. \'{"enable_thinking": false}\''
+    )
     p.add_argument(
         "--deltas",
         action="store_true",

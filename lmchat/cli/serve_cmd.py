@@ -19,7 +19,8 @@ KEYS_ENV = "LMCHAT_API_KEYS"
 
 EPILOG = f"""API keys can also come from ${KEYS_ENV} (comma-separated), which keeps them out of the
 process list. The default store is sqlite:<data dir>/server-<backend>-<model>.db, one per engine
-($LMCHAT_DATA_DIR, default: the user data dir); a session stored by another engine is refused (409). Endpoints: POST /v1/chat/interactive, /v1/chat/completions, /v1/completions;
+($LMCHAT_DATA_DIR, default: the user data dir); a session stored by another engine is refused (409). \
+Endpoints: POST /v1/chat/interactive, /v1/chat/completions, /v1/completions;
 GET /v1/models, /v1/sessions[/ID[/export]], /health, /metrics; DELETE /v1/sessions/ID;
 POST /v1/sessions[/ID/fork]."""
 
@@ -31,7 +32,8 @@ def add_arguments(p) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port (default: 8000; 0 picks a free one)")
     add_backend_arguments(p)
-    p.add_argument("--store", metavar="SPEC", help="memory | sqlite:PATH | redis://HOST:PORT/DB (default: an SQLite file per backend and model)")
+    p.add_argument("--store", metavar="SPEC",
+                   help="memory | sqlite:PATH | redis://HOST:PORT/DB (default: an SQLite file per backend and model)")
     p.add_argument("--api-key", action="append", default=[], metavar="KEY",
                    help="accepted Bearer key (repeatable); none: no authentication")
     p.add_argument("--model-name", metavar="NAME", help="the model name /v1/models lists (default: the template's)")
@@ -42,7 +44,8 @@ def add_arguments(p) -> None:
     limits.add_argument("--max-active", type=int, default=64, help="turns running at once (default: 64)")
     limits.add_argument("--idle-ttl", type=float, metavar="SECONDS", help="evict sessions idle this long from memory")
     limits.add_argument("--store-ttl", type=float, metavar="SECONDS", help="expire sessions in the store (Redis)")
-    limits.add_argument("--max-body-bytes", type=int, default=MAX_BODY, help=f"request size limit (default: {MAX_BODY})")
+    limits.add_argument("--max-body-bytes", type=int, default=MAX_BODY,
+                        help=f"request size limit (default: {MAX_BODY})")
     limits.add_argument("--header-timeout", type=float, default=10.0, metavar="SECONDS",
                         help="a client must send its request headers within this (default: 10)")
     limits.add_argument("--body-timeout", type=float, default=30.0, metavar="SECONDS",

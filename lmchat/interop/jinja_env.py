@@ -77,7 +77,8 @@ class _SafeNamespace(jinja2.utils.Namespace):
     @staticmethod
     def _check(name):
         if isinstance(name, str) and name.startswith("_"):
-            raise jinja2.exceptions.SecurityError(f"namespace attribute names may not start with an underscore: {name!r}")
+            raise jinja2.exceptions.SecurityError(
+                f"namespace attribute names may not start with an underscore: {name!r}")
 
 
 def _raise_exception(message):

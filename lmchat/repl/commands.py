@@ -49,7 +49,8 @@ def dispatch(conv: Conversation, line: str) -> bool:
     if cmd is None:
         close = difflib.get_close_matches(name, COMMANDS, n=1)
         hint = f"did you mean {close[0]}? " if close else ""
-        raise CommandError(f"unknown command {name}: {hint}/help lists the commands (// sends a message starting with /)")
+        raise CommandError(f"unknown command {name}: {hint}/help lists the commands "
+                           "(// sends a message starting with /)")
     return cmd.run(conv, arg.strip()) is not EXIT
 
 

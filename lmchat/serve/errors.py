@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 
 from ..errors import (
-    BackendError, CapacityExceeded, EngineMismatch, SnapshotError, InvalidMessages, LmchatError, SessionBusy, SessionExists,
-    SessionLengthExceeded, SessionNotFound, StoreConflict, StoreError, StoreTimeout, ConfigError,
+    BackendError, CapacityExceeded, EngineMismatch, SnapshotError, InvalidMessages, LmchatError, SessionBusy,
+    SessionExists, SessionLengthExceeded, SessionNotFound, StoreConflict, StoreError, StoreTimeout, ConfigError,
     TemplateRuleError, UnknownTemplate,
 )
 

@@ -18,7 +18,8 @@ markup there, as the model generated it.
 
 Text between structural tokens is encoded the way the tokenizer encodes a
 split that follows an added token (:mod:`lmchat.vocab`), so SentencePiece's
-dummy-prefix ``▁`` appears only where the tokenizer itself would put it. Without special strings in content, the result equals
+dummy-prefix ``▁`` appears only where the tokenizer itself would put it.
+Without special strings in content, the result equals
 ``tokenizer.encode(prompt, add_special_tokens=False)``; tests check that on
 real tokenizers.
 """
@@ -141,7 +142,9 @@ class TokenCodec:
         keep = self.output_tokens(template) if message.get("role") == "assistant" else frozenset()
         return self.defuse(message, keep)
 
-    def structural_spans(self, template: BaseTemplate, chat: Chat, start: int, text: str) -> list[tuple[int, int]] | None:
+    def structural_spans(
+        self, template: BaseTemplate, chat: Chat, start: int, text: str
+    ) -> list[tuple[int, int]] | None:
         """Spans of the special tokens the template itself wrote in ``render_window(chat, start)``,
         plus an answer's own output markers.
 
@@ -226,7 +229,9 @@ def codec_for(tokenizer: Any) -> TokenCodec:
     return entry[1]
 
 
-def encode_prompt(template: BaseTemplate, chat: Chat, codec: TokenCodec, policy: str = "split") -> tuple[str, list[int]]:
+def encode_prompt(
+    template: BaseTemplate, chat: Chat, codec: TokenCodec, policy: str = "split"
+) -> tuple[str, list[int]]:
     """The full prompt of ``chat`` and its ids (content-safe unless ``policy='allow'``)."""
     template.check(chat)
     text, _ = template.render_window(chat, 0)

@@ -71,7 +71,8 @@ class Glm45Call:
             self.sink.args(self.index, "}")
         self.sink.end_call(self.index)
         if self.buf.strip(WS):
-            what = "the output ends inside an argument" if not marker else f"malformed arguments {self.buf.strip()[:20]!r}"
+            what = ("the output ends inside an argument" if not marker
+                    else f"malformed arguments {self.buf.strip()[:20]!r}")
             self.sink.note(f"{self.sink.label(self.index)}: {what}; kept as content")
             self.sink.content.write(self.buf)
 

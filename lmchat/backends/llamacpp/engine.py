@@ -263,7 +263,8 @@ class Engine(Steps):
         if need > self.n_ctx_seq:
             self._fail(job, BackendError(
                 f"session {job.session_id!r} needs {need} tokens of context, more than the {self.n_ctx_seq} "
-                f"a sequence holds (ctx / sessions); give the session a smaller session_len or the backend a larger ctx"))
+                f"a sequence holds (ctx / sessions); give the session a smaller session_len "
+                "or the backend a larger ctx"))
             return
         stop_ids = set(self.vocab.eog_ids)
         stop_ids.update(self.vocab.added[w] for w in params.stop if w in self.vocab.added)

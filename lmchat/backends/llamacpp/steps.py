@@ -85,7 +85,8 @@ class Steps:
             return True
         for job in jobs:  # what the failed batch wrote is unknown: those sequences start over next turn
             self.pool.clear(job.state)
-            self._fail(job, BackendError(f"llama_decode failed ({rc}): {last_error() or 'see the lmchat.llamacpp log'}"))
+            self._fail(job, BackendError(f"llama_decode failed ({rc}): "
+                                         f"{last_error() or 'see the lmchat.llamacpp log'}"))
         return False
 
     def _put(self, n: int, token: int, pos: int, seq: int, logits: bool) -> int:
