@@ -4,7 +4,9 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 # the fixed battery lives in the package (``lmchat check`` uses it too); tests add strategies
-from lmchat.interop.battery import PLAIN, REASONING, TOOL_CONVERSATIONS, TOOLS, TRICKY, a, call, s, tool, u  # noqa: F401
+from lmchat.interop.battery import (  # noqa: F401
+    PLAIN, REASONING, TOOL_CONVERSATIONS, TOOLS, TRICKY, a, call, s, tool, u,
+)
 
 
 def text_strategy():

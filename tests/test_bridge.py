@@ -100,7 +100,8 @@ def test_a_cancelled_result_awaiter_abandons_the_worker(pool):
     closed, abandoned, started, release = (threading.Event() for _ in range(4))
 
     async def main():
-        pump = Pump(lambda: two_items(release, closed, started), pool, loop=asyncio.get_running_loop(), on_abandon=abandoned.set, result_only=True)
+        pump = Pump(lambda: two_items(release, closed, started), pool, loop=asyncio.get_running_loop(),
+                    on_abandon=abandoned.set, result_only=True)
         waiter = asyncio.ensure_future(pump.result())
         while not started.is_set():
             await asyncio.sleep(0.001)

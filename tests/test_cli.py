@@ -51,7 +51,8 @@ def test_render_matches_the_official_template(conv_file):
 
 def test_render_reads_stdin_and_kwargs():
     payload = json.dumps({"messages": CONVERSATION[1:2]}).encode()
-    out = lmchat("render", "--template", "qwen3", "--messages", "-", "--kwargs", '{"enable_thinking": false}', stdin=payload)
+    out = lmchat("render", "--template", "qwen3", "--messages", "-", "--kwargs", '{"enable_thinking": false}',
+                 stdin=payload)
     assert out.returncode == 0, out.stderr
     assert out.stdout.decode().endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
 

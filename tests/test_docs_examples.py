@@ -37,7 +37,8 @@ def test_every_unmarked_example_runs(results):
     unmarked = [b for b in EXAMPLES if b.mark is None]
     passed = [b for b in unmarked if results[b.id]["status"] == "passed"]
     failed = [r["id"] for r in results.values() if r["status"] == "failed"]
-    assert len(passed) / len(unmarked) == 1.0, f"{len(passed)} of {len(unmarked)} unmarked examples ran; failed: {failed}"
+    assert len(passed) / len(unmarked) == 1.0, \
+        f"{len(passed)} of {len(unmarked)} unmarked examples ran; failed: {failed}"
     assert not failed, f"failed (marked runnable, hidden setups, files): {failed}"
 
 
@@ -54,7 +55,8 @@ def test_site_builds_strictly(tmp_path):
                           cwd=ROOT, capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     # Python-Markdown keeps the backslash of `a\|b` inside a table's code span: the page would show it
-    shown = {page.relative_to(tmp_path / "site").as_posix(): re.findall(r"<code>[^<]*\\\|[^<]*</code>", page.read_text())
+    shown = {page.relative_to(tmp_path / "site").as_posix():
+             re.findall(r"<code>[^<]*\\\|[^<]*</code>", page.read_text())
              for page in (tmp_path / "site").rglob("*.html")}
     assert not {k: v for k, v in shown.items() if v}, "a literal backslash before | in code on the site"
     repl = (tmp_path / "site" / "repl" / "index.html").read_text()

@@ -110,7 +110,8 @@ def test_export_renders_what_the_template_renders_or_says_why_not(name):
         with pytest.raises(TemplateConfigError):
             lmchat.interop.export.export_jinja(t)
         return
-    twin = lmchat.JinjaTemplate(chat_template=lmchat.interop.export.export_jinja(t), special_tokens={"bos_token": t.bos})
+    twin = lmchat.JinjaTemplate(chat_template=lmchat.interop.export.export_jinja(t),
+                                special_tokens={"bos_token": t.bos})
     for generation_prompt in (True, False):
         messages = conversation(t)
         assert twin.messages2prompt(messages, add_generation_prompt=generation_prompt, date=DATE) == \

@@ -157,7 +157,8 @@ def test_later_turns_are_pure_deltas(name):
 
 @pytest.mark.parametrize("name", NAMES)
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(steps=st.lists(st.tuples(st.sampled_from(["user", "tool", "system"]), text_strategy(), text_strategy()), max_size=6))
+@given(steps=st.lists(st.tuples(st.sampled_from(["user", "tool", "system"]), text_strategy(), text_strategy()),
+                      max_size=6))
 def test_session_invariant_with_tool_results(name, steps):
     template = get_template(name)
     session = Session(template, date=DATE)

@@ -127,7 +127,8 @@ def test_session_llama2_keeps_no_eos():
 def test_session_llama31_with_tools():
     session = Session("llama3.1", tools=TOOLS, date=dt.date(2025, 1, 2))
     first = session.prompt("Weather?").text
-    assert "Today Date: 02 Jan 2025" in first and first.endswith("Weather?<|eot_id|>" + get_template("llama3.1").assistant)
+    assert ("Today Date: 02 Jan 2025" in first
+            and first.endswith("Weather?<|eot_id|>" + get_template("llama3.1").assistant))
     call = {"id": "call_1", "type": "function",
             "function": {"name": "get_current_weather", "arguments": {"location": "Paris"}}}
     session.commit('{"name": "get_current_weather", "parameters": {"location": "Paris"}}', tool_calls=[call])
@@ -154,7 +155,8 @@ def tool_conversations(draw):
         role = draw(st.sampled_from(roles))
         if role == "call":
             args = draw(st.sampled_from([{"query": "x"}, '{"a": 1}', {"a": 1}]))
-            out.append(a(draw(text_strategy()), tool_calls=[call(draw(st.sampled_from(["add", "brave_search"])), args)]))
+            out.append(a(draw(text_strategy()),
+                         tool_calls=[call(draw(st.sampled_from(["add", "brave_search"])), args)]))
         else:
             out.append({"role": role, "content": draw(st.one_of(text_strategy(), st.integers(), st.just([1])))})
     return out

@@ -107,7 +107,8 @@ def test_inferred_turn_markers():
 
 def test_session_on_an_unregistered_template_resets_nothing():
     t = JinjaTemplate.from_string(
-        "{% for m in messages %}<{{ m.role }}>{{ m.content }}</s>{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}",
+        "{% for m in messages %}<{{ m.role }}>{{ m.content }}</s>{% endfor %}"
+        "{% if add_generation_prompt %}<assistant>{% endif %}",
         eos_token="</s>",
     )
     assert t.eoa == "</s>" and t.stop_words == ("</s>",)

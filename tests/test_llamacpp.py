@@ -79,7 +79,8 @@ def greedy(n=24, stop=STOPS):
 def commit(session, chunks):
     """Commit as the REPL and the session manager do (an answer cut short is held without an end marker)."""
     last = chunks[-1]
-    commit_generation(session, Generation("".join(c.text for c in chunks), tuple(i for c in chunks for i in c.token_ids),
+    commit_generation(session, Generation("".join(c.text for c in chunks),
+                                          tuple(i for c in chunks for i in c.token_ids),
                                           last.finish_reason, last.stop))
 
 
@@ -161,7 +162,8 @@ def test_vocabulary_equals_llama_tokenize_on_rendered_prompts(backend):
             continue
         for generation_prompt in (True, False):
             try:
-                text, ids = encode_prompt(template, Chat(list(case.messages), add_generation_prompt=generation_prompt), codec)
+                text, ids = encode_prompt(
+                    template, Chat(list(case.messages), add_generation_prompt=generation_prompt), codec)
             except lmchat.errors.LmchatError:
                 continue
             assert ids == vocab.encode_parsed(text), case.label

@@ -34,7 +34,8 @@ CASES = [
         "Sure.",
         [("get_weather", {"city": "Paris"}), ("get_time", {})],
     ),
-    ("hermes3", '<tool_call>{"arguments": {"a": [1, 2.5, null]}, "name": "f"}</tool_call>', "", [("f", {"a": [1, 2.5, None]})]),
+    ("hermes3", '<tool_call>{"arguments": {"a": [1, 2.5, null]}, "name": "f"}</tool_call>', "",
+     [("f", {"a": [1, 2.5, None]})]),
     ("falcon3", '<tool_call>\n[{"name": "f", "arguments": {}}, {"name": "g", "arguments": {"x": true}}]\n</tool_call>',
      "", [("f", {}), ("g", {"x": True})]),
     ("llama3.1", '{"name": "f", "parameters": {"x": 1}}; {"name": "g", "arguments": {"y": "z"}}', "",
@@ -74,7 +75,8 @@ CASES = [
     (
         GLM45,
         "Checking.\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Beijing</arg_value>\n"
-        "<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n<arg_key>at</arg_key>\n<arg_value>[1, 2]</arg_value>\n</tool_call>"
+        "<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n"
+        "<arg_key>at</arg_key>\n<arg_value>[1, 2]</arg_value>\n</tool_call>"
         "<tool_call>ls <arg_key>dir</arg_key> <arg_value>backend</arg_value> </tool_call>",
         "Checking.",
         [("get_weather", {"city": "Beijing", "days": 3, "at": [1, 2]}), ("ls", {"dir": "backend"})],
@@ -116,15 +118,16 @@ MALFORMED = [
     ("qwen2.5", '<tool_call>{"nam', '<tool_call>{"nam', [], ["before the tool name"]),
     ("qwen2.5", "Hi <tool_call>not json</tool_call> bye", "Hi <tool_call>not json</tool_call> bye", [],
      ["expected a tool call"]),
-    ("qwen2.5", '<tool_call>{"name": "a", "arguments": {}}</tool_call> garbage <tool_call>{"name": "b", "arguments": {}}'
-     "</tool_call>", "garbage", [("a", {}), ("b", {})], []),
+    ("qwen2.5", '<tool_call>{"name": "a", "arguments": {}}</tool_call> garbage '
+                '<tool_call>{"name": "b", "arguments": {}}</tool_call>',
+     "garbage", [("a", {}), ("b", {})], []),
     ("qwen2.5", '<tool_call>{"name": "a", "arguments": {"x": 1,, }}</tool_call>', ", }}", [("a", {"x": 1})],
      ["unexpected ','"]),
     ("qwen2.5", '<tool_call>{"name": "a", "arguments": {}} extra</tool_call>', "extra", [("a", {})], ["text after"]),
     ("qwen2.5", '<tool_call>{"name": "a", "arguments": "{\\"x\\": 1}"}</tool_call>', "", [("a", {"x": 1})], []),
     ("qwen2.5", '<tool_call>{"name": "a", "arguments": 5}</tool_call>', "", [("a", {})], ["not a JSON object"]),
-    ("qwen2.5", '<tool_call>{"name": 7, "arguments": {}}</tool_call>', '<tool_call>{"name": 7, "arguments": {}}</tool_call>',
-     [], ["not a non-empty string"]),
+    ("qwen2.5", '<tool_call>{"name": 7, "arguments": {}}</tool_call>',
+     '<tool_call>{"name": 7, "arguments": {}}</tool_call>', [], ["not a non-empty string"]),
     ("mistral-v0.3", '[TOOL_CALLS] [{"name": "f", "arguments": {}}', "", [("f", {})], ["not closed"]),
     ("mistral-v0.3", "[TOOL_CALLS] oops", "[TOOL_CALLS] oops", [], ["expected a tool call"]),
     ("llama3.1", '{"answer": 42}', '{"answer": 42}', [], ["no name"]),
@@ -138,12 +141,13 @@ MALFORMED = [
     ("chatglm3", "f\n```python\ntool_call(x={1, 2})\n```", "f\n```python\ntool_call(x={1, 2})\n```", [],
      ["not JSON values"]),
     ("glm4", "get_weather\nBeijing please", "get_weather\nBeijing please", [], ["without JSON arguments"]),
-    (GLM45, "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Bei", "<arg_key>city</arg_key>\n<arg_value>Bei",
-     [("get_weather", {})], ["ends inside an argument"]),
-    ("deepseek-v3", "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{\"a\": tru",
+    (GLM45, "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Bei",
+     "<arg_key>city</arg_key>\n<arg_value>Bei", [("get_weather", {})], ["ends inside an argument"]),
+    ("deepseek-v3", "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n"
+                    "```json\n{\"a\": tru",
      "", [("f", {})], ["ends inside"]),
-    ("deepseek-v3", "<｜tool▁call▁begin｜>oops<｜tool▁call▁end｜>", "<｜tool▁call▁begin｜>oops<｜tool▁call▁end｜>", [],
-     ["without a 'type"]),
+    ("deepseek-v3", "<｜tool▁call▁begin｜>oops<｜tool▁call▁end｜>",
+     "<｜tool▁call▁begin｜>oops<｜tool▁call▁end｜>", [], ["without a 'type"]),
 ]
 
 
@@ -198,7 +202,8 @@ def test_glm45_values_follow_the_schema_when_tools_are_given():
 
 
 def test_control_characters_and_unicode_in_arguments_give_strict_json():
-    text = '<tool_call>{"name": "run", "arguments": {"code": "print(1)\n\tx = \'é😀\'", "u": "\\ud83d\\ude00"}}</tool_call>'
+    text = ('<tool_call>{"name": "run", "arguments": {"code": "print(1)\n\tx = \'é😀\'", '
+            '"u": "\\ud83d\\ude00"}}</tool_call>')
     ((_, args),) = calls(parse_response("qwen2.5", text))
     assert args == {"code": "print(1)\n\tx = 'é😀'", "u": "😀"}
 
@@ -247,7 +252,8 @@ def test_agent_format_renderings_parse_back(name, interpreter):
     tools = [WEATHER, {"type": "code_interpreter"}]
     plugin = {"role": "assistant", "content": "OK.", "tool_calls": openai_calls(False)}
     code = {"role": "assistant", "content": "Computing.", "tool_calls": [
-        {"id": "c", "type": "function", "function": {"name": interpreter, "arguments": {"code": "import math\nprint(1)"}}}]}
+        {"id": "c", "type": "function",
+         "function": {"name": interpreter, "arguments": {"code": "import math\nprint(1)"}}}]}
     for message, expected in ((plugin, list(zip(("get_weather", "get_time"), ARGS))),
                               (code, [(interpreter, {"code": "import math\nprint(1)"})])):
         text = answer_text(template, [{"role": "user", "content": "Hi"}, message], tools=tools)
@@ -264,8 +270,8 @@ def test_every_template_names_a_known_format():
     ("hermes", '<tool_call>\n{"name": "f", "arguments": {"k": "v"}}\n</tool_call>'),
     ("glm45", "<tool_call>f\n<arg_key>k</arg_key><arg_value>v</arg_value></tool_call>"),
     ("internlm", '<|action_start|><|plugin|>\n{"name": "f", "parameters": {"k": "v"}}<|action_end|>'),
-    ("deepseek_v3", '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{"k": "v"}\n```'
-                    '<｜tool▁call▁end｜><｜tool▁calls▁end｜>'),
+    ("deepseek_v3", '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n'
+                    '```json\n{"k": "v"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>'),
 ])
 def test_text_around_a_call_is_kept_as_the_model_wrote_it(fmt, call):
     """The content is the answer minus the call markup: text on both sides is never glued together."""

@@ -25,7 +25,8 @@ PIECES = {
                ', "arguments": {"x": "é\n"', "}}", "[", "]", ",", "<tool_", '{"arguments": {"b": [true, null]}, '],
     "llama3_json": ["<|python_tag|>", '{"name": "f", "parameters": {"a": 1}}', ";", "brave_search.call(query='x')",
                     '"name"', ":", '"g"', "<|python"],
-    "mistral": ["[TOOL_CALLS]", " [", '{"name": "f", "arguments": {"a": [1, 2]}}', ",", "]", '"id": "abcdefghi"', "[TOOL"],
+    "mistral": ["[TOOL_CALLS]", " [", '{"name": "f", "arguments": {"a": [1, 2]}}', ",", "]", '"id": "abcdefghi"',
+                "[TOOL"],
     "granite": ["<|tool_call|>", "[", '{"name": "f", "arguments": {"a": 1.5e3}}', "]", ","],
     "internlm": ["<|action_start|>", "<|plugin|>", "<|interpreter|>", "<|action_end|>",
                  '{"name": "f", "parameters": {"a": 1}}', "```python\n", "print(1)\n", "```", "<|action_st"],
@@ -34,8 +35,9 @@ PIECES = {
     "glm4": ["<|assistant|>", "get_weather\n", '{"a": 1}', '{"b": [', "hello"],
     "glm45": ["<tool_call>", "</tool_call>", "get_weather", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>",
               "city", "3", "[1]", "<arg_"],
-    "deepseek_v3": ["<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "function", "<｜tool▁sep｜>", "get_weather",
-                    "```json\n", '{"a": 1}', "\n```", "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>", "<｜tool"],
+    "deepseek_v3": ["<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "function", "<｜tool▁sep｜>",
+                    "get_weather", "```json\n", '{"a": 1}', "\n```", "<｜tool▁call▁end｜>",
+                    "<｜tool▁calls▁end｜>", "<｜tool"],
 }
 assert set(PIECES) == set(FORMATS)
 
@@ -80,10 +82,12 @@ def test_any_chunking_gives_the_whole_text_result(name, data):
               '{"city": "巴黎", "days": [1, 2]}}\n</tool_call>'),
     ("llama3.1", '{"name": "get_weather", "parameters": {"city": "巴黎", "days": [1, 2]}}'),
     ("mistral-v0.3", '[TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "巴黎", "days": [1, 2]}}]'),
-    ("internlm2", '<|action_start|><|plugin|>\n{"name": "get_weather", "parameters": {"city": "巴黎", "days": [1, 2]}}'),
+    ("internlm2", '<|action_start|><|plugin|>\n{"name": "get_weather", '
+                  '"parameters": {"city": "巴黎", "days": [1, 2]}}'),
     ("glm4", 'get_weather\n{"city": "巴黎", "days": [1, 2]}'),
-    ("deepseek-r1", '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n'
-                    '{"city": "巴黎", "days": [1, 2]}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>'),
+    ("deepseek-r1", '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n'
+                    '```json\n{"city": "巴黎", "days": [1, 2]}\n```'
+                    '<｜tool▁call▁end｜><｜tool▁calls▁end｜>'),
 ])
 def test_names_come_whole_and_arguments_stream_as_they_arrive(template, text):
     stream = ResponseStream(template)
@@ -102,7 +106,8 @@ def test_names_come_whole_and_arguments_stream_as_they_arrive(template, text):
     ("qwen2.5", "Hello <tool_", 'call>{"name": "f", "arguments": {}}</tool_call>'),
     ("qwen3", "<thi", "nk>x</think>Hello"),
     ("internlm2", "Hi<|action_start|><|plu", 'gin|>\n{"name": "f", "parameters": {}}'),
-    ("deepseek-v3", "Hi<｜tool▁call", "s▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n{}<｜tool▁call▁end｜>"),
+    ("deepseek-v3", "Hi<｜tool▁call",
+     "s▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n{}<｜tool▁call▁end｜>"),
 ])
 def test_a_marker_prefix_at_a_chunk_end_is_held_back(template, before, after):
     stream = ResponseStream(template)

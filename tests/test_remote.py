@@ -263,7 +263,8 @@ def test_ids_carry_the_sessions_encoding_and_typed_markers_stay_text(vocab):
     with pytest.raises(ConfigError, match="needs the served model's tokenizer"):
         get_backend("remote", base_url="http://127.0.0.1:9", prompt_format="ids")
     with pytest.raises(ConfigError, match="has no token ids"):
-        backend.payload(GenerationRequest.from_session(s := lmchat.Session("smollm2"), s.prompt("hi"), SamplingParams()))
+        backend.payload(GenerationRequest.from_session(s := lmchat.Session("smollm2"), s.prompt("hi"),
+                                                       SamplingParams()))
 
 
 @pytest.mark.parametrize("status, mode", [(200, "ids"), (422, "text"), (500, "text"), (503, None), (401, "error")])

@@ -300,7 +300,8 @@ def test_toolbar_without_tokenizer(tmp_path):
     conv = make(tmp_path)
     chat(conv, "hi", "there")
     last = conv.backend.requests[-1]
-    reused, prefilled = len(conv.backend.requests[0].prompt().text) + len("You said: hi<|im_end|>"), len(last.delta.text)
+    reused, prefilled = (len(conv.backend.requests[0].prompt().text) + len("You said: hi<|im_end|>"),
+                         len(last.delta.text))
     assert toolbar_text(conv).startswith(
         f"{conv.session.step} chars (no tokenizer) │ last turn: {reused} reused, {prefilled} prefilled │ "
     )

@@ -74,7 +74,8 @@ def test_completion_of_commands_and_arguments():
     def complete(text):
         return [c.text for c in completer.get_completions(Document(text), None)]
 
-    assert complete("/he") == ["/help"] and complete("/s") == ["/system", "/set", "/show", "/save", "/save!", "/sessions"]
+    assert (complete("/he") == ["/help"]
+            and complete("/s") == ["/system", "/set", "/show", "/save", "/save!", "/sessions"])
     assert complete("/set t") == ["temperature", "top_p", "top_k"] and complete("/set s") == ["seed", "stop"]
     assert complete("/template qwen") == ["qwen2.5", "qwen3"] and complete("/debug o") == ["on", "off"]
     assert complete("hello /he") == [] and complete("/reset x") == [] and complete("/help") == []

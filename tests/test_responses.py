@@ -197,7 +197,8 @@ def test_a_streamed_response_and_a_streamed_tool_call(client):
     [call] = response.output
     assert call.call_id == client.responses.retrieve(response.id).output[0].call_id
     answered = client.responses.create(model="m", tools=TOOLS, previous_response_id=response.id, input=[
-        {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}, {"role": "user", "content": "ok"}])
+        {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"},
+        {"role": "user", "content": "ok"}])
     assert answered.output_text == "ok"
 
 

@@ -1,4 +1,5 @@
-"""The manager's additions the Responses API builds on: notes, extras, expect, edit, fork at a message, inspect, update."""
+"""The manager's additions the Responses API builds on: notes, extras, expect, edit, fork at a
+message, inspect, update."""
 from __future__ import annotations
 
 import pytest
@@ -41,7 +42,8 @@ def test_notes_and_extra_are_saved_with_the_turn_and_reloaded(tmp_path):
     mgr.close()
     again = manager(SQLiteStore(path))
     view = again.inspect(sid, lambda v: v, owner="k")
-    assert view.extra == {"kind": "test"} and view.messages == 6  # 3 exchanges (Qwen2.5 renders its default system prompt itself)
+    # 3 exchanges (Qwen2.5 renders its default system prompt itself)
+    assert view.extra == {"kind": "test"} and view.messages == 6
     assert [n["n"] for n in view.notes] == [1, 3]
     turn = view.notes[1]["turn"]
     assert "text" not in turn and turn["finish_reason"] == "stop" and turn["prefilled"] > 0

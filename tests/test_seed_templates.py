@@ -42,7 +42,8 @@ def test_internlm_hyperparameters_from_seed():
     assert get_template("internlm-chat-7b-8k").session_len == 8192
     assert get_template("internlm-chat-20b").session_len == 8192
     base = get_template("internlm-7b")
-    assert (base.session_len, base.top_p, base.top_k, base.temperature, base.repetition_penalty) == (2048, 0.8, None, 0.8, 1.0)
+    assert (base.session_len, base.top_p, base.top_k, base.temperature, base.repetition_penalty) == \
+        (2048, 0.8, None, 0.8, 1.0)
     assert base.capability == "completion" and base.stop_words is None
     assert get_template("internlm-20b").session_len == 4096
 
@@ -101,7 +102,8 @@ def test_xtuner_rounds_come_from_the_session():
     ],
 )
 def test_xtuner_templates(name, first):
-    assert get_template(name).messages2prompt([{"role": "system", "content": "S"}, {"role": "user", "content": "Q"}]) == first
+    assert get_template(name).messages2prompt(
+        [{"role": "system", "content": "S"}, {"role": "user", "content": "Q"}]) == first
 
 
 XTUNER_TABLE = """

@@ -125,7 +125,8 @@ def test_tool_results_extend_one_delta():
     s.commit('<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>')
     d = s.extend([{"role": "tool", "content": "1"}, {"role": "tool", "content": "2"}])
     assert not d.reset
-    assert d.text == "\n<|im_start|>user\n<tool_response>\n1\n</tool_response>\n<tool_response>\n2\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    assert d.text == ("\n<|im_start|>user\n<tool_response>\n1\n</tool_response>\n<tool_response>\n2\n</tool_response>"
+                      "<|im_end|>\n<|im_start|>assistant\n")
 
 
 def test_unknown_template_lists_close_names():

@@ -83,7 +83,8 @@ def test_overlapping_stops(text, cuts):
 
 
 @FAST
-@given(st.text(alphabet="ab", max_size=80), st.lists(st.text(alphabet="ab", min_size=8, max_size=20), min_size=1, max_size=3))
+@given(st.text(alphabet="ab", max_size=80),
+       st.lists(st.text(alphabet="ab", min_size=8, max_size=20), min_size=1, max_size=3))
 def test_stops_longer_than_every_chunk(text, stops):
     m = StopMatcher(stops)
     answer, _ = run(m, list(text))  # one character per feed
@@ -221,7 +222,8 @@ WORDS = ["Hello", " world", "你好", "世界", " 🎉", "👍🏽", " ok", "\n\
 def test_random_token_streams_match_the_reference(words, data):
     text = "".join(words)
     ids = encode(text)
-    stops = data.draw(st.lists(st.sampled_from(["END", "\n\n", "世", "🎉👍", "<|", "ok END", "界 🎉"]), max_size=3))
+    stops = data.draw(st.lists(st.sampled_from(["END", "\n\n", "世", "🎉👍", "<|", "ok END", "界 🎉"]),
+                               max_size=3))
     sizes = data.draw(st.lists(st.integers(1, 4), max_size=len(ids)))
     m = StopMatcher(stops)
     answer = "".join(feed_ids(m, ids, sizes))

@@ -87,8 +87,10 @@ def test_a_file_of_an_older_schema_migrates_and_its_sessions_load(tmp_path, sche
     session.commit("hello")
     data = session.to_dict()
     owner = ", owner" if schema >= 2 else ""
-    conn.execute(f"INSERT INTO sessions (id, version, seq, created_at, updated_at, title, turns, template, data{owner}) "
-                 f"VALUES ('old-1', 4, 1, 1.0, 2.0, 'written by the old store', 1, 'qwen2.5', ?{', ?' if owner else ''})",
+    conn.execute("INSERT INTO sessions "
+                 f"(id, version, seq, created_at, updated_at, title, turns, template, data{owner}) "
+                 "VALUES ('old-1', 4, 1, 1.0, 2.0, 'written by the old store', 1, 'qwen2.5', "
+                 f"?{', ?' if owner else ''})",
                  (json.dumps(data), *(("o1",) if owner else ())))
     conn.commit()
     conn.close()

@@ -59,7 +59,8 @@ def play_tokens(template, tokenizer, system, turns):
 
 
 @pytest.mark.parametrize("name", lmchat.template_names())
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(max_examples=6, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(dialogue=dialogues(max_turns=3))
 def test_token_invariant_every_template(name, tokenizer, dialogue):
     play_tokens(name, tokenizer, *dialogue)

@@ -36,7 +36,8 @@ def test_chatglm3_session_tool_turn_delta_starts_with_the_call():
 
 
 COMMITS = [  # (template, what the model wrote before its stop word, the stop word the engine keeps, parsed content)
-    ("internlm2", '好的。<|action_start|><|plugin|>\n{"name": "add", "parameters": {"a": 1}}', "<|action_end|>", "好的。"),
+    ("internlm2", '好的。<|action_start|><|plugin|>\n{"name": "add", "parameters": {"a": 1}}', "<|action_end|>",
+     "好的。"),
     ("internlm2", "<|action_start|><|interpreter|>\n```python\nprint(1)\n```", "<|action_end|>", ""),
     ("chatglm3", "add\n ```python\ntool_call(a=1)\n```", "", ""),
     ("chatglm3", "\n 好的<|assistant|>add\n ```python\ntool_call(a=1)\n```", "", "好的"),
@@ -66,7 +67,8 @@ def glm_raw(preamble, calls) -> str:
         if fn["name"] == "python":
             out += f"<|assistant|>interpreter\n ```python\n{args['code']}\n```"
         else:
-            out += f"<|assistant|>{fn['name']}\n ```python\ntool_call({', '.join(f'{k}={v!r}' for k, v in args.items())})\n```"
+            out += (f"<|assistant|>{fn['name']}\n ```python\n"
+                    f"tool_call({', '.join(f'{k}={v!r}' for k, v in args.items())})\n```")
     return out if preamble else out.removeprefix("<|assistant|>")
 
 

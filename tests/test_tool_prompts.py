@@ -29,13 +29,16 @@ GLM_SEED = (
     '<|system|> Answer the following questions as best as you can. You have access to the following tools: [ { "name": '
     '"get_current_weather", "description": "Get the current weather in a given location", "parameters": { "type": '
     '"object", "properties": { "location": { "type": "string", "description": "The city and state, e.g. San Francisco, '
-    'CA", }, "unit": {"type": "string"}, }, "required": ["location"], }, } ] <|user|> 今天北京的天气怎么样? <|assistant|> '
-    '好的,让我们来查看今天的天气 <|assistant|>get_current_weather ```python tool_call(location="beijing", unit="celsius") '
+    'CA", }, "unit": {"type": "string"}, }, "required": ["location"], }, } ] '
+    '<|user|> 今天北京的天气怎么样? <|assistant|> '
+    '好的,让我们来查看今天的天气 <|assistant|>get_current_weather '
+    '```python tool_call(location="beijing", unit="celsius") '
     '``` <|observation|> {"temperature": 22} <|assistant|> 根据查询结果,今天北京的气温为 22 摄氏度。'
 )
 GLM_MESSAGES = [
     u("今天北京的天气怎么样?"),
-    a("好的,让我们来查看今天的天气", tool_calls=[call("get_current_weather", {"location": "beijing", "unit": "celsius"}, "c0")]),
+    a("好的,让我们来查看今天的天气",
+      tool_calls=[call("get_current_weather", {"location": "beijing", "unit": "celsius"}, "c0")]),
     {"role": "tool", "tool_call_id": "c0", "content": '{"temperature": 22}'},
     a("根据查询结果,今天北京的气温为 22 摄氏度。"),
 ]
@@ -73,7 +76,8 @@ def test_chatglm3_renders_the_seed_tool_example():
         f"[gMASK]sop<|system|>\n {TOOL_PROMPT}\n{json.dumps([WEATHER], indent=4, ensure_ascii=False)}"
         "<|user|>\n 今天北京的天气怎么样?<|assistant|>\n 好的,让我们来查看今天的天气"
         "<|assistant|>get_current_weather\n ```python\ntool_call(location='beijing', unit='celsius')\n```"
-        '<|observation|>\n {"temperature": 22}<|assistant|>\n 根据查询结果,今天北京的气温为 22 摄氏度。'
+        '<|observation|>\n {"temperature": 22}'
+        '<|assistant|>\n 根据查询结果,今天北京的气温为 22 摄氏度。'
     )
     # the seed lost its whitespace; apart from it, only its trailing commas and quote style differ
     seed = re.sub(r",(?=\s*[}\]])", "", GLM_SEED).replace('"beijing"', "'beijing'").replace('"celsius"', "'celsius'")
@@ -116,7 +120,8 @@ def test_a_declared_python_function_is_a_plugin_not_the_interpreter(name):
     python = {"type": "function", "function": {"name": "python", "parameters": {}}}
     messages = [u("q"), a("", tool_calls=[call("python", {"code": "1"}, "c0")]),
                 {"role": "tool", "tool_call_id": "c0", "content": "1"}]
-    expected = {"internlm2": '<|action_start|><|plugin|>\n{"name": "python", "parameters": {"code": "1"}}<|action_end|>',
+    expected = {"internlm2": '<|action_start|><|plugin|>\n{"name": "python", "parameters": {"code": "1"}}'
+                             '<|action_end|>',
                 "chatglm3": "<|assistant|>python\n ```python\ntool_call(code='1')\n```"}[name]
     got = render(name, messages, tools=[python])
     assert expected in got and "interpreter" not in got
@@ -130,7 +135,8 @@ def raw_actions(calls) -> str:
         if fn["name"] == "python":
             out += f"<|action_start|><|interpreter|>\n```python\n{args['code']}\n```<|action_end|>\n"
         else:
-            out += f"<|action_start|><|plugin|>\n{json.dumps({'name': fn['name'], 'parameters': args}, ensure_ascii=False)}"
+            out += ("<|action_start|><|plugin|>\n"
+                    f"{json.dumps({'name': fn['name'], 'parameters': args}, ensure_ascii=False)}")
             out += "<|action_end|>"
     return out
 

@@ -67,4 +67,5 @@ def test_tool_turns_keep_the_invariant(name, script, with_tools):
                     for c, r in zip(calls, results)]
         session.commit(answer)
         lead = template.lead
-        messages.append({"role": "assistant", "content": answer[len(lead):] if lead and answer.startswith(lead) else answer})
+        messages.append({"role": "assistant",
+                         "content": answer[len(lead):] if lead and answer.startswith(lead) else answer})

@@ -30,7 +30,8 @@ CALL = {"id": "c1", "type": "function", "function": {"name": "add", "arguments":
 def test_bad_messages_name_index_and_field(messages, index, field):
     s = Session("qwen2.5", max_message_chars=100)
     s.prompt("hi")
-    s.commit("hello", tool_calls=[CALL]) if messages[0]["role"] == "tool" and field != "tool_call_id" else s.commit("hello")
+    (s.commit("hello", tool_calls=[CALL]) if messages[0]["role"] == "tool" and field != "tool_call_id"
+     else s.commit("hello"))
     before, held = s.context, s.messages
     with pytest.raises(InvalidMessages) as err:
         s.extend(messages)
@@ -95,7 +96,8 @@ def test_validating_a_turn_reads_the_history_from_its_end_only():
         ({"not": "a list"}, "tools"),
         ([{"type": "function"}], "tools[0].function"),
         ([{"type": "function", "function": {"name": ""}}], "tools[0].function.name"),
-        ([{"type": "function", "function": {"name": "f", "parameters": {"type": "array"}}}], "tools[0].function.parameters"),
+        ([{"type": "function", "function": {"name": "f", "parameters": {"type": "array"}}}],
+         "tools[0].function.parameters"),
         ([{"type": "retrieval"}], "tools[0].type"),
     ],
 )

@@ -54,26 +54,36 @@ df = pd.read_csv('data.csv')
 
 # Create a scatter plot of rainfall vs wind direction
 fig = px.scatter(df, x='WindDir9am', y='Rainfall', color='WindDir3pm',
-                 labels={'WindDir9am': 'Wind Direction 9am', 'Rainfall': 'Rainfall', 'WindDir3pm': 'Wind Direction 3pm'},
+                 labels={'WindDir9am': 'Wind Direction 9am', 'Rainfall': 'Rainfall', \
+'WindDir3pm': 'Wind Direction 3pm'},
                  title='Rainfall vs Wind Direction',
                  template='plotly_dark',
                  width=600, height=500)
 
 # Add a hover effect to show the date
-fig.update_traces(hovertemplate='<b>Date: %{text}</b><br>Wind Direction 9am: %{x}<br>Rainfall: %{y}<br>Wind Direction 3pm: %{marker.color}')
+fig.update_traces(hovertemplate='<b>Date: %{text}</b><br>Wind Direction 9am: %{x}<br>Rainfall: %{y}<br>\
+Wind Direction 3pm: %{marker.color}')
 
 # Show the plot
 fig.show()"""
 ANSWER_1 = (
-    "由于代码输出没有包含在这里，我无法提供具体的图表内容。但是，如果代码执行无误，它会显示一个极坐标图，其中包含两个填充区域，"
-    "一个代表上午9点的风向与降雨量的关系，另一个代表下午3点的风向与降雨量的关系。每个方向上的值是根据提供的数据集计算得到的平均降雨量。"
-    "图表应该有一个清晰的标题、图例，并且能够直观地比较不同风向下的降雨量。由于使用了暗色主题，图表的整体外观应该是深色背景上的亮色线条和填充区域。"
+    "由于代码输出没有包含在这里，我无法提供具体的图表内容。"
+    "但是，如果代码执行无误，它会显示一个极坐标图，其中包含两个填充区域，"
+    "一个代表上午9点的风向与降雨量的关系，另一个代表下午3点的风向与降雨量的关系。"
+    "每个方向上的值是根据提供的数据集计算得到的平均降雨量。"
+    "图表应该有一个清晰的标题、图例，并且能够直观地比较不同风向下的降雨量。"
+    "由于使用了暗色主题，图表的整体外观应该是深色背景上的亮色线条和填充区域。"
 )
 ANSWER_2 = (
-    "我使用的是Python的Plotly库来创建一个极坐标图，以展示风向与降雨量之间的关系。代码中首先创建了一个Plotly的Figure对象。"
-    "接着，我添加了两个`Scatterpolar`追踪。第一个追踪展示的是上午9点的风向与降雨量的平均值的关系，第二个追踪展示的是下午3点的风向"
-    "与降雨量的平均值的关系。在这两个追踪中，`r`参数代表降雨量的平均值，`theta`参数代表风向。`fill='toself'`表示图形以自身为边界进行填充。"
-    "然后我更新了图表的布局，隐藏了径向轴，添加了图例，设置了标题和标题字体，选择了暗色主题，并设定了图表的背景色、宽度和高度。"
+    "我使用的是Python的Plotly库来创建一个极坐标图，以展示风向与降雨量之间的关系。"
+    "代码中首先创建了一个Plotly的Figure对象。"
+    "接着，我添加了两个`Scatterpolar`追踪。"
+    "第一个追踪展示的是上午9点的风向与降雨量的平均值的关系，"
+    "第二个追踪展示的是下午3点的风向与降雨量的平均值的关系。"
+    "在这两个追踪中，`r`参数代表降雨量的平均值，`theta`参数代表风向。"
+    "`fill='toself'`表示图形以自身为边界进行填充。"
+    "然后我更新了图表的布局，隐藏了径向轴，添加了图例，设置了标题和标题字体，"
+    "选择了暗色主题，并设定了图表的背景色、宽度和高度。"
     "最后，使用`fig.show()`展示了图表。\n"
 )
 
@@ -90,7 +100,8 @@ PLUGIN_TURNS = (
 INTERPRETER_TURNS = (
     "<|im_start|>user\n请帮我对该数据集进行数据处理并可视化。\n<|im_end|>\n"
     "<|im_start|>user name=file\n[{\"path\": \"data.csv\", size='10K'}]<|im_end|>\n"
-    f"<|im_start|>assistant\n我已经帮您处理了数据并进行了可视化。\n\n<|action_start|><|interpreter|>\n```python\n{CODE}\n"
+    "<|im_start|>assistant\n我已经帮您处理了数据并进行了可视化。\n\n"
+    f"<|action_start|><|interpreter|>\n```python\n{CODE}\n"
     "```<|action_end|>\n<|im_end|>\n"
     "<|im_start|>environment name=<|interpreter|>\n![image](xxx.png)\n<|im_end|>\n"
     f"<|im_start|>assistant\n{ANSWER_1}<|im_end|>\n"
