@@ -305,7 +305,7 @@ class Session:
     # ------------------------------------------------------------------ persistence
     def mark_saved(self) -> None:
         """The snapshot was saved: :meth:`changes` counts from here."""
-        self._changes.saved(snapshot.small(self))
+        self._changes.saved(snapshot.small_values(self))
 
     def changes(self) -> dict | None:
         """What changed since :meth:`mark_saved` as a snapshot patch (:mod:`.patches`): O(turn) for a turn.

@@ -31,14 +31,15 @@ class Changes:
 
     def __init__(self) -> None:
         self.lows: dict[str, int] | None = None
-        self.small: dict[str, Any] = {}  # the small fields as last saved: a patch sets those that changed
+        #: the small fields' values as last saved, in :data:`SMALL`'s order (a tuple: it is kept per session)
+        self.small: tuple = ()
 
     def lower(self, **lows: int) -> None:
         if self.lows is not None:
             for key, low in lows.items():
                 self.lows[key] = min(self.lows.get(key, low), low)
 
-    def saved(self, small: dict[str, Any]) -> None:
+    def saved(self, small: tuple) -> None:
         self.lows, self.small = {}, small
 
 

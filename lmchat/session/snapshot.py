@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import datetime as _dt
+import itertools
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +21,7 @@ from ..errors import LmchatError, SnapshotError
 from ..messages import normalize_messages
 from ..templates.base import BaseTemplate
 from . import patches
-from .state import Held
+from .state import SMALL_FIELDS, Held
 
 if TYPE_CHECKING:
     from .core import Session
@@ -57,13 +58,22 @@ def patch(session: "Session") -> dict | None:
     if session._codec is None:
         lows = {k: v for k, v in lows.items() if k != "context_ids"}
     last = session._changes.small
-    return patches.make(lists, lows, {k: v for k, v in small(session).items() if k not in last or last[k] != v})
+    changed = {key: list(value) if isinstance(value, tuple) else value
+               for key, value, was in itertools.zip_longest(patches.SMALL, small_values(session), last,
+                                                            fillvalue=_UNSAVED) if value != was}
+    return patches.make(lists, lows, changed)
 
 
-def small(session: "Session") -> dict[str, Any]:
-    """The small fields of the snapshot (:data:`.patches.SMALL`), as new objects: O(1)."""
-    state = {**session._held.small(), **options(session)}
-    return {k: state[k] for k in patches.SMALL}
+_UNSAVED = object()  # no value saved (compares unequal to any)
+#: the snapshot keys of the small fields the session's Held keeps -> its attribute names
+_HELD = {key: name for name, key in SMALL_FIELDS}
+
+
+def small_values(session: "Session") -> tuple:
+    """The small fields (:data:`.patches.SMALL`, in its order) as the session holds them: tuples are shared,
+    not copied, so what :meth:`Session.mark_saved` keeps per session costs one tuple."""
+    held, opts = session._held, options(session)
+    return tuple(getattr(held, _HELD[key]) if key in _HELD else opts[key] for key in patches.SMALL)
 
 
 def options(session: "Session") -> dict[str, Any]:

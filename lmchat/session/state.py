@@ -105,14 +105,6 @@ class Held:
         self.append(kept)
 
     # ------------------------------------------------------------------ snapshots
-    def small(self) -> dict[str, Any]:
-        """The snapshot's fields but its lists (context, offsets, ids): O(1), what a patch sets when they change."""
-        out = {}
-        for name, key in _SMALL:
-            value = getattr(self, name)
-            out[key] = list(value) if isinstance(value, tuple) else value
-        return out
-
     def to_dict(self, with_ids: bool) -> dict[str, Any]:
         out = {}
         for a in attrs.fields(Held):
@@ -158,5 +150,5 @@ _KINDS = {"parts": str, "offsets": int, "ids": int, "anchor": int, "rewind": int
 
 
 #: (attribute, snapshot key) of Held's small fields: not the lists that grow with the conversation
-_SMALL = tuple((a.name, a.metadata["key"]) for a in attrs.fields(Held)
-               if "key" in a.metadata and a.name not in ("parts", "offsets", "ids"))
+SMALL_FIELDS = tuple((a.name, a.metadata["key"]) for a in attrs.fields(Held)
+                     if "key" in a.metadata and a.name not in ("parts", "offsets", "ids"))
