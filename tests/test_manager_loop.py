@@ -20,7 +20,7 @@ from lmchat import SessionManager
 from lmchat.backends.echo import EchoBackend
 from lmchat.errors import (BackendError, CapacityExceeded, ConfigError, LmchatError, SessionBusy, SessionNotFound,
                            StoreConflict)
-from lmchat.serve.turns import start_stream
+from lmchat.serve.turns import run, start_stream
 from lmchat.stores import VERSION_KEY, open_store
 
 
@@ -513,3 +513,25 @@ def test_a_turn_can_wait_for_the_stopping_turn_its_client_left(store, on_loop):
     assert [m["content"] for m in messages if m["role"] == "user"] == [text, text, "retried", text]
     partials = [m["content"] for m in messages if m["role"] == "assistant"]
     assert all(("echo: " + text).startswith(p) and p != "echo: " + text for p in partials[:2] + partials[3:])
+
+
+def test_a_turn_that_waited_for_a_stopping_one_is_not_started_for_a_client_gone_meanwhile(store):
+    """The server waits for a stopping turn on the client's behalf: a client that leaves during that wait gets
+    no turn run for nobody (``serve.turns.run``, with the ASGI receive of a client that leaves after 50 ms)."""
+    mgr = manager(store, True, SlowStop(seconds=0.5, delay=0.01))
+    sid = mgr.create("s1")
+
+    async def receive():
+        await asyncio.sleep(0.05)
+        return {"type": "http.disconnect"}
+
+    async def main():
+        stream = mgr.astream_turn(sid, user("one two three four five six"))
+        await stream.__anext__()
+        await stream.aclose()  # that client left: its turn takes 0.5 s to stop
+        with pytest.raises(SessionBusy):
+            await run(receive, mgr, sid, user("nobody reads this"), owner=None)
+        assert await mgr.await_stopped(sid)
+
+    asyncio.run(main())
+    assert [m["content"] for m in mgr.get(sid).messages if m["role"] == "user"] == ["one two three four five six"]

@@ -78,15 +78,17 @@ def cancel_on_disconnect(receive: Callable, cancel: Callable[[], Any]) -> "_Watc
 class _Watch:
     """The context manager of :func:`cancel_on_disconnect` (a class: every request enters one)."""
 
-    __slots__ = ("receive", "cancel", "timer", "task")
+    __slots__ = ("receive", "cancel", "timer", "task", "left")
 
     def __init__(self, receive: Callable, cancel: Callable[[], Any]):
         self.receive, self.cancel = receive, cancel
         self.timer: asyncio.TimerHandle | None = None
         self.task: asyncio.Task | None = None
+        self.left = False  # the client went away (seen by the watch)
 
-    async def __aenter__(self) -> None:
+    async def __aenter__(self) -> "_Watch":
         self.timer = asyncio.get_running_loop().call_later(WATCH_AFTER, self._start)
+        return self
 
     def _start(self) -> None:
         self.task = asyncio.ensure_future(self._watch())
@@ -94,6 +96,7 @@ class _Watch:
     async def _watch(self) -> None:
         while (await self.receive())["type"] != "http.disconnect":
             pass
+        self.left = True
         with contextlib.suppress(LmchatError):  # the turn may have just ended
             self.cancel()
 

@@ -26,12 +26,14 @@ T = TypeVar("T")
 STOPPING_SECONDS = 5.0
 
 
-async def patient(mgr: SessionManager, session_id: str, owner: str | None, start: Callable[[], Awaitable[T]]) -> T:
-    """``start()``; when the session is busy with a turn that is stopping, again once that turn has saved."""
+async def patient(mgr: SessionManager, session_id: str, owner: str | None, start: Callable[[], Awaitable[T]],
+                  gone: Callable[[], bool] = lambda: False) -> T:
+    """``start()``; when the session is busy with a turn that is stopping, again once that turn has saved,
+    unless the client is ``gone`` by then (nobody would read the answer)."""
     try:
         return await start()
     except SessionBusy:
-        if not await mgr.await_stopped(session_id, owner, STOPPING_SECONDS):
+        if not await mgr.await_stopped(session_id, owner, STOPPING_SECONDS) or gone():
             raise
     return await start()
 
@@ -72,9 +74,10 @@ async def run(receive: Callable, mgr: SessionManager, session_id: str, messages:
               owner: str | None, **kwargs: Any) -> TurnResult:
     """The whole turn; the client leaving mid-way (``receive``: the request's) cancels it (the partial
     answer is committed)."""
-    async with cancel_on_disconnect(receive, lambda: mgr.cancel(session_id, owner)):
+    async with cancel_on_disconnect(receive, lambda: mgr.cancel(session_id, owner)) as watch:
         return await patient(mgr, session_id, owner,
-                             lambda: mgr.arun_turn(session_id, messages, owner=owner, **kwargs))
+                             lambda: mgr.arun_turn(session_id, messages, owner=owner, **kwargs),
+                             gone=lambda: watch.left)
 
 
 def count(tokenizer: Any, n_chars: int, n_ids: int) -> int:
