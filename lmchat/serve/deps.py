@@ -71,6 +71,7 @@ def cancel_on_disconnect(receive: Callable, cancel: Callable[[], Any]) -> "_Watc
     message is the disconnect (uvicorn also sends it once the response is
     complete: the watcher stops before that). The watch starts after
     ``WATCH_AFTER`` seconds: a client that left earlier is noticed then.
+    ``async with ... as watch``: ``watch.left`` says whether the client went away.
     """
     return _Watch(receive, cancel)
 
