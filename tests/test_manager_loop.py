@@ -495,7 +495,7 @@ def test_a_turn_can_wait_for_the_stopping_turn_its_client_left(store, on_loop):
         assert await mgr.await_stopped(sid)
         waited = time.monotonic() - begun
         await leave()
-        chunks = await start_stream(mgr, sid, user("retried"))
+        chunks = await start_stream(mgr, sid, user("retried"), receive=asyncio.Event().wait)  # a client that stays
         answer = "".join([c.text async for c in chunks])
         live = mgr.astream_turn(sid, user(text))
         await live.__anext__()
@@ -515,9 +515,11 @@ def test_a_turn_can_wait_for_the_stopping_turn_its_client_left(store, on_loop):
     assert all(("echo: " + text).startswith(p) and p != "echo: " + text for p in partials[:2] + partials[3:])
 
 
-def test_a_turn_that_waited_for_a_stopping_one_is_not_started_for_a_client_gone_meanwhile(store):
+@pytest.mark.parametrize("streamed", [False, True], ids=["collected", "streamed"])
+def test_a_turn_that_waited_for_a_stopping_one_is_not_started_for_a_client_gone_meanwhile(store, streamed):
     """The server waits for a stopping turn on the client's behalf: a client that leaves during that wait gets
-    no turn run for nobody (``serve.turns.run``, with the ASGI receive of a client that leaves after 50 ms)."""
+    no turn run for nobody (``serve.turns.run`` and ``start_stream``, with the ASGI receive of a client that
+    leaves after 50 ms)."""
     mgr = manager(store, True, SlowStop(seconds=0.5, delay=0.01))
     sid = mgr.create("s1")
 
@@ -530,7 +532,10 @@ def test_a_turn_that_waited_for_a_stopping_one_is_not_started_for_a_client_gone_
         await stream.__anext__()
         await stream.aclose()  # that client left: its turn takes 0.5 s to stop
         with pytest.raises(SessionBusy):
-            await run(receive, mgr, sid, user("nobody reads this"), owner=None)
+            if streamed:
+                await start_stream(mgr, sid, user("nobody reads this"), receive=receive)
+            else:
+                await run(receive, mgr, sid, user("nobody reads this"), owner=None)
         assert await mgr.await_stopped(sid)
 
     asyncio.run(main())

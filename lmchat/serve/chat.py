@@ -51,7 +51,7 @@ async def chat_completions(body: ChatRequest, request: Request, who: str | None 
     parse = body.tool_choice != "none"
     try:
         if body.stream:
-            chunks = await start_stream(mgr, sid, messages, owner=who, **kwargs)
+            chunks = await start_stream(mgr, sid, messages, receive=request.receive, owner=who, **kwargs)
             events = chat_events(
                 chunks, meta, template=template, tools=tools, parse=parse,
                 include_usage=bool((body.stream_options or {}).get("include_usage")),

@@ -84,7 +84,7 @@ class Interactive:
                                   "max_new_tokens": body.request_output_len}
         try:
             if body.stream:
-                chunks = await start_stream(mgr, sid, messages, owner=who, create=True, **kwargs)
+                chunks = await start_stream(mgr, sid, messages, receive=receive, owner=who, create=True, **kwargs)
             else:
                 result = await run(receive, mgr, sid, messages, owner=who, create=True, **kwargs)
         except SessionLengthExceeded as exc:

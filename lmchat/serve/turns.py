@@ -26,22 +26,24 @@ T = TypeVar("T")
 STOPPING_SECONDS = 5.0
 
 
-async def patient(mgr: SessionManager, session_id: str, owner: str | None, start: Callable[[], Awaitable[T]],
-                  gone: Callable[[], bool] = lambda: False) -> T:
+async def patient(mgr: SessionManager, session_id: str, owner: str | None, receive: Callable,
+                  start: Callable[[], Awaitable[T]]) -> T:
     """``start()``; when the session is busy with a turn that is stopping, again once that turn has saved,
-    unless the client is ``gone`` by then (nobody would read the answer)."""
+    unless the client (``receive``: the request's) left during the wait: nobody would read the answer."""
     try:
         return await start()
     except SessionBusy:
-        if not await mgr.await_stopped(session_id, owner, STOPPING_SECONDS) or gone():
+        async with cancel_on_disconnect(receive, lambda: None) as watch:
+            stopped = await mgr.await_stopped(session_id, owner, STOPPING_SECONDS)
+        if not stopped or watch.left:
             raise
     return await start()
 
 
-async def start_stream(mgr: SessionManager, session_id: str, messages: Iterable[dict], **kwargs: Any
-                       ) -> AsyncIterator[Chunk]:
-    """The turn's chunks, once the first one is there (so the turn has started)."""
-    return await patient(mgr, session_id, kwargs.get("owner"),
+async def start_stream(mgr: SessionManager, session_id: str, messages: Iterable[dict], *, receive: Callable,
+                       **kwargs: Any) -> AsyncIterator[Chunk]:
+    """The turn's chunks, once the first one is there (so the turn has started); ``receive``: the request's."""
+    return await patient(mgr, session_id, kwargs.get("owner"), receive,
                          lambda: primed(mgr.astream_turn(session_id, messages, **kwargs)))
 
 
@@ -74,10 +76,9 @@ async def run(receive: Callable, mgr: SessionManager, session_id: str, messages:
               owner: str | None, **kwargs: Any) -> TurnResult:
     """The whole turn; the client leaving mid-way (``receive``: the request's) cancels it (the partial
     answer is committed)."""
-    async with cancel_on_disconnect(receive, lambda: mgr.cancel(session_id, owner)) as watch:
-        return await patient(mgr, session_id, owner,
-                             lambda: mgr.arun_turn(session_id, messages, owner=owner, **kwargs),
-                             gone=lambda: watch.left)
+    async with cancel_on_disconnect(receive, lambda: mgr.cancel(session_id, owner)):
+        return await patient(mgr, session_id, owner, receive,
+                             lambda: mgr.arun_turn(session_id, messages, owner=owner, **kwargs))
 
 
 def count(tokenizer: Any, n_chars: int, n_ids: int) -> int:
