@@ -147,30 +147,42 @@ def test_a_client_leaving_a_non_streamed_turn_cancels_it_and_commits_the_partial
     assert got["turns"] == 1 and LONG.startswith(answer) and len(answer) < len(LONG)
 
 
-def test_a_client_that_leaves_a_turn_and_sends_the_next_at_once_gets_its_answer(server, http):
+@pytest.fixture(scope="module")
+def slow_server(tmp_path_factory):
+    """A server whose engine takes up to 0.1 s to stop (one word per 0.1 s: it stops at the next word)."""
+    db = tmp_path_factory.mktemp("slow") / "sessions.db"
+    s = Server("--template", "qwen2.5", "--store", f"sqlite:{db}", "--backend-option", "delay=0.1")
+    yield s
+    s.stop()
+
+
+def test_a_client_that_leaves_a_turn_and_sends_the_next_at_once_gets_its_answer(slow_server):
     """The turn it left is still stopping and saving: the next turn waits for it instead of a 409, and follows its
     partial answer. A turn that is not stopping still answers 409 at once."""
-    with httpx.Client(base_url=server.url, timeout=30) as c, c.stream(
-        "POST", "/v1/chat/interactive",
-        json={"session_id": 205, "prompt": LONG, "interactive_mode": True, "stream": True},
-    ) as r:
-        next(r.iter_lines())
-    with pytest.raises(httpx.ReadTimeout), httpx.Client(base_url=server.url, timeout=0.3) as c:
-        turn(c, 206, LONG)
-    for sid in (205, 206):
-        after = turn(http, sid, "right after")
-        assert after.status_code == 200 and after.json()["text"] == "right after"
-        messages = http.get(f"/v1/sessions/{sid}").json()["messages"]
-        assert [m["content"] for m in messages if m["role"] == "user"] == [LONG, "right after"]
-        partial = messages[1]["content"]
-        assert partial and LONG.startswith(partial) and len(partial) < len(LONG)
-    started, out = threading.Event(), []
-    thread = start_long_turn(server, 207, started, out)
-    begun = time.monotonic()
-    busy = turn(http, 207, "while it runs")
-    assert busy.status_code == 409 and time.monotonic() - begun < 2
-    http.post("/v1/chat/interactive", json={"session_id": 207, "cancel": True})
-    thread.join(10)
+    words = " ".join(f"word{i}" for i in range(30))  # 3 s of answer
+    with httpx.Client(base_url=slow_server.url, timeout=30) as c:
+        with c.stream("POST", "/v1/chat/interactive",
+                      json={"session_id": 205, "prompt": words, "interactive_mode": True, "stream": True}) as r:
+            next(r.iter_lines())
+            time.sleep(0.05)  # the server watches a turn's client from 20 ms on
+        after = turn(c, 205, "right after")
+        assert after.status_code == 200 and after.json()["text"] == "echo: right after"
+        with pytest.raises(httpx.ReadTimeout), httpx.Client(base_url=slow_server.url, timeout=0.5) as impatient:
+            turn(impatient, 206, words)
+        after = turn(c, 206, "right after")
+        assert after.status_code == 200 and after.json()["text"] == "echo: right after"
+        for sid in (205, 206):
+            messages = c.get(f"/v1/sessions/{sid}").json()["messages"]
+            assert [m["content"] for m in messages if m["role"] == "user"] == [words, "right after"]
+            partial = messages[1]["content"]
+            assert ("echo: " + words).startswith(partial) and len(partial) < len("echo: " + words)
+        started, out = threading.Event(), []
+        thread = start_long_turn(slow_server, 207, started, out)
+        begun = time.monotonic()
+        busy = turn(c, 207, "while it runs")
+        assert busy.status_code == 409 and time.monotonic() - begun < 2
+        c.post("/v1/chat/interactive", json={"session_id": 207, "cancel": True})
+        thread.join(10)
 
 
 @pytest.mark.parametrize("body, message", [
