@@ -94,6 +94,7 @@ class Client:
 
     async def request(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
         if self.conn is None or not self.conn.open:
+            self.close()  # the old one's server said it closes it
             _, self.conn = await asyncio.get_running_loop().create_connection(Connection, self.host, self.port)
         head = f"{method} {path} HTTP/1.1\r\nhost: {self.host}\r\ncontent-length: {len(body)}\r\n"
         if body:
