@@ -54,7 +54,9 @@ def _snapshot(key: str, **kwargs: Any):
     return attrs.field(metadata={"key": key}, **kwargs)
 
 
-@attrs.define
+# no setattr hooks: fields are assigned on every turn (``length`` per appended part), and every value assigned
+# after construction is already of its type (``anchor``'s converter serves restored snapshots, at __init__)
+@attrs.define(on_setattr=attrs.setters.NO_OP)
 class Held:
     """What the engine holds for a session since its last reset, and where the conversation stands."""
 

@@ -169,7 +169,7 @@ def dumps(value: Any, what: str) -> str:
 def title_of(messages) -> str:
     """The first user message on one line, shortened: what `/sessions` shows."""
     for m in messages:
-        if isinstance(m, Mapping) and m.get("role") == "user":
+        if (type(m) is dict or isinstance(m, Mapping)) and m.get("role") == "user":  # an ABC check costs more
             content = m.get("content")
             if isinstance(content, list):  # multimodal parts: their text only
                 content = " ".join(p.get("text", "") for p in content if isinstance(p, Mapping))

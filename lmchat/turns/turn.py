@@ -251,7 +251,9 @@ class Turn:
             if parsed.reasoning_content is not None:
                 fields["reasoning_content"] = parsed.reasoning_content
         commit_generation(session, Generation(text, tuple(self.ids), final.finish_reason, final.stop), **fields)
-        self.final = final = attrs.evolve(final, cache_miss_reason=self.delta.reason)
+        if final.cache_miss_reason != self.delta.reason:  # most turns miss nothing: no copy (evolve is slow)
+            final = attrs.evolve(final, cache_miss_reason=self.delta.reason)
+        self.final = final
         result = TurnResult(
             text=text, token_ids=tuple(self.ids), finish_reason=final.finish_reason, stop=final.stop,
             prompt_tokens=self.prompt_tokens, prefilled=final.prefilled, reused=final.reused,
