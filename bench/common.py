@@ -14,6 +14,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
+#: the template of the server benchmarks' echo servers
+TEMPLATE = "qwen2.5"
+
+
+def question(session: int, turn: int) -> str:
+    """The user's message of a load's turn ``turn`` in session ``session``."""
+    return f"Session {session}, question {turn}: what is {turn} times {session}? Answer in one short sentence."
 
 
 def median_time(fn, repeat: int = 50) -> float:

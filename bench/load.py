@@ -22,12 +22,9 @@ from urllib.parse import urlsplit
 
 import httptools
 
-TEMPLATE = "qwen2.5"
+from .common import question
+
 TIMEOUT_S = 120.0
-
-
-def question(session: int, turn: int) -> str:
-    return f"Session {session}, question {turn}: what is {turn} times {session}? Answer in one short sentence."
 
 
 class Connection(asyncio.Protocol):

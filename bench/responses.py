@@ -24,8 +24,7 @@ import time
 
 import httpx
 
-from .common import save, start_serve, table
-from .load import TEMPLATE, question
+from .common import TEMPLATE, question, save, start_serve, table
 
 WINDOW = 5
 TARGET = 1.5

@@ -52,8 +52,7 @@ from lmchat import Session
 from lmchat.backends import GenerationRequest, SamplingParams
 from lmchat.backends.echo import EchoBackend
 
-from .common import ROOT, answering, save, start_serve, table
-from .load import TEMPLATE, question
+from .common import ROOT, TEMPLATE, answering, question, save, start_serve, table
 
 #: the server as it stood before issue 12 (a thread per turn, whole snapshots, the event loop busy)
 BASELINE = "82c288f"
