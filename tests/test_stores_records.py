@@ -13,6 +13,7 @@ from lmchat import Session
 from lmchat.errors import StoreConflict, StoreError
 from lmchat.session import patches
 from lmchat.stores import VERSION_KEY, MemoryStore, SQLiteStore, Summary
+from lmchat.stores import records
 from lmchat.stores.records import COMPACT_AFTER, fold
 
 from .redis_fixtures import prefix, redis_server  # noqa: F401  (fixtures)
@@ -20,7 +21,13 @@ from .test_stores import conversation, first_save, json_copy, open_kind, store, 
 
 
 # ---------------------------------------------------------------------- compaction
-def test_compaction_happens_geometrically_and_is_invisible(store):  # noqa: F811
+@pytest.fixture
+def no_floor(monkeypatch):
+    """Compaction by the factor alone: the geometric rule shows from the first turns."""
+    monkeypatch.setattr(records, "COMPACT_FLOOR", 0)
+
+
+def test_compaction_happens_geometrically_and_is_invisible(store, no_floor):  # noqa: F811
     session = Session("qwen2.5", system="You are a helpful assistant.")
     version = first_save(store, session)
     bases, compactions = [], 0
@@ -44,12 +51,10 @@ def test_compaction_happens_geometrically_and_is_invisible(store):  # noqa: F811
     assert store.compact("absent") is False
 
 
-def test_awaited_appends_compact_the_same_way_in_the_background(store):  # noqa: F811
+def test_awaited_appends_compact_the_same_way_in_the_background(store, no_floor):  # noqa: F811
     """``aappend`` (a turn on the event loop): the append lands when it returns; the compaction it makes due
     runs in a worker thread that the turn does not wait for, and folds what a blocking append would."""
     import asyncio
-
-    from lmchat.stores import records
 
     session = Session("qwen2.5", system="You are a helpful assistant.")
     version = first_save(store, session)
@@ -77,12 +82,29 @@ def test_awaited_appends_compact_the_same_way_in_the_background(store):  # noqa:
     assert store.load(session.session_id) == {**json_copy(session.to_dict()), VERSION_KEY: version}
 
 
+def test_a_short_session_is_not_compacted_until_its_patches_pass_the_floor(store):  # noqa: F811
+    """A new session's base is small: by the factor alone, its first turns would be folded again and again."""
+    session = Session("qwen2.5")
+    version = first_save(store, session)
+    past_the_factor = 0  # appends left unfolded although the patches outgrew COMPACT_AFTER times the base
+    for i in range(200):
+        version = turn(store, session, version, f"Question number {i}: what is {i} + {i}? Explain briefly.")
+        info = store.records(session.session_id)
+        if info.base_version != 1:
+            break
+        assert info.patch_chars <= records.COMPACT_FLOOR
+        past_the_factor += info.patch_chars > COMPACT_AFTER * info.base_chars
+    else:
+        raise AssertionError("never compacted")
+    # folded by the append that took the patches past the floor
+    assert info.version == version and info.patches == 0 and past_the_factor > 5
+    assert store.load(session.session_id) == {**json_copy(session.to_dict()), VERSION_KEY: version}
+
+
 def test_background_compactions_queue_one_per_session(store):  # noqa: F811
     """While the compaction thread is busy, a session whose appends keep making a fold due queues one."""
     import asyncio
     import threading
-
-    from lmchat.stores import records
 
     session = Session("qwen2.5")
     version = first_save(store, session)

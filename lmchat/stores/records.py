@@ -3,13 +3,18 @@
 A session is stored as a base (the JSON of a whole snapshot, at
 ``base_version``) and one patch per later version (``base_version + 1`` up to
 ``version``). ``load`` folds the patches into the base. When the patches' total
-size exceeds ``COMPACT_AFTER`` times the base's, the store folds them into a new
-base (*compaction*): each compaction costs O(base + patches) = O(1.5 x
-patches), paid for by the patches appended since the last one, so an append
-costs O(turn) amortized and a session that only grows is compacted O(log n)
-times over its life. The factor trades appends for loads: at 1 a short
-session (a 4 KB base, patches of 0.8 KB) was re-encoded every fifth turn; at
-2, every tenth, while a load folds at most twice the base's size in patches.
+size exceeds ``COMPACT_AFTER`` times the base's, and ``COMPACT_FLOOR``
+characters, the store folds them into a new base (*compaction*): each
+compaction costs O(base + patches) = O(1.5 x patches), paid for by the patches
+appended since the last one, so an append costs O(turn) amortized and a
+session that only grows is compacted O(log n) times over its life. The factor
+trades appends for loads: at 1 a short session (a 4 KB base, patches of
+0.8 KB) was re-encoded every fifth turn; at 2, every tenth, while a load folds
+at most twice the base's size in patches. The floor spares short sessions: a
+new session's base is small (0.5 KB), and without it a 10-turn conversation was
+folded three times (0.7 ms each, as much CPU as the turns' own appends), while a
+load that folds 8 KB of patches costs 0.2 ms more than one of a folded base
+(and loads are rare: the manager keeps its sessions).
 
 Compaction reads a consistent (base, patches) pair at some version ``V``, folds
 it outside any lock, and installs the new base only if the base it read is
@@ -163,6 +168,8 @@ def _short(value: Any) -> str:
 
 #: compaction is due once the patches' total size exceeds this many times the base's (see the module docstring)
 COMPACT_AFTER = 2
+#: ... and once they exceed this many characters (see the module docstring)
+COMPACT_FLOOR = 8192
 
 
 #: the background compactions of awaited appends (:meth:`RecordStore.aappend`) run one at a time: a burst of
@@ -178,7 +185,7 @@ def compactions_idle(timeout: float = 30.0) -> None:
 
 
 def compaction_due(patch_chars: int, base_chars: int) -> bool:
-    return patch_chars > COMPACT_AFTER * base_chars
+    return patch_chars > max(COMPACT_AFTER * base_chars, COMPACT_FLOOR)
 
 
 class RecordStore:

@@ -32,9 +32,10 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from ..errors import StoreConflict, StoreError, StoreTimeout
+from . import records as rules
 from . import redis_scripts as scripts
 from .base import SessionInfo, Summary, record
-from .records import COMPACT_AFTER, RecordInfo, RecordStore, Stored, new_tag
+from .records import RecordInfo, RecordStore, Stored, new_tag
 
 
 def _without_password(url: str) -> str:
@@ -129,7 +130,7 @@ class RedisStore(RecordStore):
     def _append(self, session_id: str, patch: str, expected: int, summary: Summary, token: str) -> tuple[int, bool]:
         keys, args = self._write_args(session_id, expected, token, summary)
         args[4] = patch
-        args += [len(patch), COMPACT_AFTER]
+        args += [len(patch), rules.COMPACT_AFTER, rules.COMPACT_FLOOR]
         version, detail = self._call(f"append to session {session_id}", self._append_script, keys=keys, args=args,
                                      write=True)
         if version == -1:

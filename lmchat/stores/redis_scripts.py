@@ -59,7 +59,7 @@ return {v, 0}
 """
 
 #: KEYS: hash, patches, index, owner set. ARGV: expected, token, ttl ms, id, patch, title, turns, template, owner,
-#: owner-set key prefix, patch chars, COMPACT_AFTER. Returns {version, 1 when compaction is due} or
+#: owner-set key prefix, patch chars, COMPACT_AFTER, COMPACT_FLOOR. Returns {version, 1 when compaction is due} or
 #: {-1, actual version}.
 APPEND = _EXPIRE + _CHECK + """
 if cur == 0 then
@@ -76,7 +76,7 @@ redis.call('HSET', KEYS[1], 'version', v, 'token', ARGV[2], 'title', ARGV[6], 't
 expire({KEYS[1], KEYS[2]}, ARGV[3], t)
 redis.call('ZADD', KEYS[3], now, ARGV[4])
 redis.call('ZADD', KEYS[4], now, ARGV[4])
-if chars > tonumber(ARGV[12]) * tonumber(redis.call('HGET', KEYS[1], 'base_chars')) then
+if chars > math.max(tonumber(ARGV[12]) * tonumber(redis.call('HGET', KEYS[1], 'base_chars')), tonumber(ARGV[13])) then
   return {v, 1}
 end
 return {v, 0}
