@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+import types
 
 from starlette.exceptions import HTTPException
 
@@ -34,9 +35,44 @@ BODY_SECONDS = 30.0
 
 if sys.version_info >= (3, 11):
     async def within(awaitable, seconds: float):
-        """``await awaitable`` with a deadline; unlike ``wait_for`` (before 3.12) no task per call."""
+        """``await awaitable`` with a deadline, armed only if it has to wait: a body the server has already
+        read (most are, with their headers) comes at once, and a timer per request cost 4% of a turn.
+        Unlike ``wait_for`` (before 3.12), no task per call."""
+        if not isinstance(awaitable, types.CoroutineType):
+            async with asyncio.timeout(seconds):
+                return await awaitable
+        try:
+            waiting_on = awaitable.send(None)  # its first step, up to where it waits
+        except StopIteration as done:
+            return done.value
         async with asyncio.timeout(seconds):
-            return await awaitable
+            return await _Rest(awaitable, waiting_on)
+
+    class _Rest:
+        """The rest of a coroutine that has taken its first step and waits on ``waiting_on``: awaiting it
+        hands that future to the task, then passes what the task sends or throws on, as ``yield from``."""
+
+        __slots__ = ("coro", "waiting_on")
+
+        def __init__(self, coro, waiting_on):
+            self.coro, self.waiting_on = coro, waiting_on
+
+        def __await__(self):
+            coro, waiting_on = self.coro, self.waiting_on
+            while True:
+                try:
+                    sent = yield waiting_on
+                except GeneratorExit:
+                    coro.close()
+                    raise
+                except BaseException as exc:  # a cancellation (the deadline's, or the task's)
+                    step, arg = coro.throw, exc
+                else:
+                    step, arg = coro.send, sent
+                try:
+                    waiting_on = step(arg)
+                except StopIteration as done:
+                    return done.value
 else:  # pragma: no cover - Python 3.10
     within = asyncio.wait_for
 
@@ -64,7 +100,9 @@ class Guard:
             try:
                 message = await within(receive(), self.body_timeout)
             except asyncio.TimeoutError:
-                raise SlowBody(408, f"the request body did not arrive within {self.body_timeout:g} s") from None
+                # closed after the answer: the rest of the body, if it ever comes, is not a request
+                raise SlowBody(408, f"the request body did not arrive within {self.body_timeout:g} s",
+                               headers={"connection": "close"}) from None
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > limit:
