@@ -33,6 +33,10 @@ class StopResult(NamedTuple):
     stop: str | None
 
 
+#: ``StopResult((text, stopped, stop))`` without the Python-level ``__new__`` of a NamedTuple: once per chunk
+_result = functools.partial(tuple.__new__, StopResult)
+
+
 def _words(value: str | Iterable[str] | None, field: str) -> list[str]:
     if value is None:
         return []
@@ -132,7 +136,7 @@ class StopMatcher:
     # ------------------------------------------------------------------ text
     def feed(self, chunk: str) -> StopResult:
         """Scan the next piece of the stream; returns the text that can no longer be part of a stop word."""
-        return StopResult(self._scan(chunk) if self._open() else "", self.stopped, self.stop)
+        return _result((self._scan(chunk) if self._open() else "", self.stopped, self.stop))
 
     def finish(self) -> str:
         """End the stream: release the held-back text (up to a stop word still awaiting confirmation)."""
@@ -238,7 +242,7 @@ class StopMatcher:
             # vLLM's incremental detokenisation: wait while the text is not longer or ends mid-character
             if len(text) > len(prefix_text) and not text.endswith(_REPLACEMENT):
                 out.append(self._scan_group(text[len(prefix_text):]))
-        return StopResult("".join(out), self.stopped, self.stop)
+        return _result(("".join(out), self.stopped, self.stop))
 
     @property
     def kept_ids(self) -> list[int]:

@@ -177,3 +177,34 @@ def test_the_body_deadline_passes_values_errors_and_cancellations_through():
         assert seen == ["cancelled inside"]
 
     asyncio.run(main())
+
+
+def test_a_client_is_watched_once_its_request_has_run_for_a_while():
+    """``cancel_on_disconnect``: watches share one timer per loop; a watch whose block ended before
+    ``WATCH_AFTER`` never reads ``receive``, the others notice the disconnect and cancel, each once."""
+    import asyncio
+
+    from lmchat.serve.deps import WATCH_AFTER, cancel_on_disconnect
+
+    async def main() -> None:
+        cancelled, read = [], []
+
+        def receive_of(name):
+            async def receive():
+                read.append(name)
+                return {"type": "http.disconnect"}
+            return receive
+
+        async def block(name: str, seconds: float) -> bool:
+            async with cancel_on_disconnect(receive_of(name), lambda: cancelled.append(name)) as watch:
+                await asyncio.sleep(seconds)
+            return watch.left
+
+        quick = asyncio.create_task(block("quick", WATCH_AFTER / 4))
+        await asyncio.sleep(WATCH_AFTER / 2)
+        slow = [asyncio.create_task(block(f"slow{i}", WATCH_AFTER * 3)) for i in range(3)]
+        late = asyncio.create_task(block("late", WATCH_AFTER * 3))
+        assert [await t for t in (quick, *slow, late)] == [False, True, True, True, True]
+        assert sorted(cancelled) == sorted(read) == ["late", "slow0", "slow1", "slow2"]
+
+    asyncio.run(main())

@@ -29,7 +29,9 @@ class RequestStats:
     def record(self, method: str, route: str, status: int, seconds: float) -> None:
         with self._lock:
             self.counts[(method, route, status)] += 1
-            hist = self._hist.setdefault(route, [0] * (len(REQUEST_BUCKETS) + 1) + [0.0])
+            hist = self._hist.get(route)
+            if hist is None:  # not setdefault: its default list would be built for every request
+                hist = self._hist[route] = [0] * (len(REQUEST_BUCKETS) + 1) + [0.0]
             hist[bisect.bisect_left(REQUEST_BUCKETS, seconds)] += 1
             hist[-1] += seconds
 
