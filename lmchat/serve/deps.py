@@ -111,7 +111,7 @@ class _Watch:
 
 class _Pending:
     """The watches of one event loop that have not started yet, in the order they will: one timer for all
-    of them (a timer per request, armed and cancelled, cost 1.5% of a turn)."""
+    of them (a timer per request, armed and cancelled, cost 4 us of a turn's 500 on the event loop)."""
 
     _of_loop: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Pending]" = weakref.WeakKeyDictionary()
 

@@ -36,7 +36,7 @@ BODY_SECONDS = 30.0
 if sys.version_info >= (3, 11):
     async def within(awaitable, seconds: float):
         """``await awaitable`` with a deadline, armed only if it has to wait: a body the server has already
-        read (most are, with their headers) comes at once, and a timer per request cost 4% of a turn.
+        read (most are, with their headers) comes at once, and a deadline armed for it cost 8 us a request.
         Unlike ``wait_for`` (before 3.12), no task per call."""
         if not isinstance(awaitable, types.CoroutineType):
             async with asyncio.timeout(seconds):
