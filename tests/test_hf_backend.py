@@ -20,6 +20,7 @@ from lmchat import Session  # noqa: E402
 from lmchat.backends import GenerationRequest, Prompt, SamplingParams, get_backend  # noqa: E402
 from lmchat.backends.hf.convert import MARKER  # noqa: E402
 from lmchat.backends.hf import HFBackend  # noqa: E402
+from lmchat.backends.hf.backend import cache_keyword  # noqa: E402
 from lmchat.backends.hf.sampling import Sampler  # noqa: E402
 from lmchat.errors import BackendError  # noqa: E402
 from lmchat.session import Delta  # noqa: E402
@@ -192,7 +193,8 @@ def test_shift_removes_old_turns_inside_the_cache(backend):
             # layer 0 sees only its own token and position: re-rotated keys equal a fresh prefill's
             cache, fresh_cache = backend.caches.cache_of(session.session_id), DynamicCache(config=backend.model.config)
             with torch.inference_mode():
-                backend.model(input_ids=torch.tensor([held]), past_key_values=fresh_cache, use_cache=True)
+                keyword = cache_keyword(backend.model)
+                backend.model(input_ids=torch.tensor([held]), use_cache=True, **{keyword: fresh_cache})
             for kind in ("keys", "values"):
                 ours, theirs = getattr(cache.layers[0], kind), getattr(fresh_cache.layers[0], kind)
                 assert torch.allclose(ours, theirs, atol=1e-3), kind
@@ -213,3 +215,15 @@ def test_sampler_filters():
     assert Sampler(SamplingParams(temperature=1.0, top_p=0.01, seed=0), [])(logits) == 1
     # a penalty on the seen best token hands the win to the runner-up (3 / 2 < 2)
     assert Sampler(SamplingParams(temperature=0, repetition_penalty=2.0), [1])(logits) == 2
+
+
+def test_the_cache_goes_by_the_name_the_model_takes(backend):
+    """transformers 5.24 renamed ``past_key_values`` to ``cache`` (the old name warns, and goes in 5.40)."""
+    import inspect
+    import warnings
+
+    assert cache_keyword(backend.model) in inspect.signature(backend.model.forward).parameters
+    session = Session(backend.template_name, tokenizer=backend.tokenizer)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        turn(backend, session, "Name a fruit.", temperature=0, max_new_tokens=4)

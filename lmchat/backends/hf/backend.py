@@ -8,6 +8,7 @@ and cancellation are checked between tokens.
 """
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -72,6 +73,7 @@ class HFBackend:
         eos = self.model.generation_config.eos_token_id
         self.eos_ids = frozenset([eos] if isinstance(eos, int) else eos or ())
         self._model_lock = threading.Lock()  # torch ops of one forward pass at a time; sessions interleave
+        self._cache_keyword = cache_keyword(self.model)
         self._cancels = Cancels()
 
     # ------------------------------------------------------------------ protocol
@@ -132,7 +134,7 @@ class HFBackend:
                 try:
                     out = self.model(
                         input_ids=torch.tensor([piece], device=self.device),
-                        past_key_values=slot.cache, use_cache=True, logits_to_keep=1,
+                        use_cache=True, logits_to_keep=1, **{self._cache_keyword: slot.cache},
                     )
                 except BaseException:
                     slot.clear(self.model.config)  # some layers may have grown: the cache no longer matches ids
@@ -182,3 +184,9 @@ def _match(source: Path, folder: Path) -> str:
         if folder == source:
             raise
         return match_template(str(folder))
+
+
+def cache_keyword(model) -> str:
+    """What the model's forward calls its KV cache: ``cache`` in recent transformers (5.24 warns that
+    ``past_key_values`` goes in 5.40), ``past_key_values`` in earlier ones and in models not moved yet."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
