@@ -100,7 +100,7 @@ class Guard:
             try:
                 message = await within(receive(), self.body_timeout)
             except asyncio.TimeoutError:
-                # closed after the answer: the rest of the body, if it ever comes, is not a request
+                # closed after the answer (RFC 9110): a stalled client is not kept until the next deadline
                 raise SlowBody(408, f"the request body did not arrive within {self.body_timeout:g} s",
                                headers={"connection": "close"}) from None
             if message["type"] == "http.request":
