@@ -182,8 +182,8 @@ def test_the_body_deadline_passes_values_errors_and_cancellations_through():
 
 
 def test_a_client_is_watched_once_its_request_has_run_for_a_while():
-    """``cancel_on_disconnect``: watches share one timer per loop; a watch whose block ended before
-    ``WATCH_AFTER`` never reads ``receive``, the others notice the disconnect and cancel, each once."""
+    """``cancel_on_disconnect``: a watch whose block ended before ``WATCH_AFTER`` never reads ``receive``;
+    the others, started together or later, notice the disconnect and cancel, each once."""
     import asyncio
 
     from lmchat.serve.deps import WATCH_AFTER, cancel_on_disconnect

@@ -5,7 +5,6 @@ import asyncio
 import contextlib
 import hmac
 import uuid
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -80,15 +79,16 @@ def cancel_on_disconnect(receive: Callable, cancel: Callable[[], Any]) -> "_Watc
 class _Watch:
     """The context manager of :func:`cancel_on_disconnect` (a class: every request enters one)."""
 
-    __slots__ = ("receive", "cancel", "task", "left", "__weakref__")
+    __slots__ = ("receive", "cancel", "timer", "task", "left")
 
     def __init__(self, receive: Callable, cancel: Callable[[], Any]):
         self.receive, self.cancel = receive, cancel
+        self.timer: asyncio.TimerHandle | None = None
         self.task: asyncio.Task | None = None
         self.left = False  # the client went away (seen by the watch)
 
     async def __aenter__(self) -> "_Watch":
-        _Pending.of(asyncio.get_running_loop()).add(self)
+        self.timer = asyncio.get_running_loop().call_later(WATCH_AFTER, self._start)
         return self
 
     def _start(self) -> None:
@@ -102,46 +102,7 @@ class _Watch:
             self.cancel()
 
     async def __aexit__(self, *exc_info: Any) -> bool:
+        self.timer.cancel()
         if self.task is not None:
             self.task.cancel()
-        else:
-            _Pending.of(asyncio.get_running_loop()).discard(self)
         return False
-
-
-class _Pending:
-    """The watches of one event loop that have not started yet, in the order they will: one timer for all
-    of them (a timer per request, armed and cancelled, cost 4 us of a turn's 500 on the event loop)."""
-
-    _of_loop: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Pending]" = weakref.WeakKeyDictionary()
-
-    def __init__(self, loop: asyncio.AbstractEventLoop):
-        self.loop = loop
-        self.due: dict[_Watch, float] = {}  # watch -> when it starts; insertion order is start order
-        self.timer: asyncio.TimerHandle | None = None
-
-    @classmethod
-    def of(cls, loop: asyncio.AbstractEventLoop) -> "_Pending":
-        pending = cls._of_loop.get(loop)
-        if pending is None:
-            pending = cls._of_loop[loop] = cls(loop)
-        return pending
-
-    def add(self, watch: _Watch) -> None:
-        self.due[watch] = at = self.loop.time() + WATCH_AFTER
-        if self.timer is None:
-            self.timer = self.loop.call_at(at, self._start_due)
-
-    def discard(self, watch: _Watch) -> None:
-        self.due.pop(watch, None)
-
-    def _start_due(self) -> None:
-        self.timer = None
-        now, due = self.loop.time(), self.due
-        while due:
-            watch, at = next(iter(due.items()))
-            if at > now:
-                self.timer = self.loop.call_at(at, self._start_due)
-                return
-            del due[watch]
-            watch._start()

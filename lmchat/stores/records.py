@@ -83,10 +83,10 @@ def new_tag() -> str:
 def encode_patch(session_id: str, patch: Mapping[str, Any]) -> str:
     """Check a patch's shape (O(patch), nothing about the snapshot) and encode it."""
     where = f"session {session_id}: a patch"
-    if (type(patch) is not dict and not isinstance(patch, Mapping)) or set(patch) - {"lists", "set"}:
+    if not isinstance(patch, Mapping) or set(patch) - {"lists", "set"}:
         raise StoreError(f"{where} is a dict with 'lists' and 'set' (Session.changes()), got {_short(patch)}")
     lists, sets = patch.get("lists", {}), patch.get("set", {})
-    if not (type(lists) is dict or isinstance(lists, Mapping)) or not (type(sets) is dict or isinstance(sets, Mapping)):
+    if not isinstance(lists, Mapping) or not isinstance(sets, Mapping):
         raise StoreError(f"{where} has dicts under 'lists' and 'set', got {_short(patch)}")
     for key, entry in lists.items():
         ok = isinstance(entry, (list, tuple)) and len(entry) == 2 and isinstance(entry[1], list)
