@@ -254,7 +254,9 @@ def main(argv=None) -> int:
     from llama_cpp import Llama
 
     from lmchat.backends.llamacpp import LlamaCppBackend
+    from lmchat.backends.llamacpp._lib import llama_without_amx
 
+    llama_without_amx()  # Llama loads the model as lmchat does (on an AMX CPU its defaults crash)
     skip = set(filter(None, args.skip.split(",")))
     options = {"model": args.model, "threads": args.threads, "sessions": max(8, args.concurrent),
                "ctx": max(8, args.concurrent) * 4096}

@@ -24,6 +24,11 @@ DISCONNECTED = "Disconnected from client"
 SERVER_MODULES = ("llama_cpp", "fastapi", "uvicorn", "sse_starlette", "starlette_context", "pydantic_settings")
 
 
+#: ``python -m llama_cpp.server``, loading its model as lmchat does where its defaults crash (an AMX CPU)
+_SERVER = ("import runpy; from lmchat.backends.llamacpp._lib import llama_without_amx; llama_without_amx(); "
+           "runpy.run_module('llama_cpp.server', run_name='__main__', alter_sys=True)")
+
+
 class Upstream(Service):
     """``python -m llama_cpp.server`` on ``model`` (default: the bundled GGUF); ``url`` once it answers."""
 
@@ -39,7 +44,7 @@ class Upstream(Service):
         self.model = model
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        command = [sys.executable, "-m", "llama_cpp.server", "--model", model, "--host", "127.0.0.1",
+        command = [sys.executable, "-c", _SERVER, "--model", model, "--host", "127.0.0.1",
                    "--port", str(self.port), "--n_ctx", str(n_ctx), "--n_threads", str(threads),
                    "--n_threads_batch", str(threads), *extra]
         # one OpenMP thread: llama.cpp's threads spin-wait for each other on a shared machine

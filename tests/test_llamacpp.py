@@ -25,6 +25,7 @@ from lmchat.backends import GenerationRequest, SamplingParams, get_backend  # no
 from lmchat.backends.base import Prompt  # noqa: E402
 from lmchat.backends.bundled import default_gguf  # noqa: E402
 from lmchat.backends.llamacpp import LlamaCppBackend, LlamaVocab  # noqa: E402
+from lmchat.backends.llamacpp._lib import llama_without_amx  # noqa: E402
 from lmchat.errors import BackendError  # noqa: E402
 from lmchat.templates.base import Chat  # noqa: E402
 from lmchat.session.tokens import codec_for, encode_prompt  # noqa: E402
@@ -48,6 +49,7 @@ def llm():
     """llama-cpp-python's own high-level API on the same GGUF: the reference."""
     from llama_cpp import Llama
 
+    llama_without_amx()  # as lmchat loads it: on an AMX CPU, llama-cpp-python's defaults crash
     model = Llama(model_path=str(default_gguf()), n_ctx=2048, n_batch=512, n_threads=THREADS,
                   n_threads_batch=THREADS, verbose=False)
     yield model

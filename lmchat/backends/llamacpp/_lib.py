@@ -61,14 +61,54 @@ def lib():
 def load_model(path: Path):
     """A ``llama_model *`` for the GGUF at ``path`` (memory-mapped, CPU only)."""
     L = lib()
-    params = L.llama_model_default_params()
-    params.n_gpu_layers = 0
+    params = model_params(L)
     params.progress_callback = _PROGRESS
     _errors.clear()
     model = L.llama_model_load_from_file(str(path).encode(), params)
     if not model:
         raise BackendError(f"llama.cpp could not load {path}: {last_error() or 'not a GGUF model file?'}")
     return model
+
+
+def model_params(L=None):
+    """llama.cpp's default model parameters for the CPU, less what crashes it (see :func:`amx_active`)."""
+    L = L or lib()
+    params = L.llama_model_default_params()
+    params.n_gpu_layers = 0
+    if amx_active(L) and any(name == "use_extra_bufts" for name, *_ in params._fields_):
+        params.use_extra_bufts = False
+    return params
+
+
+def amx_active(L=None) -> bool:
+    """Whether llama.cpp's CPU backend was built with Intel AMX and runs on a CPU that has it.
+
+    There it repacks the weights into an "AMX" buffer, and its AMX matrix product then crashes the process
+    (SIGSEGV in ``ggml_backend_amx_mul_mat``) on any prompt of more than a few tokens: seen with
+    llama-cpp-python 0.3.36 built from source on a Xeon with AMX, in its own ``Llama`` as well as here. The
+    plain CPU buffers (``use_extra_bufts`` off) compute the same model with the AVX-512 kernels.
+    """
+    L = L or lib()
+    return b"AMX_INT8 = 1" in L.llama_print_system_info()
+
+
+def llama_without_amx() -> None:
+    """Make llama-cpp-python's own ``Llama`` (and so its server) load models as :func:`model_params` does, in
+    this process: the tests and benchmarks compare lmchat with it on the same machine, where its defaults would
+    crash (:func:`amx_active`)."""
+    import llama_cpp.llama_cpp as L
+
+    default = L.llama_model_default_params
+    if getattr(default, "without_amx", False) or not amx_active(L):
+        return
+
+    def params():
+        p = default()
+        p.use_extra_bufts = False
+        return p
+
+    params.without_amx = True
+    L.llama_model_default_params = params
 
 
 def last_error() -> str:
