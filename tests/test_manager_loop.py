@@ -75,7 +75,7 @@ def test_turns_create_answer_commit_and_replay(store, on_loop):
     mgr = manager(store, on_loop)
 
     async def main():
-        # `create=True` names a session that does not exist yet: created with an awaited write
+        # `create=True` names a session that does not exist yet: the turn creates it, stored by the turn's save
         result = await mgr.arun_turn("s1", user("hello there"), create=True)
         assert (result.text, result.finish_reason) == ("echo: hello there", "stop")
         chunks = [c async for c in mgr.astream_turn("s1", user("one two three"))]
@@ -92,7 +92,7 @@ def test_turns_create_answer_commit_and_replay(store, on_loop):
     messages = mgr.get("s1").messages
     assert [m["content"] for m in messages if m["role"] == "user"] == [
         "hello there", "one two three", "keyed", "from history"]
-    assert stored(store, "s1")[VERSION_KEY] == 5  # created, then four turns (the retry wrote nothing)
+    assert stored(store, "s1")[VERSION_KEY] == 4  # four turns, the first storing it (the retry wrote nothing)
     assert mgr.metrics()["sessions_active"] == 0
 
 

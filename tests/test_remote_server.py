@@ -236,8 +236,9 @@ def test_serve_refuses_special_strings_on_the_text_path(http):
     error = reply.json()["error"]
     assert reply.status_code == 400 and error["code"] == "invalid_messages"
     assert "special token" in error["message"] and error["param"] == "messages[0].content"
-    session = http.get("/v1/sessions/forged-1").json()  # created for the turn, which left nothing in it
-    assert session["turns"] == 0 and all(m["role"] == "system" for m in session["messages"])
+    # the session the turn would have created never was: a refused first turn stores nothing
+    missing = http.get("/v1/sessions/forged-1")
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "session_not_found"
 
 
 def test_serve_client_disconnect_and_cancel_stop_the_upstream(served, upstream, http):

@@ -245,8 +245,7 @@ class SessionManager(Sessions):
                 try:
                     self.reserve()
                 except CapacityExceeded:
-                    with entry.lock:
-                        entry.running = False
+                    self._unclaim(entry)
                     raise
             return run_turn(Claim(self, entry), messages, params, stop, max_new_tokens, history, tools,
                             idempotency_key, expect, edit, note, on_loop, result_only)
@@ -274,11 +273,9 @@ class SessionManager(Sessions):
     async def _loop_items(self, session_id: str, messages: Iterable[Mapping[str, Any]] | None,
                           kwargs: dict[str, Any], result_only: bool = False) -> AsyncIterator[Any]:
         owner = owner_key(kwargs.get("owner"))
-        if kwargs.get("create") or kwargs.get("history") is not None:
-            await self._acreate(session_id, owner, kwargs.get("tools"))
         self.reserve()  # capacity first: a load is work
         try:
-            fresh = await self._awarm(session_id, owner)
+            fresh = await self._awarm(session_id, owner, kwargs.get("create") or kwargs.get("history") is not None)
         except BaseException:  # cancelled while the session loaded
             self.unreserve()
             raise

@@ -57,32 +57,19 @@ class Sessions:
             raise SessionExists(session.session_id) from None
         return self._added(key, session, version, owner, extra)
 
-    async def _acreate(self, session_id: str, owner: str, tools: list[dict] | None) -> None:
-        """What :meth:`_acquire` does for ``create``, on the event loop: a missing session is created with
-        an awaited write (a turn that runs on the loop must not wait for the store there)."""
-        key = store_key(session_id, owner)
-        if self._table.get(key) is not None or self.store.version(key) != 0:
-            return
-        session = self.new_session(session_id, tools=tools)
-        with contextlib.suppress(SessionExists):  # another request created it first
-            key = self._new_key(session, owner)
-            try:
-                version = await self.store.asave(dump(session, key, owner, self.engine), expected_version=0)
-            except StoreConflict:
-                raise SessionExists(session_id) from None
-            self._added(key, session, version, owner, None)
-
-    async def _awarm(self, session_id: str, owner: str) -> int | None:
+    async def _awarm(self, session_id: str, owner: str, create: bool = False) -> int | None:
         """Load a session that is not in memory, or that another replica saved since, in a worker thread, for a
         turn on the event loop: the store's read, the fold of its records and the restore are O(session), and
         the loop serves other turns meanwhile. Returns the version the entry is known to hold as stored (the
         turn's :meth:`_acquire` then skips its own check), or None. What fails here fails again, and is
-        reported, when the turn looks the session up."""
+        reported, when the turn looks the session up. ``create``: a session the store does not hold has nothing
+        to load (its turn creates it)."""
         key = store_key(session_id, owner)
         entry = self._table.get(key)
         with contextlib.suppress(LmchatError):
             if entry is None:
-                await asyncio.to_thread(self._lookup, session_id, owner)
+                if not create or self.store.version(key) != 0:
+                    await asyncio.to_thread(self._lookup, session_id, owner)
                 return None
             version = self.store.version(key)
             if version == entry.version:
@@ -197,14 +184,21 @@ class Sessions:
 
     def _acquire(self, session_id: str, owner: str, create: bool, tools: list[dict] | None,
                  fresh: int | None = None) -> Entry:
-        """The session's entry, claimed (``running``) and fresh from the store; created when asked. ``fresh``:
-        the stored version :meth:`_awarm` just read (no other read when the entry still holds it)."""
+        """The session's entry, claimed (``running``) and fresh from the store; created when asked (see
+        :meth:`_claim_new`). ``fresh``: the stored version :meth:`_awarm` just read (no other read when the entry
+        still holds it)."""
         key = store_key(session_id, owner)
-        if create and self._table.get(key) is None and self.store.version(key) == 0:
-            with contextlib.suppress(SessionExists):  # another request created it first
-                self._add(self.new_session(session_id, tools=tools), owner)
         while True:
-            entry = self._lookup(session_id, owner)
+            if create and self._table.get(key) is None and self.store.version(key) == 0:
+                entry = self._claim_new(key, session_id, owner, tools)
+                if entry is not None:
+                    return entry
+            try:
+                entry = self._lookup(session_id, owner)
+            except SessionNotFound:
+                if create:
+                    continue  # a session created by a turn that failed, gone since the check: create it anew
+                raise
             with entry.lock:
                 if entry.evicted:
                     continue  # evicted since the lookup: look it up again (it reloads)
@@ -220,6 +214,19 @@ class Sessions:
                 entry.running = False
             raise
         return entry
+
+    def _claim_new(self, key: str, session_id: str, owner: str, tools: list[dict] | None) -> Entry | None:
+        """A session that its first turn creates, claimed for that turn; None when another request added one
+        first.
+
+        It is held in memory only, at version 0 (nothing stored), until the turn saves it: that save is its
+        whole snapshot with compare-and-set on "not stored yet" (a replica that created the id first makes it a
+        ``StoreConflict``), so a new session costs its first turn one write, not two (a durable store's second
+        ``fsync`` was most of a first turn's time). A turn that ends without saving leaves nothing: the entry
+        is dropped when the turn releases it (:meth:`release`).
+        """
+        entry = Entry(key, self.new_session(session_id, tools=tools), 0, owner, running=True)
+        return entry if self._table.add(entry) is entry else None
 
     def _freshen(self, entry: Entry, version: int, session_id: str, owner: str) -> None:
         """Reload a claimed entry whose stored ``version`` differs from its own: another replica saved (or
@@ -238,10 +245,20 @@ class Sessions:
 
     def release(self, entry: Entry) -> None:
         """The turn on ``entry`` is over (committed or not): free the session and the capacity."""
+        self._unclaim(entry)
+        self.unreserve()
+
+    def _unclaim(self, entry: Entry) -> None:
+        """Free the session; one its turn created but never saved is forgotten (it never existed)."""
         with entry.lock:
             entry.running = entry.cancel_requested = False
-        self._table.touch(entry)
-        self.unreserve()
+            never_saved = entry.version == 0
+            if never_saved:
+                entry.evicted = True  # a request that looked it up meanwhile looks again (and may create it)
+        if never_saved:
+            self._table.remove(entry)
+        else:
+            self._table.touch(entry)
 
     def save(self, entry: Entry, record: dict | None = None, note: dict | None = None) -> None:
         """Save the entry's session after a turn: its patch when the store appends, else a whole snapshot.

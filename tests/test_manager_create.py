@@ -1,0 +1,134 @@
+"""A session that its first turn creates (``create=True``, a resent ``history``): stored by that turn's save.
+
+The first turn's save is the session's whole snapshot with compare-and-set on
+"not stored yet": one write where a create and an append were two (on SQLite,
+one ``fsync``). Until it lands the session exists only for that turn: nothing
+else finds it, and a turn that is refused or fails leaves nothing behind. Each
+test runs on the real memory and SQLite stores, on the event loop and in a
+pool worker.
+"""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from lmchat import SessionManager
+from lmchat.backends.echo import EchoBackend
+from lmchat.errors import CapacityExceeded, SessionBusy, SessionLengthExceeded, SessionNotFound, StoreConflict
+from lmchat.stores import open_store
+
+from .test_manager_loop import FailingEcho, user
+
+WAYS = pytest.mark.parametrize("on_loop", [True, False], ids=["on-loop", "pool"])
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store(request, tmp_path):
+    store = open_store(f"sqlite:{tmp_path}/s.db" if request.param == "sqlite" else "memory")
+    yield store
+    store.close()
+
+
+def manager(store, on_loop: bool, backend=None, **kwargs) -> SessionManager:
+    return SessionManager(backend or EchoBackend(), template="qwen2.5", store=store, on_loop=on_loop, **kwargs)
+
+
+def key_of(store, sid: str) -> str:
+    return next(i.id for i in store.list(owner=None) if i.id.endswith(sid))
+
+
+def first_words(mgr: SessionManager, sid: str) -> list[str]:
+    return [m["content"] for m in mgr.get(sid).messages if m["role"] == "user"]
+
+
+@WAYS
+def test_the_first_turn_stores_the_session_in_one_write(store, on_loop):
+    mgr = manager(store, on_loop)
+    writes = store.group_commits[1] if hasattr(store, "group_commits") else None
+
+    async def main():
+        await mgr.arun_turn("s1", user("hello"), create=True)
+        await mgr.arun_turn("s1", user("again"), create=True)  # it exists now: an ordinary turn
+
+    asyncio.run(main())
+    # the first turn's save is the base (version 1, no patch), the second turn's a patch on it
+    info = store.records(key_of(store, "s1"))
+    assert (info.version, info.base_version, info.patches) == (2, 1, 1)
+    if writes is not None:
+        assert store.group_commits[1] - writes == 2
+    assert first_words(mgr, "s1") == ["hello", "again"]
+
+
+@WAYS
+def test_a_history_creates_its_session_with_the_first_turn_too(store, on_loop):
+    mgr = manager(store, on_loop)
+    history = [{"role": "system", "content": "Be brief."}, *user("hi")]
+    assert asyncio.run(mgr.arun_turn("h1", history=history)).text == "echo: hi"
+    info = store.records(key_of(store, "h1"))
+    assert (info.version, info.patches) == (1, 0)
+    assert mgr.get("h1").messages[0] == {"role": "system", "content": "Be brief."}
+
+
+def refused(store, on_loop: bool, how: str):
+    """A manager and a first turn on "new" that does not commit, ``how``: refused before it starts (the
+    prompt overflows ``session_len``; no capacity left) or failed mid-answer (the engine dies)."""
+    if how == "overflow":
+        return manager(store, on_loop, session_defaults={"session_len": 40}), SessionLengthExceeded, "word " * 50
+    if how == "capacity":
+        return manager(store, on_loop, max_active=0), CapacityExceeded, "hi"
+    backend = FailingEcho(after=1)
+    backend.failing = True
+    return manager(store, on_loop, backend), Exception, "one two three four"
+
+
+@WAYS
+@pytest.mark.parametrize("how", ["overflow", "capacity", "engine"])
+def test_a_first_turn_that_does_not_commit_leaves_nothing(store, on_loop, how):
+    mgr, error, prompt = refused(store, on_loop, how)
+
+    async def main():
+        with pytest.raises(error):
+            await mgr.arun_turn("new", user(prompt), create=True)
+
+    asyncio.run(main())
+    assert store.list(owner=None) == []
+    assert mgr.find("new") is None
+    assert mgr.metrics()["sessions_in_memory"] == 0
+    assert mgr.metrics()["sessions_active"] == 0
+    with pytest.raises(SessionNotFound):  # not even in memory: a turn without create does not find it
+        mgr.run_turn("new", user("hi"))
+    # the id is new again: the next turn creates it
+    ok = manager(store, on_loop)
+    assert asyncio.run(ok.arun_turn("new", user("hi"), create=True)).text == "echo: hi"
+    assert first_words(ok, "new") == ["hi"]
+
+
+def test_while_its_first_turn_runs_the_session_is_busy_and_not_stored(store):
+    mgr = manager(store, False)
+    stream = mgr.stream_turn("s2", user("one two three"), create=True)  # primed: the session is claimed
+    assert next(stream).text
+    assert mgr.find("s2") is None  # nothing committed yet
+    assert store.list(owner=None) == []
+    with pytest.raises(SessionBusy):
+        mgr.stream_turn("s2", user("me too"), create=True)
+    for _ in stream:
+        pass
+    assert first_words(mgr, "s2") == ["one two three"]
+
+
+def test_two_replicas_creating_one_id_keep_the_save_that_landed_first(store):
+    """Replica A's first turn is mid-answer when replica B creates the same id and saves: A's save loses its
+    compare-and-set, nothing of A's turn is stored, and A continues B's session on its next turn."""
+    a, b = manager(store, False), manager(store, False)
+    stream = a.stream_turn("race", user("from a"), create=True)
+    next(stream)
+    b.run_turn("race", user("from b"), create=True)
+    before = store.load(key_of(store, "race"))
+    with pytest.raises(StoreConflict):
+        for _ in stream:
+            pass
+    assert store.load(key_of(store, "race")) == before
+    assert a.metrics()["sessions_in_memory"] == 0
+    a.run_turn("race", user("a again"), create=True)
+    assert first_words(b, "race") == ["from b", "a again"]
