@@ -121,6 +121,14 @@ def test_a_busy_session_answers_409_and_cancel_stops_its_turn(server, http):
     assert turn(http, 201, "next").json()["text"] == "next"  # and the session is free again
 
 
+def first_turn_saved(http, sid: int) -> dict:
+    """The session once its first turn is saved (the turn creates it: until then it is not found)."""
+    deadline = time.monotonic() + 10
+    while (reply := http.get(f"/v1/sessions/{sid}")).status_code == 404 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return reply.json()
+
+
 def test_a_client_disconnect_cancels_the_turn_and_commits_the_partial_answer(server, http):
     with httpx.Client(base_url=server.url, timeout=30) as c, c.stream(
         "POST", "/v1/chat/interactive",
@@ -128,9 +136,7 @@ def test_a_client_disconnect_cancels_the_turn_and_commits_the_partial_answer(ser
     ) as r:
         for _, _line in zip(range(3), r.iter_lines()):
             pass
-    deadline = time.monotonic() + 10
-    while (got := http.get("/v1/sessions/202").json())["turns"] == 0 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    got = first_turn_saved(http, 202)
     answer = got["messages"][-1]["content"]
     assert got["turns"] == 1 and LONG.startswith(answer) and len(answer) < len(LONG)
     assert turn(http, 202, "still here").json()["text"] == "still here"
@@ -140,9 +146,7 @@ def test_a_client_disconnect_cancels_the_turn_and_commits_the_partial_answer(ser
 def test_a_client_leaving_a_non_streamed_turn_cancels_it_and_commits_the_partial_answer(server, http):
     with pytest.raises(httpx.ReadTimeout), httpx.Client(base_url=server.url, timeout=0.3) as c:
         turn(c, 203, LONG)  # 400 tokens at 2 ms each: the client gives up long before the answer is whole
-    deadline = time.monotonic() + 10
-    while (got := http.get("/v1/sessions/203").json())["turns"] == 0 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    got = first_turn_saved(http, 203)
     answer = got["messages"][-1]["content"]
     assert got["turns"] == 1 and LONG.startswith(answer) and len(answer) < len(LONG)
 
