@@ -10,13 +10,15 @@ pool worker.
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 
 from lmchat import SessionManager
 from lmchat.backends.echo import EchoBackend
 from lmchat.errors import CapacityExceeded, SessionBusy, SessionLengthExceeded, SessionNotFound, StoreConflict
-from lmchat.stores import open_store
+from lmchat.manager.ids import owner_key, store_key
+from lmchat.stores import VERSION_KEY, open_store
 
 from .test_manager_loop import FailingEcho, user
 
@@ -132,3 +134,27 @@ def test_two_replicas_creating_one_id_keep_the_save_that_landed_first(store):
     assert a.metrics()["sessions_in_memory"] == 0
     a.run_turn("race", user("a again"), create=True)
     assert first_words(b, "race") == ["from b", "a again"]
+
+
+def test_a_stored_row_of_another_owner_under_the_id_is_not_found_not_created_over(store):
+    """A store whose row under the id says another owner (hand-edited, or written by a buggy replica): the
+    turn is refused at once, and the row is left as it was (it is not taken for a free id and replaced)."""
+    mgr = manager(store, False)
+    mgr.create("x", owner="alice")
+    data = store.load(key_of(store, "x"))
+    row = {k: v for k, v in data.items() if k != VERSION_KEY}
+    store.save({**row, "session_id": store_key("x", owner_key(None))})  # alice's session under no owner's key
+    before = store.load("x")
+    outcome: list = []
+
+    def first_turn() -> None:
+        try:
+            mgr.run_turn("x", user("hi"), create=True)
+        except SessionNotFound as exc:
+            outcome.append(exc)
+
+    worker = threading.Thread(target=first_turn, daemon=True)
+    worker.start()
+    worker.join(5)
+    assert not worker.is_alive() and outcome
+    assert store.load("x") == before

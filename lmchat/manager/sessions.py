@@ -196,7 +196,7 @@ class Sessions:
             try:
                 entry = self._lookup(session_id, owner)
             except SessionNotFound:
-                if create:
+                if create and self.store.version(key) == 0:
                     continue  # a session created by a turn that failed, gone since the check: create it anew
                 raise
             with entry.lock:
@@ -221,9 +221,9 @@ class Sessions:
 
         It is held in memory only, at version 0 (nothing stored), until the turn saves it: that save is its
         whole snapshot with compare-and-set on "not stored yet" (a replica that created the id first makes it a
-        ``StoreConflict``), so a new session costs its first turn one write, not two (a durable store's second
-        ``fsync`` was most of a first turn's time). A turn that ends without saving leaves nothing: the entry
-        is dropped when the turn releases it (:meth:`release`).
+        ``StoreConflict``), so a new session costs its first turn one write, not two (on SQLite, one ``fsync``).
+        A turn that ends without saving leaves nothing: the entry is dropped when the turn releases it
+        (:meth:`release`).
         """
         entry = Entry(key, self.new_session(session_id, tools=tools), 0, owner, running=True)
         return entry if self._table.add(entry) is entry else None
