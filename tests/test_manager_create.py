@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pytest
 
 from lmchat import SessionManager
 from lmchat.backends.echo import EchoBackend
-from lmchat.errors import CapacityExceeded, SessionBusy, SessionLengthExceeded, SessionNotFound, StoreConflict
+from lmchat.errors import BackendError, CapacityExceeded, SessionBusy, SessionLengthExceeded, SessionNotFound, StoreConflict
 from lmchat.manager.ids import owner_key, store_key
 from lmchat.stores import VERSION_KEY, open_store
 
@@ -158,3 +159,52 @@ def test_a_stored_row_of_another_owner_under_the_id_is_not_found_not_created_ove
     worker.join(5)
     assert not worker.is_alive() and outcome
     assert store.load("x") == before
+
+
+class FailsOn(EchoBackend):
+    """Echo whose engine dies mid-answer on a turn whose prompt holds ``word``."""
+
+    def __init__(self, word: str, **kwargs):
+        super().__init__(**kwargs)
+        self.word = word
+
+    def generate(self, request):
+        for n, chunk in enumerate(super().generate(request)):
+            if n == 1 and self.word in request.last_user:
+                raise BackendError("the engine died")
+            yield chunk
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_many_requests_racing_to_create_one_id_store_each_answered_turn_once(store, replicas):
+    """32 threads send first turns on one id, on one manager or two sharing the store, a third of them
+    failing mid-answer: what is stored is every answered turn once, and nothing is left claimed."""
+    managers = [manager(store, False, FailsOn("fail", delay=0.001)) for _ in range(replicas)]
+    answered, lock = [], threading.Lock()
+
+    def client(i: int) -> None:
+        mgr, prompt = managers[i % replicas], f"{'fail' if i % 3 == 0 else 'ask'} {i}"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                mgr.run_turn("hot", user(prompt), create=True)
+            except (SessionBusy, StoreConflict):
+                time.sleep(0.001)  # another client's turn holds the id, or saved first: try again
+                continue
+            except BackendError:
+                return
+            with lock:
+                answered.append(prompt)
+            return
+        raise AssertionError(f"client {i} never got a turn")
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads)
+    assert sorted(answered) == sorted(f"ask {i}" for i in range(32) if i % 3)
+    assert sorted(first_words(managers[0], "hot")) == sorted(answered)
+    assert all(m.metrics()["sessions_active"] == 0 for m in managers)
+    assert store.records(key_of(store, "hot")).version == len(answered)
