@@ -17,7 +17,8 @@ import pytest
 
 from lmchat import SessionManager
 from lmchat.backends.echo import EchoBackend
-from lmchat.errors import BackendError, CapacityExceeded, SessionBusy, SessionLengthExceeded, SessionNotFound, StoreConflict
+from lmchat.errors import (BackendError, CapacityExceeded, SessionBusy, SessionLengthExceeded, SessionNotFound,
+                           StoreConflict)
 from lmchat.manager.ids import owner_key, store_key
 from lmchat.stores import VERSION_KEY, open_store
 
