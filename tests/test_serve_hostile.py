@@ -131,6 +131,19 @@ def test_bodies_no_json_library_would_write_are_refused(client, label):
     assert stored(client) == before, label
 
 
+#: the turn cases: sent as the first request of an id nothing holds (one id each), they must create nothing
+FIRST = sorted(label for label, (_, body) in CASES.items() if body.get("session_id") == SID)
+
+
+@pytest.mark.parametrize("label", FIRST)
+def test_malformed_first_requests_of_an_id_create_no_session(client, label):
+    path, body = CASES[label]
+    fresh = f"newcomer-{FIRST.index(label)}"
+    assert_refused(client.post(path, json={**body, "session_id": fresh}), label)
+    missing = client.get(f"/v1/sessions/{fresh}")
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "session_not_found", label
+
+
 def test_the_session_still_works_after_the_battery(client):
     before = json.loads(stored(client)[0])
     ok = client.post("/v1/chat/completions", json={"messages": [*GOOD, {"role": "assistant", "content": "again"},
