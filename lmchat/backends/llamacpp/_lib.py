@@ -70,17 +70,20 @@ def load_model(path: Path):
     return model
 
 
-def model_params(L=None):
+def model_params(L):
     """llama.cpp's default model parameters for the CPU, less what crashes it (see :func:`amx_active`)."""
-    L = L or lib()
     params = L.llama_model_default_params()
     params.n_gpu_layers = 0
+    return _safe(L, params)
+
+
+def _safe(L, params):
     if amx_active(L) and any(name == "use_extra_bufts" for name, *_ in params._fields_):
         params.use_extra_bufts = False
     return params
 
 
-def amx_active(L=None) -> bool:
+def amx_active(L) -> bool:
     """Whether llama.cpp's CPU backend was built with Intel AMX and runs on a CPU that has it.
 
     There it repacks the weights into an "AMX" buffer, and its AMX matrix product then crashes the process
@@ -88,7 +91,6 @@ def amx_active(L=None) -> bool:
     llama-cpp-python 0.3.36 built from source on a Xeon with AMX, in its own ``Llama`` as well as here. The
     plain CPU buffers (``use_extra_bufts`` off) compute the same model with the AVX-512 kernels.
     """
-    L = L or lib()
     return b"AMX_INT8 = 1" in L.llama_print_system_info()
 
 
@@ -99,16 +101,9 @@ def llama_without_amx() -> None:
     import llama_cpp.llama_cpp as L
 
     default = L.llama_model_default_params
-    if getattr(default, "without_amx", False) or not amx_active(L):
-        return
-
-    def params():
-        p = default()
-        p.use_extra_bufts = False
-        return p
-
-    params.without_amx = True
-    L.llama_model_default_params = params
+    if not getattr(default, "without_amx", False):
+        L.llama_model_default_params = lambda: _safe(L, default())
+        L.llama_model_default_params.without_amx = True
 
 
 def last_error() -> str:
