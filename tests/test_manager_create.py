@@ -15,23 +15,17 @@ import time
 
 import pytest
 
+import lmchat
 from lmchat import SessionManager
 from lmchat.backends.echo import EchoBackend
-from lmchat.errors import (BackendError, CapacityExceeded, SessionBusy, SessionLengthExceeded, SessionNotFound,
-                           StoreConflict)
+from lmchat.errors import (BackendError, CapacityExceeded, LmchatError, SessionBusy, SessionLengthExceeded,
+                           SessionNotFound, StoreConflict)
 from lmchat.manager.ids import owner_key, store_key
-from lmchat.stores import VERSION_KEY, open_store
+from lmchat.stores import VERSION_KEY, MemoryStore
 
-from .test_manager_loop import FailingEcho, user
+from .test_manager_loop import FailingEcho, store, user  # noqa: F401  (store: the fixture, both stores)
 
 WAYS = pytest.mark.parametrize("on_loop", [True, False], ids=["on-loop", "pool"])
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-def store(request, tmp_path):
-    store = open_store(f"sqlite:{tmp_path}/s.db" if request.param == "sqlite" else "memory")
-    yield store
-    store.close()
 
 
 def manager(store, on_loop: bool, backend=None, **kwargs) -> SessionManager:
@@ -209,3 +203,30 @@ def test_many_requests_racing_to_create_one_id_store_each_answered_turn_once(sto
     assert sorted(first_words(managers[0], "hot")) == sorted(answered)
     assert all(m.metrics()["sessions_active"] == 0 for m in managers)
     assert store.records(key_of(store, "hot")).version == len(answered)
+
+
+@pytest.mark.parametrize("name", lmchat.template_names())
+def test_every_template_stores_the_same_session_whether_created_first_or_by_its_turn(name):
+    """Three turns (a plain one, unicode and whitespace, an empty message) on a session made by ``create()``
+    and on one its first turn makes, on every registered template: the same answers and the same stored
+    session, byte for byte but for the version (one write fewer), or the same refusal."""
+
+    def outcome(call):
+        try:
+            return call()
+        except LmchatError as exc:
+            return type(exc).__name__
+
+    ways = {}
+    for first in ("create()", "turn"):
+        mem = MemoryStore()
+        mgr = SessionManager(EchoBackend(), template=name, store=mem)
+        if first == "create()":
+            mgr.create("t")
+        results = [outcome(lambda text=text: mgr.run_turn("t", user(text), create=True).text)
+                   for text in ("Hello there", "  tabs\tand  spaces, 中文 😀 ", "")]
+        stored = [mem.load(i.id) for i in mem.list(owner=None)]
+        ways[first] = (results, [{k: v for k, v in d.items() if k != VERSION_KEY} for d in stored])
+        assert mgr.metrics()["sessions_active"] == 0
+    assert ways["create()"] == ways["turn"]
+    assert any(r.startswith("echo") for r in ways["turn"][0] if isinstance(r, str))  # a turn ran
