@@ -2,9 +2,8 @@
 
 Greedy outputs are compared with llama-cpp-python's own ``Llama.generate``
 and between the backend's own paths (reuse, eviction and restore, rebuild,
-concurrency). Threads default to 1 (``LMCHAT_TEST_THREADS``): on a machine
-whose cores are busy with other work, llama.cpp's OpenMP threads waiting for
-each other make 2 threads many times slower than 1.
+concurrency). The prefix cache across sessions, tiers and restarts:
+tests/test_prefix_cache.py.
 """
 from __future__ import annotations
 
@@ -25,16 +24,15 @@ from lmchat.backends import GenerationRequest, SamplingParams, get_backend  # no
 from lmchat.backends.base import Prompt  # noqa: E402
 from lmchat.backends.bundled import default_gguf  # noqa: E402
 from lmchat.backends.llamacpp import LlamaCppBackend, LlamaVocab  # noqa: E402
-from lmchat.backends.llamacpp._lib import llama_without_amx  # noqa: E402
 from lmchat.errors import BackendError  # noqa: E402
 from lmchat.templates.base import Chat  # noqa: E402
 from lmchat.session.tokens import codec_for, encode_prompt  # noqa: E402
-from lmchat.session.edits import Generation, commit_generation  # noqa: E402
 from lmchat.session.vocab import Vocabulary  # noqa: E402
 
-THREADS = int(os.environ.get("LMCHAT_TEST_THREADS", "1"))
-QUESTIONS = ["What is 2 + 2?", "Hi!", "Name three colours.", "What is the capital of Italy?"]
-STOPS = ("<|im_end|>", "<|endoftext|>")
+from .llama_helpers import (  # noqa: E402
+    QUESTIONS, THREADS, commit, converse, decoded, greedy, llama_greedy, new_session, reference_llama, request_ids,
+    turn,
+)
 
 
 @pytest.fixture(scope="module")
@@ -47,63 +45,9 @@ def backend():
 @pytest.fixture(scope="module")
 def llm():
     """llama-cpp-python's own high-level API on the same GGUF: the reference."""
-    from llama_cpp import Llama
-
-    llama_without_amx()  # as lmchat loads it: on an AMX CPU, llama-cpp-python's defaults crash
-    model = Llama(model_path=str(default_gguf()), n_ctx=2048, n_batch=512, n_threads=THREADS,
-                  n_threads_batch=THREADS, verbose=False)
+    model = reference_llama()
     yield model
     model.close()
-
-
-def llama_greedy(llm, ids, n=24, fresh=False):
-    """``Llama.generate`` greedy on ``ids`` (``fresh``: without the prefix it cached from earlier calls)."""
-    if fresh:
-        llm.reset()
-    out = []
-    for token in llm.generate(ids, temp=0.0, repeat_penalty=1.0):
-        if llm.token_eos() == token or token in (0, 2, 4):
-            break
-        out.append(token)
-        if len(out) == n:
-            break
-    return out
-
-
-def new_session(backend, **kw):
-    return lmchat.Session(backend.template_name, tokenizer=backend.tokenizer, **kw)
-
-
-def greedy(n=24, stop=STOPS):
-    return SamplingParams(temperature=0, max_new_tokens=n, stop=stop)
-
-
-def commit(session, chunks):
-    """Commit as the REPL and the session manager do (an answer cut short is held without an end marker)."""
-    last = chunks[-1]
-    commit_generation(session, Generation("".join(c.text for c in chunks),
-                                          tuple(i for c in chunks for i in c.token_ids),
-                                          last.finish_reason, last.stop))
-
-
-def turn(backend, session, content, params=None):
-    """One turn: prompt, generate, commit. Returns (generated ids, last chunk, delta)."""
-    delta = session.prompt(content)
-    chunks = list(backend.generate(GenerationRequest.from_session(session, delta, params or greedy())))
-    commit(session, chunks)
-    return [i for c in chunks for i in c.token_ids], chunks[-1], delta
-
-
-def request_ids(session, ids, last):
-    """The ids the engine was asked to hold for the turn just committed (before its answer)."""
-    return session.context_ids[:len(session.context_ids) - len(ids) - (last.finish_reason == "stop")]
-
-
-def converse(backend, questions=QUESTIONS, params=None, **kw):
-    session = new_session(backend, **kw)
-    outs = [turn(backend, session, q, params) for q in questions]
-    backend.drop(session.session_id)
-    return [o[0] for o in outs], outs, session
 
 
 # ---------------------------------------------------------------------------------------------- loading
@@ -193,13 +137,12 @@ def test_content_never_yields_a_marker(backend):
 
 # ---------------------------------------------------------------------------------------------- KV reuse
 def test_greedy_turns_equal_llama_generate(backend, llm):
-    # Llama.generate keeps its own cache between calls and prefills only what its cache lacks: the same
-    # batch shapes as the backend (each turn's new ids in one batch, answers one token at a time)
+    # the engine keeps only what a prefill computes (the last answer, decoded a token at a time, is prefilled
+    # again with the next delta): every turn equals Llama.generate on its whole prompt from an empty cache
     session = new_session(backend)
-    llm.reset()
     for question in QUESTIONS:
         delta = session.prompt(question)
-        reference = llama_greedy(llm, session.context_ids)
+        reference = llama_greedy(llm, session.context_ids, fresh=True)
         chunks = list(backend.generate(GenerationRequest.from_session(session, delta, greedy())))
         ids = [i for c in chunks for i in c.token_ids]
         assert ids == reference, question
@@ -208,16 +151,19 @@ def test_greedy_turns_equal_llama_generate(backend, llm):
 
 
 def test_a_turn_prefills_only_its_delta(backend):
+    backend.reset_prefix_cache()  # what earlier tests left would serve this first prompt
     session = new_session(backend)
     ids, last, delta = turn(backend, session, QUESTIONS[0])
-    assert (last.prefilled, last.reused) == (len(delta.token_ids), 0)
+    assert (last.prefilled, last.reused, last.cached_from) == (len(delta.token_ids), 0, None)
     for question in QUESTIONS[1:3]:
-        before = len(session.context_ids)
+        before, answer = len(session.context_ids), decoded(ids, last)
         ids, last, delta = turn(backend, session, question)
         assert not delta.reset
-        # the delta, plus the id the model sampled last and never fed through the model (the end marker,
-        # or the last token of an answer cut by max_new_tokens): nothing used its logits in that turn
-        assert (last.prefilled, last.reused) == (len(delta.token_ids) + 1, before - 1)
+        # the delta, the id the model sampled last and never fed through the model (the end marker, or the
+        # last token of an answer cut by max_new_tokens), and the answer, decoded a token at a time, prefilled
+        # again: the cache holds what a prefill computes
+        assert (last.prefilled, last.reused) == (len(delta.token_ids) + 1 + answer, before - 1 - answer)
+        assert last.cached_from == "session"
     assert backend.held_ids(session.session_id) == session.context_ids[:-1]
     backend.drop(session.session_id)
     assert backend.where(session.session_id) is None
@@ -227,6 +173,7 @@ def test_a_dropped_or_diverged_cache_is_rebuilt(backend, llm):
     session = new_session(backend)
     turn(backend, session, QUESTIONS[0])
     backend.drop(session.session_id)  # lost: the next turn rebuilds from request.prompt()
+    backend.reset_prefix_cache()  # ... with nothing kept for anybody (tests/test_prefix_cache.py: with)
     ids, last, delta = turn(backend, session, QUESTIONS[1])
     context = request_ids(session, ids, last)
     assert (last.prefilled, last.reused) == (len(context), 0)
@@ -250,11 +197,15 @@ def test_a_dropped_or_diverged_cache_is_rebuilt(backend, llm):
 def test_reset_and_text_only_sessions(backend):
     session = new_session(backend)
     turn(backend, session, QUESTIONS[0])
+    held = backend.held_ids(session.session_id)
     session.reset()
     ids, last, delta = turn(backend, session, QUESTIONS[1])
-    assert delta.reset and (last.prefilled, last.reused) == (len(delta.token_ids), 0)
+    # a reset carries the whole prompt: the sequence keeps what it shares with it (the system prompt)
+    shared = next(i for i, (a, b) in enumerate(zip(held, delta.token_ids)) if a != b)
+    assert delta.reset and (last.prefilled, last.reused) == (len(delta.token_ids) - shared, shared) and shared > 10
     backend.drop(session.session_id)
     # without a tokenizer the context is encoded whole (special strings parsed) and its prefix reused
+    backend.reset_prefix_cache()
     plain = lmchat.Session(backend.template_name)
     for i, question in enumerate(QUESTIONS[:2]):
         delta = plain.prompt(question)
@@ -274,13 +225,15 @@ def test_eviction_to_host_and_restore(backend):
         assert (small.where(a.session_id), small.where(b.session_id)) == ("host", "resident")
         ids, last, delta = turn(small, a, QUESTIONS[1])  # restored, not prefilled again
         assert [first, ids] == reference
-        # the same counts as without eviction: the delta plus what was sampled but never fed
+        # the same counts as without eviction: the delta, what was sampled but never fed, the last answer
         expected = ref_turns[1][1]
         assert (last.prefilled, last.reused) == (expected.prefilled, expected.reused)
-        assert last.prefilled == len(delta.token_ids) + 1
+        assert last.prefilled == len(delta.token_ids) + 1 + decoded(first, ref_turns[0][1])
         assert small.where(a.session_id) == "resident" and small.where(b.session_id) == "host"
         stats = small.stats()
-        assert stats["evictions"] == 2 and stats["restores"] == 1 and stats["host_sessions"] == 1
+        # b's first turn started from a's saved prompt (the same question), a's second from its own state
+        assert stats["evictions"] == 2 and stats["restores"] == 2 and stats["host_sessions"] == 1
+        assert stats["tokens_by_source"]["host"] > 0
 
 
 def test_host_budget_exceeded_drops_and_rebuilds(backend, llm):
@@ -289,7 +242,7 @@ def test_host_budget_exceeded_drops_and_rebuilds(backend, llm):
         turn(small, a, QUESTIONS[0])
         turn(small, b, QUESTIONS[0])  # a's state (about 1.3 MB) exceeds the 0.1 MB host budget: dropped
         assert small.where(a.session_id) is None
-        ids, last, delta = turn(small, a, QUESTIONS[1])
+        ids, last, delta = turn(small, a, QUESTIONS[1])  # and so is b's, evicted for a: nothing is left
         context = request_ids(a, ids, last)
         assert (last.prefilled, last.reused) == (len(context), 0)
         assert ids == llama_greedy(llm, context, fresh=True)
@@ -305,16 +258,18 @@ def test_discard_shifts_the_cache(backend):
     kw = dict(system="Be brief.", session_len=150, max_new_tokens=16, overflow="shift")
     params = greedy(16)
     session = new_session(backend, **kw)
-    shifted = None
+    shifted, answer = None, 0
     for i in range(8):
         ids, last, delta = turn(backend, session, f"Question {i}: what is {i} + {i}?", params)
         if delta.discard:
-            shifted = (delta, last)
+            shifted = (delta, last, answer)
             break
+        answer = decoded(ids, last)
     assert shifted is not None, "the session never shifted"
-    delta, last = shifted
-    # only the delta (and the id sampled last turn) was prefilled: the kept turns were shifted, not recomputed
-    assert last.prefilled == len(delta.token_ids) + 1
+    delta, last, answer = shifted
+    # only the delta, the id sampled last turn and the last answer were prefilled: the kept turns were
+    # shifted, not recomputed
+    assert last.prefilled == len(delta.token_ids) + 1 + answer
     assert last.prefilled + last.reused == len(session.context_ids) - len(ids) - (last.finish_reason == "stop")
     assert backend.held_ids(session.session_id) == session.context_ids[:-1]
     sid = session.session_id
@@ -324,12 +279,12 @@ def test_discard_shifts_the_cache(backend):
 
 def test_discarding_the_tail_equals_llama_generate(backend, llm):
     # a discard range reaching the end drops the tail: exact, so the continuation equals Llama.generate's
-    # from its own cache (which keeps the common prefix and prefills the rest, as the backend does)
+    # from an empty cache (the kept part of the answer, decoded, is prefilled again)
     session = new_session(backend)
     ids, last, delta = turn(backend, session, QUESTIONS[2], greedy(12))
-    llm.reset()
-    assert ids == llama_greedy(llm, delta.token_ids, 12)
+    assert ids == llama_greedy(llm, delta.token_ids, 12, fresh=True)
     held = backend.held_ids(session.session_id)
+    prompt = len(delta.token_ids)
     start = len(held) - 5
     new = backend.tokenizer.encode_plain(" In short: red.", at_start=False) + [backend.tokenizer.added["<|im_end|>"]]
     request = GenerationRequest(
@@ -337,8 +292,8 @@ def test_discarding_the_tail_equals_llama_generate(backend, llm):
         delta=lmchat.Delta("", token_ids=new, discard=(start, len(session.context_ids) - start)),
         source=lambda: Prompt("", tuple(held[:start] + new)))
     chunks = list(backend.generate(request))
-    assert (chunks[-1].prefilled, chunks[-1].reused) == (len(new), start)
-    assert [i for c in chunks for i in c.token_ids] == llama_greedy(llm, held[:start] + new)
+    assert (chunks[-1].prefilled, chunks[-1].reused) == (len(new) + start - prompt, prompt)
+    assert [i for c in chunks for i in c.token_ids] == llama_greedy(llm, held[:start] + new, fresh=True)
     backend.drop(session.session_id)
 
 
@@ -368,6 +323,7 @@ def test_a_long_prompt_is_prefilled_in_chunks_beside_decoding_sessions():
     with LlamaCppBackend(threads=THREADS, sessions=2, ctx=2048, prefill_chunk=16) as b:
         long_question = "Summarise: " + "the printing press spread books across Europe. " * 12
         alone = [converse(b, [q], greedy(12))[0][0] for q in ("What is 2 + 2?", long_question)]
+        b.reset_prefix_cache()
         a, c = new_session(b), new_session(b)
         stream = b.generate(GenerationRequest.from_session(a, a.prompt("What is 2 + 2?"), greedy(12)))
         first = next(stream)  # a is decoding: c's prompt now goes in 16-id chunks beside a's tokens

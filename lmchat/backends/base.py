@@ -120,9 +120,13 @@ class Chunk:
     ``stop`` says which), ``'length'`` (``max_new_tokens`` reached),
     ``'cancelled'``. ``token_ids`` are generated ids (never the stop token).
     The last chunk also carries ``prefilled`` (prompt tokens computed this
-    turn) and ``reused`` (prompt tokens served from the cache); the session
-    manager adds ``cache_miss_reason``, why the engine could not reuse all it
-    held (the delta's ``reason``: a reset, a drift rewind, an overflow).
+    turn), ``reused`` (prompt tokens served from the cache) and
+    ``cached_from``, where those came from: ``session`` (the session's own
+    sequence), ``resident`` (copied from another sequence), ``host`` or
+    ``disk`` (restored); ``cache_miss_reason`` says why the engine could not
+    reuse all it held: the engine's own reason (a KV file that failed its
+    checks), else the delta's (a reset, a drift rewind, an overflow), which
+    the session manager adds.
     """
 
     text: str = ""
@@ -131,6 +135,7 @@ class Chunk:
     stop: str | None = None
     prefilled: int = 0
     reused: int = 0
+    cached_from: str | None = None
     cache_miss_reason: str | None = None
 
 

@@ -23,6 +23,12 @@ def add_backend_arguments(p) -> None:
                         help="KV cache over all resident sessions (default: --sessions x min(4096, the model's))")
     engine.add_argument("--sessions", type=int, metavar="N",
                         help="sessions whose KV stays in llama.cpp at once (default: 4); others wait in host memory")
+    engine.add_argument("--kv-host-mb", type=float, metavar="MB",
+                        help="host memory for KV states evicted from llama.cpp (default: 512)")
+    engine.add_argument("--kv-dir", metavar="DIR",
+                        help="KV files kept across restarts, verified before use (default: <data dir>/kv)")
+    engine.add_argument("--kv-disk-mb", type=float, metavar="MB",
+                        help="the most the KV files may take (default: 4096; 0: no disk tier)")
     remote = p.add_argument_group("remote backend (an OpenAI-compatible completions server)")
     remote.add_argument("--base-url", metavar="URL")
     # `lmchat chat` once spelled these --api-key/--model-name: still accepted there
@@ -49,10 +55,13 @@ def backend_options(args) -> dict:
     if backend in ("llamacpp", "hf") and args.model:
         options["model"] = args.model
     if backend == "llamacpp":
-        given = {"threads": args.threads, "ctx": args.ctx, "sessions": args.sessions}
+        given = {"threads": args.threads, "ctx": args.ctx, "sessions": args.sessions,
+                 "host_cache_mb": args.kv_host_mb, "kv_disk_mb": args.kv_disk_mb}
         options.update((k, v) for k, v in given.items() if v is not None)
-    elif any(v is not None for v in (args.threads, args.ctx, args.sessions)):
-        raise UsageError("--threads, --ctx and --sessions are options of the llamacpp backend")
+        options["kv_dir"] = args.kv_dir or str(_default_kv_dir())
+    elif any(v is not None for v in (args.threads, args.ctx, args.sessions, args.kv_host_mb, args.kv_dir,
+                                      args.kv_disk_mb)):
+        raise UsageError("--threads, --ctx, --sessions and the --kv-* options are options of the llamacpp backend")
     if backend == "remote":
         if not args.base_url:
             raise UsageError("--backend remote needs --base-url URL (and --template or --chat-template)")
@@ -72,6 +81,12 @@ def backend_options(args) -> dict:
     if args.tokenizer:
         options["tokenizer"] = _tokenizer(args.tokenizer)
     return options
+
+
+def _default_kv_dir():
+    from ..paths import data_dir
+
+    return data_dir() / "kv"
 
 
 def _tokenizer(path: str):

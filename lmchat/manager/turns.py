@@ -195,7 +195,8 @@ def _replay(mgr: SessionManager, entry: Entry, record: dict) -> Iterator[Chunk |
         result = replayed(record, session.template, session.tools)
         yield Chunk(text=result.text)
         yield Chunk(finish_reason=result.finish_reason, stop=result.stop, prefilled=result.prefilled,
-                    reused=result.reused, cache_miss_reason=result.cache_miss_reason)
+                    reused=result.reused, cached_from=result.cached_from,
+                    cache_miss_reason=result.cache_miss_reason)
         return result
     finally:
         mgr.release(entry)

@@ -77,7 +77,8 @@ async def chat_completions(body: ChatRequest, request: Request, who: str | None 
             message["tool_calls"] = parsed.tool_calls
     else:
         message = {"role": "assistant", "content": result.text}
-    last = Chunk(prefilled=result.prefilled, reused=result.reused, cache_miss_reason=result.cache_miss_reason)
+    last = Chunk(prefilled=result.prefilled, reused=result.reused, cached_from=result.cached_from,
+                 cache_miss_reason=result.cache_miss_reason)
     body_out = {
         "id": meta.id, "object": meta.object, "created": meta.created, "model": meta.model,
         "choices": [{"index": 0, "message": message, "logprobs": None,

@@ -102,7 +102,8 @@ class Interactive:
         if end:
             with contextlib.suppress(LmchatError):
                 await blocking(mgr.end, sid, who)
-        last = Chunk(prefilled=result.prefilled, reused=result.reused, cache_miss_reason=result.cache_miss_reason)
+        last = Chunk(prefilled=result.prefilled, reused=result.reused, cached_from=result.cached_from,
+                     cache_miss_reason=result.cache_miss_reason)
         generated = count(mgr.tokenizer, len(result.text), len(result.token_ids))
         await asgi.send_json(send, reply(sid, result.text, generated, last, result.finish_reason, ended=end or None))
 
@@ -126,6 +127,8 @@ def reply(sid: str, text: str, tokens: int, last: Chunk, finish_reason: str | No
     """LMDeploy's response fields; ``input_tokens``/``history_tokens`` are final on the last chunk."""
     body = {"text": text, "tokens": tokens, "input_tokens": last.prefilled, "history_tokens": last.reused,
             "finish_reason": finish_reason, "session_id": sid}
+    if last.cached_from:
+        body["cached_from"] = last.cached_from
     if last.cache_miss_reason:
         body["cache_miss_reason"] = last.cache_miss_reason
     body.update((k, v) for k, v in extra.items() if v is not None)

@@ -88,7 +88,7 @@ def turn_of(result) -> dict:
     """The counts of a finished turn, as a note keeps them (``stream_turn(note=)``)."""
     return {"finish_reason": result.finish_reason, "prefilled": result.prefilled, "reused": result.reused,
             "generated": len(result.token_ids), "chars": len(result.text),
-            "cache_miss_reason": result.cache_miss_reason}
+            "cache_miss_reason": result.cache_miss_reason, "cached_from": result.cached_from}
 
 
 def status_of(finish_reason: str | None) -> tuple[str, dict | None]:
@@ -109,6 +109,7 @@ def usage(turn: dict, tokens: bool) -> dict:
     output = turn["generated"] if tokens else turn.get("chars", 0)
     return {"input_tokens": prompt, "output_tokens": output, "total_tokens": prompt + output,
             "input_tokens_details": {"cached_tokens": turn["reused"], "cache_write_tokens": 0,
+                                     "cached_from": turn.get("cached_from"),
                                      "cache_miss_reason": turn.get("cache_miss_reason")},
             "output_tokens_details": {"reasoning_tokens": 0}}
 

@@ -40,9 +40,11 @@ class Meta:
 
 def usage(last: Chunk, completion_tokens: int) -> dict:
     """OpenAI usage from the backend's counts: the prompt is what it prefilled plus what it reused;
-    ``cache_miss_reason`` (lmchat's) says why the engine could not reuse all it held, if it could not."""
+    lmchat's own ``cached_from`` says where the cached tokens came from (session, resident, host, disk) and
+    ``cache_miss_reason`` why the engine could not reuse all it held, if it could not."""
     prompt = last.prefilled + last.reused
-    details = {"cached_tokens": last.reused, "cache_miss_reason": last.cache_miss_reason}
+    details = {"cached_tokens": last.reused, "cached_from": last.cached_from,
+               "cache_miss_reason": last.cache_miss_reason}
     return {"prompt_tokens": prompt, "completion_tokens": completion_tokens,
             "total_tokens": prompt + completion_tokens, "prompt_tokens_details": details}
 

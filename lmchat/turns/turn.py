@@ -41,8 +41,11 @@ class TurnResult:
 
     ``history_tokens``: what the engine held before the turn; ``prompt_tokens``:
     the whole prompt of this turn (history + delta); ``prefilled``/``reused``:
-    how the backend served it; ``cache_miss_reason``: why it could not reuse
-    all it held (a reset, a drift rewind, an overflow; None when it could).
+    how the backend served it, ``cached_from`` where the reused tokens came
+    from (``session``, ``resident``, ``host``, ``disk``: see
+    :class:`~lmchat.backends.Chunk`); ``cache_miss_reason``: why it could not
+    reuse all it held (a KV file that failed its checks, a reset, a drift
+    rewind, an overflow; None when it could).
     ``parsed`` splits ``text`` into content, reasoning and tool calls
     (:func:`lmchat.parse_response`), when the turn was asked to parse.
     """
@@ -57,6 +60,7 @@ class TurnResult:
     history_tokens: int
     parsed: ParsedResponse | None = None
     cache_miss_reason: str | None = None
+    cached_from: str | None = None
 
 
 class Owner(Protocol):
@@ -251,13 +255,14 @@ class Turn:
             if parsed.reasoning_content is not None:
                 fields["reasoning_content"] = parsed.reasoning_content
         commit_generation(session, Generation(text, tuple(self.ids), final.finish_reason, final.stop), **fields)
-        if final.cache_miss_reason != self.delta.reason:  # most turns miss nothing: no copy (evolve is slow)
-            final = attrs.evolve(final, cache_miss_reason=self.delta.reason)
+        reason = final.cache_miss_reason or self.delta.reason  # the engine's own reason is the more precise
+        if final.cache_miss_reason != reason:  # most turns miss nothing: no copy (evolve is slow)
+            final = attrs.evolve(final, cache_miss_reason=reason)
         self.final = final
         result = TurnResult(
             text=text, token_ids=tuple(self.ids), finish_reason=final.finish_reason, stop=final.stop,
             prompt_tokens=self.prompt_tokens, prefilled=final.prefilled, reused=final.reused,
-            history_tokens=self.history, parsed=parsed, cache_miss_reason=self.delta.reason,
+            history_tokens=self.history, parsed=parsed, cache_miss_reason=reason, cached_from=final.cached_from,
         )
         return result
 
@@ -267,7 +272,7 @@ def record_of(result: TurnResult) -> dict:
     return {"text": result.text, "finish_reason": result.finish_reason, "stop": result.stop,
             "prompt_tokens": result.prompt_tokens, "prefilled": result.prefilled, "reused": result.reused,
             "history_tokens": result.history_tokens, "generated": len(result.token_ids),
-            "cache_miss_reason": result.cache_miss_reason}
+            "cache_miss_reason": result.cache_miss_reason, "cached_from": result.cached_from}
 
 
 def replayed(record: dict, template: Any, tools: Any) -> TurnResult:
@@ -276,7 +281,7 @@ def replayed(record: dict, template: Any, tools: Any) -> TurnResult:
         text=record["text"], token_ids=(), finish_reason=record["finish_reason"], stop=record.get("stop"),
         prompt_tokens=record["prompt_tokens"], prefilled=record["prefilled"], reused=record["reused"],
         history_tokens=record["history_tokens"], parsed=parse_response(template, record["text"], tools=tools),
-        cache_miss_reason=record.get("cache_miss_reason"),
+        cache_miss_reason=record.get("cache_miss_reason"), cached_from=record.get("cached_from"),
     )
 
 

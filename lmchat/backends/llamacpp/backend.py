@@ -12,10 +12,13 @@ from ..base import Chunk, GenerationRequest
 from ..bundled import BUNDLED_SAMPLING, default_gguf
 from ._lib import lib, load_model, meta
 from .engine import Engine
+from .kvfiles import DiskTier, model_identity
 from .vocab import LlamaVocab
 
 #: tokens per resident sequence when ``ctx`` is not given (capped by the model's training context)
 DEFAULT_SEQ_TOKENS = 4096
+#: the disk tier's default bound (MiB): about 190,000 tokens of the bundled model (22.5 KiB a token)
+DEFAULT_DISK_MB = 4096
 
 
 class LlamaCppBackend:
@@ -27,9 +30,14 @@ class LlamaCppBackend:
     ``n_seq_max``); ``ctx``: the KV budget in tokens over all of them (each
     sequence holds ``ctx // sessions``; default ``sessions * min(4096,
     training context)``). ``host_cache_mb``: host memory for the saved states
-    of sessions evicted from their sequence. ``template``: the chat template
-    name, instead of the one matched from the file name (or the GGUF's own
-    ``tokenizer.chat_template``, registered as ``gguf:<file name>``).
+    of sessions evicted from their sequence. ``kv_dir``: a directory for KV
+    files, the disk tier (states pushed out of host memory, and every state
+    when the backend closes; the next backend on the same model starts from
+    them), at most ``kv_disk_mb``; None (the default here; ``lmchat chat`` and
+    ``lmchat serve`` pass ``<data dir>/kv``): no disk tier. ``template``: the
+    chat template name, instead of the one matched from the file name (or the
+    GGUF's own ``tokenizer.chat_template``, registered as ``gguf:<file
+    name>``).
     """
 
     name = "llamacpp"
@@ -45,6 +53,8 @@ class LlamaCppBackend:
         *,
         flash_attn: bool = False,
         prefill_chunk: int = 256,
+        kv_dir: str | Path | None = None,
+        kv_disk_mb: float = DEFAULT_DISK_MB,
     ):
         path = Path(model).expanduser() if model else default_gguf()
         if not path.is_file():
@@ -70,9 +80,13 @@ class LlamaCppBackend:
             self.threads = int(threads) if threads else _cpus()
             self.template_name = template or _match(path, self._model)  # for new sessions; never used here
             get_template(self.template_name)  # an unknown name fails now, not at the first session
+            disk = None
+            if kv_dir is not None and kv_disk_mb > 0:
+                disk = DiskTier(Path(kv_dir).expanduser(), int(kv_disk_mb * 2**20),
+                                _identity(path, flash_attn=flash_attn))
             self.engine = Engine(self._model, self.tokenizer, n_ctx=ctx, n_seq=int(sessions), threads=self.threads,
                                  host_bytes=int(host_cache_mb * 2**20), flash_attn=flash_attn,
-                                 prefill_chunk=prefill_chunk)
+                                 prefill_chunk=prefill_chunk, disk=disk)
         except BaseException:
             L.llama_model_free(self._model)
             raise
@@ -124,8 +138,14 @@ class LlamaCppBackend:
         """The ids whose keys and values the engine holds for the session (None: nothing)."""
         return self._engine().call(lambda: self.engine.held_ids(session_id))
 
+    def reset_prefix_cache(self, disk: bool = False) -> int:
+        """Forget the prefixes the engine keeps for nobody in particular (dropped sessions' KV, one-off
+        requests'), and with ``disk`` its KV files too; sessions keep theirs. Returns how many went."""
+        return self._engine().call(lambda: self.engine.reset_prefix_cache(disk))
+
     def stats(self) -> dict:
-        """Resident sequences, host cache use, evictions and restores."""
+        """Every KV tier's entries, tokens and bytes; prompt tokens by where they came from; misses by
+        reason; evictions and restores (docs/backends.md, "Where a session's KV lives")."""
         return self._engine().call(lambda: self.engine.stats())
 
     def _engine(self) -> Engine:
@@ -144,6 +164,15 @@ class LlamaCppBackend:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _identity(path: Path, *, flash_attn: bool) -> dict:
+    """What a KV file must have been made with to be loaded here: the same weights, the same llama.cpp
+    (its state format), the same cache layout."""
+    import llama_cpp
+
+    return {**model_identity(path), "llama_cpp": llama_cpp.__version__, "flash_attn": bool(flash_attn),
+            "kv_unified": False, "cache_types": "f16"}
 
 
 def _cpus() -> int:

@@ -5,9 +5,11 @@ caller reads :class:`Chunk` s from ``job.out``. The scheduler thread loops:
 
 1. take new jobs, drops and the close request off its command queue;
 2. give waiting jobs a sequence (the session's own if it is resident, a free
-   one, or one freed by evicting the least recently used idle session to the
-   host cache), restore saved states, and plan each turn's prefill from the
-   delta (:func:`.planning.plan_turn`);
+   one, or one freed by evicting an idle state to the host cache: orphans
+   first, then the least recently used session), restore saved states, and
+   plan each turn's prefill from the delta (:func:`.planning.plan_turn`);
+   a sequence that would prefill more than it holds starts instead from the
+   longest exact prefix of its prompt held anywhere (:meth:`Engine._reuse`);
 3. one ``llama_decode`` of the next token of every decoding sequence; then
    chunks of the prompts being prefilled, each in a ``llama_decode`` of its
    own, within a per-step budget (``prefill_chunk`` ids while others decode,
@@ -16,15 +18,25 @@ caller reads :class:`Chunk` s from ``job.out``. The scheduler thread loops:
 
 The per-step work (and why prompts and decoding tokens go to separate
 ``llama_decode`` calls) is in :mod:`.steps`.
+
+The KV tiers (docs/backends.md, "Where a session's KV lives"): resident
+sequences, states saved in host memory (:class:`.sequences.HostCache`), KV
+files on disk (:class:`.kvfiles.DiskTier`), all indexed by their token ids
+(:class:`.prefix.PrefixIndex`). A dropped session's state is not freed but
+kept as an *orphan*: a prefix any later prompt may start from (a stateless
+client's next request, a branch, another conversation with the same system
+prompt), evicted before any session's. States pushed out of host memory,
+and at :meth:`Engine.close` every state, go to disk.
 """
 from __future__ import annotations
 
 import atexit
 import itertools
+import logging
 import queue
 import threading
 import weakref
-from collections import deque
+from collections import Counter, deque
 
 import attrs
 
@@ -32,12 +44,17 @@ from ...errors import BackendError
 from ...stops import StopMatcher
 from ..base import Chunk, GenerationRequest
 from ._lib import lib
-from .planning import plan_turn
+from .kvfiles import DiskEntry, DiskTier, KVFileRejected
+from .planning import plan_turn, prompt_ids
+from .prefix import BLOCK, PrefixIndex
 from .sampler import Sampler
 from .sequences import HostCache, SequencePool, SessionState
 from .steps import Steps
 
+log = logging.getLogger("lmchat.llamacpp")
 _CLOSE = object()
+#: the cheaper a tier is to start from, the lower: ties between holders of one prefix go to the cheapest
+_RANK = {"session": 0, "resident": 1, "host": 2, "disk": 3}
 _ENGINES: "weakref.WeakSet[Engine]" = weakref.WeakSet()
 
 
@@ -57,6 +74,8 @@ class Job:
     todo: list[int] = attrs.field(factory=list)  # prompt ids to prefill
     fed: int = 0  # how many of them are in the cache
     reused: int = 0
+    cached_from: str | None = None  # where the reused ids came from: session, resident, host, disk
+    miss: str | None = None  # why a held prefix could not be used
     sampler: Sampler | None = None
     matcher: StopMatcher | None = None
     kept: int = 0  # ids of matcher.kept_ids already sent
@@ -73,7 +92,8 @@ class Engine(Steps):
     """A llama context with ``n_seq`` resident sequences of ``n_ctx // n_seq`` tokens each, and its scheduler."""
 
     def __init__(self, model, vocab, *, n_ctx: int, n_seq: int, threads: int, host_bytes: int,
-                 n_batch: int = 512, prefill_chunk: int = 256, flash_attn: bool = False):
+                 n_batch: int = 512, prefill_chunk: int = 256, flash_attn: bool = False,
+                 disk: DiskTier | None = None):
         L = self._L = lib()
         params = L.llama_context_default_params()
         params.n_ctx = n_ctx
@@ -99,6 +119,14 @@ class Engine(Steps):
         self.host = HostCache(host_bytes)
         self.pool = SequencePool(self.ctx, n_seq, self.host)
         self.sessions: dict[str, SessionState] = {}
+        self.orphans: set[SessionState] = set()  # dropped sessions' states, kept as prefixes
+        self.index = PrefixIndex()
+        self.disk = disk
+        if disk is not None:
+            for entry in [*disk.entries.values(), *disk.foreign]:
+                self.index.put(entry)
+        self.served: Counter[str] = Counter()  # prompt tokens by where they came from (prefilled included)
+        self.misses: Counter[str] = Counter()  # held prefixes not used, by reason
         self._ticks = itertools.count(1)
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self._waiting: deque[Job] = deque()
@@ -165,6 +193,7 @@ class Engine(Steps):
             for job in [*self._active, *self._waiting]:
                 self._fail(job, BackendError("the llamacpp backend was closed"))
             self._drain_closed()
+            self._persist()
             self._free()
 
     def _take_commands(self, block: bool) -> bool:
@@ -198,6 +227,23 @@ class Engine(Steps):
             elif command is not _CLOSE and command[0] == "call":
                 command[2].put((False, BackendError("the llamacpp backend was closed")))
 
+    def _persist(self) -> None:
+        """Every state the engine holds to disk, the most recently used last (the disk's LRU keeps those):
+        the next process starts where this one stopped."""
+        if self.disk is None:
+            return
+        try:
+            for state in sorted({*self.sessions.values(), *self.orphans}, key=lambda s: s.tick):
+                if state.exact < BLOCK or state.busy:
+                    continue
+                blob = state.blob if state.seq is None else self.pool.save(state.seq)
+                if blob is not None:
+                    self.disk.put(state.ids, state.exact, blob)
+        except Exception:  # a cache that could not be kept must not stop the close
+            log.exception("could not write the KV states to %s", self.disk.directory)
+        finally:
+            self.disk.close()
+
     def _free(self) -> None:
         L = self._L
         L.llama_batch_free(self.batch)
@@ -211,8 +257,23 @@ class Engine(Steps):
         if state.busy:
             state.drop_after = True
             return
-        self.pool.release(state)
         del self.sessions[session_id]
+        self._orphan(state)
+
+    def _orphan(self, state: SessionState) -> None:
+        """Keep a dropped session's KV as a prefix nobody owns (or free it if it holds nothing exact)."""
+        if state.exact < BLOCK:
+            self._forget(state)
+            return
+        state.orphan = True
+        state.unfed = []
+        self.orphans.add(state)
+        self.index.put(state)
+
+    def _forget(self, state: SessionState) -> None:
+        self.index.remove(state)
+        self.pool.release(state)
+        self.orphans.discard(state)
 
     # ------------------------------------------------------------------ admission
     def _admit(self) -> None:
@@ -231,10 +292,30 @@ class Engine(Steps):
                 self._fail(job, BackendError(f"a generation is already running for session {job.session_id!r}"))
                 continue
             job.state, state.job = state, job
-            if state.seq is None and not self._place(state):
+            if state.seq is None and not self._take_orphan(job) and not self._place(state):
                 self._waiting.append(job)  # every sequence is busy: wait for one
                 continue
             self._start(job)
+
+    def _take_orphan(self, job: Job) -> bool:
+        """A state new to the engine whose prompt continues an idle resident orphan takes its sequence:
+        the stateless client's next request, at no copy. False: nothing to take."""
+        state = job.state
+        if state.ids or state.blob is not None or not self.orphans:
+            return False
+        try:
+            target = prompt_ids(job.request, self.vocab)
+        except Exception:
+            return False  # _start reports it
+        donor, n, _ = self.index.longest(target, usable=lambda e: isinstance(e, SessionState) and e.orphan
+                                         and e.seq is not None and not e.busy)
+        if donor is None or len(donor.ids) - n >= BLOCK:  # it holds more than this prompt needs: copy it later
+            return False
+        self.index.remove(donor)
+        self.orphans.discard(donor)
+        self.pool.move(donor, state)
+        job.cached_from = "resident"
+        return True
 
     def _place(self, state: SessionState) -> bool:
         seq = self.pool.free_seq()
@@ -243,11 +324,22 @@ class Engine(Steps):
             if victim is None:
                 return False
             seq = victim.seq
-            for gone in self.pool.evict(victim):
-                if not gone.busy and gone.blob is None and gone.seq is None:
-                    self.sessions.pop(gone.session_id, None)  # dropped: its next turn rebuilds from its ids
+            self._spill(self.pool.evict(victim))
         self.pool.attach(state, seq)
         return True
+
+    def _spill(self, states: list[SessionState]) -> None:
+        """States pushed out of host memory: to disk if there is one, then forgotten by the engine's
+        tiers (a session keeps its SessionState: its next turn finds its prefix on disk, or prefills)."""
+        for state in states:
+            if self.disk is not None and state.blob is not None and not state.busy:
+                entry, gone = self.disk.put(state.ids, state.exact, state.blob)
+                for old in gone:
+                    self.index.remove(old)
+                if entry is not None:
+                    self.index.put(entry)
+            state.blob = None
+            self._forget(state)
 
     def _start(self, job: Job) -> None:
         request, state = job.request, job.state
@@ -258,20 +350,80 @@ class Engine(Steps):
             self.pool.clear(state)
             self._fail(job, exc if isinstance(exc, BackendError) else BackendError(f"bad request: {exc}"))
             return
-        job.reused = len(state.ids)
-        need = job.reused + len(job.todo)
+        need = len(state.ids) + len(job.todo)
         if need > self.n_ctx_seq:
             self._fail(job, BackendError(
                 f"session {job.session_id!r} needs {need} tokens of context, more than the {self.n_ctx_seq} "
                 f"a sequence holds (ctx / sessions); give the session a smaller session_len "
                 "or the backend a larger ctx"))
             return
+        if job.cached_from is None and state.ids:
+            job.cached_from = "session"
+        self._reuse(job)
+        job.reused = len(state.ids)
+        self.index.put(state)
+        if job.reused:
+            self.served[job.cached_from] += job.reused
+        self.served["prefilled"] += len(job.todo)
         stop_ids = set(self.vocab.eog_ids)
         stop_ids.update(self.vocab.added[w] for w in params.stop if w in self.vocab.added)
         job.matcher = StopMatcher(params.stop, stop_ids=stop_ids)
         context = state.ids + job.todo if params.repetition_penalty != 1.0 else ()
         job.sampler = Sampler(params, self.n_vocab, context)
         self._active.append(job)
+
+    def _reuse(self, job: Job) -> None:
+        """Start the sequence from the longest exact prefix of its prompt held elsewhere, when that saves
+        prefilling at least a block (and a sixteenth of what must be loaded for it)."""
+        state = job.state
+        for _ in range(4):  # a file that fails its checks leaves the next best holder
+            have = len(state.ids)
+            if len(job.todo) < BLOCK:
+                return
+            target = state.ids + job.todo
+            donor, n, blocked = self.index.longest(target, exclude=state, usable=_usable, rank=_rank)
+            n = min(n, len(target) - 1)
+            if blocked is not None:
+                self._missed(job, blocked.why_not, blocked.miss_kind)
+            if donor is None or n - have < max(BLOCK, len(donor.ids) // 16):
+                return
+            try:
+                self._load(state, donor, target[:n])
+            except KVFileRejected as exc:
+                self._missed(job, str(exc), exc.kind)
+                continue
+            job.cached_from = donor.tier if isinstance(donor, DiskEntry) else donor.tier or "resident"
+            job.todo = target[n:]
+            return
+
+    def _load(self, state: SessionState, donor, prefix: list[int]) -> None:
+        """Make ``state``'s sequence hold ``prefix``, the first ids of what ``donor`` holds, from its KV;
+        :class:`KVFileRejected` if it cannot (the sequence is then empty)."""
+        pool = self.pool
+        if isinstance(donor, DiskEntry):
+            try:
+                blob = self.disk.read(donor, prefix)
+            except KVFileRejected:
+                self.index.remove(donor)
+                raise
+            if not pool.load(state, blob, len(donor.ids)):
+                self.disk.reject(donor)
+                self.index.remove(donor)
+                raise KVFileRejected(f"llama.cpp did not restore KV file {donor.name} as written", "refused")
+            self.disk.touch(donor)
+        else:
+            blob = donor.blob if donor.seq is None else pool.save(donor.seq)
+            if blob is None or not pool.load(state, blob, len(donor.ids)):
+                raise KVFileRejected("the KV of another sequence could not be copied", "copy failed")
+        state.ids = list(donor.ids)
+        pool.truncate(state, len(prefix))
+        if len(state.ids) != len(prefix):
+            raise KVFileRejected("this model's memory cannot be cut back to a shared prefix", "cannot cut")
+
+    def _missed(self, job: Job, reason: str, kind: str) -> None:
+        job.miss = reason
+        self.misses[kind] += 1
+        log.info("session %s: %s; prefilling instead", job.session_id, reason)
 
     # ------------------------------------------------------------------ ending a job
     def _finish(self, job: Job, reason: str, text: str = "") -> None:
@@ -281,7 +433,8 @@ class Engine(Steps):
         kept = matcher.kept_ids[job.kept:] if matcher is not None else []
         last = Chunk(text=text, token_ids=tuple(kept), finish_reason=reason,
                      stop=matcher.stop if reason == "stop" and matcher is not None else None,
-                     prefilled=job.fed, reused=job.reused)
+                     prefilled=job.fed, reused=job.reused, cached_from=job.cached_from if job.reused else None,
+                     cache_miss_reason=job.miss)
         state = job.state
         if job.token is not None and state is not None and state.job is job and state.ids:
             state.unfed = [job.token]  # sampled last, never fed: the next turn feeds it before its delta
@@ -305,11 +458,31 @@ class Engine(Steps):
             state.job = None
             state.tick = next(self._ticks)
             if state.drop_after:
-                self.pool.release(state)
-                self.sessions.pop(state.session_id, None)
+                state.drop_after = False
+                if self.sessions.get(state.session_id) is state:
+                    del self.sessions[state.session_id]
+                self._orphan(state)
+            elif state.tier is not None:
+                self.index.put(state)
         with self._lock:  # before the last chunk goes out: the caller may start the next turn at once
             if self._running.get(job.session_id) is job:
                 del self._running[job.session_id]
+
+    def reset_prefix_cache(self, disk: bool = False) -> int:
+        """Forget every orphan (and with ``disk``, every KV file); sessions keep their own KV. Returns how
+        many entries went."""
+        gone = list(self.orphans)
+        for state in gone:
+            if not state.busy:
+                self._forget(state)
+        n = len(gone)
+        if disk and self.disk is not None:
+            for entry in list(self.disk.entries.values()):
+                self.index.remove(entry)
+                self.disk.reject(entry)
+                n += 1
+            self.disk.flush()
+        return n
 
     # ------------------------------------------------------------------ inspection (scheduler thread, via call())
     def where(self, session_id: str) -> str | None:
@@ -330,7 +503,31 @@ class Engine(Steps):
             self._L.llama_memory_seq_pos_max(self.pool.mem, state.seq))
 
     def stats(self) -> dict:
-        return {"resident": sum(o is not None for o in self.pool.owner), "sequences": self.n_seq,
-                "host_sessions": len(self.host), "host_bytes": self.host.nbytes, "host_budget": self.host.budget,
-                "evictions": self.pool.evictions, "restores": self.pool.restores, "host_dropped": self.host.dropped,
-                "evict_seconds": self.pool.evict_seconds, "restore_seconds": self.pool.restore_seconds}
+        """Counts and sizes of every tier (the scheduler thread's view: call it there)."""
+        resident = [s for s in self.pool.owner if s is not None]
+        held = sum(len(s.ids) for s in resident)
+        disk = self.disk
+        out = {"resident": len(resident), "sequences": self.n_seq, "resident_tokens": held,
+               "resident_orphans": sum(s.orphan for s in resident),
+               "host_sessions": len(self.host), "host_bytes": self.host.nbytes, "host_budget": self.host.budget,
+               "host_tokens": sum(len(s.ids) for s in self.host.states()),
+               "orphans": len(self.orphans), "evictions": self.pool.evictions, "restores": self.pool.restores,
+               "host_dropped": self.host.dropped, "evict_seconds": self.pool.evict_seconds,
+               "restore_seconds": self.pool.restore_seconds, "indexed": len(self.index),
+               "tokens_by_source": dict(self.served), "misses_by_reason": dict(self.misses)}
+        if disk is not None:
+            out.update(disk_dir=str(disk.directory), disk_files=len(disk.entries), disk_bytes=disk.nbytes,
+                       disk_budget=disk.budget, disk_writes=disk.writes, disk_write_failures=disk.write_failures,
+                       disk_write_seconds=disk.write_seconds, disk_read_seconds=disk.read_seconds,
+                       disk_problem=disk.problem)
+        return out
+
+
+def _usable(entry) -> bool:
+    if isinstance(entry, DiskEntry):
+        return entry.why_not is None and not entry.gone
+    return entry.tier is not None
+
+
+def _rank(entry) -> int:
+    return _RANK.get(entry.tier, len(_RANK))

@@ -3,36 +3,48 @@ from __future__ import annotations
 
 from ...errors import BackendError
 from ..base import GenerationRequest
+from .prefix import common_prefix
 from .sequences import SequencePool, SessionState
 
 
 def plan_turn(pool: SequencePool, state: SessionState, request: GenerationRequest, vocab) -> list[int]:
     """Apply the delta's reset or discard to the sequence; the ids left to prefill.
 
+    The cache only ever keeps what a fresh prefill of its ids computes
+    (:attr:`SessionState.kept`): the last answer, decoded a token at a time,
+    is prefilled again with the next turn's delta, so no answer depends on how
+    its prompt got into the cache (measured on SmolLM2: logits after decoded
+    tokens differ from a prefill's by up to 0.84, enough to flip a greedy
+    choice; a prefill cut into chunks of two ids or more gives the same bits).
+
     O(turn) when the sequence holds what the session says the engine holds
     (``request.held`` equals its ids plus the one it sampled last without
-    feeding it, the end marker or the last token of a cut answer): that token,
-    then the delta. Otherwise (a session evicted beyond the host budget and
-    dropped, a stop string cut inside a token, a session new to this engine,
-    or one without a tokenizer) the whole prompt is fetched
-    (``request.prompt()``, O(history)), the longest prefix the sequence shares
-    with it is kept and the rest prefilled.
+    feeding it, the end marker or the last token of a cut answer): the last
+    answer, that token, then the delta. A reset delta carries the whole
+    prompt: the sequence keeps the exact prefix it shares with it (a history
+    cut back, an edited message: only what follows the change is prefilled).
+    Otherwise (a session evicted beyond the host budget, a stop string cut
+    inside a token, a session new to this engine, or one without a tokenizer)
+    the whole prompt is fetched (``request.prompt()``, O(history)), the
+    longest prefix the sequence shares with it is kept and the rest
+    prefilled. The engine may then start the sequence from a longer prefix
+    held elsewhere (:mod:`.prefix`).
     """
     delta = request.delta
-    if delta.reset:
-        pool.clear(state)
-    elif delta.discard:
+    if delta.discard and not delta.reset:
         pool.discard(state, *delta.discard)
     unfed, state.unfed = state.unfed, []
-    if delta.token_ids is not None and (delta.reset or request.held == len(state.ids) + len(unfed)):
-        todo = ([] if delta.reset else unfed) + list(delta.token_ids)
+    if delta.token_ids is not None and delta.reset:
+        target = list(delta.token_ids)
+        keep = _keep(state.ids, target, state.exact)
+    elif delta.token_ids is not None and request.held == len(state.ids) + len(unfed):
+        target = state.ids + unfed + list(delta.token_ids)
+        keep = state.kept
     else:
-        prompt = request.prompt()
-        # a session without a tokenizer: its text encoded with special parsing on, as llama.cpp reads a prompt
-        target = list(prompt.ids) if prompt.ids is not None else vocab.encode_parsed(prompt.text)
-        keep = _common_prefix(state.ids, target)
-        pool.truncate(state, keep)
-        todo = target[keep:]
+        target = prompt_ids(request, vocab)
+        keep = _keep(state.ids, target, state.kept)
+    pool.truncate(state, keep)
+    todo = target[len(state.ids):]  # all of it if the memory could not be cut (recurrent models)
     if not todo and state.ids:  # nothing new: feed the last id again for its logits
         todo = [state.ids[-1]]
         pool.truncate(state, len(state.ids) - 1)
@@ -41,11 +53,19 @@ def plan_turn(pool: SequencePool, state: SessionState, request: GenerationReques
     return todo
 
 
-def _common_prefix(held: list[int], ids: list[int]) -> int:
-    """Longest common prefix, never all of ``ids`` (its last id is fed again for the logits)."""
-    n = min(len(held), len(ids) - 1)
-    if n <= 0:
-        return 0
-    if held[:n] == ids[:n]:
-        return n
-    return next(i for i in range(n) if held[i] != ids[i])
+def prompt_ids(request: GenerationRequest, vocab) -> list[int]:
+    """The whole prompt of the turn as ids: the delta's when it is the whole prompt, else the session's
+    context (a session without a tokenizer: its text encoded with special parsing on, as llama.cpp reads a
+    prompt)."""
+    delta = request.delta
+    if delta.token_ids is not None and (delta.reset or request.held == 0):
+        return list(delta.token_ids)
+    prompt = request.prompt()
+    return list(prompt.ids) if prompt.ids is not None else vocab.encode_parsed(prompt.text)
+
+
+def _keep(held: list[int], ids: list[int], end: int | None = None) -> int:
+    """Longest common prefix of ``held[:end]`` and ``ids``, never all of ``ids`` (its last id is fed again
+    for the logits)."""
+    limit = min(len(held) if end is None else end, len(ids) - 1)
+    return common_prefix(held, ids, 0, limit) if limit > 0 else 0

@@ -22,6 +22,8 @@ from ._lib import lib
 
 @attrs.define(eq=False)
 class SessionState:
+    """A session's KV, or -- once the session is dropped (``orphan``) -- a cached prefix nobody owns."""
+
     session_id: str
     ids: list[int] = attrs.field(factory=list)  # what the sequence (or the blob) holds, position by position
     unfed: list[int] = attrs.field(factory=list)  # sampled last but never fed: the session holds it, the cache not
@@ -29,49 +31,86 @@ class SessionState:
     blob: bytearray | None = None  # evicted: the saved sequence state
     job: object | None = None  # the generation running on it
     drop_after: bool = False  # drop() arrived while a generation ran
+    orphan: bool = False  # its session was dropped: kept only as a prefix others may start from
+    decoded_at: int | None = None  # the first id fed alone (a sampled token): its KV is not a prefill's
+    shifted_at: int | None = None  # a context shift rotated the keys from here on
     tick: int = 0  # last use, for the LRU
+    version: int = 0  # bumped whenever ids are cut or replaced (the prefix index re-hashes them then)
+
+    @property
+    def exact(self) -> int:
+        """How many leading ids hold the keys and values a fresh prefill of them computes: what any
+        prompt starting with them may reuse (a token decoded alone gets other values in the last bits,
+        enough to flip a greedy choice; a shift rotates keys)."""
+        return min([len(self.ids), *(at for at in (self.decoded_at, self.shifted_at) if at is not None)])
+
+    @property
+    def kept(self) -> int:
+        """How many leading ids the session's own next turn keeps: all but the decoded ones, which it
+        prefills again (so its cache, too, holds what a fresh prefill computes); a context shift is the
+        session's own, accepted approximation (its overflow policy)."""
+        return len(self.ids) if self.decoded_at is None else min(len(self.ids), self.decoded_at)
+
+    def forget_tail(self, keep: int) -> None:
+        """Bookkeeping for ids cut back to ``keep``."""
+        del self.ids[keep:]
+        if self.decoded_at is not None and self.decoded_at >= keep:
+            self.decoded_at = None
+        if self.shifted_at is not None and self.shifted_at >= keep:
+            self.shifted_at = None
+        self.version += 1
+
+    def reset(self) -> None:
+        self.ids, self.unfed, self.decoded_at, self.shifted_at = [], [], None, None
+        self.version += 1
 
     @property
     def busy(self) -> bool:
         return self.job is not None
 
+    @property
+    def tier(self) -> str | None:
+        return "resident" if self.seq is not None else "host" if self.blob is not None else None
+
 
 class HostCache:
-    """Saved sequence states by session, least recently saved first, bounded by ``budget`` bytes."""
+    """Saved sequence states, bounded by ``budget`` bytes: orphans go first, then the least recently saved."""
 
     def __init__(self, budget: int):
         self.budget = budget
         self.nbytes = 0
-        self._states: OrderedDict[str, SessionState] = OrderedDict()
+        self._states: OrderedDict[SessionState, None] = OrderedDict()
         self.saved = self.dropped = 0
 
     def put(self, state: SessionState) -> list[SessionState]:
-        """Keep ``state`` (its ``blob`` set); returns the states dropped to stay within budget (maybe itself)."""
-        if len(state.blob) > self.budget:  # larger than the whole budget: drop it rather than everything else
-            state.blob = None
-            state.ids, state.unfed = [], []
+        """Keep ``state`` (its ``blob`` set); returns the states pushed out to stay within budget (maybe
+        itself), their blobs and ids still set: the caller moves them to disk or forgets them."""
+        if len(state.blob) > self.budget:  # larger than the whole budget: out at once rather than everything else
             self.dropped += 1
             return [state]
-        self._states[state.session_id] = state
+        self._states[state] = None
         self.nbytes += len(state.blob)
         self.saved += 1
         gone = []
         while self.nbytes > self.budget and self._states:
-            _, old = self._states.popitem(last=False)
+            old = next((s for s in self._states if s.orphan), None) or next(iter(self._states))
+            del self._states[old]
             self.nbytes -= len(old.blob)
-            old.blob = None
-            old.ids, old.unfed = [], []
             gone.append(old)
             self.dropped += 1
         return gone
 
     def take(self, state: SessionState) -> bytearray | None:
         """Remove and return the saved state of ``state`` (None if it has none)."""
-        if self._states.pop(state.session_id, None) is None:
+        if state not in self._states:
             return None
+        del self._states[state]
         blob, state.blob = state.blob, None
         self.nbytes -= len(blob)
         return blob
+
+    def states(self) -> list[SessionState]:
+        return list(self._states)
 
     def __len__(self) -> int:
         return len(self._states)
@@ -98,9 +137,10 @@ class SequencePool:
         return None
 
     def victim(self) -> SessionState | None:
-        """The least recently used idle resident session."""
+        """The resident state to evict: an idle orphan before any session, the least recently used first
+        (a busy one never)."""
         idle = [s for s in self.owner if s is not None and not s.busy]
-        return min(idle, key=lambda s: s.tick) if idle else None
+        return min(idle, key=lambda s: (not s.orphan, s.tick)) if idle else None
 
     def attach(self, state: SessionState, seq: int) -> bool:
         """Make ``state`` resident in ``seq``, restoring its saved state; False if it had to start empty."""
@@ -109,34 +149,69 @@ class SequencePool:
         blob = self.host.take(state)
         if blob is None:
             return not state.ids
-        started = time.perf_counter()
-        buf = (ctypes.c_uint8 * len(blob)).from_buffer(blob)
-        ok = self._L.llama_state_seq_set_data(self.ctx, buf, len(blob), seq) != 0
+        ids, decoded, shifted = state.ids, state.decoded_at, state.shifted_at
+        if not self.load(state, blob, len(ids)):
+            return False
+        state.ids, state.decoded_at, state.shifted_at = ids, decoded, shifted
+        return True
+
+    def load(self, state: SessionState, blob: bytes | bytearray | memoryview, n_held: int) -> bool:
+        """Replace what ``state``'s sequence holds with a saved state of ``n_held`` ids, checked: llama.cpp
+        must accept it and then hold exactly positions ``0 .. n_held - 1``. False (the sequence empty) if
+        not. The caller sets ``state.ids``."""
+        L, seq, started = self._L, state.seq, time.perf_counter()
+        L.llama_memory_seq_rm(self.mem, seq, -1, -1)
+        state.reset()
+        buf = (ctypes.c_uint8 * len(blob)).from_buffer_copy(blob) if isinstance(blob, (bytes, memoryview)) \
+            else (ctypes.c_uint8 * len(blob)).from_buffer(blob)
+        ok = L.llama_state_seq_set_data(self.ctx, buf, len(blob), seq) != 0
         del buf  # a view of blob
         self.restore_seconds += time.perf_counter() - started
-        if not ok:
-            self.clear(state)
+        if not ok or L.llama_memory_seq_pos_min(self.mem, seq) != 0 \
+                or L.llama_memory_seq_pos_max(self.mem, seq) != n_held - 1:
+            L.llama_memory_seq_rm(self.mem, seq, -1, -1)
             return False
         self.restores += 1
         return True
 
-    def evict(self, state: SessionState) -> list[SessionState]:
-        """Save ``state``'s sequence to the host cache and free it; returns the states dropped for room."""
-        seq, started = state.seq, time.perf_counter()
+    def save(self, seq: int) -> bytearray | None:
+        """A copy of what sequence ``seq`` holds (None: llama.cpp wrote nothing)."""
+        started = time.perf_counter()
         size = self._L.llama_state_seq_get_size(self.ctx, seq)
         blob = bytearray(size)
         n = self._L.llama_state_seq_get_data(self.ctx, (ctypes.c_uint8 * size).from_buffer(blob), size, seq)
-        self._L.llama_memory_seq_rm(self.mem, seq, -1, -1)
         self.evict_seconds += time.perf_counter() - started
+        if n == 0:
+            return None
+        del blob[n:]
+        return blob
+
+    def evict(self, state: SessionState) -> list[SessionState]:
+        """Save ``state``'s sequence to the host cache and free it; returns the states pushed out of the
+        host cache for room (their blobs and ids still set), maybe ``state`` itself."""
+        seq = state.seq
+        blob = self.save(seq) if state.ids else None
+        self._L.llama_memory_seq_rm(self.mem, seq, -1, -1)
         self.owner[seq] = None
         state.seq = None
         self.evictions += 1
-        if n == 0 or not state.ids:
-            state.ids, state.unfed = [], []
+        if blob is None:
+            state.reset()
             return [state]
-        del blob[n:]
         state.blob = blob
         return self.host.put(state)
+
+    def move(self, donor: SessionState, state: SessionState) -> None:
+        """Give ``donor``'s sequence and what it holds to ``state`` (whose own sequence is freed): no copy."""
+        if state.seq is not None:
+            self._L.llama_memory_seq_rm(self.mem, state.seq, -1, -1)
+            self.owner[state.seq] = None
+        state.seq, donor.seq = donor.seq, None
+        self.owner[state.seq] = state
+        state.reset()
+        state.ids, state.decoded_at, state.shifted_at = donor.ids, donor.decoded_at, donor.shifted_at
+        donor.ids = []
+        donor.reset()
 
     def release(self, state: SessionState) -> None:
         """Forget ``state`` wherever it is."""
@@ -145,12 +220,12 @@ class SequencePool:
             self.owner[state.seq] = None
             state.seq = None
         self.host.take(state)
-        state.ids, state.unfed = [], []
+        state.reset()
 
     # ------------------------------------------------------------------ editing a resident sequence
     def clear(self, state: SessionState) -> None:
         self._L.llama_memory_seq_rm(self.mem, state.seq, -1, -1)
-        state.ids, state.unfed = [], []
+        state.reset()
 
     def truncate(self, state: SessionState, keep: int) -> None:
         """Keep the first ``keep`` ids."""
@@ -159,7 +234,7 @@ class SequencePool:
         if keep <= 0 or not self._L.llama_memory_seq_rm(self.mem, state.seq, keep, -1):
             self.clear(state)  # a memory that cannot cut a sequence (recurrent models): start over
             return
-        del state.ids[keep:]
+        state.forget_tail(keep)
         state.unfed = []
 
     def discard(self, state: SessionState, start: int, count: int) -> None:
@@ -181,3 +256,7 @@ class SequencePool:
             return
         self._L.llama_memory_seq_add(self.mem, state.seq, start + count, -1, -count)
         del state.ids[start:start + count]
+        state.version += 1
+        state.shifted_at = start if state.shifted_at is None else min(start, state.shifted_at)
+        if state.decoded_at is not None and state.decoded_at > start:
+            state.decoded_at = max(start, state.decoded_at - count)

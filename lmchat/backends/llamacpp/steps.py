@@ -53,7 +53,10 @@ class Steps:
         if not self._run(n, jobs):
             return
         for i, job in enumerate(jobs):
-            job.state.ids.append(job.token)
+            state = job.state
+            if state.decoded_at is None:
+                state.decoded_at = len(state.ids)
+            state.ids.append(job.token)
             job.token = None
             self._sample(job, i)
 

@@ -1,0 +1,86 @@
+"""What the tests of the llamacpp backend share: turns taken as the REPL and the session manager take them
+(prompt, generate, commit through :func:`lmchat.session.edits.commit_generation`), and the reference,
+llama-cpp-python's own ``Llama.generate`` on the same GGUF.
+
+Threads default to 1 (``LMCHAT_TEST_THREADS``): on a machine whose cores are busy with other work,
+llama.cpp's OpenMP threads waiting for each other make 2 threads many times slower than 1.
+"""
+from __future__ import annotations
+
+import os
+
+import lmchat
+from lmchat.backends import GenerationRequest, SamplingParams
+from lmchat.session.edits import Generation, commit_generation
+
+THREADS = int(os.environ.get("LMCHAT_TEST_THREADS", "1"))
+QUESTIONS = ["What is 2 + 2?", "Hi!", "Name three colours.", "What is the capital of Italy?"]
+STOPS = ("<|im_end|>", "<|endoftext|>")
+
+
+def llama_greedy(llm, ids, n=24, fresh=False):
+    """``Llama.generate`` greedy on ``ids`` (``fresh``: without the prefix it cached from earlier calls)."""
+    if fresh:
+        llm.reset()
+    out = []
+    for token in llm.generate(ids, temp=0.0, repeat_penalty=1.0):
+        if llm.token_eos() == token or token in (0, 2, 4):
+            break
+        out.append(token)
+        if len(out) == n:
+            break
+    return out
+
+
+def new_session(backend, **kw):
+    return lmchat.Session(backend.template_name, tokenizer=backend.tokenizer, **kw)
+
+
+def greedy(n=24, stop=STOPS):
+    return SamplingParams(temperature=0, max_new_tokens=n, stop=stop)
+
+
+def commit(session, chunks):
+    """Commit as the REPL and the session manager do (an answer cut short is held without an end marker)."""
+    last = chunks[-1]
+    commit_generation(session, Generation("".join(c.text for c in chunks),
+                                          tuple(i for c in chunks for i in c.token_ids),
+                                          last.finish_reason, last.stop))
+
+
+def turn(backend, session, content, params=None):
+    """One turn: prompt, generate, commit. Returns (generated ids, last chunk, delta)."""
+    delta = session.prompt(content)
+    chunks = list(backend.generate(GenerationRequest.from_session(session, delta, params or greedy())))
+    commit(session, chunks)
+    return [i for c in chunks for i in c.token_ids], chunks[-1], delta
+
+
+def decoded(ids, last):
+    """How many of a turn's generated ids were fed one at a time (the last one never is, unless a stop
+    word or the end marker, which are not in ``ids``, came after it)."""
+    return len(ids) - (last.finish_reason != "stop")
+
+
+def request_ids(session, ids, last):
+    """The ids the engine was asked to hold for the turn just committed (before its answer)."""
+    return session.context_ids[:len(session.context_ids) - len(ids) - (last.finish_reason == "stop")]
+
+
+def converse(backend, questions=QUESTIONS, params=None, **kw):
+    session = new_session(backend, **kw)
+    outs = [turn(backend, session, q, params) for q in questions]
+    backend.drop(session.session_id)
+    return [o[0] for o in outs], outs, session
+
+
+def reference_llama():
+    """llama-cpp-python's own high-level API on the bundled GGUF, loaded as lmchat loads it (close it)."""
+    from llama_cpp import Llama
+
+    from lmchat.backends.bundled import default_gguf
+    from lmchat.backends.llamacpp._lib import llama_without_amx
+
+    llama_without_amx()  # on an AMX CPU, llama-cpp-python's defaults crash
+    return Llama(model_path=str(default_gguf()), n_ctx=4096, n_batch=512, n_threads=THREADS,
+                 n_threads_batch=THREADS, verbose=False)

