@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shutil
 import signal
 import socket
 import subprocess
@@ -88,11 +89,21 @@ class Server(Service):
     def __init__(self, *args: str, keys: tuple[str, ...] = (), env: dict | None = None, max_fds: int | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        env = {**os.environ, **(env or {}), "LMCHAT_API_KEYS": ",".join(keys)}
+        # its stores and KV files in a folder of its own unless the test gives one (a restart: the same one)
+        self.data_dir = (env or {}).get("LMCHAT_DATA_DIR")
+        self._own_data = self.data_dir is None
+        if self._own_data:
+            self.data_dir = tempfile.mkdtemp(prefix="lmchat-serve-data-")
+        env = {**os.environ, **(env or {}), "LMCHAT_API_KEYS": ",".join(keys), "LMCHAT_DATA_DIR": self.data_dir}
         command = [sys.executable, "-m", "lmchat", "serve", "--backend", "echo", "--port", str(self.port),
                    "--log-level", "warning", *args]
         limit = None if max_fds is None else (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (max_fds, max_fds)))
         self.start(command, env, limit)
+
+    def stop(self) -> None:
+        super().stop()
+        if self._own_data:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
 
 
 def lines(response: httpx.Response) -> list[dict]:

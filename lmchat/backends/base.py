@@ -1,7 +1,7 @@
 """The backend protocol shared by the REPL and the server."""
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
@@ -161,6 +161,19 @@ class Backend(Protocol):
         """Forget the cached state of ``session_id``."""
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class PrefixCache(Protocol):
+    """A backend that can tell, loading nothing, how much of a prompt its cache would serve (llamacpp)."""
+
+    def cached(self, session_id: str, ids: Sequence[int]) -> tuple[int, str | None]:
+        """How many leading ``ids`` the next turn of ``session_id`` would reuse, and from where
+        (``session``, ``resident``, ``host``, ``disk``; None when nothing)."""
+
+    def stats(self) -> dict[str, Any]:
+        """Every tier's entries, tokens and bytes, prompt tokens by source, misses by reason (the keys of
+        ``LlamaCppBackend.stats``; ``/metrics`` exports them)."""
 
 
 def model_sampling(backend: Any) -> dict[str, Any]:

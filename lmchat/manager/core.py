@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from ..backends.base import Backend, Chunk, SamplingParams
+from ..backends.base import Backend, Chunk, PrefixCache, SamplingParams
 from ..errors import CapacityExceeded, ConfigError, SessionBusy, SessionNotFound
 from ..registry import get_template
 from ..session import Session
@@ -330,7 +330,10 @@ class SessionManager(Sessions):
         self._table.sweep()
         with self._lock:
             active = self._active
-        return {"sessions_in_memory": len(self._table), "sessions_active": active, **self._metrics.snapshot()}
+        out = {"sessions_in_memory": len(self._table), "sessions_active": active, **self._metrics.snapshot()}
+        if isinstance(self.backend, PrefixCache):
+            out["kv"] = self.backend.stats()
+        return out
 
     def close(self, grace: float = 5.0) -> None:
         """Cancel running turns, give them ``grace`` seconds to save, then close the store and the backend."""

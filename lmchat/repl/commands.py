@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import attrs
 
+from ..backends.base import PrefixCache
 from ..errors import LmchatError
 from ..interop.loading import load_template, saveable
 from ..paths import data_dir
@@ -17,7 +18,7 @@ from .conversation import Conversation, describe_delta
 
 EXIT = object()  # a handler's return value that ends the REPL
 
-SHOW = ("template", "params", "context", "delta")
+SHOW = ("template", "params", "context", "delta", "cache")
 
 
 class CommandError(LmchatError, ValueError):
@@ -138,7 +139,8 @@ def _show_params(conv):
     conv.out.show("\n".join(lines))
 
 
-@command("/show WHAT", "WHAT: template, params, context (what the engine holds) or delta (the last one sent)")
+@command("/show WHAT", "WHAT: template, params, context (what the engine holds), delta (the last one sent) "
+                      "or cache (how much of the next turn the engine's cache serves, and from where)")
 def _show(conv, arg):
     if arg not in SHOW:
         raise CommandError(f"usage: /show {'|'.join(SHOW)}")
@@ -150,6 +152,8 @@ def _show(conv, arg):
         lines = [f"template: {t.name}", f"end of turn (eoa): {t.eoa!r}"]
         lines += [f"{k}: {v!r}" for k, v in t.sampling_params.items()]
         conv.out.show("\n".join(lines))
+    elif arg == "cache":
+        conv.out.show(_cache_line(conv))
     elif arg == "context":
         conv.out.show(session.context or "(the engine holds nothing for this session yet)")
         state = session.to_dict()
@@ -157,6 +161,21 @@ def _show(conv, arg):
             conv.out.info(f"[the next delta resets and replaces it: {state['reset_reason'] or 'reset requested'}]")
     else:
         conv.out.show(describe_delta(conv.last_delta) if conv.last_delta else "(no delta sent yet)")
+
+
+def _cache_line(conv) -> str:
+    ids = conv.session.context_ids
+    if not isinstance(conv.backend, PrefixCache):
+        return f"the {conv.backend.name} backend does not report its cache"
+    if not ids:
+        return "nothing to reuse yet: the next turn prefills its whole prompt"
+    n, where = conv.backend.cached(conv.session.session_id, ids)
+    tiers = {"session": "this session's own sequence", "resident": "another sequence", "host": "host memory",
+             "disk": "a KV file on disk"}
+    if not n:
+        return f"the engine holds none of this conversation's {len(ids)} tokens: the next turn prefills them all"
+    return (f"{n} of this conversation's {len(ids)} tokens are cached, in {tiers.get(where, where)}: the next turn "
+            f"prefills the other {len(ids) - n} and its new message")
 
 
 @command("/debug on|off", "print each delta exactly as sent")

@@ -72,11 +72,49 @@ def render(manager: dict, requests: RequestStats) -> str:
     if latency:
         out += _head("lmchat_turn_latency_seconds", "histogram", "Turn time, from the request to the saved commit")
         out += _histogram("lmchat_turn_latency_seconds", latency["buckets"], latency["sum"], latency["count"])
+    out += _kv_lines(manager.get("kv"))
     out += _head("lmchat_errors_total", "counter", "Errors raised by the session manager, by type")
     for kind, n in sorted(manager.get("errors", {}).items()):
         out.append(f'lmchat_errors_total{{type="{_esc(kind)}"}} {n}')
     out += requests.lines()
     return "\n".join(out) + "\n"
+
+
+def _kv_lines(kv: dict | None) -> list[str]:
+    """The engine's KV tiers (a backend that is a :class:`~lmchat.backends.base.PrefixCache`)."""
+    if not kv:
+        return []
+    out = _head("lmchat_kv_tokens_total", "counter",
+                "Prompt tokens by where they came from: session (its own sequence), resident (another sequence), "
+                "host, disk, or prefilled")
+    for source in ("session", "resident", "host", "disk", "prefilled"):
+        out.append(f'lmchat_kv_tokens_total{{source="{source}"}} {kv["tokens_by_source"].get(source, 0)}')
+    gauges = (("lmchat_kv_held_tokens", "Tokens whose keys and values a tier holds", "tokens"),
+              ("lmchat_kv_bytes", "Bytes a tier holds (resident: allocated at start, not counted)", "bytes"),
+              ("lmchat_kv_budget_bytes", "The most a tier may hold", "budget"),
+              ("lmchat_kv_entries", "States a tier holds (resident: sequences in use)", "entries"))
+    tiers = {"resident": {"tokens": kv["resident_tokens"], "entries": kv["resident"]},
+             "host": {"tokens": kv["host_tokens"], "bytes": kv["host_bytes"], "budget": kv["host_budget"],
+                      "entries": kv["host_sessions"]}}
+    if "disk_files" in kv:
+        tiers["disk"] = {"tokens": kv["disk_tokens"], "bytes": kv["disk_bytes"], "budget": kv["disk_budget"],
+                         "entries": kv["disk_files"]}
+    for name, help_text, key in gauges:
+        out += _head(name, "gauge", help_text)
+        out += [f'{name}{{tier="{tier}"}} {values[key]}' for tier, values in tiers.items() if key in values]
+    out += _head("lmchat_kv_orphans", "gauge", "Ended sessions' states kept as prefixes (resident or host)")
+    out.append(f"lmchat_kv_orphans {kv['orphans']}")
+    out += _head("lmchat_kv_misses_total", "counter", "Held prefixes that could not be used, by reason")
+    out += [f'lmchat_kv_misses_total{{reason="{_esc(r)}"}} {n}' for r, n in sorted(kv["misses_by_reason"].items())]
+    for name, key, help_text in (("lmchat_kv_evictions_total", "evictions", "States evicted from llama.cpp"),
+                                 ("lmchat_kv_restores_total", "restores", "States loaded into llama.cpp"),
+                                 ("lmchat_kv_disk_writes_total", "disk_writes", "KV files written"),
+                                 ("lmchat_kv_disk_write_failures_total", "disk_write_failures",
+                                  "KV files that could not be written")):
+        if key in kv:
+            out += _head(name, "counter", help_text)
+            out.append(f"{name} {kv[key]}")
+    return out
 
 
 def _head(name: str, kind: str, help_text: str) -> list[str]:

@@ -112,5 +112,5 @@ async def metrics(request: Request):
     if keys and not await authorized(request, keys):
         raise ApiError(401, "/metrics needs 'Authorization: Bearer KEY' (the metrics key, or an API key)",
                        type="authentication_error", code="invalid_api_key")
-    text = render(state.manager.metrics(), state.stats)
+    text = render(await blocking(state.manager.metrics), state.stats)  # the engine answers between two steps
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")

@@ -138,6 +138,12 @@ class LlamaCppBackend:
         """The ids whose keys and values the engine holds for the session (None: nothing)."""
         return self._engine().call(lambda: self.engine.held_ids(session_id))
 
+    def cached(self, session_id: str, ids) -> tuple[int, str | None]:
+        """How many leading ``ids`` the next turn of ``session_id`` would reuse, and from which tier
+        (:class:`~lmchat.backends.base.PrefixCache`)."""
+        ids = list(ids)
+        return self._engine().call(lambda: self.engine.cached(session_id, ids))
+
     def reset_prefix_cache(self, disk: bool = False) -> int:
         """Forget the prefixes the engine keeps for nobody in particular (dropped sessions' KV, one-off
         requests'), and with ``disk`` its KV files too; sessions keep theirs. Returns how many went."""

@@ -46,7 +46,7 @@ from ..base import Chunk, GenerationRequest
 from ._lib import lib
 from .kvfiles import DiskEntry, DiskTier, KVFileRejected
 from .planning import plan_turn, prompt_ids
-from .prefix import BLOCK, PrefixIndex
+from .prefix import BLOCK, PrefixIndex, common_prefix
 from .sampler import Sampler
 from .sequences import HostCache, SequencePool, SessionState
 from .steps import Steps
@@ -468,6 +468,19 @@ class Engine(Steps):
             if self._running.get(job.session_id) is job:
                 del self._running[job.session_id]
 
+    def cached(self, session_id: str, ids: list[int]) -> tuple[int, str | None]:
+        """What a turn of ``session_id`` on the prompt ``ids`` would reuse, and from where (loads nothing)."""
+        state = self.sessions.get(session_id)
+        own, where = 0, None
+        if state is not None and state.tier is not None:
+            own = common_prefix(state.ids, ids, 0, min(state.kept, len(ids) - 1))
+            where = "session" if state.seq is not None else "host"
+        donor, n, _ = self.index.longest(ids, exclude=state, usable=_usable, rank=_rank)
+        n = min(n, len(ids) - 1)
+        if donor is not None and n > own:
+            return n, donor.tier
+        return own, where if own else None
+
     def reset_prefix_cache(self, disk: bool = False) -> int:
         """Forget every orphan (and with ``disk``, every KV file); sessions keep their own KV. Returns how
         many entries went."""
@@ -517,6 +530,7 @@ class Engine(Steps):
                "tokens_by_source": dict(self.served), "misses_by_reason": dict(self.misses)}
         if disk is not None:
             out.update(disk_dir=str(disk.directory), disk_files=len(disk.entries), disk_bytes=disk.nbytes,
+                       disk_tokens=sum(len(e.ids) for e in disk.entries.values()),
                        disk_budget=disk.budget, disk_writes=disk.writes, disk_write_failures=disk.write_failures,
                        disk_write_seconds=disk.write_seconds, disk_read_seconds=disk.read_seconds,
                        disk_problem=disk.problem)
