@@ -913,6 +913,9 @@ def main(argv=None) -> int:
     print(f"{_cpu_model()}, {os.cpu_count()} CPUs; GGUF {args.gguf}; {args.threads} threads; greedy, "
           f"max_tokens {args.max_tokens}; versions: " + ", ".join(f"{s} {v}" for s, v in versions.items()),
           flush=True)
+    if not running:
+        print("no server to measure: nothing saved")
+        return 1
     results: dict = {}
     started = time.perf_counter()
     try:
