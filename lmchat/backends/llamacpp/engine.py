@@ -515,6 +515,31 @@ class Engine(Steps):
         return None if state is None or state.seq is None else int(
             self._L.llama_memory_seq_pos_max(self.pool.mem, state.seq))
 
+    def problems(self) -> list[str]:
+        """The engine's invariants, checked against llama.cpp (empty when they hold): every resident
+        sequence holds exactly the positions of its ids, every saved state's ids are whole, nothing is
+        served past its exact ids, the host cache is within its budget."""
+        out = []
+        mem = self.pool.mem
+        for seq, state in enumerate(self.pool.owner):
+            if state is None:
+                if self._L.llama_memory_seq_pos_max(mem, seq) != -1:
+                    out.append(f"free sequence {seq} holds positions")
+                continue
+            if state.seq != seq:
+                out.append(f"sequence {seq}'s owner thinks it is in {state.seq}")
+            top = int(self._L.llama_memory_seq_pos_max(mem, seq))
+            if top != len(state.ids) - 1 or (state.ids and self._L.llama_memory_seq_pos_min(mem, seq) != 0):
+                out.append(f"sequence {seq} holds positions up to {top} for {len(state.ids)} ids")
+        for state in [*self.sessions.values(), *self.orphans]:
+            if state.exact > len(state.ids) or (state.blob is not None and state.seq is not None):
+                out.append(f"state {state.session_id} is inconsistent")
+        if self.host.nbytes > self.host.budget:
+            out.append(f"host cache {self.host.nbytes} bytes > budget {self.host.budget}")
+        if self.disk is not None and self.disk.nbytes > self.disk.budget:
+            out.append(f"disk tier {self.disk.nbytes} bytes > budget {self.disk.budget}")
+        return out
+
     def stats(self) -> dict:
         """Counts and sizes of every tier (the scheduler thread's view: call it there)."""
         resident = [s for s in self.pool.owner if s is not None]
