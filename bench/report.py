@@ -63,6 +63,17 @@ SECTIONS = {
          "several sessions decoding at once vs one (beside what llama.cpp alone gains from batching as many "
          "sequences on this machine), and the peak memory of a chat vs the transformers backend."),
     ),
+    "kv_cache": (
+        "KV reuse for every client: lmchat serve vs llama-server vs llama-cpp-python's server",
+        ("The three servers over HTTP on the same GGUF and thread count, one at a time, each started fresh per "
+         "workload (`python -m bench kv_cache`; `bench/build_llama_server.sh` builds llama.cpp's own "
+         "`llama-server` from the llama.cpp llama-cpp-python ships): a stateless client resending its "
+         "history, concurrent conversations sharing a ~1,000-token system prompt, conversations with session "
+         "ids, a branch, the turn after a graceful restart, and memory. lmchat evaluates each previous answer "
+         "again (its cache holds only what a prefill computes, so no answer depends on it: docs/backends.md, "
+         "'Where a session's KV lives'); the llama.cpp servers reuse the keys and values decoded one token at "
+         "a time. `--quick` runs smaller sizes (10 turns, 8 x 2 and 4 x 4 conversations)."),
+    ),
     "drift": (
         "Retokenization drift: what the engine reuses after cut answers",
         ("`lmchat serve` on the bundled model under each `--drift` policy, 20 sessions whose answers are all "
@@ -85,10 +96,12 @@ SECTIONS = {
 
 
 def load(name: str) -> tuple[dict, str] | None:
-    data, tables = RESULTS / f"{name}.json", RESULTS / f"{name}.md"
-    if not (data.is_file() and tables.is_file()):
-        return None
-    return json.loads(data.read_text()), tables.read_text(encoding="utf-8").strip()
+    """A benchmark's kept results: its full run, else its ``--quick`` one (which says so in its tables)."""
+    for stem in (name, f"{name}_quick"):
+        data, tables = RESULTS / f"{stem}.json", RESULTS / f"{stem}.md"
+        if data.is_file() and tables.is_file():
+            return json.loads(data.read_text()), tables.read_text(encoding="utf-8").strip()
+    return None
 
 
 def paragraphs(printed: str) -> str:
