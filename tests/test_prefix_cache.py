@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -396,3 +397,27 @@ def test_a_soak_of_stateless_requests_stays_within_every_bound(tmp_path):
         stats = b.stats()
         assert stats["tokens_by_source"]["prefilled"] < 0.7 * sum(stats["tokens_by_source"].values())
     assert sum(p.stat().st_size for p in tmp_path.glob(f"*{SUFFIX}")) <= disk_mb * 2**20
+
+
+def test_concurrent_conversations_compute_a_shared_system_prompt_once(llm):
+    """Four conversations that open with one long system prompt arrive together: one computes it, the others
+    wait for it and copy it, and every answer is a fresh prefill's."""
+    questions = QUESTIONS[:4]
+    with LlamaCppBackend(threads=THREADS, sessions=4, ctx=4 * 1024) as b:
+        results: dict[int, tuple] = {}
+
+        def ask(i):
+            results[i] = stateless(b, [{"role": "system", "content": SYSTEM},
+                                       {"role": "user", "content": questions[i]}], 8)
+
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=600)
+        prompts = [results[i][3] for i in range(4)]
+        shared = min(next(k for k, (x, y) in enumerate(zip(prompts[0], p)) if x != y) for p in prompts[1:])
+        prefilled = b.stats()["tokens_by_source"]["prefilled"]
+    assert prefilled <= sum(len(p) for p in prompts) - 3 * (shared - BLOCK), (prefilled, shared)
+    for i in range(4):
+        assert results[i][0] == fresh(llm, prompts[i], 8)

@@ -74,6 +74,8 @@ class Job:
     todo: list[int] = attrs.field(factory=list)  # prompt ids to prefill
     fed: int = 0  # how many of them are in the cache
     reused: int = 0
+    target: list[int] | None = None  # a new sequence's whole prompt, once worked out
+    adopted: bool = False  # its sequence was an orphan's: plan from the prompt's ids, not from counts
     cached_from: str | None = None  # where the reused ids came from: session, resident, host, disk
     miss: str | None = None  # why a held prefix could not be used
     sampler: Sampler | None = None
@@ -292,29 +294,59 @@ class Engine(Steps):
                 self._fail(job, BackendError(f"a generation is already running for session {job.session_id!r}"))
                 continue
             job.state, state.job = state, job
+            if self._behind_prefill(job):
+                self._waiting.append(job)
+                continue
             if state.seq is None and not self._take_orphan(job) and not self._place(state):
                 self._waiting.append(job)  # every sequence is busy: wait for one
                 continue
             self._start(job)
 
+    def _prompt(self, job: Job) -> list[int] | None:
+        """The whole prompt of a job whose state holds nothing (None: one that holds something, or a request
+        that cannot give it: :meth:`_start` reports that)."""
+        state = job.state
+        if state.ids or state.blob is not None:
+            return None
+        if job.target is None:
+            try:
+                job.target = prompt_ids(job.request, self.vocab)
+            except Exception:
+                return None
+        return job.target
+
+    def _behind_prefill(self, job: Job) -> bool:
+        """Whether a new sequence's prompt shares a block or more with what another job is prefilling right
+        now, beyond what that job has computed: it then waits and copies the prefix once computed, instead
+        of computing the same keys and values beside it (concurrent conversations that open with one system
+        prompt compute it once)."""
+        target = self._prompt(job)
+        if target is None:
+            return False
+        for other in self._active:
+            if other.fed >= len(other.todo):
+                continue
+            done = len(other.state.ids)
+            ahead = other.state.ids + other.todo[other.fed:]
+            if common_prefix(ahead, target, 0, len(target) - 1) >= max(done + BLOCK, BLOCK):
+                return True
+        return False
+
     def _take_orphan(self, job: Job) -> bool:
         """A state new to the engine whose prompt continues an idle resident orphan takes its sequence:
         the stateless client's next request, at no copy. False: nothing to take."""
-        state = job.state
-        if state.ids or state.blob is not None or not self.orphans:
+        target = self._prompt(job) if self.orphans else None
+        if target is None:
             return False
-        try:
-            target = prompt_ids(job.request, self.vocab)
-        except Exception:
-            return False  # _start reports it
+        state = job.state
         donor, n, _ = self.index.longest(target, usable=lambda e: isinstance(e, SessionState) and e.orphan
                                          and e.seq is not None and not e.busy)
-        if donor is None or len(donor.ids) - n >= BLOCK:  # it holds more than this prompt needs: copy it later
+        if donor is None or donor.exact - n >= BLOCK:  # it holds more than this prompt needs: copy it later
             return False
         self.index.remove(donor)
         self.orphans.discard(donor)
         self.pool.move(donor, state)
-        job.cached_from = "resident"
+        job.cached_from, job.adopted = "resident", True
         return True
 
     def _place(self, state: SessionState) -> bool:
@@ -345,7 +377,7 @@ class Engine(Steps):
         request, state = job.request, job.state
         params = request.params
         try:
-            job.todo = plan_turn(self.pool, state, request, self.vocab)
+            job.todo = plan_turn(self.pool, state, request, self.vocab, job.target if job.adopted else None)
         except Exception as exc:
             self.pool.clear(state)
             self._fail(job, exc if isinstance(exc, BackendError) else BackendError(f"bad request: {exc}"))

@@ -7,7 +7,8 @@ from .prefix import common_prefix
 from .sequences import SequencePool, SessionState
 
 
-def plan_turn(pool: SequencePool, state: SessionState, request: GenerationRequest, vocab) -> list[int]:
+def plan_turn(pool: SequencePool, state: SessionState, request: GenerationRequest, vocab,
+              adopted: list[int] | None = None) -> list[int]:
     """Apply the delta's reset or discard to the sequence; the ids left to prefill.
 
     The cache only ever keeps what a fresh prefill of its ids computes
@@ -29,12 +30,18 @@ def plan_turn(pool: SequencePool, state: SessionState, request: GenerationReques
     longest prefix the sequence shares with it is kept and the rest
     prefilled. The engine may then start the sequence from a longer prefix
     held elsewhere (:mod:`.prefix`).
+
+    ``adopted``: the turn's whole prompt, when the sequence holds another's ids (an orphan's, taken over):
+    counts say nothing then (the session's ``held`` may equal them by chance), only ids do.
     """
     delta = request.delta
-    if delta.discard and not delta.reset:
+    if delta.discard and not delta.reset and adopted is None:
         pool.discard(state, *delta.discard)
     unfed, state.unfed = state.unfed, []
-    if delta.token_ids is not None and delta.reset:
+    if adopted is not None:
+        target = adopted
+        keep = _keep(state.ids, target, state.exact)
+    elif delta.token_ids is not None and delta.reset:
         target = list(delta.token_ids)
         keep = _keep(state.ids, target, state.exact)
     elif delta.token_ids is not None and request.held == len(state.ids) + len(unfed):

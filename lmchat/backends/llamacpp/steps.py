@@ -74,6 +74,7 @@ class Steps:
         if self._run(n, [job]):
             state.ids.extend(todo[job.fed:job.fed + take])
             job.fed += take
+            self.index.put(state)  # what it has computed so far may serve prompts waiting for it
             if last:
                 if job.request.params.max_new_tokens <= 0:
                     self._finish(job, "length")
