@@ -105,9 +105,18 @@ def load(name: str) -> tuple[dict, str] | None:
 
 
 def paragraphs(printed: str) -> str:
-    """A benchmark's printed lines as Markdown: each line of prose its own paragraph, tables kept whole."""
-    out = []
+    """A benchmark's printed lines as Markdown: each line of prose its own paragraph, tables and fenced blocks
+    kept whole."""
+    out, fenced = [], False
     for line in printed.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+            if not fenced:  # the closing fence joins its block
+                out.append(line)
+                continue
+        elif fenced:
+            out.append(line)
+            continue
         if out and out[-1] and line and not (line.startswith("|") and out[-1].startswith("|")):
             out.append("")
         out.append(line)
