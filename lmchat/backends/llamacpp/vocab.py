@@ -28,6 +28,7 @@ import ctypes
 import re
 from collections.abc import Mapping, Sequence
 
+from ...errors import BackendError
 from ._lib import lib
 
 
@@ -124,7 +125,7 @@ class LlamaVocab:
         size = 8 * n + 16
         while True:
             buf = ctypes.create_string_buffer(size)
-            got = self._L.llama_detokenize(self._vocab, arr, n, buf, size, False, True)
+            got = self._L.llama_detokenize(self._live(), arr, n, buf, size, False, True)
             if got >= 0:
                 return buf.raw[:got]
             size = -got
@@ -133,21 +134,34 @@ class LlamaVocab:
         """One token's text (added tokens rendered)."""
         return self._piece(token, special=True).decode("utf-8", "replace")
 
+    def close(self) -> None:
+        """The model is about to be freed: from now on every call raises instead of reading freed memory
+        (a session may outlive its backend, e.g. across a restart)."""
+        self._vocab = None
+
+    def _live(self):
+        if self._vocab is None:
+            raise BackendError("this tokenizer's llamacpp backend is closed: load the session with the new "
+                               "backend's tokenizer (Session.from_dict(data, tokenizer=backend.tokenizer))")
+        return self._vocab
+
     def _tokenize(self, text: str, *, special: bool) -> list[int]:
+        vocab = self._live()
         data = text.encode("utf-8")
         size = len(data) + 8
         while True:
             arr = (self._L.llama_token * size)()
-            n = self._L.llama_tokenize(self._vocab, data, len(data), arr, size, False, special)
+            n = self._L.llama_tokenize(vocab, data, len(data), arr, size, False, special)
             if n >= 0:
                 return arr[:n]
             size = -n
 
     def _piece(self, token: int, *, special: bool) -> bytes:
+        vocab = self._live()
         size = 64
         while True:
             buf = ctypes.create_string_buffer(size)
-            n = self._L.llama_token_to_piece(self._vocab, token, buf, size, 0, special)
+            n = self._L.llama_token_to_piece(vocab, token, buf, size, 0, special)
             if n >= 0:
                 return buf.raw[:n]
             size = -n
