@@ -28,7 +28,7 @@ from lmchat import Session  # noqa: E402
 from lmchat.backends import GenerationRequest  # noqa: E402
 from lmchat.backends.llamacpp import LlamaCppBackend  # noqa: E402
 from lmchat.errors import BackendError  # noqa: E402
-from lmchat.backends.llamacpp.kvfiles import SUFFIX  # noqa: E402
+from lmchat.backends.llamacpp.kvformat import SUFFIX  # noqa: E402
 from lmchat.backends.llamacpp.prefix import BLOCK  # noqa: E402
 
 from .llama_helpers import THREADS, commit, greedy, llama_greedy, new_session, reference_llama, turn  # noqa: E402
@@ -105,7 +105,9 @@ def test_a_shared_system_prompt_is_computed_once(backend, llm):
     last = chunks[-1]
     assert last.cached_from == "resident" and last.reused >= 0.9 * system_ids
     assert [i for c in chunks for i in c.token_ids] == fresh(llm, delta.token_ids, 12)
-    assert backend.held_ids(first.session_id)[:len(ids)]  # the donor kept its own sequence
+    # the donor kept its own sequence: its next turn continues it
+    assert backend.where(first.session_id) == "resident"
+    assert turn(backend, first, "And gears?", greedy(12))[1].cached_from == "session"
 
 
 def test_branches_and_cut_histories_start_from_the_branch_point(backend, llm):

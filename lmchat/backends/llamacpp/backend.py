@@ -12,7 +12,8 @@ from ..base import Chunk, GenerationRequest
 from ..bundled import BUNDLED_SAMPLING, default_gguf
 from ._lib import lib, load_model, meta
 from .engine import Engine
-from .kvfiles import DiskTier, model_identity
+from .kvfiles import DiskTier
+from .kvformat import model_identity
 from .vocab import LlamaVocab
 
 #: tokens per resident sequence when ``ctx`` is not given (capped by the model's training context)

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import atexit
 import itertools
-import logging
 import queue
 import threading
 import weakref
@@ -44,17 +43,16 @@ from ...errors import BackendError
 from ...stops import StopMatcher
 from ..base import Chunk, GenerationRequest
 from ._lib import lib
-from .kvfiles import DiskEntry, DiskTier, KVFileRejected
-from .planning import plan_turn, prompt_ids
-from .prefix import BLOCK, PrefixIndex, common_prefix
+from .kvfiles import DiskTier
+from .planning import plan_turn
+from .prefix import PrefixIndex
+from .reuse import PrefixReuse
 from .sampler import Sampler
 from .sequences import HostCache, SequencePool, SessionState
 from .steps import Steps
 
-log = logging.getLogger("lmchat.llamacpp")
 _CLOSE = object()
-#: the cheaper a tier is to start from, the lower: ties between holders of one prefix go to the cheapest
-_RANK = {"session": 0, "resident": 1, "host": 2, "disk": 3}
+
 _ENGINES: "weakref.WeakSet[Engine]" = weakref.WeakSet()
 
 
@@ -90,7 +88,7 @@ class Job:
         return self.request.session_id
 
 
-class Engine(Steps):
+class Engine(Steps, PrefixReuse):
     """A llama context with ``n_seq`` resident sequences of ``n_ctx // n_seq`` tokens each, and its scheduler."""
 
     def __init__(self, model, vocab, *, n_ctx: int, n_seq: int, threads: int, host_bytes: int,
@@ -229,23 +227,6 @@ class Engine(Steps):
             elif command is not _CLOSE and command[0] == "call":
                 command[2].put((False, BackendError("the llamacpp backend was closed")))
 
-    def _persist(self) -> None:
-        """Every state the engine holds to disk, the most recently used last (the disk's LRU keeps those):
-        the next process starts where this one stopped."""
-        if self.disk is None:
-            return
-        try:
-            for state in sorted({*self.sessions.values(), *self.orphans}, key=lambda s: s.tick):
-                if state.exact < BLOCK or state.busy:
-                    continue
-                blob = state.blob if state.seq is None else self.pool.save(state.seq)
-                if blob is not None:
-                    self.disk.put(state.ids, state.exact, blob)
-        except Exception:  # a cache that could not be kept must not stop the close
-            log.exception("could not write the KV states to %s", self.disk.directory)
-        finally:
-            self.disk.close()
-
     def _free(self) -> None:
         L = self._L
         L.llama_batch_free(self.batch)
@@ -261,21 +242,6 @@ class Engine(Steps):
             return
         del self.sessions[session_id]
         self._orphan(state)
-
-    def _orphan(self, state: SessionState) -> None:
-        """Keep a dropped session's KV as a prefix nobody owns (or free it if it holds nothing exact)."""
-        if state.exact < BLOCK:
-            self._forget(state)
-            return
-        state.orphan = True
-        state.unfed = []
-        self.orphans.add(state)
-        self.index.put(state)
-
-    def _forget(self, state: SessionState) -> None:
-        self.index.remove(state)
-        self.pool.release(state)
-        self.orphans.discard(state)
 
     # ------------------------------------------------------------------ admission
     def _admit(self) -> None:
@@ -302,53 +268,6 @@ class Engine(Steps):
                 continue
             self._start(job)
 
-    def _prompt(self, job: Job) -> list[int] | None:
-        """The whole prompt of a job whose state holds nothing (None: one that holds something, or a request
-        that cannot give it: :meth:`_start` reports that)."""
-        state = job.state
-        if state.ids or state.blob is not None:
-            return None
-        if job.target is None:
-            try:
-                job.target = prompt_ids(job.request, self.vocab)
-            except Exception:
-                return None
-        return job.target
-
-    def _behind_prefill(self, job: Job) -> bool:
-        """Whether a new sequence's prompt shares a block or more with what another job is prefilling right
-        now, beyond what that job has computed: it then waits and copies the prefix once computed, instead
-        of computing the same keys and values beside it (concurrent conversations that open with one system
-        prompt compute it once)."""
-        target = self._prompt(job)
-        if target is None:
-            return False
-        for other in self._active:
-            if other.fed >= len(other.todo):
-                continue
-            done = len(other.state.ids)
-            ahead = other.state.ids + other.todo[other.fed:]
-            if common_prefix(ahead, target, 0, len(target) - 1) >= max(done + BLOCK, BLOCK):
-                return True
-        return False
-
-    def _take_orphan(self, job: Job) -> bool:
-        """A state new to the engine whose prompt continues an idle resident orphan takes its sequence:
-        the stateless client's next request, at no copy. False: nothing to take."""
-        target = self._prompt(job) if self.orphans else None
-        if target is None:
-            return False
-        state = job.state
-        donor, n, _ = self.index.longest(target, usable=lambda e: isinstance(e, SessionState) and e.orphan
-                                         and e.seq is not None and not e.busy)
-        if donor is None or donor.exact - n >= BLOCK:  # it holds more than this prompt needs: copy it later
-            return False
-        self.index.remove(donor)
-        self.orphans.discard(donor)
-        self.pool.move(donor, state)
-        job.cached_from, job.adopted = "resident", True
-        return True
-
     def _place(self, state: SessionState) -> bool:
         seq = self.pool.free_seq()
         if seq is None:
@@ -359,19 +278,6 @@ class Engine(Steps):
             self._spill(self.pool.evict(victim))
         self.pool.attach(state, seq)
         return True
-
-    def _spill(self, states: list[SessionState]) -> None:
-        """States pushed out of host memory: to disk if there is one, then forgotten by the engine's
-        tiers (a session keeps its SessionState: its next turn finds its prefix on disk, or prefills)."""
-        for state in states:
-            if self.disk is not None and state.blob is not None and not state.busy:
-                entry, gone = self.disk.put(state.ids, state.exact, state.blob)
-                for old in gone:
-                    self.index.remove(old)
-                if entry is not None:
-                    self.index.put(entry)
-            state.blob = None
-            self._forget(state)
 
     def _start(self, job: Job) -> None:
         request, state = job.request, job.state
@@ -403,59 +309,6 @@ class Engine(Steps):
         context = state.ids + job.todo if params.repetition_penalty != 1.0 else ()
         job.sampler = Sampler(params, self.n_vocab, context)
         self._active.append(job)
-
-    def _reuse(self, job: Job) -> None:
-        """Start the sequence from the longest exact prefix of its prompt held elsewhere, when that saves
-        prefilling at least a block (and a sixteenth of what must be loaded for it)."""
-        state = job.state
-        for _ in range(4):  # a file that fails its checks leaves the next best holder
-            have = len(state.ids)
-            if len(job.todo) < BLOCK:
-                return
-            target = state.ids + job.todo
-            donor, n, blocked = self.index.longest(target, exclude=state, usable=_usable, rank=_rank)
-            n = min(n, len(target) - 1)
-            if blocked is not None:
-                self._missed(job, blocked.why_not, blocked.miss_kind)
-            if donor is None or n - have < max(BLOCK, len(donor.ids) // 16):
-                return
-            try:
-                self._load(state, donor, target[:n])
-            except KVFileRejected as exc:
-                self._missed(job, str(exc), exc.kind)
-                continue
-            job.cached_from = donor.tier if isinstance(donor, DiskEntry) else donor.tier or "resident"
-            job.todo = target[n:]
-            return
-
-    def _load(self, state: SessionState, donor, prefix: list[int]) -> None:
-        """Make ``state``'s sequence hold ``prefix``, the first ids of what ``donor`` holds, from its KV;
-        :class:`KVFileRejected` if it cannot (the sequence is then empty)."""
-        pool = self.pool
-        if isinstance(donor, DiskEntry):
-            try:
-                blob = self.disk.read(donor, prefix)
-            except KVFileRejected:
-                self.index.remove(donor)
-                raise
-            if not pool.load(state, blob, len(donor.ids)):
-                self.disk.reject(donor)
-                self.index.remove(donor)
-                raise KVFileRejected(f"llama.cpp did not restore KV file {donor.name} as written", "refused")
-            self.disk.touch(donor)
-        else:
-            blob = donor.blob if donor.seq is None else pool.save(donor.seq)
-            if blob is None or not pool.load(state, blob, len(donor.ids)):
-                raise KVFileRejected("the KV of another sequence could not be copied", "copy failed")
-        state.ids = list(donor.ids)
-        pool.truncate(state, len(prefix))
-        if len(state.ids) != len(prefix):
-            raise KVFileRejected("this model's memory cannot be cut back to a shared prefix", "cannot cut")
-
-    def _missed(self, job: Job, reason: str, kind: str) -> None:
-        job.miss = reason
-        self.misses[kind] += 1
-        log.info("session %s: %s; prefilling instead", job.session_id, reason)
 
     # ------------------------------------------------------------------ ending a job
     def _finish(self, job: Job, reason: str, text: str = "") -> None:
@@ -499,35 +352,6 @@ class Engine(Steps):
         with self._lock:  # before the last chunk goes out: the caller may start the next turn at once
             if self._running.get(job.session_id) is job:
                 del self._running[job.session_id]
-
-    def cached(self, session_id: str, ids: list[int]) -> tuple[int, str | None]:
-        """What a turn of ``session_id`` on the prompt ``ids`` would reuse, and from where (loads nothing)."""
-        state = self.sessions.get(session_id)
-        own, where = 0, None
-        if state is not None and state.tier is not None:
-            own = common_prefix(state.ids, ids, 0, min(state.kept, len(ids) - 1))
-            where = "session" if state.seq is not None else "host"
-        donor, n, _ = self.index.longest(ids, exclude=state, usable=_usable, rank=_rank)
-        n = min(n, len(ids) - 1)
-        if donor is not None and n > own:
-            return n, donor.tier
-        return own, where if own else None
-
-    def reset_prefix_cache(self, disk: bool = False) -> int:
-        """Forget every orphan (and with ``disk``, every KV file); sessions keep their own KV. Returns how
-        many entries went."""
-        gone = list(self.orphans)
-        for state in gone:
-            if not state.busy:
-                self._forget(state)
-        n = len(gone)
-        if disk and self.disk is not None:
-            for entry in list(self.disk.entries.values()):
-                self.index.remove(entry)
-                self.disk.reject(entry)
-                n += 1
-            self.disk.flush()
-        return n
 
     # ------------------------------------------------------------------ inspection (scheduler thread, via call())
     def where(self, session_id: str) -> str | None:
@@ -593,12 +417,3 @@ class Engine(Steps):
                        disk_problem=disk.problem)
         return out
 
-
-def _usable(entry) -> bool:
-    if isinstance(entry, DiskEntry):
-        return entry.why_not is None and not entry.gone
-    return entry.tier is not None
-
-
-def _rank(entry) -> int:
-    return _RANK.get(entry.tier, len(_RANK))

@@ -1,29 +1,7 @@
 """The disk tier: KV states in a bounded directory of files, verified before every use.
 
-A file holds one sequence's state as ``llama_state_seq_get_data`` wrote it,
-with what it takes to trust it later::
-
-    b"LMCHATKV"  u32 format version  u32 header length
-    header (JSON): {"identity": ..., "n_ids": N, "exact": E, "state_bytes": S, "blake2b": hex}
-    N token ids (u32, little-endian): what the state holds, position by position
-    S bytes of llama.cpp state
-
-Only the first ``E`` ids are ever served (what a fresh prefill computes: the
-last answer, decoded a token at a time, is not; see
-:attr:`.sequences.SessionState.exact`); the state holds all ``N``, and a
-restore must give back exactly those positions.
-
-``identity`` names the model file (size and a digest of its first and last
-MiB: a renamed GGUF is the same model), llama.cpp's version and the cache's
-parameters (key and value types, flash attention, which lays V out
-differently): a state is only loaded where it was made. The digest covers the
-ids and the state. Files are named by a digest of their ids, written to a
-temporary name and renamed, so a reader never sees half a file, and a crash
-leaves at worst a stray temporary (removed at the next start). Nothing is
-fsynced: a file lost or torn by a power cut fails its digest, which costs a
-re-prefill, never a wrong answer.
-
-Writes and deletions run on a thread of their own, off the scheduler; a state
+Files are written and read as :mod:`.kvformat` says, each verified before it is
+used. Writes and deletions run on a thread of their own, off the scheduler; a state
 waiting to be written is served from memory meanwhile. A directory that cannot
 be created or written (read-only, full) makes every failed write a logged miss:
 the engine goes on without the files.
@@ -36,33 +14,21 @@ import json
 import logging
 import os
 import queue
-import struct
-import sys
 import threading
 import time
-from array import array
 from collections import Counter
 from pathlib import Path
 
 import attrs
 
+from .kvformat import (
+    HEAD, MAGIC, SUFFIX, VERSION, KVFileRejected, difference, digest, ids_bytes, parse, read_head,
+)
+
 log = logging.getLogger("lmchat.llamacpp")
 
-MAGIC = b"LMCHATKV"
-VERSION = 1
-_HEAD = struct.Struct("<8sII")
-SUFFIX = ".kv"
 #: the smallest state worth a file: fewer ids are prefilled again faster than a file is read
 MIN_IDS = 64
-
-
-class KVFileRejected(Exception):
-    """A held KV state that cannot be used; the message says why (it becomes the turn's
-    ``cache_miss_reason``), ``kind`` names the reason for the metrics."""
-
-    def __init__(self, message: str, kind: str = "corrupt"):
-        super().__init__(message)
-        self.kind = kind
 
 
 @attrs.define(eq=False)
@@ -81,33 +47,6 @@ class DiskEntry:
 
     tier = "disk"
     version = 0  # a file's ids never change
-
-
-def digest(ids_bytes: bytes, state: bytes | bytearray | memoryview) -> str:
-    h = hashlib.blake2b(digest_size=16)
-    h.update(ids_bytes)
-    h.update(state)
-    return h.hexdigest()
-
-
-def ids_bytes(ids) -> bytes:
-    data = array("I", ids)
-    if data.itemsize != 4:  # pragma: no cover - every platform CPython runs on has a 4-byte unsigned int
-        raise RuntimeError("array('I') is not 32 bits here")
-    if sys.byteorder != "little":  # pragma: no cover
-        data.byteswap()
-    return data.tobytes()
-
-
-def model_identity(path: Path) -> dict:
-    """What names a model file's weights, whatever the file is called."""
-    size = path.stat().st_size
-    h = hashlib.blake2b(digest_size=16)
-    with open(path, "rb") as f:
-        h.update(f.read(1 << 20))
-        f.seek(max(0, size - (1 << 20)))
-        h.update(f.read(1 << 20))
-    return {"model_bytes": size, "model_digest": h.hexdigest()}
 
 
 class DiskTier:
@@ -155,7 +94,7 @@ class DiskTier:
                 continue
             if header["identity"] != self.identity:  # indexed, never used: a hit on it says why
                 why = (f"KV file {path.name} was made by another model or with other cache parameters "
-                       f"({_difference(header['identity'], self.identity)})")
+                       f"({difference(header['identity'], self.identity)})")
                 self.foreign.append(DiskEntry(path.name, ids, 0, header["exact"], why_not=why,
                                               miss_kind="other model"))
                 continue
@@ -182,7 +121,7 @@ class DiskTier:
             return old, []
         header = json.dumps({"identity": self.identity, "n_ids": len(ids), "exact": exact,
                              "state_bytes": len(blob), "blake2b": digest(raw_ids, blob)}).encode()
-        size = _HEAD.size + len(header) + len(raw_ids) + len(blob)
+        size = HEAD.size + len(header) + len(raw_ids) + len(blob)
         if size > self.budget:
             return None, []
         if old is not None:
@@ -214,7 +153,7 @@ class DiskTier:
             header, ids, state = parse(data, entry.name)
             if header["identity"] != self.identity:
                 raise KVFileRejected(f"KV file {entry.name} was made by another model or with other "
-                                     f"cache parameters ({_difference(header['identity'], self.identity)})",
+                                     f"cache parameters ({difference(header['identity'], self.identity)})",
                                      "other model")
             if ids != entry.ids or header["exact"] != entry.exact or ids[:len(needed)] != needed:
                 raise KVFileRejected(f"KV file {entry.name} holds other token ids than it was indexed with",
@@ -285,7 +224,7 @@ class DiskTier:
         tmp = self.directory / f".{entry.name}.tmp-{os.getpid()}-{threading.get_ident()}"
         try:
             with open(tmp, "wb") as f:
-                f.write(_HEAD.pack(MAGIC, VERSION, len(header)))
+                f.write(HEAD.pack(MAGIC, VERSION, len(header)))
                 f.write(header)
                 f.write(raw_ids)
                 f.write(entry.blob)
@@ -303,74 +242,6 @@ class DiskTier:
         if entry.gone:  # evicted while being written
             _unlink(path)
         entry.blob = None
-
-
-def read_head(path: Path) -> tuple[dict, list[int]]:
-    """A file's header and ids, checked for shape and size (not the digest: that needs the whole file)."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(_HEAD.size)
-            if len(head) < _HEAD.size:
-                raise KVFileRejected("truncated")
-            magic, version, n = _HEAD.unpack(head)
-            if magic != MAGIC or version != VERSION:
-                raise KVFileRejected("not an lmchat KV file of this version")
-            header = _header(f.read(n))
-            raw = f.read(4 * header["n_ids"])
-            size = os.fstat(f.fileno()).st_size
-    except OSError as exc:
-        raise KVFileRejected(exc.strerror or str(exc)) from None
-    if len(raw) < 4 * header["n_ids"] or size != _HEAD.size + n + len(raw) + header["state_bytes"]:
-        raise KVFileRejected("truncated, or longer than its header says")
-    return header, _ids(raw)
-
-
-def parse(data: bytes, name: str) -> tuple[dict, list[int], memoryview]:
-    """Header, ids and state of a whole file, its digest checked."""
-    if len(data) < _HEAD.size:
-        raise KVFileRejected(f"KV file {name} is truncated")
-    magic, version, n = _HEAD.unpack_from(data)
-    if magic != MAGIC or version != VERSION:
-        raise KVFileRejected(f"KV file {name} is not an lmchat KV file of this version")
-    try:
-        header = _header(data[_HEAD.size:_HEAD.size + n])
-    except KVFileRejected as exc:
-        raise KVFileRejected(f"KV file {name}: {exc}") from None
-    start = _HEAD.size + n
-    end = start + 4 * header["n_ids"]
-    if len(data) != end + header["state_bytes"]:
-        raise KVFileRejected(f"KV file {name} is truncated, or longer than its header says")
-    view = memoryview(data)
-    if digest(view[start:end], view[end:]) != header["blake2b"]:
-        raise KVFileRejected(f"KV file {name} fails its checksum (corrupt or edited)")
-    return header, _ids(data[start:end]), view[end:]
-
-
-def _header(raw: bytes) -> dict:
-    try:
-        header = json.loads(raw)
-        ok = (isinstance(header, dict) and isinstance(header.get("n_ids"), int) and header["n_ids"] >= 0
-              and isinstance(header.get("exact"), int) and 0 <= header["exact"] <= header["n_ids"]
-              and isinstance(header.get("state_bytes"), int) and header["state_bytes"] >= 0
-              and isinstance(header.get("blake2b"), str) and "identity" in header)
-    except ValueError:
-        ok = False
-    if not ok:
-        raise KVFileRejected("its header is not valid")
-    return header
-
-
-def _ids(raw: bytes) -> list[int]:
-    data = array("I")
-    data.frombytes(raw)
-    if sys.byteorder != "little":  # pragma: no cover
-        data.byteswap()
-    return data.tolist()
-
-
-def _difference(theirs: dict, ours: dict) -> str:
-    keys = sorted(k for k in {*theirs, *ours} if theirs.get(k) != ours.get(k)) if isinstance(theirs, dict) else []
-    return ", ".join(f"{k}: {theirs.get(k)!r} here {ours.get(k)!r}" for k in keys) or "unreadable identity"
 
 
 def _unlink(path: Path) -> None:
