@@ -23,7 +23,9 @@ Workloads (``--only NAME``, repeatable):
 * ``memory``: RSS after the start and after a load (sessions with a shared ~1,000-token system prompt),
   the peak RSS (VmHWM), and lmchat's ``GET /metrics`` lines naming ``kv_``, ``cache`` or ``tokens_``.
 
-Counts: lmchat's ``usage.prompt_tokens_details.cached_tokens``; llama-server's ``timings`` (``prompt_n``
+Counts: lmchat's ``usage.prompt_tokens_details.cached_tokens``, and the ``settled`` column: answer
+tokens lmchat's engine prefilled again with spare capacity (its ``lmchat_kv_settled_tokens_total``; the
+llama.cpp servers keep the keys and values they decoded, so they have no such work); llama-server's ``timings`` (``prompt_n``
 evaluated, ``cache_n`` reused); llama-cpp-python reports no usage when streaming, so its counts come from
 its log (``prefix-match hit, remaining N`` and ``prompt eval time = ... / N tokens``), one request at a
 time (it serves one request at a time; its concurrent workloads report totals only).
@@ -708,6 +710,12 @@ def _cell(result: dict | None, fn) -> str:
         return "?"
 
 
+def _settled(r: dict) -> str:
+    """lmchat's answer tokens prefilled again off the requests' path ("-" for the servers that have none)."""
+    value = r.get("metrics", {}).get("lmchat_kv_settled_tokens_total")
+    return "-" if value is None else num(int(value))
+
+
 def report(results: dict, servers: list, args) -> list[str]:
     out = []
 
@@ -727,11 +735,11 @@ def report(results: dict, servers: list, args) -> list[str]:
         emit(f"stateless: one client resending its history, {args.turns} turns, no session id "
              f"(cells: prompt / cached / evaluated tokens / TTFT)",
              ["server", *[f"turn {t}" for t in turns], "total prompt", "total cached", "total evaluated",
-              "TTFT sum"],
+              "settled", "TTFT sum"],
              [[s, *[_cell(res.get(s), lambda r, t=t: turn_cell(r, t)) for t in turns],
                _cell(res.get(s), lambda r: num(r["totals"]["prompt"])),
                _cell(res.get(s), lambda r: num(r["totals"]["cached"])),
-               _cell(res.get(s), lambda r: num(r["totals"]["evaluated"])),
+               _cell(res.get(s), lambda r: num(r["totals"]["evaluated"])), _cell(res.get(s), _settled),
                _cell(res.get(s), lambda r: f"{r['totals']['ttft_s']:.2f} s")] for s in servers])
     for name, title in (("shared_system", f"shared_system: {args.conversations} concurrent stateless conversations, "
                                           f"~1,000-token shared system prompt, {args.shared_turns} turns each, "
@@ -741,10 +749,11 @@ def report(results: dict, servers: list, args) -> list[str]:
         if name not in results:
             continue
         res = results[name]
-        emit(title, ["server", "requests", "prompt tokens", "evaluated", "TTFT p50", "TTFT p99", "wall",
+        emit(title, ["server", "requests", "prompt tokens", "evaluated", "settled", "TTFT p50", "TTFT p99", "wall",
                      "server CPU", "errors"],
              [[s, _cell(res.get(s), lambda r: str(r["requests"])), _cell(res.get(s), lambda r: num(r["prompt"])),
-               _cell(res.get(s), lambda r: num(r["evaluated"])), _cell(res.get(s), lambda r: ms(r["ttft_p50_s"])),
+               _cell(res.get(s), lambda r: num(r["evaluated"])), _cell(res.get(s), _settled),
+               _cell(res.get(s), lambda r: ms(r["ttft_p50_s"])),
                _cell(res.get(s), lambda r: ms(r["ttft_p99_s"])), _cell(res.get(s), lambda r: f"{r['wall_s']:.1f} s"),
                _cell(res.get(s), lambda r: f"{r['workload_cpu_s']:.1f} s"),
                _cell(res.get(s), lambda r: str(len(r["errors"])))] for s in servers])

@@ -8,6 +8,7 @@ llama.cpp's OpenMP threads waiting for each other make 2 threads many times slow
 from __future__ import annotations
 
 import os
+import time
 
 import lmchat
 from lmchat.backends import GenerationRequest, SamplingParams
@@ -54,6 +55,17 @@ def turn(backend, session, content, params=None):
     chunks = list(backend.generate(GenerationRequest.from_session(session, delta, params or greedy())))
     commit(session, chunks)
     return [i for c in chunks for i in c.token_ids], chunks[-1], delta
+
+
+def settled(backend, timeout: float = 120.0) -> dict:
+    """Wait until the engine has settled every idle sequence (prefilled its decoded answer again, as it does
+    while a client reads the answer) and return its stats: a test that counts prefilled ids then knows which
+    of the two exact paths the next turn takes (before settling it prefills the answer itself)."""
+    deadline = time.monotonic() + timeout
+    while (stats := backend.stats())["unsettled_tokens"]:
+        assert time.monotonic() < deadline, f"{stats['unsettled_tokens']} ids still unsettled"
+        time.sleep(0.01)
+    return stats
 
 
 def decoded(ids, last):

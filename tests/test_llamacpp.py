@@ -31,7 +31,7 @@ from lmchat.session.vocab import Vocabulary  # noqa: E402
 
 from .llama_helpers import (  # noqa: E402
     QUESTIONS, THREADS, commit, converse, decoded, greedy, llama_greedy, new_session, reference_llama, request_ids,
-    turn,
+    settled, turn,
 )
 
 
@@ -138,7 +138,8 @@ def test_content_never_yields_a_marker(backend):
 # ---------------------------------------------------------------------------------------------- KV reuse
 def test_greedy_turns_equal_llama_generate(backend, llm):
     # the engine keeps only what a prefill computes (the last answer, decoded a token at a time, is prefilled
-    # again with the next delta): every turn equals Llama.generate on its whole prompt from an empty cache
+    # again, by the idle engine or else with the next delta): every turn equals Llama.generate on its whole
+    # prompt from an empty cache
     session = new_session(backend)
     for question in QUESTIONS:
         delta = session.prompt(question)
@@ -153,16 +154,21 @@ def test_greedy_turns_equal_llama_generate(backend, llm):
 def test_a_turn_prefills_only_its_delta(backend):
     backend.reset_prefix_cache()  # what earlier tests left would serve this first prompt
     session = new_session(backend)
+    base = settled(backend)["settled_tokens"]
     ids, last, delta = turn(backend, session, QUESTIONS[0])
     assert (last.prefilled, last.reused, last.cached_from) == (len(delta.token_ids), 0, None)
     for question in QUESTIONS[1:3]:
         before, answer = len(session.context_ids), decoded(ids, last)
+        # while the client reads the answer, the idle engine prefills it again (a lone decoded id with the
+        # one before it): its cache then holds what a prefill computes, all of it reusable
+        now = settled(backend)["settled_tokens"]
+        assert now - base == max(answer, 2)
+        base = now
         ids, last, delta = turn(backend, session, question)
         assert not delta.reset
-        # the delta, the id the model sampled last and never fed through the model (the end marker, or the
-        # last token of an answer cut by max_new_tokens), and the answer, decoded a token at a time, prefilled
-        # again: the cache holds what a prefill computes
-        assert (last.prefilled, last.reused) == (len(delta.token_ids) + 1 + answer, before - 1 - answer)
+        # the delta and the id the model sampled last and never fed through the model (the end marker, or
+        # the last token of an answer cut by max_new_tokens)
+        assert (last.prefilled, last.reused) == (len(delta.token_ids) + 1, before - 1)
         assert last.cached_from == "session"
     assert backend.held_ids(session.session_id) == session.context_ids[:-1]
     backend.drop(session.session_id)
@@ -220,15 +226,16 @@ def test_eviction_to_host_and_restore(backend):
     reference, ref_turns, _ = converse(backend, QUESTIONS[:2])
     with LlamaCppBackend(threads=THREADS, sessions=1, ctx=1024) as small:
         a, b = new_session(small), new_session(small)
-        first = turn(small, a, QUESTIONS[0])[0]
+        first, first_last, _ = turn(small, a, QUESTIONS[0])
         turn(small, b, QUESTIONS[0])  # takes the only sequence: a's state goes to the host cache
         assert (small.where(a.session_id), small.where(b.session_id)) == ("host", "resident")
         ids, last, delta = turn(small, a, QUESTIONS[1])  # restored, not prefilled again
         assert [first, ids] == reference
-        # the same counts as without eviction: the delta, what was sampled but never fed, the last answer
-        expected = ref_turns[1][1]
-        assert (last.prefilled, last.reused) == (expected.prefilled, expected.reused)
-        assert last.prefilled == len(delta.token_ids) + 1 + decoded(first, ref_turns[0][1])
+        # the delta, what was sampled but never fed, and the last answer unless the idle engine settled it
+        # before a was evicted (b's request may have come first)
+        answer = decoded(first, first_last)
+        assert last.prefilled in (len(delta.token_ids) + 1, len(delta.token_ids) + 1 + answer)
+        assert last.prefilled + last.reused == len(request_ids(a, ids, last))
         assert small.where(a.session_id) == "resident" and small.where(b.session_id) == "host"
         stats = small.stats()
         # b's first turn started from a's saved prompt (the same question), a's second from its own state
@@ -260,16 +267,16 @@ def test_discard_shifts_the_cache(backend):
     session = new_session(backend, **kw)
     shifted, answer = None, 0
     for i in range(8):
+        settled(backend)
         ids, last, delta = turn(backend, session, f"Question {i}: what is {i} + {i}?", params)
         if delta.discard:
-            shifted = (delta, last, answer)
+            shifted = (delta, last)
             break
-        answer = decoded(ids, last)
     assert shifted is not None, "the session never shifted"
-    delta, last, answer = shifted
-    # only the delta, the id sampled last turn and the last answer were prefilled: the kept turns were
-    # shifted, not recomputed
-    assert last.prefilled == len(delta.token_ids) + 1 + answer
+    delta, last = shifted
+    # only the delta and the id sampled last turn were prefilled (the last answer was settled): the kept
+    # turns were shifted, not recomputed
+    assert last.prefilled == len(delta.token_ids) + 1
     assert last.prefilled + last.reused == len(session.context_ids) - len(ids) - (last.finish_reason == "stop")
     assert backend.held_ids(session.session_id) == session.context_ids[:-1]
     sid = session.session_id
@@ -279,12 +286,12 @@ def test_discard_shifts_the_cache(backend):
 
 def test_discarding_the_tail_equals_llama_generate(backend, llm):
     # a discard range reaching the end drops the tail: exact, so the continuation equals Llama.generate's
-    # from an empty cache (the kept part of the answer, decoded, is prefilled again)
+    # from an empty cache
     session = new_session(backend)
     ids, last, delta = turn(backend, session, QUESTIONS[2], greedy(12))
     assert ids == llama_greedy(llm, delta.token_ids, 12, fresh=True)
+    settled(backend)  # the answer prefilled again: all of the kept part is reused
     held = backend.held_ids(session.session_id)
-    prompt = len(delta.token_ids)
     start = len(held) - 5
     new = backend.tokenizer.encode_plain(" In short: red.", at_start=False) + [backend.tokenizer.added["<|im_end|>"]]
     request = GenerationRequest(
@@ -292,7 +299,7 @@ def test_discarding_the_tail_equals_llama_generate(backend, llm):
         delta=lmchat.Delta("", token_ids=new, discard=(start, len(session.context_ids) - start)),
         source=lambda: Prompt("", tuple(held[:start] + new)))
     chunks = list(backend.generate(request))
-    assert (chunks[-1].prefilled, chunks[-1].reused) == (len(new) + start - prompt, prompt)
+    assert (chunks[-1].prefilled, chunks[-1].reused) == (len(new), start)
     assert [i for c in chunks for i in c.token_ids] == llama_greedy(llm, held[:start] + new, fresh=True)
     backend.drop(session.session_id)
 

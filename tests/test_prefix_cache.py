@@ -29,9 +29,11 @@ from lmchat.backends import GenerationRequest  # noqa: E402
 from lmchat.backends.llamacpp import LlamaCppBackend  # noqa: E402
 from lmchat.errors import BackendError  # noqa: E402
 from lmchat.backends.llamacpp.kvformat import SUFFIX  # noqa: E402
-from lmchat.backends.llamacpp.prefix import BLOCK  # noqa: E402
+from lmchat.backends.llamacpp.prefix import BLOCK, common_prefix  # noqa: E402
 
-from .llama_helpers import THREADS, commit, greedy, llama_greedy, new_session, reference_llama, turn  # noqa: E402
+from .llama_helpers import (  # noqa: E402
+    THREADS, commit, decoded, greedy, llama_greedy, new_session, reference_llama, settled, turn,
+)
 
 SYSTEM = ("You are the support assistant of a bicycle shop. " + " ".join(
     f"Rule {i}: answer politely, mention the shop's opening hours only when asked, and keep every answer "
@@ -69,29 +71,43 @@ def stateless(backend, messages, n=16):
     return [i for c in chunks for i in c.token_ids], "".join(c.text for c in chunks), chunks[-1], delta.token_ids
 
 
-def chat(backend, llm, turns, system=SYSTEM, n=16):
-    """A stateless conversation of ``turns`` requests; each answer checked against a fresh prefill."""
+def chat(backend, llm, turns, system=SYSTEM, n=16, read=False):
+    """A stateless conversation of ``turns`` requests; each answer checked against a fresh prefill.
+    ``read``: the client takes its time between requests (the idle engine settles the answer meanwhile).
+    Rows of (last chunk, prompt ids, the ids the engine held for the request after it)."""
     history, rows = [{"role": "system", "content": system}], []
     for question in QUESTIONS[:turns]:
         history.append({"role": "user", "content": question})
         ids, text, last, prompt = stateless(backend, history, n)
         assert ids == fresh(llm, prompt, n), question
-        rows.append((last, prompt))
+        if read:
+            settled(backend)
+        rows.append((last, prompt, list(prompt) + ids[:decoded(ids, last)]))
         history.append({"role": "assistant", "content": text})
     return rows
 
 
-def test_a_stateless_client_reuses_all_but_the_last_answer(backend, llm):
-    rows = chat(backend, llm, 8)
+def test_a_stateless_client_reuses_its_whole_history(backend, llm):
+    rows = chat(backend, llm, 8, read=True)
     assert rows[0][0].reused == 0
-    for (_, before), (last, prompt) in zip(rows, rows[1:]):
+    for (_, before, held), (last, prompt, _) in zip(rows, rows[1:]):
         assert prompt[:len(before)] == before  # the template only appends
-        # the previous request's prompt, as it was prefilled; its answer, decoded alone, is prefilled again
-        assert (last.reused, last.prefilled, last.cached_from) == (len(before), len(prompt) - len(before),
-                                                                   "resident")
-    assert sum(r.reused for r, _ in rows[2:]) / sum(len(p) for _, p in rows[2:]) >= 0.8
+        # the previous request's prompt and its answer, settled while the client read it: all that the
+        # history, rendered again, shares with them (an answer's text may tokenize otherwise)
+        shared = common_prefix(held, prompt, 0, len(prompt) - 1)
+        assert shared > len(before)
+        assert (last.reused, last.prefilled, last.cached_from) == (shared, len(prompt) - shared, "resident")
+    assert sum(r[0].reused for r in rows[2:]) / sum(len(r[1]) for r in rows[2:]) >= 0.9
     stats = backend.stats()
-    assert stats["orphans"] == 1 and stats["tokens_by_source"]["resident"] == sum(r.reused for r, _ in rows)
+    assert stats["orphans"] == 1 and stats["tokens_by_source"]["resident"] == sum(r[0].reused for r in rows)
+
+
+def test_a_stateless_client_that_does_not_wait_prefills_the_answer_again(backend, llm):
+    # the next request before the engine settled the answer: the answer, decoded alone, is prefilled with it
+    rows = chat(backend, llm, 6)
+    for (_, before, held), (last, prompt, _) in zip(rows, rows[1:]):
+        assert last.reused in (len(before), common_prefix(held, prompt, 0, len(prompt) - 1))
+        assert last.reused + last.prefilled == len(prompt)
 
 
 def test_a_shared_system_prompt_is_computed_once(backend, llm):

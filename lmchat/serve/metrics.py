@@ -102,6 +102,10 @@ def _kv_lines(kv: dict | None) -> list[str]:
     for name, help_text, key in gauges:
         out += _head(name, "gauge", help_text)
         out += [f'{name}{{tier="{tier}"}} {values[key]}' for tier, values in tiers.items() if key in values]
+    out += _head("lmchat_kv_settled_tokens_total", "counter",
+                 "Decoded answer tokens prefilled again while the engine had spare capacity (the cache then holds "
+                 "what a prefill computes)")
+    out.append(f"lmchat_kv_settled_tokens_total {kv.get('settled_tokens', 0)}")
     out += _head("lmchat_kv_orphans", "gauge", "Ended sessions' states kept as prefixes (resident or host)")
     out.append(f"lmchat_kv_orphans {kv['orphans']}")
     out += _head("lmchat_kv_misses_total", "counter", "Held prefixes that could not be used, by reason")

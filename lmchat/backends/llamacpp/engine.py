@@ -14,7 +14,12 @@ caller reads :class:`Chunk` s from ``job.out``. The scheduler thread loops:
    chunks of the prompts being prefilled, each in a ``llama_decode`` of its
    own, within a per-step budget (``prefill_chunk`` ids while others decode,
    so a long prompt does not stall them; a whole batch when nobody decodes);
-   sample each sequence whose logits came out.
+   sample each sequence whose logits came out;
+4. with prefill capacity left and no prompt waiting, *settle* the idle
+   sequence used last: prefill its decoded answer again, so that its whole
+   cache is what a prefill computes (reusable by its next turn and by any
+   other prompt). An engine with nothing else to do keeps settling until no
+   sequence needs it, then waits for commands.
 
 The per-step work (and why prompts and decoding tokens go to separate
 ``llama_decode`` calls) is in :mod:`.steps`.
@@ -127,6 +132,7 @@ class Engine(Steps, PrefixReuse):
                 self.index.put(entry)
         self.served: Counter[str] = Counter()  # prompt tokens by where they came from (prefilled included)
         self.misses: Counter[str] = Counter()  # held prefixes not used, by reason
+        self.settled = 0  # decoded ids prefilled again by spare capacity (steps.py)
         self._ticks = itertools.count(1)
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self._waiting: deque[Job] = deque()
@@ -179,7 +185,7 @@ class Engine(Steps, PrefixReuse):
     # ------------------------------------------------------------------ the scheduler thread
     def _loop(self) -> None:
         try:
-            while self._take_commands(block=not self._active and not self._waiting):
+            while self._take_commands(block=not self._active and not self._waiting and self.unsettled() is None):
                 try:
                     self._admit()
                     self._step()
@@ -408,7 +414,9 @@ class Engine(Steps, PrefixReuse):
                "orphans": len(self.orphans), "evictions": self.pool.evictions, "restores": self.pool.restores,
                "host_dropped": self.host.dropped, "evict_seconds": self.pool.evict_seconds,
                "restore_seconds": self.pool.restore_seconds, "indexed": len(self.index),
-               "tokens_by_source": dict(self.served), "misses_by_reason": dict(self.misses)}
+               "tokens_by_source": dict(self.served), "misses_by_reason": dict(self.misses),
+               "settled_tokens": self.settled,
+               "unsettled_tokens": sum(len(s.ids) - s.decoded_at for s in self.unsettled_states())}
         if disk is not None:
             out.update(disk_dir=str(disk.directory), disk_files=len(disk.entries), disk_bytes=disk.nbytes,
                        disk_tokens=sum(len(e.ids) for e in disk.entries.values()),
