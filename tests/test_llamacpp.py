@@ -265,7 +265,7 @@ def test_discard_shifts_the_cache(backend):
     kw = dict(system="Be brief.", session_len=150, max_new_tokens=16, overflow="shift")
     params = greedy(16)
     session = new_session(backend, **kw)
-    shifted, answer = None, 0
+    shifted = None
     for i in range(8):
         settled(backend)
         ids, last, delta = turn(backend, session, f"Question {i}: what is {i} + {i}?", params)
