@@ -168,6 +168,8 @@ def test_raw_completions_are_stateless(client, server):
     assert r.choices[0].text == "<|im_start|>user\none two " and r.choices[0].finish_reason == "length"
     streamed = client.completions.create(model="m", prompt="plain text prompt", max_tokens=50, stream=True)
     assert "".join(c.choices[0].text for c in streamed if c.choices) == "plain text prompt"
+    with pytest.raises(openai.BadRequestError, match="needs a backend that knows the model's tokenizer"):
+        client.completions.create(model="m", prompt=[1, 2, 3])  # token ids: the echo backend takes text
     assert not [s for s in http(server).get("/v1/sessions").json()["data"] if s["id"].startswith("oneoff")]
 
 

@@ -138,3 +138,29 @@ def test_a_restart_restores_the_sessions_kv_from_disk(tmp_path):
     finally:
         s.stop()
     assert before
+
+
+def test_completions_take_token_ids_and_reuse_them(server):
+    # a client that keeps token ids (RL rollouts, agents replaying a trajectory) sends them as OpenAI's API takes
+    # them; they are fed as they are, and share the cache with the same prompt sent as text
+    from llama_cpp import Llama
+
+    from lmchat.backends.bundled import default_gguf
+
+    vocab = Llama(model_path=str(default_gguf()), vocab_only=True, verbose=False)
+    text = (f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\nDo you repair brakes?<|im_end|>\n"
+            "<|im_start|>assistant\n")
+    ids = vocab.tokenize(text.encode(), add_bos=False, special=True)
+    c = client(server)
+    by_text = c.completions.create(prompt=text, **ASK)
+    by_ids = c.completions.create(prompt=ids, **ASK)
+    nested = c.completions.create(prompt=[ids], **ASK)
+    assert by_ids.choices[0].text == by_text.choices[0].text == nested.choices[0].text
+    assert by_ids.usage.prompt_tokens == len(ids)
+    # all but the last id, fed again for its logits, came from the text request's cache
+    assert by_ids.usage.prompt_tokens_details.cached_tokens == len(ids) - 1
+    for bad, message in (([*ids[:3], 10 ** 6], r"prompt\[3\] = 1000000 is not a token id"),
+                         ([ids[:3], ids[:2]], "2 prompts"), ([-1], "is not a token id")):
+        with pytest.raises(openai.BadRequestError, match=message) as e:
+            c.completions.create(prompt=bad, **ASK)
+        assert e.value.body["param"] == "prompt"

@@ -2,7 +2,11 @@
 
 A raw prompt goes to the backend as is, under a one-off backend session id
 that is dropped afterwards: nothing is stored. Special tokens written in the
-prompt are read as such (the caller wrote the template markup). These
+prompt are read as such (the caller wrote the template markup). A prompt of
+token ids (a list of ints, or a list of one such list, as OpenAI's API takes
+it) is fed as those ids, without a round trip through text: a client that
+keeps the ids a previous answer came with (RL rollouts, agents replaying a
+trajectory) gets the engine's prefix cache on exactly them. These
 requests count against the manager's ``max_active`` like turns, and run in
 its worker pool.
 """
@@ -41,7 +45,7 @@ async def completions(body: CompletionRequest, request: Request, who: str | None
     if body.echo:
         raise ApiError(400, "echo is not supported", param="echo", code="unsupported_value")
     prompt = body.prompt
-    if isinstance(prompt, list):
+    if isinstance(prompt, list) and (not prompt or not isinstance(prompt[0], int)):
         if len(prompt) != 1:
             raise ApiError(400, f"{len(prompt)} prompts: send one prompt per request", param="prompt")
         prompt = prompt[0]
@@ -68,7 +72,7 @@ async def completions(body: CompletionRequest, request: Request, who: str | None
             "usage": usage(last, counter(len(text), ids))}
 
 
-def _request(mgr, prompt: str, body: CompletionRequest) -> GenerationRequest:
+def _request(mgr, prompt: str | list[int], body: CompletionRequest) -> GenerationRequest:
     template = get_template(mgr.template) if isinstance(mgr.template, str) else mgr.template
     stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
     # the template's sampling defaults (same model), but only the request's stop words: a raw prompt
@@ -79,10 +83,27 @@ def _request(mgr, prompt: str, body: CompletionRequest) -> GenerationRequest:
         from ..session.tokens import codec_for
 
         codec = codec_for(mgr.backend.tokenizer)
-        ids = tuple(codec.encode(prompt, codec.special_spans(prompt))[0])
+        if isinstance(prompt, list):
+            ids = tuple(_checked_ids(prompt, codec.vocab.n_tokens))
+            prompt = codec.decode(ids)
+        else:
+            ids = tuple(codec.encode(prompt, codec.special_spans(prompt))[0])
+    elif isinstance(prompt, list):
+        raise ApiError(400, "a prompt of token ids needs a backend that knows the model's tokenizer (this one "
+                            "takes text)", param="prompt", code="unsupported_value")
     delta = Delta(prompt, sequence_start=True, token_ids=None if ids is None else list(ids))
     return GenerationRequest(session_id=new_id("oneoff"), delta=delta, params=params,
                              source=lambda: Prompt(prompt, ids))
+
+
+def _checked_ids(ids: list[int], n_tokens: int) -> list[int]:
+    if not ids:
+        raise ApiError(400, "an empty prompt: give at least one token id", param="prompt")
+    bad = next((i for i, t in enumerate(ids) if not 0 <= t < n_tokens), None)
+    if bad is not None:
+        raise ApiError(400, f"prompt[{bad}] = {ids[bad]} is not a token id of this model (0 to {n_tokens - 1})",
+                       param="prompt", code="invalid_value")
+    return ids
 
 
 async def generate(mgr, request: GenerationRequest) -> AsyncIterator[Chunk]:

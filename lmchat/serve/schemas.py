@@ -110,7 +110,7 @@ class CompletionRequest(_Sampling):
     """OpenAI's (legacy) completion body: one raw prompt, no template, no session."""
 
     model: StrictStr | None = None
-    prompt: StrictStr | list[StrictStr]
+    prompt: StrictStr | list[StrictStr] | list[StrictInt] | list[list[StrictInt]]  # text or token ids, as OpenAI's
     stream: StrictBool = False
     stream_options: dict[str, Any] | None = None
     max_tokens: StrictInt = Field(16, ge=0, le=MAX_TOKENS)  # OpenAI's default

@@ -22,6 +22,8 @@ from ..extras import needs
 class Vocabulary(Protocol):
     #: every added token's text -> its id (markers a template may write)
     added: Mapping[str, int]
+    #: how many ids there are (added tokens included): valid ids are ``range(n_tokens)``
+    n_tokens: int
 
     def encode_plain(self, text: str, *, at_start: bool) -> list[int]:
         """Ids of ``text`` with added-token strings read as text; ``at_start``: it opens the prompt
@@ -60,6 +62,7 @@ class HFVocab:
         self.tokenizer = tokenizer
         self._parsed = backend
         self.added: dict[str, int] = {t.content: i for i, t in backend.get_added_tokens_decoder().items()}
+        self.n_tokens = backend.get_vocab_size(with_added_tokens=True)
         spec = json.loads(backend.to_str())
         spec["added_tokens"] = []  # content must never match an added token, special or not
         self._plain = Tokenizer.from_str(json.dumps(spec))
