@@ -442,3 +442,20 @@ def test_concurrent_conversations_compute_a_shared_system_prompt_once(llm):
     assert prefilled <= sum(len(p) for p in prompts) - 3 * (shared - BLOCK), (prefilled, shared)
     for i in range(4):
         assert results[i][0] == fresh(llm, prompts[i], 8)
+
+
+def test_the_repls_retry_undo_and_fork_start_from_the_branch_point(backend, tmp_path):
+    # `lmchat chat` as a person uses it, lines typed one after another (no pause for settling)
+    from .test_repl import chat as type_lines, make
+
+    conv = make(tmp_path, backend=backend, system=SYSTEM)
+    type_lines(conv, "/set max_new_tokens 12", QUESTIONS[0])
+    first = conv.last.result
+    held = first.prompt_tokens - 1  # the first prompt, all of it prefilled: exact whatever comes next
+    type_lines(conv, QUESTIONS[1])
+    for lines in (["/retry"], ["/undo", QUESTIONS[5]], ["/fork", QUESTIONS[6]]):
+        type_lines(conv, *lines)
+        result = conv.last.result
+        assert result.reused >= held and result.reused + result.prefilled == result.prompt_tokens, lines
+        # /fork continues in a new session: it starts from the original's sequence
+        assert result.cached_from == ("resident" if lines[0] == "/fork" else "session"), lines
