@@ -459,3 +459,33 @@ def test_the_repls_retry_undo_and_fork_start_from_the_branch_point(backend, tmp_
         assert result.reused >= held and result.reused + result.prefilled == result.prompt_tokens, lines
         # /fork continues in a new session: it starts from the original's sequence
         assert result.cached_from == ("resident" if lines[0] == "/fork" else "session"), lines
+
+
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Get the weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+# SmolLM2 copies this call when asked to, greedy: qwen2.5's template (ChatML, as SmolLM2's) parses it
+CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+
+
+@pytest.mark.parametrize("answer", ["a tool call", "text"])
+def test_a_session_running_its_tools_is_evicted_last(answer):
+    from lmchat import SessionManager
+
+    with LlamaCppBackend(threads=THREADS, sessions=2, ctx=2048) as b:
+        mgr = SessionManager(b, template="qwen2.5")
+        ask = {"params": {"temperature": 0, "repetition_penalty": 1.0}, "max_new_tokens": 40, "create": True,
+               "tools": TOOLS}
+        prompt = f"Repeat exactly, and nothing else:\n{CALL}" if answer == "a tool call" else "Hi!"
+        first = mgr.run_turn("agent", [{"role": "user", "content": prompt}], **ask)
+        assert bool(first.parsed.tool_calls) == (answer == "a tool call"), first.text
+        mgr.run_turn("other", [{"role": "user", "content": "Name three colours."}], **ask)
+        # a third session needs a sequence: the least recently used idle one goes, unless its client is
+        # running the tools its answer called
+        mgr.run_turn("third", [{"role": "user", "content": "What is 2 + 2?"}], **ask)
+        gone = "other" if answer == "a tool call" else "agent"
+        assert b.where(gone) == "host" and b.where({"agent": "other", "other": "agent"}[gone]) == "resident"
+        if answer == "a tool call":  # the tool's result comes back: the agent's turn continues its sequence
+            result = mgr.run_turn("agent", [{"role": "tool", "tool_call_id": first.parsed.tool_calls[0]["id"],
+                                             "content": "18 degrees, sunny"}], **ask)
+            assert result.cached_from == "session" and result.reused >= first.prompt_tokens - 1

@@ -175,6 +175,10 @@ class PrefixCache(Protocol):
         """Every tier's entries, tokens and bytes, prompt tokens by source, misses by reason (the keys of
         ``LlamaCppBackend.stats``; ``/metrics`` exports them)."""
 
+    def awaiting_tools(self, session_id: str) -> None:
+        """The answer of ``session_id`` called tools: its client comes back with their results shortly, so
+        its KV should be evicted after any other idle session's (a turn calls this when it commits calls)."""
+
 
 def model_sampling(backend: Any) -> dict[str, Any]:
     """What the backend's model needs over its template's sampling values ({} for most)."""

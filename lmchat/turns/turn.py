@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 import attrs
 
-from ..backends.base import Backend, Chunk, GenerationRequest, SamplingParams
+from ..backends.base import Backend, Chunk, GenerationRequest, PrefixCache, SamplingParams
 from ..repetition import RepetitionGuard
 from ..session import Delta, Session
 from ..session.edits import Generation, commit_generation
@@ -255,6 +255,8 @@ class Turn:
             if parsed.reasoning_content is not None:
                 fields["reasoning_content"] = parsed.reasoning_content
         commit_generation(session, Generation(text, tuple(self.ids), final.finish_reason, final.stop), **fields)
+        if fields and isinstance(self.owner.backend, PrefixCache):  # the client is off running the tools
+            self.owner.backend.awaiting_tools(self.request.session_id)
         reason = final.cache_miss_reason or self.delta.reason  # the engine's own reason is the more precise
         if final.cache_miss_reason != reason:  # most turns miss nothing: no copy (evolve is slow)
             final = attrs.evolve(final, cache_miss_reason=reason)

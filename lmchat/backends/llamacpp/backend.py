@@ -20,6 +20,9 @@ from .vocab import LlamaVocab
 DEFAULT_SEQ_TOKENS = 4096
 #: the disk tier's default bound (MiB): about 190,000 tokens of the bundled model (22.5 KiB a token)
 DEFAULT_DISK_MB = 4096
+#: seconds a session whose answer called tools keeps its KV ahead of the others: its client runs the
+#: tools and comes back with their results (an agent's loop); after that it is an idle session like any
+TOOL_WAIT = 120.0
 
 
 class LlamaCppBackend:
@@ -145,6 +148,11 @@ class LlamaCppBackend:
         (:class:`~lmchat.backends.base.PrefixCache`)."""
         ids = list(ids)
         return self._engine().call(lambda: self.engine.cached(session_id, ids))
+
+    def awaiting_tools(self, session_id: str) -> None:
+        """The session's answer called tools: its KV is evicted after every other idle state's for
+        ``TOOL_WAIT`` seconds, or until its next turn (:class:`~lmchat.backends.base.PrefixCache`)."""
+        self._engine().expect(session_id, TOOL_WAIT)
 
     def reset_prefix_cache(self, disk: bool = False) -> int:
         """Forget the prefixes the engine keeps for nobody in particular (dropped sessions' KV, one-off

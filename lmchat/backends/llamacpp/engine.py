@@ -39,6 +39,7 @@ import atexit
 import itertools
 import queue
 import threading
+import time
 import weakref
 from collections import Counter, deque
 
@@ -165,6 +166,11 @@ class Engine(Steps, PrefixReuse):
     def drop(self, session_id: str) -> None:
         self._commands.put(("drop", session_id))
 
+    def expect(self, session_id: str, seconds: float) -> None:
+        """The session's client is expected back within ``seconds`` (it runs the tools the answer called):
+        its KV is evicted after every other idle state's until then, or until its next turn starts."""
+        self._commands.put(("expect", session_id, seconds))
+
     def call(self, fn):
         """Run ``fn()`` on the scheduler thread (which owns the context) and return its result."""
         box: queue.SimpleQueue = queue.SimpleQueue()
@@ -216,6 +222,10 @@ class Engine(Steps, PrefixReuse):
                 self._waiting.append(command)
             elif command[0] == "drop":
                 self._drop(command[1])
+            elif command[0] == "expect":
+                state = self.sessions.get(command[1])
+                if state is not None:
+                    state.expected_until = time.monotonic() + command[2]
             elif command[0] == "call":
                 try:
                     command[2].put((True, command[1]()))
@@ -265,7 +275,7 @@ class Engine(Steps, PrefixReuse):
             if state.job is not None and state.job is not job:
                 self._fail(job, BackendError(f"a generation is already running for session {job.session_id!r}"))
                 continue
-            job.state, state.job = state, job
+            job.state, state.job, state.expected_until = state, job, 0.0
             if self._behind_prefill(job):
                 self._waiting.append(job)
                 continue

@@ -35,6 +35,7 @@ class SessionState:
     decoded_at: int | None = None  # the first id fed alone (a sampled token): its KV is not a prefill's
     shifted_at: int | None = None  # a context shift rotated the keys from here on
     tick: int = 0  # last use, for the LRU
+    expected_until: float = 0.0  # its answer called tools: the client comes back with the results before then
     version: int = 0  # bumped whenever ids are cut or replaced (the prefix index re-hashes them then)
 
     @property
@@ -68,13 +69,18 @@ class SessionState:
     def busy(self) -> bool:
         return self.job is not None
 
+    def eviction_rank(self, now: float) -> tuple:
+        """Lowest goes first: an orphan, then a session nobody waits for, the least recently used first;
+        a session whose client is running the tools its answer called comes last (until it is overdue)."""
+        return (not self.orphan, self.expected_until > now, self.tick)
+
     @property
     def tier(self) -> str | None:
         return "resident" if self.seq is not None else "host" if self.blob is not None else None
 
 
 class HostCache:
-    """Saved sequence states, bounded by ``budget`` bytes: orphans go first, then the least recently saved."""
+    """Saved sequence states, bounded by ``budget`` bytes, pushed out by :meth:`SessionState.eviction_rank`."""
 
     def __init__(self, budget: int):
         self.budget = budget
@@ -92,8 +98,9 @@ class HostCache:
         self.nbytes += len(state.blob)
         self.saved += 1
         gone = []
+        now = time.monotonic()
         while self.nbytes > self.budget and self._states:
-            old = next((s for s in self._states if s.orphan), None) or next(iter(self._states))
+            old = min(self._states, key=lambda s: s.eviction_rank(now))
             del self._states[old]
             self.nbytes -= len(old.blob)
             gone.append(old)
@@ -137,10 +144,10 @@ class SequencePool:
         return None
 
     def victim(self) -> SessionState | None:
-        """The resident state to evict: an idle orphan before any session, the least recently used first
-        (a busy one never)."""
+        """The resident state to evict, by :meth:`SessionState.eviction_rank` (a busy one never)."""
         idle = [s for s in self.owner if s is not None and not s.busy]
-        return min(idle, key=lambda s: (not s.orphan, s.tick)) if idle else None
+        now = time.monotonic()
+        return min(idle, key=lambda s: s.eviction_rank(now)) if idle else None
 
     def attach(self, state: SessionState, seq: int) -> bool:
         """Make ``state`` resident in ``seq``, restoring its saved state; False if it had to start empty."""
