@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -41,3 +42,27 @@ def test_any_gguf_path_runs(tmp_path):
     assert out.returncode == 0 and out.stdout.strip(), out.stderr[-500:]
     guessed = ask("Say hello.", tmp_path, "--model", str(other))  # no name to match: the GGUF's own template
     assert guessed.returncode == 0 and guessed.stdout.strip(), guessed.stderr[-500:]
+
+
+def test_resume_restores_the_conversations_kv_from_disk(tmp_path):
+    """`lmchat chat`, leave, `lmchat chat --resume` with the defaults: the engine's KV comes back from the file
+    the first process wrote at exit (under the data dir), checked, and the next turn prefills only its message."""
+    env = {**os.environ, "LMCHAT_DATA_DIR": str(tmp_path)}
+
+    def chat(lines: list[str], *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "lmchat", "chat", "--threads", "1", *args],
+                              input="".join(line + "\n" for line in lines), capture_output=True, text=True,
+                              timeout=300, env=env)
+
+    first = chat(["What is the capital of France?", "And of Italy?"])
+    assert first.returncode == 0, first.stderr[-500:]
+    assert list((tmp_path / "kv").glob("*.kv"))
+    again = chat(["/show cache", "And of Spain?", "/show cache"], "--resume")
+    assert again.returncode == 0, again.stderr[-500:]
+    lines = [line for line in again.stdout.splitlines() if "tokens are cached" in line]
+    restored, after = (re.match(r"(\d+) of this conversation's (\d+) tokens are cached, in (.+?):", line).groups()
+                       for line in lines)
+    # all of it but the end marker the model sampled last (never fed through it), the answer included
+    assert restored[2] == "a KV file on disk" and int(restored[0]) == int(restored[1]) - 1
+    # and the turn after: the whole conversation before it (its own answer too, once the engine settled it)
+    assert after[2] == "this session's own sequence" and int(after[0]) >= int(restored[1])

@@ -34,6 +34,8 @@ class PrefixReuse:
         if self.disk is None:
             return
         try:
+            while self.unsettled() is not None:  # the last answers, prefilled again: all of them reusable
+                self._settle(None)
             for state in sorted({*self.sessions.values(), *self.orphans}, key=lambda s: s.tick):
                 if state.exact < BLOCK or state.busy:
                     continue
