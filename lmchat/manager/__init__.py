@@ -2,9 +2,11 @@
 
 :class:`SessionManager` runs turns end to end (delta, generation, commit,
 compare-and-set save), one at a time per session, within capacity limits,
-from threads or asyncio; :class:`TurnResult` is a collected turn.
+from threads or asyncio; :class:`TurnResult` is a collected turn;
+:class:`OneOff` a session for one turn that the store never sees.
 """
 from .core import SessionManager
+from .oneoff import OneOff
 from ..turns.turn import TurnResult
 
-__all__ = ["SessionManager", "TurnResult"]
+__all__ = ["OneOff", "SessionManager", "TurnResult"]

@@ -13,6 +13,9 @@ generate, but only the first save lands and the other gets
 Owners: ``owner`` (e.g. an API key) is stored only as a hash, and session ids
 live in their owner's namespace: two owners may use the same id, and neither
 can learn that the other's exists. ``None`` is its own owner.
+
+One-offs (:meth:`SessionManager.oneoff`, :mod:`.oneoff`): a session for one
+turn that the store never sees, for requests that name no session.
 """
 from __future__ import annotations
 
@@ -34,10 +37,11 @@ from ..stores import MemoryStore, SessionInfo, SessionStore
 from ..templates.base import BaseTemplate
 from ..turns.bridge import Done, Pump
 from ..turns.turn import TurnResult
-from .ids import checked_id, owner_key, public_id, store_key
+from .ids import checked_id, oneoff_key, owner_key, public_id, store_key
 from .metrics import Metrics
+from .oneoff import OneOff
 from .sessions import Sessions
-from .table import Table, View
+from .table import Entry, Table, View
 from .turns import Claim, run_turn
 
 #: Session keyword arguments a manager applies to all its sessions
@@ -143,16 +147,40 @@ class SessionManager(Sessions):
         first ``at`` messages (a branch from an earlier turn); ``extra`` as in :meth:`create` (the
         parent's extra and notes are not copied)."""
         with self._metrics.counting():
-            data = self._snapshot(session_id, owner_key(owner)).to_dict()
-            reason = f"forked from session {session_id}"
-            if at is not None:
-                if not 0 <= at <= len(data["messages"]):
-                    raise ConfigError(f"cannot fork at message {at} of {len(data['messages'])}", field="at")
-                data["messages"] = data["messages"][:at]
-                data.update(Held().to_dict(with_ids=data.get("context_ids") is not None))  # holds nothing yet
-                reason += f" at message {at}"
-            data["session_id"] = checked_id(new_id)
-            return self._add(restored(data, self.tokenizer, reason), owner_key(owner), extra)
+            return self._add(self._forked(session_id, new_id, owner_key(owner), at), owner_key(owner), extra)
+
+    def oneoff(self, owner: str | None = None, system: str | None = None, tools: list[dict] | None = None,
+               template: str | BaseTemplate | None = None, extra: dict | None = None, parent: str | None = None,
+               at: int | None = None) -> OneOff:
+        """A session for one turn, held in this manager's memory only: pass it to a turn method (and to
+        :meth:`cancel`) in place of a session id. The store never writes, reads or deletes anything of it, no
+        look-up or list finds it, and once its turn ends, however it ends, it is forgotten and the backend
+        drops it. A new session (``system``, ``tools``, ``template`` as in :meth:`create`), or with ``parent``
+        a copy of that stored session as :meth:`fork` makes it (``at`` too), which is only read. ``extra``: as
+        in :meth:`create`, for the turn's ``edit``. See :mod:`lmchat.manager.oneoff`."""
+        with self._metrics.counting():
+            okey = owner_key(owner)
+            if parent is None:
+                session = self.new_session(None, system, tools, template)
+            elif system is not None or tools is not None or template is not None:
+                raise ConfigError("a copy of a session keeps its system prompt, tools and template", field="parent")
+            else:
+                session = self._forked(parent, None, okey, at)
+            return OneOff(self, Entry(oneoff_key(session.session_id, okey), session, 0, okey,
+                                      extra=dict(extra or {})))
+
+    def _forked(self, session_id: str, new_id: str | None, owner: str, at: int | None) -> Session:
+        """The session as last committed, under ``new_id`` (None: a random one), cut at ``at`` (see :meth:`fork`)."""
+        data = self._snapshot(session_id, owner).to_dict()
+        reason = f"forked from session {session_id}"
+        if at is not None:
+            if not 0 <= at <= len(data["messages"]):
+                raise ConfigError(f"cannot fork at message {at} of {len(data['messages'])}", field="at")
+            data["messages"] = data["messages"][:at]
+            data.update(Held().to_dict(with_ids=data.get("context_ids") is not None))  # holds nothing yet
+            reason += f" at message {at}"
+        data["session_id"] = checked_id(new_id)
+        return restored(data, self.tokenizer, reason)
 
     def list(self, owner: str | None = None, limit: int = 100) -> list[SessionInfo]:
         """The owner's sessions in the store, most recently saved first."""
@@ -161,17 +189,17 @@ class SessionManager(Sessions):
             return [SessionInfo(public_id(i.id), i.title, i.turns, i.updated_at, i.template, i.version, i.owner)
                     for i in infos]
 
-    def cancel(self, session_id: str, owner: str | None = None) -> bool:
-        """Stop the turn running on this replica for the session; False when none runs here."""
+    def cancel(self, session_id: str | OneOff, owner: str | None = None) -> bool:
+        """Stop the turn running on this replica for the session (or the one-off); False when none runs here."""
         with self._metrics.counting():
-            entry = self._lookup(session_id, owner_key(owner))
+            entry = self._entry_of(session_id, owner_key(owner))
             if not entry.running:
                 return False
             entry.cancel_requested = True
             self.backend.cancel(entry.key)
             return True
 
-    async def await_stopped(self, session_id: str, owner: str | None = None, timeout: float = 5.0,
+    async def await_stopped(self, session_id: str | OneOff, owner: str | None = None, timeout: float = 5.0,
                             grace: float = 0.1) -> bool:
         """Wait while a turn asked to stop (:meth:`cancel`, or its consumer left) still holds the session: it
         commits and saves its partial answer first. True once nothing holds the session; False when the turn
@@ -179,7 +207,10 @@ class SessionManager(Sessions):
         milliseconds late), or still holds it after ``timeout``. A server calls it when a turn finds the session
         busy: a client that left a turn and sends the next one at once then waits for the partial answer
         instead of getting ``SessionBusy``."""
-        entry = self._table.get(store_key(session_id, owner_key(owner)))
+        if isinstance(session_id, OneOff):
+            entry = session_id.entry_for(owner_key(owner))
+        else:
+            entry = self._table.get(store_key(session_id, owner_key(owner)))
         begun = time.monotonic()
         while entry is not None and entry.running:
             waited = time.monotonic() - begun
@@ -189,7 +220,7 @@ class SessionManager(Sessions):
         return True
 
     # ------------------------------------------------------------------ turns
-    def stream_turn(self, session_id: str, messages: Iterable[Mapping[str, Any]] | None = None,
+    def stream_turn(self, session_id: str | OneOff, messages: Iterable[Mapping[str, Any]] | None = None,
                     params: SamplingParams | Mapping[str, Any] | None = None, owner: str | None = None,
                     stop: str | Iterable[str] | None = None, max_new_tokens: int | None = None,
                     create: bool = False, history: list[Mapping[str, Any]] | None = None,
@@ -199,6 +230,7 @@ class SessionManager(Sessions):
                     note: dict | None = None) -> Iterator[Chunk]:
         """Run one turn: append ``messages``, stream the answer, commit and save it.
 
+        ``session_id``: a session's id, or a :class:`OneOff` (:meth:`oneoff`), whose turn saves nothing.
         ``history`` instead of ``messages``: the whole conversation as an OpenAI
         client resends it (with its ``tools``); the turn is what the session
         does not hold yet, or the session is replaced by it (see
@@ -226,7 +258,7 @@ class SessionManager(Sessions):
                           max_new_tokens=max_new_tokens, create=create, history=history, tools=tools,
                           idempotency_key=idempotency_key, reserved=reserved, expect=expect, edit=edit, note=note)
 
-    def _turn(self, session_id: str, messages: Iterable[Mapping[str, Any]] | None, *, params=None,
+    def _turn(self, session_id: str | OneOff, messages: Iterable[Mapping[str, Any]] | None, *, params=None,
               owner: str | None = None, stop=None, max_new_tokens: int | None = None, create: bool = False,
               history: list[Mapping[str, Any]] | None = None, tools: list[dict] | None = None,
               idempotency_key: str | None = None, reserved: bool = False, expect: int | None = None,
@@ -236,7 +268,7 @@ class SessionManager(Sessions):
         :meth:`turn_items`; ``result_only``: without the answer's chunks; ``fresh``: see :meth:`_acquire`)."""
         with self._metrics.counting():
             try:
-                entry = self._acquire(session_id, owner_key(owner), create or history is not None, tools, fresh)
+                claim = self._claim(session_id, owner_key(owner), create or history is not None, tools, fresh)
             except BaseException:
                 if reserved:
                     self.unreserve()
@@ -245,12 +277,27 @@ class SessionManager(Sessions):
                 try:
                     self.reserve()
                 except CapacityExceeded:
-                    self._unclaim(entry)
+                    claim.unclaim()
                     raise
-            return run_turn(Claim(self, entry), messages, params, stop, max_new_tokens, history, tools,
+            return run_turn(claim, messages, params, stop, max_new_tokens, history, tools,
                             idempotency_key, expect, edit, note, on_loop, result_only)
 
-    def run_turn(self, session_id: str, messages: Iterable[Mapping[str, Any]] | None = None,
+    def _claim(self, session_id: str | OneOff, owner: str, create: bool, tools: list[dict] | None,
+               fresh: int | None) -> Claim:
+        """The turn's hold on its session: the one-off itself, claimed, or the stored session's entry, claimed
+        and fresh from the store (:meth:`_acquire`)."""
+        if isinstance(session_id, OneOff):
+            session_id.begin(owner)
+            return session_id
+        return Claim(self, self._acquire(session_id, owner, create, tools, fresh))
+
+    def _entry_of(self, session_id: str | OneOff, owner: str) -> Entry:
+        """The one-off's entry (its owner's only), or the stored session's (:meth:`_lookup`)."""
+        if isinstance(session_id, OneOff):
+            return session_id.entry_for(owner)
+        return self._lookup(session_id, owner)
+
+    def run_turn(self, session_id: str | OneOff, messages: Iterable[Mapping[str, Any]] | None = None,
                  **kwargs: Any) -> TurnResult:
         """:meth:`stream_turn`, collected."""
         stream = self.stream_turn(session_id, messages, **kwargs)
@@ -260,7 +307,7 @@ class SessionManager(Sessions):
             except StopIteration as done:
                 return done.value
 
-    def turn_items(self, session_id: str, messages: Iterable[Mapping[str, Any]] | None,
+    def turn_items(self, session_id: str | OneOff, messages: Iterable[Mapping[str, Any]] | None,
                    kwargs: dict[str, Any]) -> AsyncIterator[Any]:
         """A turn for an asyncio caller: its chunks, then :class:`Done` with its result (what stops the turn
         from starting raises at the first item). On the loop when :attr:`on_loop` (the backend streams
@@ -270,15 +317,18 @@ class SessionManager(Sessions):
             return self._loop_items(session_id, messages, kwargs)
         return self.pump(session_id, messages, kwargs).items()
 
-    async def _loop_items(self, session_id: str, messages: Iterable[Mapping[str, Any]] | None,
+    async def _loop_items(self, session_id: str | OneOff, messages: Iterable[Mapping[str, Any]] | None,
                           kwargs: dict[str, Any], result_only: bool = False) -> AsyncIterator[Any]:
         owner = owner_key(kwargs.get("owner"))
         self.reserve()  # capacity first: a load is work
-        try:
-            fresh = await self._awarm(session_id, owner, kwargs.get("create") or kwargs.get("history") is not None)
-        except BaseException:  # cancelled while the session loaded
-            self.unreserve()
-            raise
+        fresh = None
+        if not isinstance(session_id, OneOff):  # a one-off has nothing to load
+            try:
+                fresh = await self._awarm(session_id, owner,
+                                          kwargs.get("create") or kwargs.get("history") is not None)
+            except BaseException:  # cancelled while the session loaded
+                self.unreserve()
+                raise
         stream = self._turn(session_id, messages, reserved=True, on_loop=True, result_only=result_only, fresh=fresh,
                             **kwargs)
         try:
@@ -288,7 +338,7 @@ class SessionManager(Sessions):
         finally:
             await stream.aclose()
 
-    def pump(self, session_id: str, messages: Iterable[Mapping[str, Any]] | None, kwargs: dict[str, Any],
+    def pump(self, session_id: str | OneOff, messages: Iterable[Mapping[str, Any]] | None, kwargs: dict[str, Any],
              result_only: bool = False) -> Pump:
         """A turn running in a pool worker, for an asyncio caller (capacity is checked here, at once);
         ``result_only``: its chunks stay in the worker, only the result crosses to the loop."""
@@ -298,7 +348,7 @@ class SessionManager(Sessions):
                     on_abandon=lambda: self._cancel_quietly(session_id, owner), loop=asyncio.get_running_loop(),
                     result_only=result_only)
 
-    async def astream_turn(self, session_id: str, messages: Iterable[Mapping[str, Any]] | None = None,
+    async def astream_turn(self, session_id: str | OneOff, messages: Iterable[Mapping[str, Any]] | None = None,
                            **kwargs: Any):
         """``async for chunk in mgr.astream_turn(...)`` (see :meth:`turn_items`)."""
         items = self.turn_items(session_id, messages, kwargs)
@@ -309,7 +359,7 @@ class SessionManager(Sessions):
         finally:
             await items.aclose()
 
-    async def arun_turn(self, session_id: str, messages: Iterable[Mapping[str, Any]] | None = None,
+    async def arun_turn(self, session_id: str | OneOff, messages: Iterable[Mapping[str, Any]] | None = None,
                         **kwargs: Any) -> TurnResult:
         """:meth:`stream_turn`, collected (see :meth:`turn_items`; in a pool worker, only the result crosses
         to the loop)."""
@@ -321,7 +371,7 @@ class SessionManager(Sessions):
                     return item.value
         raise AssertionError("a turn ends with Done")
 
-    def _cancel_quietly(self, session_id: str, owner: str | None) -> None:
+    def _cancel_quietly(self, session_id: str | OneOff, owner: str | None) -> None:
         with contextlib.suppress(SessionNotFound):
             self.cancel(session_id, owner)
 

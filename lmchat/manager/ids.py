@@ -37,6 +37,13 @@ def store_key(session_id: str, owner: str) -> str:
     return f"{owner}/{session_id}" if owner else session_id
 
 
+def oneoff_key(session_id: str, owner: str) -> str:
+    """A one-off session's key in the backend (it has none in the store): its id within its owner's namespace,
+    after a ``!`` that no :func:`store_key` holds, so a stored session made under the same id (a ``store: false``
+    response shows its id) never shares the engine's state with it."""
+    return f"!{store_key(session_id, owner)}"
+
+
 def public_id(key: str) -> str:
     """The id a client uses, from a store key."""
     return key.rpartition("/")[2]

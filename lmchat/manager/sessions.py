@@ -223,7 +223,7 @@ class Sessions:
         whole snapshot with compare-and-set on "not stored yet" (a replica that created the id first makes it a
         ``StoreConflict``), so a new session costs its first turn one write, not two (on SQLite, one ``fsync``).
         A turn that ends without saving leaves nothing: the entry is dropped when the turn releases it
-        (:meth:`release`).
+        (:meth:`unclaim`).
         """
         entry = Entry(key, self.new_session(session_id, tools=tools), 0, owner, running=True)
         return entry if self._table.add(entry) is entry else None
@@ -243,12 +243,7 @@ class Sessions:
             fresh.session, fresh.version, fresh.last_turn, [])
         entry.extra, entry.notes = fresh.extra, fresh.notes
 
-    def release(self, entry: Entry) -> None:
-        """The turn on ``entry`` is over (committed or not): free the session and the capacity."""
-        self._unclaim(entry)
-        self.unreserve()
-
-    def _unclaim(self, entry: Entry) -> None:
+    def unclaim(self, entry: Entry) -> None:
         """Free the session; one its turn created but never saved is forgotten (it never existed)."""
         with entry.lock:
             entry.running = entry.cancel_requested = False

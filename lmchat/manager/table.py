@@ -22,7 +22,8 @@ from ..session import Session
 class Entry:
     """One session in memory: its state, the store version it matches, and who may see it."""
 
-    key: str  # the session's key in the store and the backend: its id, within its owner's namespace
+    key: str  # the session's key in the store and the backend: its id, within its owner's namespace (a one-off's:
+    # in the backend only, see ``oneoff_key``)
     session: Session
     version: int  # the store version this state was saved as (the next save's expected_version)
     owner: str  # the owner key ('' for none), see ``owner_key``
@@ -69,7 +70,9 @@ def view(entry: Entry) -> View:
 
 
 class Table:
-    """Thread-safe map of session key -> :class:`Entry`, least recently used first."""
+    """Thread-safe map of session key -> :class:`Entry`, least recently used first; and the one-offs whose turn
+    is running (:class:`~.oneoff.OneOff`), apart: no look-up finds them, they count against no bound and are
+    never evicted, and only :meth:`entries` (what ``SessionManager.close`` cancels) shows them."""
 
     def __init__(self, max_sessions: int, idle_ttl: float | None, on_evict: Callable[[list[Entry]], None]):
         self.max_sessions = max_sessions
@@ -77,13 +80,26 @@ class Table:
         self._on_evict = on_evict  # told outside the lock (it may call the backend)
         self._lock = threading.Lock()
         self._entries: OrderedDict[str, Entry] = OrderedDict()
+        self._oneoffs: set[Entry] = set()
 
     def __len__(self) -> int:
+        """The stored sessions in memory (the one-offs running are not counted)."""
         return len(self._entries)
 
     def entries(self) -> list[Entry]:
+        """Every entry, the running one-offs' too."""
         with self._lock:
-            return list(self._entries.values())
+            return [*self._entries.values(), *self._oneoffs]
+
+    def hold(self, entry: Entry) -> None:
+        """A one-off's turn began."""
+        with self._lock:
+            self._oneoffs.add(entry)
+
+    def let_go(self, entry: Entry) -> None:
+        """A one-off's turn is over (a no-op the second time)."""
+        with self._lock:
+            self._oneoffs.discard(entry)
 
     def get(self, session_id: str) -> Entry | None:
         self.sweep()

@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 
 
 class Claim:
-    """A claimed entry as the turn protocol's owner."""
+    """A claimed entry as the turn protocol's owner: the turn's saves go to the store, its end frees the session
+    (:class:`~.oneoff.OneOff` is a session whose turn saves nothing and ends it)."""
 
     def __init__(self, mgr: SessionManager, entry: Entry, idempotency_key: str | None = None):
         self.mgr, self.entry, self.idempotency_key = mgr, entry, idempotency_key
@@ -59,6 +60,15 @@ class Claim:
 
     def discard(self, *, sent: bool) -> None:
         self.mgr.discard(self.entry, drop_backend=sent)
+
+    def unclaim(self) -> None:
+        """Free the session (its turn is over, or never started)."""
+        self.mgr.unclaim(self.entry)
+
+    def release(self) -> None:
+        """The turn is over (committed or not): free the session and the capacity."""
+        self.unclaim()
+        self.mgr.unreserve()
 
     def cancel_requested(self) -> bool:
         return self.entry.cancel_requested
@@ -105,8 +115,8 @@ def run_turn(claim: Claim, messages: Iterable[Mapping[str, Any]] | None, params,
             raise SessionMoved(entry.key, expected=expect, actual=entry.version)
         if idempotency_key is not None and last and last.get("key") == idempotency_key:
             if on_loop:
-                return _areplay(mgr, entry, last)
-            stream = _replay(mgr, entry, last)
+                return _areplay(claim, last)
+            stream = _replay(claim, last)
         else:
             if edit is not None:  # replaced only if the turn starts (restored below otherwise)
                 session, extra = edit(view(entry)) or (None, None)
@@ -125,8 +135,8 @@ def run_turn(claim: Claim, messages: Iterable[Mapping[str, Any]] | None, params,
 
             turn = Turn(claim, start, turn_params, parse=True, key=entry.key)
             if on_loop:
-                return _arun(mgr, entry, turn, result_only)
-            stream = _run(mgr, entry, turn)
+                return _arun(claim, turn, result_only)
+            stream = _run(claim, turn)
         next(stream)  # primed: closing or dropping it now always runs its cleanup
         return stream
     except BaseException:
@@ -134,29 +144,29 @@ def run_turn(claim: Claim, messages: Iterable[Mapping[str, Any]] | None, params,
             entry.session, entry.extra = before
             entry.digests = []
         if entry.session.pending:  # extend() succeeded, what followed did not: drop the prompt
-            mgr.discard(entry, drop_backend=False)
-        mgr.release(entry)  # a failed extend() leaves the session as it was
+            claim.discard(sent=False)
+        claim.release()  # a failed extend() leaves the session as it was
         raise
 
 
-def _run(mgr: SessionManager, entry: Entry, turn: Turn) -> Iterator[Chunk | None]:
+def _run(claim: Claim, turn: Turn) -> Iterator[Chunk | None]:
     try:
         inner = turn.run()
         yield next(inner)  # primed
         result = yield from inner
-        _finished(mgr, entry, turn)
+        _finished(claim, turn)
         return result
     except Exception as exc:  # a failed generation or save, raised to the consumer: counted here
-        mgr._metrics.error(exc)
+        claim.failed(exc)
         raise
     finally:
-        mgr.release(entry)
+        claim.release()
 
 
-async def _arun(mgr: SessionManager, entry: Entry, turn: Turn, result_only: bool) -> AsyncIterator[Any]:
+async def _arun(claim: Claim, turn: Turn, result_only: bool) -> AsyncIterator[Any]:
     """:func:`_run` on the event loop: None (primed), the chunks, then :class:`Done` once the session is
     released."""
-    turn.when_finished = lambda: mgr.release(entry)  # an abandoned turn frees the session once it is saved
+    turn.when_finished = claim.release  # an abandoned turn frees the session once it is saved
     items = turn.arun(chunks=not result_only)
     try:
         async for item in items:
@@ -164,34 +174,34 @@ async def _arun(mgr: SessionManager, entry: Entry, turn: Turn, result_only: bool
                 done = item
             else:
                 yield item
-        _finished(mgr, entry, turn)
+        _finished(claim, turn)
     except Exception as exc:
-        mgr._metrics.error(exc)
+        claim.failed(exc)
         raise
     finally:
         try:
             await items.aclose()
         finally:
             if turn.finishing is None:
-                mgr.release(entry)
+                claim.release()
             else:  # the consumer left: the turn stops and saves on its own (see SessionManager.await_stopped);
                 # its task started in aclose(), which did not yield since, so the session is still this turn's
-                entry.cancel_requested = True
+                claim.entry.cancel_requested = True
     yield done
 
 
-def _finished(mgr: SessionManager, entry: Entry, turn: Turn) -> None:
+def _finished(claim: Claim, turn: Turn) -> None:
     final = turn.final
-    mgr._metrics.turn(time.monotonic() - turn.started, final.prefilled, final.reused)
+    claim.mgr._metrics.turn(time.monotonic() - turn.started, final.prefilled, final.reused)
     if turn.delta.reset or turn.delta.dropped:
-        entry.digests.clear()  # the session's messages are not the ones digested any more
+        claim.entry.digests.clear()  # the session's messages are not the ones digested any more
 
 
-def _replay(mgr: SessionManager, entry: Entry, record: dict) -> Iterator[Chunk | None]:
+def _replay(claim: Claim, record: dict) -> Iterator[Chunk | None]:
     """A retried request: the turn it names is already committed; its result, again."""
     try:
         yield None
-        session = entry.session
+        session = claim.session
         result = replayed(record, session.template, session.tools)
         yield Chunk(text=result.text)
         yield Chunk(finish_reason=result.finish_reason, stop=result.stop, prefilled=result.prefilled,
@@ -199,12 +209,12 @@ def _replay(mgr: SessionManager, entry: Entry, record: dict) -> Iterator[Chunk |
                     cache_miss_reason=result.cache_miss_reason)
         return result
     finally:
-        mgr.release(entry)
+        claim.release()
 
 
-async def _areplay(mgr: SessionManager, entry: Entry, record: dict) -> AsyncIterator[Any]:
+async def _areplay(claim: Claim, record: dict) -> AsyncIterator[Any]:
     """:func:`_replay` on the event loop."""
-    replay = _replay(mgr, entry, record)
+    replay = _replay(claim, record)
     try:
         while True:
             try:
