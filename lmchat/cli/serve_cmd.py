@@ -19,7 +19,10 @@ KEYS_ENV = "LMCHAT_API_KEYS"
 
 EPILOG = f"""API keys can also come from ${KEYS_ENV} (comma-separated), which keeps them out of the
 process list. The default store is sqlite:<data dir>/server-<backend>-<model>.db, one per engine
-($LMCHAT_DATA_DIR, default: the user data dir); a session stored by another engine is refused (409). \
+($LMCHAT_DATA_DIR, default: the user data dir); a session stored by another engine is refused (409).
+A request that names no session (chat completions without a session id, Responses with store=false,
+interactive session_id -1 with interactive_mode=false) runs on a one-off session held in memory for
+its turn only: it writes nothing to the store.
 Endpoints: POST /v1/chat/interactive, /v1/chat/completions, /v1/completions;
 GET /v1/models, /v1/sessions[/ID[/export]], /health, /metrics; DELETE /v1/sessions/ID;
 POST /v1/sessions[/ID/fork]."""
@@ -40,7 +43,8 @@ def add_arguments(p) -> None:
     p.add_argument("--metrics-key", action="append", default=[], metavar="KEY",
                    help="Bearer key /metrics takes (repeatable; default: the API keys; none and no API keys: open)")
     limits = p.add_argument_group("limits")
-    limits.add_argument("--max-sessions", type=int, default=10_000, help="sessions kept in memory (default: 10000)")
+    limits.add_argument("--max-sessions", type=int, default=10_000,
+                        help="stored sessions kept in memory (default: 10000; one-off requests' are not counted)")
     limits.add_argument("--max-active", type=int, default=64, help="turns running at once (default: 64)")
     limits.add_argument("--idle-ttl", type=float, metavar="SECONDS", help="evict sessions idle this long from memory")
     limits.add_argument("--store-ttl", type=float, metavar="SECONDS", help="expire sessions in the store (Redis)")

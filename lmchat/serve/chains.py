@@ -14,7 +14,10 @@ a deletion cut (``cuts``), and the responses deleted (``deleted``).
 ``previous_response_id`` naming the latest response of a ``responses``
 session extends it with the new input (a delta, O(turn)); naming an older
 one, or one of a conversation, forks the session at that response's last
-message (the branch's first delta resets). Large fields that rarely change
+message (the branch's first delta resets). With ``store: false`` the new
+session, or the branch, is a one-off (``SessionManager.oneoff``): held in
+memory for the turn only, never stored, so its response can never be read
+or continued. Large fields that rarely change
 (``model``, the request's fields, ``instructions``, ``tools``) are written in a note when they change and
 referenced (``{"ref": k}``) otherwise.
 """
@@ -29,7 +32,9 @@ from typing import Any
 import attrs
 
 from ..errors import SessionExists, SessionNotFound
+from ..manager import OneOff
 from ..manager.table import View
+from ..registry import get_template
 from ..session import Session
 from ..session.edits import restored
 from .errors import ApiError
@@ -84,6 +89,11 @@ def _keyed_note(key: str, k: int | None):
     return read
 
 
+def default_template(mgr):
+    """The template a new session of ``mgr`` renders with (no store read: the manager's own)."""
+    return get_template(mgr.template) if isinstance(mgr.template, str) else mgr.template
+
+
 def not_found(what: str, value: Any, param: str | None) -> ApiError:
     code = {"response": "response_not_found", "conversation": "conversation_not_found", "previous response":
             "previous_response_not_found", "item": "item_not_found"}[what]
@@ -122,10 +132,16 @@ class Plan:
     k: int
     serial: int
     expect: int | None = None  # the version the decision was made on (None: a session made for it)
-    created: bool = False  # made for this request: ended if the turn does not start
+    created: bool = False  # made for this request: ended if the turn does not start (a one-off: gone with it)
     queued: list = attrs.field(factory=list)  # a conversation's items the model has not seen, sent first
     last: dict | None = None  # the refs of the session's last note: {"instructions": (k, value), ...}
     conversation: str | None = None
+    oneoff: OneOff | None = None  # store=false: the session the turn runs on, gone with it (``sid`` is its id)
+
+    @property
+    def target(self) -> str | OneOff:
+        """What the turn runs on: the one-off, else the stored session ``sid``."""
+        return self.sid if self.oneoff is None else self.oneoff
 
 
 def resolve(notes: list, k: int, key: str) -> tuple[int, Any]:
@@ -198,10 +214,14 @@ def plan(mgr, who: str | None, previous: str | None, conversation: str | None, s
         return Plan(sid, info["k"], info["serial"], info["version"], queued=info["queue"], last=info["refs"],
                     conversation=conversation)
     if previous is None:
-        check(mgr.template_of("", who))
-        head = int(want.instructions is not None or mgr.template_of("", who).default_system is not None)
-        sid = mgr.create(new_sid(key, who), who, system=want.instructions, tools=want.tools,
-                         extra={"kind": "responses", "head": head})
+        template = default_template(mgr)
+        check(template)
+        head = int(want.instructions is not None or template.default_system is not None)
+        extra = {"kind": "responses", "head": head}
+        if not store:
+            oneoff = mgr.oneoff(who, system=want.instructions, tools=want.tools, extra=extra)
+            return Plan(oneoff.session_id, 0, 0, created=True, oneoff=oneoff)
+        sid = mgr.create(new_sid(key, who), who, system=want.instructions, tools=want.tools, extra=extra)
         return Plan(sid, 0, 0, created=True)
     parsed = parse_response_id(previous)
     info = _inspect(mgr, parsed[0], read_response(parsed[1]), who) if parsed else None
@@ -211,9 +231,19 @@ def plan(mgr, who: str | None, previous: str | None, conversation: str | None, s
         raise ApiError(409, f"response {previous!r}: items of its conversation were deleted since: its state is "
                             "gone", param="previous_response_id", code="response_state_gone")
     check(info["template"])
-    if info["latest"] and store:
+    if not store:
+        return _aside(mgr, who, previous, info)
+    if info["latest"]:
         return Plan(parsed[0], info["notes"], info["note"]["e"], info["version"], last=info["refs"])
-    return _branch(mgr, who, previous, info, key if store else None)
+    return _branch(mgr, who, previous, info, key)
+
+
+def _aside(mgr, who: str | None, previous: str, info: dict) -> Plan:
+    """A ``store: false`` continuation of the response ``previous``: a one-off copy of its session up to that
+    response (the stored chain is only read)."""
+    sid, extra = parse_response_id(previous)[0], {"kind": "responses", "head": info["head"]}
+    oneoff = mgr.oneoff(who, extra=extra, parent=sid, at=info["m"])
+    return Plan(oneoff.session_id, 0, info["m"] - info["head"], created=True, oneoff=oneoff)
 
 
 def _branch(mgr, who: str | None, previous: str, info: dict, key: str | None) -> Plan:

@@ -1,7 +1,8 @@
 """``POST /v1/chat/completions``: OpenAI's chat API over sessions.
 
-Without a session id each request is a one-off session, ended after the
-answer. With one (header ``X-Session-Id``, else body ``session_id``, else
+Without a session id each request runs on a one-off session, held in
+memory for its turn only: nothing is stored (see :mod:`lmchat.manager.oneoff`).
+With one (header ``X-Session-Id``, else body ``session_id``, else
 ``user``) the session persists, and a client resending its history only
 costs the new messages (:mod:`lmchat.manager.history`). Tool calls are parsed from the
 model's output in its template's syntax and returned as ``tool_calls``
@@ -11,7 +12,6 @@ forced to call a tool, so ``"required"`` and named choices parse like
 """
 from __future__ import annotations
 
-import contextlib
 import time
 from typing import Any
 
@@ -19,12 +19,11 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from ..backends.base import Chunk
-from ..errors import LmchatError
 from .deps import blocking, check_n, new_id, owner
 from ..manager.history import object_arguments
 from .schemas import ChatRequest
 from .sse import Meta, chat_events, finish_reason, usage
-from .turns import count, end_soon, ending, run, start_stream
+from .turns import count, run, start_stream
 
 router = APIRouter()
 
@@ -35,38 +34,28 @@ async def chat_completions(body: ChatRequest, request: Request, who: str | None 
     mgr = request.app.state.manager
     sid = request.headers.get("x-session-id") or body.session_id or body.user
     tools = body.tools or None
-    oneoff = sid is None
     kwargs: dict[str, Any] = {"params": body.sampling(), "stop": body.stop,
                               "max_new_tokens": body.max_completion_tokens or body.max_tokens,
                               "idempotency_key": request.headers.get("idempotency-key")}
-    if oneoff:
-        sid = await blocking(mgr.create, None, who, tools=tools)
+    if sid is None:  # a one-off: in memory for this turn only, the store never sees it (nothing blocks here)
+        session, headers = mgr.oneoff(who, tools=tools), {}
         messages, template = object_arguments(body.messages), mgr.template
     else:  # the manager matches the resent history with the session (validated before anything changes)
+        session, headers = sid, {"X-Session-Id": sid}
         messages, template = None, await blocking(mgr.template_of, sid, who)
         kwargs.update(history=body.messages, tools=tools)
     kind = "chat.completion.chunk" if body.stream else "chat.completion"
     meta = Meta(new_id("chatcmpl"), kind, int(time.time()), body.model or request.app.state.model_name)
-    headers = {} if oneoff else {"X-Session-Id": sid}
     parse = body.tool_choice != "none"
-    try:
-        if body.stream:
-            chunks = await start_stream(mgr, sid, messages, receive=request.receive, owner=who, **kwargs)
-            events = chat_events(
-                chunks, meta, template=template, tools=tools, parse=parse,
-                include_usage=bool((body.stream_options or {}).get("include_usage")),
-                count=lambda chars, ids: count(mgr.tokenizer, chars, ids),
-            )
-            return StreamingResponse(ending(events, mgr, sid, who) if oneoff else events,
-                                     media_type="text/event-stream", headers=headers)
-        result = await run(request.receive, mgr, sid, messages, owner=who, **kwargs)
-    except BaseException:
-        if oneoff:
-            end_soon(mgr, sid, who)
-        raise
-    if oneoff:
-        with contextlib.suppress(LmchatError):
-            await blocking(mgr.end, sid, who)
+    if body.stream:
+        chunks = await start_stream(mgr, session, messages, receive=request.receive, owner=who, **kwargs)
+        events = chat_events(
+            chunks, meta, template=template, tools=tools, parse=parse,
+            include_usage=bool((body.stream_options or {}).get("include_usage")),
+            count=lambda chars, ids: count(mgr.tokenizer, chars, ids),
+        )
+        return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+    result = await run(request.receive, mgr, session, messages, owner=who, **kwargs)
     parsed = result.parsed
     if parse:
         message: dict[str, Any] = {"role": "assistant",

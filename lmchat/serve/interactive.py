@@ -2,7 +2,9 @@
 
 The server keeps the conversation; each request sends only the new prompt.
 ``interactive_mode=true`` keeps the session after the answer; ``false`` ends
-it after answering, and with an empty prompt only ends it. ``cancel=true``
+it after answering, and with an empty prompt only ends it. A request of
+``session_id=-1`` (no session) with ``interactive_mode=false`` runs on a
+one-off session, in memory for its turn only: nothing is stored. ``cancel=true``
 stops the turn running on the session. Streams are JSON lines, one per chunk.
 
 Counts never go negative (LMDeploy #388): ``input_tokens`` is what the engine
@@ -23,6 +25,7 @@ from typing import Any
 
 from ..backends.base import Chunk
 from ..errors import LmchatError, SessionLengthExceeded
+from ..manager import OneOff
 from . import asgi
 from .deps import blocking, cancel_on_disconnect
 from .errors import ApiError, api_error
@@ -77,29 +80,35 @@ class Interactive:
                 raise ApiError(400, "session_id -1 names no session to end", param="session_id")
             await blocking(mgr.end, sid, who)
             return await asgi.send_json(send, reply(sid, "", 0, Chunk(), finish_reason="stop", ended=True))
-        if sid is None:
-            sid = await blocking(mgr.create, None, who)
+        # to_end: a stored session that interactive_mode=false ends here once its turn is over, however it ends
+        if sid is None and end:  # a one-off: the store never sees it, and it is gone with its turn
+            session: str | OneOff = mgr.oneoff(who)
+            sid, to_end = session.session_id, False
+        else:
+            session = sid = sid if sid is not None else await blocking(mgr.create, None, who)
+            to_end = end
         stop = None if isinstance(body.stop, bool) else body.stop
         kwargs: dict[str, Any] = {"params": body.sampling(), "stop": stop,
                                   "max_new_tokens": body.request_output_len}
         try:
             if body.stream:
-                chunks = await start_stream(mgr, sid, messages, receive=receive, owner=who, create=True, **kwargs)
+                chunks = await start_stream(mgr, session, messages, receive=receive, owner=who, create=True,
+                                            **kwargs)
             else:
-                result = await run(receive, mgr, sid, messages, owner=who, create=True, **kwargs)
+                result = await run(receive, mgr, session, messages, owner=who, create=True, **kwargs)
         except SessionLengthExceeded as exc:
-            if end:
+            if to_end:
                 end_soon(mgr, sid, who)
             return await _overflow(send, sid, exc)
         except BaseException:
-            if end:
+            if to_end:
                 end_soon(mgr, sid, who)
             raise
         if body.stream:  # the session ends (interactive_mode=false) when the stream does, however it ends
             # a client that leaves closes the stream: the turn is cancelled and its partial answer saved
-            async with contextlib.aclosing(chunks), cancel_on_disconnect(receive, lambda: mgr.cancel(sid, who)):
-                return await asgi.send_lines(send, _lines(mgr, sid, who, chunks, end), b"application/x-ndjson")
-        if end:
+            async with contextlib.aclosing(chunks), cancel_on_disconnect(receive, lambda: mgr.cancel(session, who)):
+                return await asgi.send_lines(send, _lines(mgr, sid, who, chunks, to_end), b"application/x-ndjson")
+        if to_end:
             with contextlib.suppress(LmchatError):
                 await blocking(mgr.end, sid, who)
         last = Chunk(prefilled=result.prefilled, reused=result.reused, cached_from=result.cached_from,

@@ -4,10 +4,11 @@
 Each response is a turn of a session (:mod:`.chains` says which and why):
 a chain of ``previous_response_id`` is one session extended a delta at a
 time, a branch from an older response is a fork, ``conversation`` appends to
-that conversation's session, ``store: false`` runs on a one-off session
-ended after the answer. The request is checked whole before any session is
-read or made; a session made for a request whose turn does not start is
-ended again.
+that conversation's session, ``store: false`` runs on a one-off session (in
+memory for its turn only: nothing is stored, so ``GET`` of its id is a 404,
+as OpenAI answers for a response it did not store). The request is checked
+whole before any session is read or made; a session made for a request whose
+turn does not start is ended again.
 """
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from ..errors import InvalidMessages, LmchatError, SessionBusy, SessionMoved, SessionNotFound
-from ..registry import get_template
 from ..validation import validate_tools
 from . import chains
 from .deps import blocking, owner
@@ -26,15 +26,11 @@ from .items import (Serials, answer_items, answer_parts, bad, input_messages, me
                     parse_item_id, parse_response_id, response_id, session_tools)
 from .responses_model import ResponsesRequest, response_object, turn_of
 from .responses_sse import Events, response_events, started
-from .turns import ending, run
+from .turns import run
 
 router = APIRouter()
 #: how often a request re-plans when the session moved under it (another request extended it first)
 ATTEMPTS = 4
-
-
-def default_template(mgr):
-    return get_template(mgr.template) if isinstance(mgr.template, str) else mgr.template
 
 
 def overflow_for(mgr, truncation: str) -> str:
@@ -63,7 +59,7 @@ async def create_response(body: ResponsesRequest, request: Request, who: str | N
             raise bad("reasoning.effort", f"the {template.name} template has no switch to turn reasoning off",
                       "unsupported_value")
 
-    template = default_template(mgr)
+    template = chains.default_template(mgr)
     fields = body.fields(template)
     model = body.model or state.model_name
     key = request.headers.get("idempotency-key") if body.store else None
@@ -74,7 +70,7 @@ async def create_response(body: ResponsesRequest, request: Request, who: str | N
     plan, whole, started_turn = await _start(request, mgr, who, body, checked["conversation"], want, check,
                                              messages, model, fields, key)
     rid, serial, parse = response_id(plan.sid, plan.k), plan.serial + len(messages), body.tool_choice != "none"
-    oneoff, tokens = not body.store, mgr.tokenizer is not None
+    tokens = mgr.tokenizer is not None
 
     def finish(result, output: list[dict]) -> dict:
         return response_object(rid, {**whole, "turn": turn_of(result)}, output, tokens=tokens)
@@ -83,12 +79,8 @@ async def create_response(body: ResponsesRequest, request: Request, who: str | N
         base = response_object(rid, whole, [], tokens=tokens)
         events = response_events(started_turn, base, sid=plan.sid, serial=serial, template=template, tools=tools,
                                  parse=parse, finish=finish)
-        return StreamingResponse(ending(events, mgr, plan.sid, who) if oneoff else events,
-                                 media_type="text/event-stream")
+        return StreamingResponse(events, media_type="text/event-stream")
     result = started_turn
-    if oneoff:
-        with contextlib.suppress(LmchatError):
-            await blocking(mgr.end, plan.sid, who)
     status = "completed" if result.finish_reason == "stop" else "incomplete"
     if parse:
         calls = result.parsed.tool_calls if result.finish_reason == "stop" else []
@@ -114,8 +106,8 @@ async def _start(request: Request, mgr, who, body: ResponsesRequest, conversatio
             if not turn_messages:
                 raise bad("input", "nothing to answer: the input is empty")
             if body.stream:
-                return plan, whole, await started(mgr.turn_items(plan.sid, turn_messages, kwargs))
-            return plan, whole, await run(request.receive, mgr, plan.sid, turn_messages, **kwargs)
+                return plan, whole, await started(mgr.turn_items(plan.target, turn_messages, kwargs))
+            return plan, whole, await run(request.receive, mgr, plan.target, turn_messages, **kwargs)
         except SessionMoved:  # another request changed the session since it was read: decide again
             await _drop(mgr, plan, who)
             if attempt == ATTEMPTS - 1:
@@ -133,8 +125,8 @@ async def _start(request: Request, mgr, who, body: ResponsesRequest, conversatio
 
 
 async def _drop(mgr, plan: chains.Plan, who) -> None:
-    """A session made for a request whose turn did not start goes again."""
-    if plan.created:
+    """A session made for a request whose turn did not start goes again (a one-off is gone already)."""
+    if plan.created and plan.oneoff is None:
         with contextlib.suppress(LmchatError):
             await blocking(mgr.end, plan.sid, who)
 

@@ -4,7 +4,9 @@ Errors that stop a turn from starting (unknown or busy session, overflow,
 bad messages, capacity) must become an HTTP status, which is only possible
 before the first byte of the response: :func:`start_stream` waits for the
 first chunk before the response starts. A client that disconnects cancels
-the turn; the manager commits and saves the partial answer.
+the turn; the manager commits and saves the partial answer. A request that
+names no session passes a one-off (``SessionManager.oneoff``) in place of a
+session id: it saves nothing and is gone when its turn ends, however it ends.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from typing import Any, TypeVar
 
 from ..backends.base import Chunk
 from ..errors import LmchatError, SessionBusy
-from ..manager import SessionManager, TurnResult
+from ..manager import OneOff, SessionManager, TurnResult
 from .deps import cancel_on_disconnect
 
 T = TypeVar("T")
@@ -26,7 +28,7 @@ T = TypeVar("T")
 STOPPING_SECONDS = 5.0
 
 
-async def patient(mgr: SessionManager, session_id: str, owner: str | None, receive: Callable,
+async def patient(mgr: SessionManager, session_id: str | OneOff, owner: str | None, receive: Callable,
                   start: Callable[[], Awaitable[T]]) -> T:
     """``start()``; when the session is busy with a turn that is stopping, again once that turn has saved,
     unless the client (``receive``: the request's) left during the wait: nobody would read the answer."""
@@ -40,7 +42,7 @@ async def patient(mgr: SessionManager, session_id: str, owner: str | None, recei
     return await start()
 
 
-async def start_stream(mgr: SessionManager, session_id: str, messages: Iterable[dict], *, receive: Callable,
+async def start_stream(mgr: SessionManager, session_id: str | OneOff, messages: Iterable[dict], *, receive: Callable,
                        **kwargs: Any) -> AsyncIterator[Chunk]:
     """The turn's chunks, once the first one is there (so the turn has started); ``receive``: the request's."""
     return await patient(mgr, session_id, kwargs.get("owner"), receive,
@@ -72,7 +74,7 @@ async def primed(chunks: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
     return stream()
 
 
-async def run(receive: Callable, mgr: SessionManager, session_id: str, messages: Iterable[dict], *,
+async def run(receive: Callable, mgr: SessionManager, session_id: str | OneOff, messages: Iterable[dict], *,
               owner: str | None, **kwargs: Any) -> TurnResult:
     """The whole turn; the client leaving mid-way (``receive``: the request's) cancels it (the partial
     answer is committed)."""
@@ -104,12 +106,3 @@ def end_soon(mgr: SessionManager, session_id: str, owner: str | None, patience: 
                 return
 
     threading.Thread(target=work, name="lmchat-end", daemon=True).start()
-
-
-async def ending(events: AsyncIterator, mgr: SessionManager, session_id: str, owner: str | None) -> AsyncIterator:
-    """A one-off session's stream: the session ends with it, however it ends."""
-    try:
-        async for event in events:
-            yield event
-    finally:
-        end_soon(mgr, session_id, owner)
