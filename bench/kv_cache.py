@@ -25,10 +25,11 @@ Workloads (``--only NAME``, repeatable):
 
 Counts: lmchat's ``usage.prompt_tokens_details.cached_tokens``, and the ``settled`` column: answer
 tokens lmchat's engine prefilled again with spare capacity (its ``lmchat_kv_settled_tokens_total``; the
-llama.cpp servers keep the keys and values they decoded, so they have no such work); llama-server's ``timings`` (``prompt_n``
-evaluated, ``cache_n`` reused); llama-cpp-python reports no usage when streaming, so its counts come from
-its log (``prefix-match hit, remaining N`` and ``prompt eval time = ... / N tokens``), one request at a
-time (it serves one request at a time; its concurrent workloads report totals only).
+llama.cpp servers keep the keys and values they decoded, so they have no such work); llama-server's
+``timings`` (``prompt_n`` evaluated, ``cache_n`` reused); llama-cpp-python reports no usage when
+streaming, so its counts come from its log (``prefix-match hit, remaining N`` and ``prompt eval time =
+... / N tokens``), one request at a time (it serves one request at a time; its concurrent workloads report
+totals only).
 
 Server options: slots = 4 (``--slots``), 8 in ``sessions``; KV per slot 4,096 tokens.
 lmchat: ``lmchat serve --port P --threads T --sessions SLOTS --log-level warning`` (its other defaults:

@@ -20,6 +20,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 
 from ..backends.base import Chunk, GenerationRequest, Prompt, SamplingParams
+from ..manager.ids import oneoff_key
 from ..registry import get_template
 from ..session import Delta
 from ..turns.bridge import Done, Pump
@@ -92,7 +93,8 @@ def _request(mgr, prompt: str | list[int], body: CompletionRequest) -> Generatio
         raise ApiError(400, "a prompt of token ids needs a backend that knows the model's tokenizer (this one "
                             "takes text)", param="prompt", code="unsupported_value")
     delta = Delta(prompt, sequence_start=True, token_ids=None if ids is None else list(ids))
-    return GenerationRequest(session_id=new_id("oneoff"), delta=delta, params=params,
+    # a backend key no stored session can have (as a chat one-off's)
+    return GenerationRequest(session_id=oneoff_key(new_id("completion"), ""), delta=delta, params=params,
                              source=lambda: Prompt(prompt, ids))
 
 
