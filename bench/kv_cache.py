@@ -10,6 +10,8 @@ Workloads (``--only NAME``, repeatable):
 
 * ``stateless``: one client resending its whole history every turn, no session id, ``--turns`` turns:
   per turn the prompt tokens, the cached ones and the evaluated ones (prompt - cached), and TTFT;
+* ``stateless_think``: the same, the client taking ``--think`` seconds (default 0.5) between an answer and
+  its next request (a person reading, an agent running a tool): lmchat's engine settles the answer meanwhile;
 * ``shared_system``: ``--conversations`` stateless conversations at once (all in flight), sharing a
   ~1,000-token system prompt, ``--shared-turns`` turns each: prompt tokens evaluated, TTFT p50/p99, wall;
 * ``sessions``: ``--session-conversations`` concurrent conversations with session ids (lmchat: header
@@ -65,7 +67,7 @@ from pathlib import Path
 from .common import RESULTS, ROOT, save, table
 
 SERVERS = ("lmchat", "llama-server", "llama-cpp-python")
-WORKLOADS = ("stateless", "shared_system", "sessions", "branch", "restart", "memory")
+WORKLOADS = ("stateless", "stateless_think", "shared_system", "sessions", "branch", "restart", "memory")
 LLAMA_SERVER = Path(os.environ.get("LLAMA_SERVER_HOME", Path.home() / ".cache" / "lmchat" / "llama-server")) \
     / "bin" / "llama-server"
 SLOT_CTX = 4096
@@ -460,8 +462,10 @@ def _client(n: int, args):
 
 
 async def conversation(client, srv: Server, args, deadline: Deadline, *, c: int, turns: int, system: str,
-                       session: str | None = None, attribute: bool = False, first_user: str | None = None):
-    """``turns`` turns, each resending the whole history; rows and the final history. Stops at an error."""
+                       session: str | None = None, attribute: bool = False, first_user: str | None = None,
+                       think: float = 0.0):
+    """``turns`` turns, each resending the whole history, ``think`` seconds apart; rows and the final history.
+    Stops at an error."""
     messages = [{"role": "system", "content": system}]
     rows = []
     for t in range(1, turns + 1):
@@ -477,6 +481,8 @@ async def conversation(client, srv: Server, args, deadline: Deadline, *, c: int,
         row["turn"] = t
         rows.append(row)
         messages.append({"role": "assistant", "content": row["text"]})
+        if think and t < turns:
+            await asyncio.sleep(think)
     return rows, messages
 
 
@@ -531,12 +537,12 @@ def with_server(kind: str, args, slots: int, fn, data_dir: Path | None = None) -
         srv.cleanup()
 
 
-def w_stateless(kind: str, args) -> dict:
+def w_stateless(kind: str, args, think: float = 0.0) -> dict:
     def run(srv):
         async def go():
             async with _client(1, args) as client:
                 return await conversation(client, srv, args, Deadline(args.max_seconds), c=0, turns=args.turns,
-                                          system=SYSTEM, attribute=True)
+                                          system=SYSTEM, attribute=True, think=think)
         rows, _ = asyncio.run(go())
         return {"rows": rows, "errors": errors(rows),
                 "totals": {k: total(rows, k) for k in ("prompt", "cached", "evaluated", "ttft_s")}}
@@ -694,8 +700,9 @@ def w_memory(kind: str, args) -> dict:
     return with_server(kind, args, args.slots, run)
 
 
-RUNNERS = {"stateless": w_stateless, "shared_system": w_shared_system, "sessions": w_sessions,
-           "branch": w_branch, "restart": w_restart, "memory": w_memory}
+RUNNERS = {"stateless": w_stateless, "stateless_think": lambda kind, args: w_stateless(kind, args, args.think),
+           "shared_system": w_shared_system, "sessions": w_sessions, "branch": w_branch, "restart": w_restart,
+           "memory": w_memory}
 
 
 # ---------------------------------------------------------------------------------------------- report
@@ -730,10 +737,12 @@ def report(results: dict, servers: list, args) -> list[str]:
         x = rows[0]
         return f"{num(x['prompt'])} / {num(x['cached'])} / {num(x['evaluated'])} / {ms(x['ttft_s'])}"
 
-    if "stateless" in results:
-        res = results["stateless"]
+    for name, pause in (("stateless", ""), ("stateless_think", f", {args.think:g} s between turns")):
+        if name not in results:
+            continue
+        res = results[name]
         turns = sorted({1, min(10, args.turns), args.turns})
-        emit(f"stateless: one client resending its history, {args.turns} turns, no session id "
+        emit(f"{name}: one client resending its history, {args.turns} turns, no session id{pause} "
              f"(cells: prompt / cached / evaluated tokens / TTFT)",
              ["server", *[f"turn {t}" for t in turns], "total prompt", "total cached", "total evaluated",
               "settled", "TTFT sum"],
@@ -866,6 +875,8 @@ def main(argv=None) -> int:
     p.add_argument("--servers", default=",".join(SERVERS), help=f"comma-separated subset of {','.join(SERVERS)}")
     p.add_argument("--quick", action="store_true", help="small sizes: a few minutes for everything")
     p.add_argument("--turns", type=int, help="stateless and branch: turns of the conversation (default 30)")
+    p.add_argument("--think", type=float, default=0.5,
+                   help="stateless_think: seconds the client takes between an answer and its next request (0.5)")
     p.add_argument("--branch-at", type=int, help="branch: the turns kept before the new question (default 10)")
     p.add_argument("--conversations", type=int, help="shared_system: concurrent conversations (default 32)")
     p.add_argument("--shared-turns", type=int, help="shared_system: turns per conversation (default 5)")

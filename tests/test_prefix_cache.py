@@ -391,16 +391,18 @@ def test_interleavings_never_change_an_answer(tmp_path_factory, llm, ops):
 
 
 def test_a_soak_of_stateless_requests_stays_within_every_bound(tmp_path):
-    """300 requests of 6 stateless conversations (resent histories, some branching back to the start) over a
-    host and a disk budget that hold a few of them: most of every prompt is served from some tier, the tiers
-    stay within their bounds, the invariants hold, descriptors stay flat."""
+    """300 requests (``LMCHAT_SOAK_REQUESTS``: a longer soak) of 6 stateless conversations (resent histories,
+    some branching back to the start) over a host and a disk budget that hold a few of them: most of every
+    prompt is served from some tier, the tiers stay within their bounds, the invariants hold, descriptors stay
+    flat."""
+    requests = int(os.environ.get("LMCHAT_SOAK_REQUESTS", "300"))
     host_mb, disk_mb = 12, 24  # a state here is 2-5 MB
     fds = lambda: len(os.listdir("/proc/self/fd"))  # noqa: E731
     with LlamaCppBackend(threads=THREADS, sessions=2, ctx=2048, host_cache_mb=host_mb, kv_dir=tmp_path,
                          kv_disk_mb=disk_mb) as b:
         chats = [[{"role": "system", "content": f"Conversation {i}. " + SYSTEMS[1]}] for i in range(6)]
         before = None
-        for n in range(300):
+        for n in range(requests):
             chat = chats[(n * 5) % 6]
             chat.append({"role": "user", "content": QUESTIONS[n % 8]})
             messages = chat if n % 5 else chat[:1] + chat[-1:]  # every fifth a branch back to the start
