@@ -68,11 +68,13 @@ SECTIONS = {
         ("The three servers over HTTP on the same GGUF and thread count, one at a time, each started fresh per "
          "workload (`python -m bench kv_cache`; `bench/build_llama_server.sh` builds llama.cpp's own "
          "`llama-server` from the llama.cpp llama-cpp-python ships): a stateless client resending its "
-         "history, concurrent conversations sharing a ~1,000-token system prompt, conversations with session "
-         "ids, a branch, the turn after a graceful restart, and memory. lmchat evaluates each previous answer "
-         "again (its cache holds only what a prefill computes, so no answer depends on it: docs/backends.md, "
-         "'Where a session's KV lives'); the llama.cpp servers reuse the keys and values decoded one token at "
-         "a time. `--quick` runs smaller sizes (10 turns, 8 x 2 and 4 x 4 conversations)."),
+         "history (at once, and 0.5 s after each answer), concurrent conversations sharing a ~1,000-token "
+         "system prompt, conversations with session ids, a branch, the turn after a graceful restart, and "
+         "memory. lmchat's cache holds only what a prefill computes, so no answer depends on it "
+         "(docs/backends.md, 'Where a session's KV lives'): its engine prefills each answer again (the "
+         "`settled` column) with capacity no request is using, or with the next request when that comes "
+         "first; the llama.cpp servers reuse the keys and values they decoded one token at a time. `--quick` "
+         "runs smaller sizes (10 turns, 8 x 2 and 4 x 4 conversations)."),
     ),
     "drift": (
         "Retokenization drift: what the engine reuses after cut answers",
