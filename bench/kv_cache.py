@@ -718,6 +718,54 @@ def _cell(result: dict | None, fn) -> str:
         return "?"
 
 
+def targets(results: dict) -> list[str]:
+    """The issue's targets, lmchat against llama-server in this run: a line each, met or not."""
+    def pair(name):
+        res = results.get(name) or {}
+        lm, ls = res.get("lmchat"), res.get("llama-server")
+        ok = lambda r: r is not None and "fatal" not in r and not r.get("errors")  # noqa: E731
+        return (lm, ls) if ok(lm) and ok(ls) else (None, None)
+
+    lines = []
+
+    def check(what, lm_value, ls_value, better_is_lower=True, fmt="{:.0f}"):
+        met = lm_value <= ls_value if better_is_lower else lm_value >= ls_value
+        lines.append(f"* issue target: {what}: lmchat {fmt.format(lm_value)} vs llama-server "
+                     f"{fmt.format(ls_value)}: {'met' if met else 'NOT met'}")
+
+    for name in ("stateless", "stateless_think"):
+        lm, ls = pair(name)
+        if lm:
+            rows = lambda r: [x for x in r["rows"] if "error" not in x]  # noqa: E731
+            check(f"{name}, prompt tokens evaluated per turn (mean)",
+                  lm["totals"]["evaluated"] / len(rows(lm)), ls["totals"]["evaluated"] / len(rows(ls)),
+                  fmt="{:.1f}")
+            for t in sorted({1, 10, len(rows(lm))}):
+                a = [x["ttft_s"] for x in rows(lm) if x["turn"] == t]
+                b = [x["ttft_s"] for x in rows(ls) if x["turn"] == t]
+                if a and b:
+                    check(f"{name}, TTFT at turn {t} (ms)", a[0] * 1e3, b[0] * 1e3)
+    lm, ls = pair("shared_system")
+    if lm:
+        for key, what in (("evaluated", "prompt tokens evaluated"), ("ttft_p50_s", "TTFT p50 (s)"),
+                          ("ttft_p99_s", "TTFT p99 (s)"), ("wall_s", "wall (s)")):
+            check(f"shared_system, {what}", lm[key], ls[key], fmt="{:.1f}")
+    lm, ls = pair("sessions")
+    if lm:
+        for key, what in (("wall_s", "wall (s)"), ("ttft_p99_s", "TTFT p99 (s)")):
+            check(f"sessions, {what}", lm[key], ls[key], fmt="{:.1f}")
+    lm = (results.get("branch") or {}).get("lmchat")
+    if lm and "ratio" in lm:
+        lines.append(f"* issue target: branch TTFT {lm['ratio']:.2f}x an ordinary turn's (<= 1.2x): "
+                     f"{'met' if lm['ratio'] <= 1.2 else 'NOT met'}")
+    lm = (results.get("restart") or {}).get("lmchat")
+    if lm and lm.get("ratio_restart_cold"):
+        speedup = 1 / lm["ratio_restart_cold"]
+        lines.append(f"* issue target: the turn after a restart {speedup:.0f}x faster than re-prefilling "
+                     f"(>= 20x): {'met' if speedup >= 20 else 'NOT met'}")
+    return ["\n" + "\n".join(lines)] if lines else []
+
+
 def _settled(r: dict) -> str:
     """lmchat's answer tokens prefilled again off the requests' path ("-" for the servers that have none)."""
     value = r.get("metrics", {}).get("lmchat_kv_settled_tokens_total")
@@ -805,6 +853,7 @@ def report(results: dict, servers: list, args) -> list[str]:
         if lm.get("metrics"):
             out.append("\nlmchat /metrics after the memory load (kv_, cache, tokens_):\n\n```\n" + "\n".join(
                 f"{k} {v:g}" for k, v in lm["metrics"].items()) + "\n```")
+    out += targets(results)
     # every workload's RSS (a server started fresh per workload: RSS at its end, peak)
     rows = []
     for name, res in results.items():

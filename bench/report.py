@@ -73,8 +73,12 @@ SECTIONS = {
          "memory. lmchat's cache holds only what a prefill computes, so no answer depends on it "
          "(docs/backends.md, 'Where a session's KV lives'): its engine prefills each answer again (the "
          "`settled` column) with capacity no request is using, or with the next request when that comes "
-         "first; the llama.cpp servers reuse the keys and values they decoded one token at a time. `--quick` "
-         "runs smaller sizes (10 turns, 8 x 2 and 4 x 4 conversations)."),
+         "first; the llama.cpp servers reuse the keys and values they decoded one token at a time. Where "
+         "lmchat is behind (a client that sends its next request the instant an answer ends; sessions that "
+         "keep both cores busy, so that no capacity is left to settle answers), the difference is that second "
+         "prefill of each answer: the price of answers that never depend on the cache. Single TTFT samples "
+         "(turn 1, 10, 30) vary by tens of milliseconds from run to run. `--quick` runs smaller sizes (10 "
+         "turns, 8 x 2 and 4 x 4 conversations)."),
     ),
     "drift": (
         "Retokenization drift: what the engine reuses after cut answers",
