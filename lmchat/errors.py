@@ -79,6 +79,15 @@ class SnapshotError(SessionError, ValueError):
     """A session snapshot (a stored row, a saved file) cannot be read back: says which field is wrong."""
 
 
+class SnapshotTemplateUnknown(SnapshotError, UnknownTemplate):
+    """A snapshot names a template this lmchat does not know: an unreadable snapshot (a stored row names it:
+    bad data, not a bad request) that is still an :class:`UnknownTemplate` to a caller that can offer one."""
+
+    def __init__(self, error: UnknownTemplate):
+        self.name, self.suggestions = error.name, error.suggestions
+        Exception.__init__(self, str(error))
+
+
 class ModelMatchError(LmchatError, LookupError):
     """A model could not be matched to exactly one template; lists candidates."""
 
@@ -105,6 +114,11 @@ class SessionLengthExceeded(LmchatError, ValueError):
 
 class StoreError(LmchatError, RuntimeError):
     """A session store could not read or write (bad file, newer schema, unusable data)."""
+
+
+class StoreCorrupt(StoreError):
+    """A stored session's records are damaged (hand-edited, truncated, written by something else): the store
+    answers, but what it holds for the session cannot be read back. Retrying does not help; deleting does."""
 
 
 class StoreConflict(StoreError):

@@ -4,7 +4,7 @@
 client parses into its exceptions, so clients of either protocol handle one
 shape. The table maps lmchat's typed errors to statuses; order matters where
 classes overlap (``SessionNotFound`` and ``UnknownTemplate`` are KeyErrors,
-``StoreConflict`` is a ``StoreError``).
+``StoreConflict`` is a ``StoreError``, a stored snapshot's unknown template is a ``SnapshotError``).
 """
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import logging
 
 from ..errors import (
     BackendError, CapacityExceeded, EngineMismatch, SnapshotError, InvalidMessages, LmchatError, SessionBusy,
-    SessionExists, SessionLengthExceeded, SessionNotFound, StoreConflict, StoreError, StoreTimeout, ConfigError,
-    TemplateRuleError, UnknownTemplate,
+    SessionExists, SessionLengthExceeded, SessionNotFound, StoreConflict, StoreCorrupt, StoreError, StoreTimeout,
+    ConfigError, TemplateRuleError, UnknownTemplate,
 )
 
 log = logging.getLogger("lmchat.serve")
@@ -28,8 +28,11 @@ STATUSES: list[tuple[type, int, str, str]] = [
     (CapacityExceeded, 429, "rate_limit_error", "over_capacity"),
     # the write may have landed: the turn's Idempotency-Key makes a retry answer it instead of running it twice
     (StoreTimeout, 503, "server_error", "store_timeout"),
+    # bad data on the server's side (a damaged or hand-edited row, a snapshot naming an unknown template): no
+    # retry helps and it is not the request's fault; DELETE still removes the session
+    (StoreCorrupt, 500, "server_error", "store_corrupt"),
+    (SnapshotError, 500, "server_error", "store_corrupt"),
     (StoreError, 503, "server_error", "store_unavailable"),
-    (SnapshotError, 500, "server_error", "session_unreadable"),
     (BackendError, 502, "server_error", "backend_error"),
     # OpenAI's own code for a prompt that does not fit, so clients that handle it already work
     (SessionLengthExceeded, 400, "invalid_request_error", "context_length_exceeded"),
@@ -70,6 +73,8 @@ def api_error(exc: BaseException) -> ApiError:
 
 def _param(exc: BaseException) -> str | None:
     """The request field at fault, as OpenAI names it (``messages[2].content``)."""
+    if isinstance(exc, SnapshotError):
+        return None  # the stored data is at fault, not the request
     if isinstance(exc, (SessionNotFound, SessionExists, SessionBusy, StoreConflict, EngineMismatch)):
         return "session_id"
     if isinstance(exc, SessionLengthExceeded):

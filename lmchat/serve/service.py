@@ -10,7 +10,8 @@ import asyncio
 from fastapi import APIRouter, Body, Depends, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from ..errors import StoreError
+from ..errors import SnapshotError, StoreCorrupt, StoreError
+from ..manager.ids import owner_key, store_key
 from ..session import Session
 from .deps import authorized, blocking, owner
 from .errors import ApiError, api_error
@@ -55,8 +56,19 @@ async def get_session(session_id: str, request: Request, who: str | None = Depen
 
 @router.delete("/v1/sessions/{session_id}")
 async def delete_session(session_id: str, request: Request, who: str | None = Depends(owner)):
-    await blocking(request.app.state.manager.end, session_id, who)
+    mgr = request.app.state.manager
+    try:
+        await blocking(mgr.end, session_id, who)
+    except (StoreCorrupt, SnapshotError):
+        # a damaged row cannot be read, so the manager cannot end it: delete its records by key, which holds the
+        # caller's owner hash (another key's session has another key: it stays)
+        await blocking(_forget, mgr, store_key(session_id, owner_key(who)))
     return {"id": session_id, "object": "session.deleted", "deleted": True}
+
+
+def _forget(mgr, key: str) -> None:
+    mgr.store.delete(key)
+    mgr.backend.drop(key)
 
 
 @router.post("/v1/sessions/{session_id}/fork", status_code=201)

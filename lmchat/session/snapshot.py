@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .. import validation
-from ..errors import LmchatError, SnapshotError
+from ..errors import LmchatError, SnapshotError, SnapshotTemplateUnknown, UnknownTemplate
 from ..messages import normalize_messages
 from ..templates.base import BaseTemplate
 from . import patches
@@ -95,6 +95,8 @@ def from_dict(cls: type, data: Mapping[str, Any], tokenizer: Any) -> "Session":
         raise SnapshotError(f"unsupported session format version {data.get('version')!r}")
     try:
         return _restore(cls, data, tokenizer)
+    except UnknownTemplate as exc:  # the snapshot's data is bad, whoever reads it (a stored row: a 5xx, not a 400)
+        raise SnapshotTemplateUnknown(exc) from None
     except LmchatError:
         raise
     except (KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError) as exc:

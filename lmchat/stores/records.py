@@ -36,7 +36,7 @@ from typing import Any
 
 import attrs
 
-from ..errors import StoreError
+from ..errors import StoreCorrupt, StoreError
 from .base import VERSION_KEY, Summary, dumps
 
 log = logging.getLogger("lmchat.stores")
@@ -119,36 +119,54 @@ def fold(session_id: str, stored: Stored) -> dict[str, Any]:
 
     ``patches.apply`` copies each list it patches (a fresh snapshot per turn); here every object is freshly
     parsed and ours, so the lists are cut and extended in place instead: k patches cost O(k turns), not O(k n).
+    Damaged records are a :class:`StoreCorrupt`.
     """
+    check_versions(session_id, stored.version, stored.base_version)
     if len(stored.patches) != stored.version - stored.base_version:
-        raise StoreError(f"session {session_id}: {len(stored.patches)} stored patches for versions "
-                         f"{stored.base_version + 1}..{stored.version}: the records are inconsistent")
+        raise StoreCorrupt(f"session {session_id}: {len(stored.patches)} stored patches for versions "
+                           f"{stored.base_version + 1}..{stored.version}: the records are inconsistent")
     snapshot = _parse(session_id, stored.base, f"base (version {stored.base_version})")
     if not isinstance(snapshot, dict):
-        raise StoreError(f"session {session_id}: the stored base is not a JSON object")
+        raise StoreCorrupt(f"session {session_id}: the stored base is not a JSON object")
     for n, text in enumerate(stored.patches, start=stored.base_version + 1):
         _apply(session_id, n, snapshot, _parse(session_id, text, f"patch of version {n}"))
     return snapshot
 
 
+#: no store reaches this version honestly (a write a microsecond for 285 years): a larger one is damage, and
+#: would overflow SQLite's 64-bit integers on the next write
+MAX_VERSION = 2**53
+
+
+def check_versions(session_id: str, version: Any, base_version: Any, where: str = "") -> None:
+    """Stored versions are whole numbers, 1 <= base version <= version <= :data:`MAX_VERSION`: O(1), whatever
+    a damaged row holds (no work in proportion to a version)."""
+    for what, value in (("version", version), ("base version", base_version)):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise StoreCorrupt(f"{where}session {session_id}: its stored {what} is not a number: {_short(value)}")
+    if not 1 <= base_version <= version <= MAX_VERSION:
+        raise StoreCorrupt(f"{where}session {session_id}: stored version {_short(version)} on a base of version "
+                           f"{_short(base_version)}: a version is 1..{MAX_VERSION} and no older than its base")
+
+
 def _apply(session_id: str, version: int, snapshot: dict, patch: Any) -> None:
     where = f"session {session_id}: the stored patch of version {version}"
     if not isinstance(patch, dict):
-        raise StoreError(f"{where} is not a JSON object")
+        raise StoreCorrupt(f"{where} is not a JSON object")
     lists, sets = patch.get("lists", {}), patch.get("set", {})
     if not isinstance(lists, dict) or not isinstance(sets, dict):
-        raise StoreError(f"{where} has no dicts under 'lists' and 'set'")
+        raise StoreCorrupt(f"{where} has no dicts under 'lists' and 'set'")
     for key, entry in lists.items():
         if not (isinstance(entry, list) and len(entry) == 2):
-            raise StoreError(f"{where} changes {key!r} with {_short(entry)}, not [index, items]")
+            raise StoreCorrupt(f"{where} changes {key!r} with {_short(entry)}, not [index, items]")
         low, items = entry
         current = snapshot.get(key)
         if current is None:
             current = snapshot[key] = []
         if not isinstance(current, list) or not isinstance(items, list) or not isinstance(low, int) \
                 or not 0 <= low <= len(current):
-            raise StoreError(f"{where} does not fit the snapshot: {key!r} from {low!r} of "
-                             f"{len(current) if isinstance(current, list) else type(current).__name__}")
+            raise StoreCorrupt(f"{where} does not fit the snapshot: {key!r} from {low!r} of "
+                               f"{len(current) if isinstance(current, list) else type(current).__name__}")
         del current[low:]
         current.extend(items)
     snapshot.update(sets)
@@ -157,8 +175,8 @@ def _apply(session_id: str, version: int, snapshot: dict, patch: Any) -> None:
 def _parse(session_id: str, text: Any, what: str) -> Any:
     try:
         return json.loads(text)
-    except (TypeError, ValueError) as exc:
-        raise StoreError(f"session {session_id}: the stored {what} is not valid JSON: {exc}") from None
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise StoreCorrupt(f"session {session_id}: the stored {what} is not valid JSON: {exc}") from None
 
 
 def _short(value: Any) -> str:

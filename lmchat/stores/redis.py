@@ -31,11 +31,11 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from ..errors import StoreConflict, StoreError, StoreTimeout
+from ..errors import StoreConflict, StoreCorrupt, StoreError, StoreTimeout
 from . import records as rules
 from . import redis_scripts as scripts
 from .base import SessionInfo, Summary, record
-from .records import RecordInfo, RecordStore, Stored, new_tag
+from .records import RecordInfo, RecordStore, Stored, check_versions, new_tag
 
 
 def _without_password(url: str) -> str:
@@ -50,6 +50,9 @@ def _without_password(url: str) -> str:
     netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
     return urlunsplit(parts._replace(netloc=netloc))
 
+
+#: what the scripts answer about a session whose hash holds no number where one belongs (:mod:`.redis_scripts`)
+_DAMAGED = "the stored version is not a number"
 
 _FIELDS = ("title", "turns", "updated_at", "template", "version", "owner")
 
@@ -102,6 +105,11 @@ class RedisStore(RecordStore):
                     "retry it with the same token (idempotency key)", server=self.spec, seconds=self.socket_timeout,
                 ) from None
             raise StoreError(f"Redis at {self.spec}: cannot {what}: timed out ({exc}) (is Redis running?)") from None
+        except redis.ResponseError as exc:
+            if _DAMAGED in str(exc) or "WRONGTYPE" in str(exc):  # Redis answers: the session's keys are bad
+                raise StoreCorrupt(f"Redis at {self.spec}: cannot {what}: {str(exc)[:200]} (the session's keys "
+                                   "are damaged)") from None
+            raise StoreError(f"Redis at {self.spec}: cannot {what}: {exc}") from None
         except redis.RedisError as exc:
             raise StoreError(
                 f"Redis at {self.spec}: cannot {what}: {exc or type(exc).__name__} (is Redis running?)"
@@ -162,17 +170,18 @@ class RedisStore(RecordStore):
         if version is None:
             return None
         if data is None:
-            raise StoreError(f"Redis at {self.spec}: session {session_id} has no stored base (field 'data')")
+            raise StoreCorrupt(f"Redis at {self.spec}: session {session_id} has no stored base (field 'data')")
         version = self._int(version, session_id, "version")
         base_version = version if base_version is None else self._int(base_version, session_id, "base_version")
+        check_versions(session_id, version, base_version, f"Redis at {self.spec}: ")
         return Stored(version, base_version, tag or "", data, patches)
 
     def _int(self, value: Any, session_id: str, field: str) -> int:
         try:
             return int(value)
         except (TypeError, ValueError):
-            raise StoreError(f"Redis at {self.spec}: session {session_id}: field {field!r} is not a number: "
-                             f"{value!r}") from None
+            raise StoreCorrupt(f"Redis at {self.spec}: session {session_id}: field {field!r} is not a number: "
+                               f"{value!r:.80}") from None
 
     def records(self, session_id: str) -> RecordInfo | None:
         def read():
@@ -189,7 +198,11 @@ class RedisStore(RecordStore):
 
     def version(self, session_id: str) -> int:
         version = self._call(f"read session {session_id}", self._client.hget, self._key(session_id), "version")
-        return 0 if version is None else self._int(version, session_id, "version")
+        if version is None:
+            return 0
+        version = self._int(version, session_id, "version")
+        check_versions(session_id, version, 1, f"Redis at {self.spec}: ")
+        return version
 
     def list(self, limit: int = 50, *, owner: str | None = None) -> list[SessionInfo]:
         index = f"{self.prefix}index" if owner is None else f"{self.prefix}owner:{owner}"
@@ -216,7 +229,8 @@ class RedisStore(RecordStore):
                 try:
                     infos.append(SessionInfo(sid, title, int(turns), float(updated), template, int(version), who))
                 except (TypeError, ValueError):
-                    raise StoreError(f"Redis at {self.spec}: session {sid}: malformed columns {row!r}") from None
+                    raise StoreCorrupt(f"Redis at {self.spec}: session {sid}: malformed columns {row!r:.200}"
+                                       ) from None
             if expired:
                 self._call("list sessions", self._prune, keys=[index], args=[f"{self.prefix}s:", *expired])
                 start -= len(expired)

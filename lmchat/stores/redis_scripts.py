@@ -100,7 +100,10 @@ return 1
 
 #: KEYS: hash, patches, index; ARGV: id, owner-set key prefix
 DELETE = """
-local owner = redis.call('HGET', KEYS[1], 'owner')
+local owner = false
+if redis.call('TYPE', KEYS[1]).ok == 'hash' then  -- a damaged session (its key of another type) is deleted too
+  owner = redis.call('HGET', KEYS[1], 'owner')
+end
 redis.call('DEL', KEYS[1], KEYS[2])
 redis.call('ZREM', KEYS[3], ARGV[1])
 if owner then

@@ -25,9 +25,9 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..errors import StoreConflict, StoreError
+from ..errors import StoreConflict, StoreCorrupt, StoreError
 from .base import SessionInfo, Summary, record
-from .records import RecordInfo, RecordStore, Stored, compaction_due, new_tag
+from .records import RecordInfo, RecordStore, Stored, check_versions, compaction_due, new_tag
 from .sqlite_io import BUSY_SECONDS, Readers, Writer, connect
 
 __all__ = ["BUSY_SECONDS", "MIGRATIONS", "SQLiteStore"]
@@ -272,13 +272,13 @@ class SQLiteStore(RecordStore):
             return None
         version, base_version, tag, base = head
         if base_version is None:
-            raise StoreError(f"{self.path}: session {session_id} has no stored base: the records are inconsistent")
-        self._check_int(session_id, "version", version)
-        self._check_int(session_id, "base version", base_version)
-        if [v for v, _ in rows] != list(range(base_version + 1, version + 1)):
-            raise StoreError(f"{self.path}: session {session_id} is at version {version} but its stored patches "
-                             f"are versions {[v for v, _ in rows][:10]} after base {base_version}: the records "
-                             "are inconsistent")
+            raise StoreCorrupt(f"{self.path}: session {session_id} has no stored base: the records are inconsistent")
+        check_versions(session_id, version, base_version, f"{self.path}: ")
+        # O(patches stored), never O(version): a damaged row may claim any version
+        if len(rows) != version - base_version or any(v != n for n, (v, _) in enumerate(rows, base_version + 1)):
+            raise StoreCorrupt(f"{self.path}: session {session_id} is at version {version} but its stored patches "
+                               f"are versions {[v for v, _ in rows[:10]]} after base {base_version}: the records "
+                               "are inconsistent")
         return Stored(version, base_version, tag, base, [data for _, data in rows])
 
     def records(self, session_id: str) -> RecordInfo | None:
@@ -294,12 +294,15 @@ class SQLiteStore(RecordStore):
     def _check_int(self, session_id: str, what: str, value: Any) -> int:
         # SQLite columns take any type: a hand-edited file may hold text where a number belongs
         if not isinstance(value, int):
-            raise StoreError(f"{self.path}: session {session_id}: its stored {what} is not a number: {value!r}")
+            raise StoreCorrupt(f"{self.path}: session {session_id}: its stored {what} is not a number: {value!r:.80}")
         return value
 
     def version(self, session_id: str) -> int:
         rows = self._rows("SELECT version FROM sessions WHERE id = ?", (session_id,), f"read session {session_id}")
-        return self._check_int(session_id, "version", rows[0][0]) if rows else 0
+        if not rows:
+            return 0
+        check_versions(session_id, rows[0][0], 1, f"{self.path}: ")
+        return rows[0][0]
 
     def list(self, limit: int = 50, *, owner: str | None = None) -> list[SessionInfo]:
         columns = "SELECT id, title, turns, updated_at, template, version, owner FROM sessions"
