@@ -306,3 +306,53 @@ def test_toolbar_without_tokenizer(tmp_path):
         f"{conv.session.step} chars (no tokenizer) │ last turn: {reused} reused, {prefilled} prefilled │ "
     )
     assert toolbar_text(conv).endswith("chars/s │ qwen2.5 · test-cache")
+
+
+def test_load_refuses_hostile_files_with_one_error_line_and_keeps_the_session(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LMCHAT_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setattr("lmchat.repl.conversation.MAX_SAVED_BYTES", 2**20, raising=False)
+    conv = make(tmp_path)
+    chat(conv, "first question")
+    chat(conv, "/save good.json")
+    good = json.loads((tmp_path / "good.json").read_text())
+    hostile = {
+        "id number": json.dumps({**good, "session_id": 5}),
+        "id missing": json.dumps({k: v for k, v in good.items() if k != "session_id"}),
+        "id escape": json.dumps({**good, "session_id": "\x1b]0;pwned\x07\x1b[2J"}),
+        "id slash": json.dumps({**good, "session_id": "../../etc"}),
+        "deep": "[" * 100_000 + "]" * 100_000,
+        "deep in an object": '{"session_id": "x", "messages": ' + "[" * 100_000 + "]" * 100_000 + "}",
+        "huge": json.dumps({**good, "pad": "x" * (2**20)}),
+        "a list": "[1, 2]",
+        "messages number": json.dumps({**good, "messages": 5}),
+        "template number": json.dumps({**good, "template": 7}),
+        "not utf-8": b"\xff\xfe\x00{",
+        "template escape": json.dumps({**good, "template": {"name": "\x1b[2Jgone"}}),
+    }
+    before, version = conv.session.to_dict(), conv.version
+    for name, text in hostile.items():
+        path = tmp_path / f"{name}.json"
+        path.write_bytes(text if isinstance(text, bytes) else text.encode())
+        out, err = chat(conv, f"/load {path}")
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ") and "not a session saved by /save" in err, \
+            (name, err)
+        assert "Traceback" not in err and "\x1b" not in err and "\x07" not in err, (name, err)
+        assert conv.session.to_dict() == before and conv.version == version, name
+    assert conv.failures == len(hostile)
+    _, err = chat(conv, "/load good.json")  # and a sound file still loads
+    assert "loaded session" in err and conv.failures == len(hostile)
+
+
+def test_ids_are_printed_escaped(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LMCHAT_DATA_DIR", str(tmp_path / "data"))
+    hostile = "\x1b[31mred\x07"
+    conv = make(tmp_path, session=Session(CacheBackend().template_name, tokenizer=CacheBackend().tokenizer,
+                                          session_id=hostile))
+    chat(conv, "first question")  # an id that came from the store (--resume): printed, never obeyed
+    out, err = chat(conv, "/sessions", "/save", "/fork")
+    assert "\x1b" not in out + err and "\x07" not in out + err
+    assert "\\x1b[31mr" in out and "forked \\x1b[31mr" in err
+    assert list((tmp_path / "data" / "saved").iterdir())[0].name == "lmchat-__31mred.json"

@@ -14,7 +14,7 @@ from ..errors import LmchatError
 from ..interop.loading import load_template, saveable
 from ..paths import data_dir
 from . import settings
-from .conversation import Conversation, describe_delta
+from .conversation import Conversation, describe_delta, printable
 
 EXIT = object()  # a handler's return value that ends the REPL
 
@@ -53,11 +53,6 @@ def dispatch(conv: Conversation, line: str) -> bool:
         raise CommandError(f"unknown command {name}: {hint}/help lists the commands "
                            "(// sends a message starting with /)")
     return cmd.run(conv, arg.strip()) is not EXIT
-
-
-def printable(text: str) -> str:
-    """``text`` with control characters escaped: a stored title or id never drives the terminal."""
-    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in str(text))
 
 
 def help_lines() -> list[str]:
@@ -188,7 +183,9 @@ def _debug(conv, arg):
 
 @command("/save [FILE]", "write the session as JSON (default: <data dir>/saved/lmchat-<id>.json); never overwrites")
 def _save(conv, arg):
-    path = Path(arg).expanduser() if arg else data_dir() / "saved" / f"lmchat-{conv.session.session_id[:8]}.json"
+    # a resumed id comes from the store: only file-name characters of it name the file
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", conv.session.session_id[:8])
+    path = Path(arg).expanduser() if arg else data_dir() / "saved" / f"lmchat-{name}.json"
     if path.exists():
         raise CommandError(f"{path} exists: /save! {path} overwrites it")
     _write(conv, path)
@@ -212,7 +209,8 @@ def _load(conv, arg):
     if not arg:
         raise CommandError("usage: /load FILE")
     conv.load_file(arg)
-    conv.out.info(f"loaded session {conv.session.session_id[:8]} ({conv.session.turns} turns) from {arg}")
+    conv.out.info(f"loaded session {printable(conv.session.session_id[:8])} ({conv.session.turns} turns) from "
+                  f"{printable(arg)}")
 
 
 @command("/sessions", "list stored sessions (resume one with lmchat chat --resume ID)")
@@ -232,7 +230,7 @@ def _sessions(conv, arg):
 @command("/fork", "copy the session under a new id and continue in the copy")
 def _fork(conv, arg):
     old = conv.fork()
-    conv.out.info(f"forked {old[:8]} -> {conv.session.session_id[:8]}; continuing in the copy")
+    conv.out.info(f"forked {printable(old[:8])} -> {printable(conv.session.session_id[:8])}; continuing in the copy")
 
 
 @command("/template [NAME|FILE]", "show or switch the template (a reset: the backend cache is dropped)")

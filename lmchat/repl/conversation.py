@@ -33,6 +33,37 @@ NOTES = {
 }
 
 
+def printable(text: str) -> str:
+    """``text`` with control characters escaped: a stored title or id never drives the terminal."""
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in str(text))
+
+
+#: a /save file above this size is refused unread (a long session with its token ids saves a few MB)
+MAX_SAVED_BYTES = 64 * 2**20
+
+
+def read_saved(path: str) -> dict:
+    """The JSON object of a /save file, checked enough to restore from: a dict whose ``session_id`` is an id (1-128
+    printable characters, no slash: it names files and store rows). Anything else is a :class:`SessionError`."""
+    where = f"{printable(path)}: not a session saved by /save"
+    with open(path, "rb") as f:
+        raw = f.read(MAX_SAVED_BYTES + 1)  # bounded whatever the file is (a device, a FIFO)
+    if len(raw) > MAX_SAVED_BYTES:
+        raise SessionError(f"{where} (over {MAX_SAVED_BYTES // 2**20} MiB)")
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError) as exc:  # not UTF-8 JSON, or nested too deep for the parser
+        why = "nested too deep" if isinstance(exc, RecursionError) else printable(str(exc)[:200])
+        raise SessionError(f"{where} ({why})") from None
+    if not isinstance(data, dict):
+        raise SessionError(f"{where} (a JSON {type(data).__name__}, not an object)")
+    sid = data.get("session_id")
+    if not (isinstance(sid, str) and 0 < len(sid) <= 128 and sid.isprintable() and not {"/", "\\"} & set(sid)):
+        raise SessionError(f"{where} (its session_id is {repr(sid)[:80]}, not 1-128 printable characters "
+                           "without a slash)")
+    return data
+
+
 class Conversation:
     """The REPL's state; ``out`` is a :mod:`.rendering` output (plain or rich)."""
 
@@ -144,12 +175,14 @@ class Conversation:
         return old
 
     def load_file(self, path: str) -> None:
-        with open(path, encoding="utf-8") as f:
-            try:
-                data = json.load(f)
-                session = edits.restored(data, self.tokenizer, f"loaded from {path}")
-            except (ValueError, KeyError, TypeError, AttributeError) as exc:  # not JSON, or not a snapshot
-                raise SessionError(f"{path}: not a session saved by /save ({type(exc).__name__}: {exc})") from None
+        """Continue the session saved in ``path``. A file that is not one (not JSON, nested too deep, too big,
+        wrong types, an id that is no id) is a :class:`SessionError` and the current session stays."""
+        data = read_saved(path)
+        where = f"{printable(path)}: not a session saved by /save"
+        try:
+            session = edits.restored(data, self.tokenizer, f"loaded from {path}")
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:  # not a snapshot
+            raise SessionError(f"{where} ({type(exc).__name__}: {printable(str(exc)[:200])})") from None
         stored = self.store.load(session.session_id)
         self.restore_settings(data)
         self.replace(session, stored[VERSION_KEY] if stored else 0)
