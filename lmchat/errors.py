@@ -203,6 +203,20 @@ class SessionBusy(LmchatError, RuntimeError):
         super().__init__(f"session {session_id!r} is busy with another request; retry when it has finished")
 
 
+class SessionKindMismatch(LmchatError, RuntimeError):
+    """A turn of one API on a session another API keeps records of (a Responses chain, a Conversation): it would
+    change the session under those records, so it is refused and nothing changes."""
+
+    APIS = {"responses": "the Responses API (a chain of responses): continue it with POST /v1/responses and "
+                         "previous_response_id",
+            "conversation": "the Conversations API: continue it with POST /v1/responses and conversation"}
+
+    def __init__(self, session_id: str, *, kind: str | None, wanted: str | None):
+        self.session_id, self.kind, self.wanted = session_id, kind, wanted
+        owner = self.APIS.get(kind or "", f"sessions of kind {kind!r}" if kind else "chat and the interactive API")
+        super().__init__(f"session {session_id!r} belongs to {owner}; this request cannot change it")
+
+
 class CapacityExceeded(LmchatError, RuntimeError):
     """The manager runs as many turns as it may (``max_active``); retry later."""
 

@@ -227,7 +227,7 @@ class SessionManager(Sessions):
                     tools: list[dict] | None = None, idempotency_key: str | None = None,
                     reserved: bool = False, expect: int | None = None,
                     edit: Callable[[View], tuple[Session | None, dict | None] | None] | None = None,
-                    note: dict | None = None) -> Iterator[Chunk]:
+                    note: dict | None = None, kind: Any = ...) -> Iterator[Chunk]:
         """Run one turn: append ``messages``, stream the answer, commit and save it.
 
         ``session_id``: a session's id, or a :class:`OneOff` (:meth:`oneoff`), whose turn saves nothing.
@@ -248,7 +248,11 @@ class SessionManager(Sessions):
         it. ``note``: a JSON object appended to the session's notes when the
         turn is saved, in the same compare-and-set, with the turn's counts
         under ``"turn"`` (:func:`lmchat.turns.turn.record_of` with ``chars``, the
-        answer's length, instead of its text).
+        answer's length, instead of its text). ``kind``: the session's
+        ``extra["kind"]`` the turn requires (None: a session with no kind, as
+        chat completions and the interactive API make); a session of another
+        kind raises ``SessionKindMismatch`` and nothing changes (the default,
+        ``...``: any session).
         Errors that stop the turn from starting (``SessionNotFound``,
         ``SessionBusy``, ``CapacityExceeded``, ``InvalidMessages``,
         ``SessionLengthExceeded``) raise here, before the iterator is
@@ -256,14 +260,15 @@ class SessionManager(Sessions):
         """
         return self._turn(session_id, messages, params=params, owner=owner, stop=stop,
                           max_new_tokens=max_new_tokens, create=create, history=history, tools=tools,
-                          idempotency_key=idempotency_key, reserved=reserved, expect=expect, edit=edit, note=note)
+                          idempotency_key=idempotency_key, reserved=reserved, expect=expect, edit=edit, note=note,
+                          kind=kind)
 
     def _turn(self, session_id: str | OneOff, messages: Iterable[Mapping[str, Any]] | None, *, params=None,
               owner: str | None = None, stop=None, max_new_tokens: int | None = None, create: bool = False,
               history: list[Mapping[str, Any]] | None = None, tools: list[dict] | None = None,
               idempotency_key: str | None = None, reserved: bool = False, expect: int | None = None,
               edit: Callable | None = None, note: dict | None = None, on_loop: bool = False,
-              result_only: bool = False, fresh: int | None = None) -> Any:
+              result_only: bool = False, fresh: int | None = None, kind: Any = ...) -> Any:
         """:meth:`stream_turn`; ``on_loop``: the turn as an async iterator to prime at once (see
         :meth:`turn_items`; ``result_only``: without the answer's chunks; ``fresh``: see :meth:`_acquire`)."""
         with self._metrics.counting():
@@ -280,7 +285,7 @@ class SessionManager(Sessions):
                     claim.unclaim()
                     raise
             return run_turn(claim, messages, params, stop, max_new_tokens, history, tools,
-                            idempotency_key, expect, edit, note, on_loop, result_only)
+                            idempotency_key, expect, edit, note, on_loop, result_only, kind)
 
     def _claim(self, session_id: str | OneOff, owner: str, create: bool, tools: list[dict] | None,
                fresh: int | None) -> Claim:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ..backends.base import Backend, Chunk, SamplingParams, model_sampling
-from ..errors import ConfigError, SessionMoved
+from ..errors import ConfigError, SessionKindMismatch, SessionMoved
 from ..messages import normalize_messages
 from ..session import Delta, Session
 from ..turns.bridge import Done
@@ -101,7 +101,7 @@ def sampling(session: Session, params, stop, max_new_tokens, model: dict | None 
 def run_turn(claim: Claim, messages: Iterable[Mapping[str, Any]] | None, params, stop, max_new_tokens,
              history: list[Mapping[str, Any]] | None, tools: list[dict] | None,
              idempotency_key: str | None, expect: int | None = None, edit: Callable | None = None,
-             note: dict | None = None, on_loop: bool = False, result_only: bool = False
+             note: dict | None = None, on_loop: bool = False, result_only: bool = False, kind: Any = ...
              ) -> Iterator[Chunk] | AsyncIterator[Any]:
     """The primed stream of one turn on the claimed session (see :meth:`SessionManager.stream_turn`);
     ``on_loop``: an async iterator to prime at once (``await anext``), its last item :class:`Done`
@@ -111,6 +111,9 @@ def run_turn(claim: Claim, messages: Iterable[Mapping[str, Any]] | None, params,
     before = (entry.session, entry.extra)
     try:
         last = entry.last_turn
+        held = (entry.extra or {}).get("kind")
+        if kind is not ... and held != kind:  # another API's records describe this session: it must not change
+            raise SessionKindMismatch(entry.session.session_id, kind=held, wanted=kind)
         if expect is not None and entry.version != expect:
             raise SessionMoved(entry.key, expected=expect, actual=entry.version)
         if idempotency_key is not None and last and last.get("key") == idempotency_key:

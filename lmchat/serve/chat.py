@@ -34,9 +34,10 @@ async def chat_completions(body: ChatRequest, request: Request, who: str | None 
     mgr = request.app.state.manager
     sid = request.headers.get("x-session-id") or body.session_id or body.user
     tools = body.tools or None
+    # kind None: a session of the Responses or Conversations API is refused (its records would break)
     kwargs: dict[str, Any] = {"params": body.sampling(), "stop": body.stop,
                               "max_new_tokens": body.max_completion_tokens or body.max_tokens,
-                              "idempotency_key": request.headers.get("idempotency-key")}
+                              "idempotency_key": request.headers.get("idempotency-key"), "kind": None}
     if sid is None:  # a one-off: in memory for this turn only, the store never sees it (nothing blocks here)
         session, headers = mgr.oneoff(who, tools=tools), {}
         messages, template = object_arguments(body.messages), mgr.template

@@ -12,8 +12,8 @@ import logging
 
 from ..errors import (
     BackendError, CapacityExceeded, EngineMismatch, SnapshotError, InvalidMessages, LmchatError, SessionBusy,
-    SessionExists, SessionLengthExceeded, SessionNotFound, StoreConflict, StoreCorrupt, StoreError, StoreTimeout,
-    ConfigError, TemplateRuleError, UnknownTemplate,
+    SessionExists, SessionKindMismatch, SessionLengthExceeded, SessionNotFound, StoreConflict, StoreCorrupt,
+    StoreError, StoreTimeout, ConfigError, TemplateRuleError, UnknownTemplate,
 )
 
 log = logging.getLogger("lmchat.serve")
@@ -23,6 +23,8 @@ STATUSES: list[tuple[type, int, str, str]] = [
     (SessionNotFound, 404, "not_found_error", "session_not_found"),
     (SessionExists, 409, "conflict_error", "session_exists"),
     (SessionBusy, 409, "conflict_error", "session_busy"),
+    # another API keeps records of the session (a Responses chain, a Conversation): changing it would break them
+    (SessionKindMismatch, 409, "conflict_error", "session_owned_by_other_api"),
     (EngineMismatch, 409, "conflict_error", "engine_mismatch"),
     (StoreConflict, 409, "conflict_error", "store_conflict"),
     (CapacityExceeded, 429, "rate_limit_error", "over_capacity"),
@@ -75,7 +77,8 @@ def _param(exc: BaseException) -> str | None:
     """The request field at fault, as OpenAI names it (``messages[2].content``)."""
     if isinstance(exc, SnapshotError):
         return None  # the stored data is at fault, not the request
-    if isinstance(exc, (SessionNotFound, SessionExists, SessionBusy, StoreConflict, EngineMismatch)):
+    if isinstance(exc, (SessionNotFound, SessionExists, SessionBusy, StoreConflict, EngineMismatch,
+                        SessionKindMismatch)):
         return "session_id"
     if isinstance(exc, SessionLengthExceeded):
         return "messages"

@@ -88,7 +88,8 @@ class Interactive:
             session = sid = sid if sid is not None else await blocking(mgr.create, None, who)
             to_end = end
         stop = None if isinstance(body.stop, bool) else body.stop
-        kwargs: dict[str, Any] = {"params": body.sampling(), "stop": stop,
+        # kind None: a session of the Responses or Conversations API is refused (its records would break)
+        kwargs: dict[str, Any] = {"params": body.sampling(), "stop": stop, "kind": None,
                                   "max_new_tokens": body.request_output_len}
         try:
             if body.stream:

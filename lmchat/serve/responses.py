@@ -101,7 +101,8 @@ async def _start(request: Request, mgr, who, body: ResponsesRequest, conversatio
                                       request=fields, idempotency_key=key)
         kwargs = {"params": {"temperature": body.temperature, "top_p": body.top_p},
                   "max_new_tokens": body.max_output_tokens, "owner": who, "expect": plan.expect, "note": note,
-                  "edit": chains.edit_for(want, mgr.tokenizer, bool(plan.queued))}
+                  "edit": chains.edit_for(want, mgr.tokenizer, bool(plan.queued)),
+                  "kind": "responses" if plan.conversation is None else "conversation"}
         try:
             if not turn_messages:
                 raise bad("input", "nothing to answer: the input is empty")
