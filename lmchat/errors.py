@@ -217,6 +217,16 @@ class SessionKindMismatch(LmchatError, RuntimeError):
         super().__init__(f"session {session_id!r} belongs to {owner}; this request cannot change it")
 
 
+class RequestInProgress(LmchatError, RuntimeError):
+    """A request with this Idempotency-Key is still being answered: its retry may not run it a second time.
+    Retry after ``retry_after`` seconds: the first attempt's result is answered then."""
+
+    def __init__(self, key: str, *, retry_after: int = 1):
+        self.key, self.retry_after = key, retry_after
+        super().__init__(f"a request with Idempotency-Key {key[:200]!r} is still in progress; retry it later to get "
+                         "its result")
+
+
 class CapacityExceeded(LmchatError, RuntimeError):
     """The manager runs as many turns as it may (``max_active``); retry later."""
 

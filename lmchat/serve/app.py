@@ -17,6 +17,7 @@ from . import chat, completions, conversations, interactive, responses, service
 from .asgi import error_of
 from .errors import ApiError
 from .guard import BODY_SECONDS, Guard
+from .idempotency import Inflight
 from .metrics import RequestStats
 
 #: default request body limit: a long conversation with tools fits; a runaway upload does not
@@ -57,6 +58,7 @@ def create_app(manager: SessionManager, *, api_keys: Iterable[str] | None = None
 
     app = App(title="lmchat", version="1", docs_url=None, redoc_url=None, lifespan=lifespan)
     app.state.manager = manager
+    app.state.inflight = Inflight()  # requests with an Idempotency-Key being answered (a retry waits for them)
     app.state.api_keys = tuple(api_keys or ())
     app.state.metrics_keys = tuple(metrics_keys or ())
     app.state.model_name = model_name

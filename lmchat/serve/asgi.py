@@ -67,6 +67,14 @@ def owner(scope: dict, keys: tuple[str, ...]) -> str | None:
     return bearer_owner(header, keys)
 
 
+def header(scope: dict, wanted: bytes) -> str | None:
+    """A request header's value (``wanted``: its lower-case name), or None."""
+    for name, value in scope["headers"]:
+        if name == wanted:
+            return value.decode("latin-1")
+    return None
+
+
 def error_of(exc: BaseException) -> ApiError:
     """The response for whatever a route raised: validation errors name the field, HTTP errors keep
     their status, lmchat's errors map by :data:`~.errors.STATUSES`, anything else is a logged 500."""

@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from ..backends.base import Chunk
 from .deps import blocking, check_n, new_id, owner
+from .idempotency import releasing
 from ..manager.history import object_arguments
 from .schemas import ChatRequest
 from .sse import Meta, chat_events, finish_reason, usage
@@ -34,10 +35,11 @@ async def chat_completions(body: ChatRequest, request: Request, who: str | None 
     mgr = request.app.state.manager
     sid = request.headers.get("x-session-id") or body.session_id or body.user
     tools = body.tools or None
+    key = request.headers.get("idempotency-key")
     # kind None: a session of the Responses or Conversations API is refused (its records would break)
     kwargs: dict[str, Any] = {"params": body.sampling(), "stop": body.stop,
                               "max_new_tokens": body.max_completion_tokens or body.max_tokens,
-                              "idempotency_key": request.headers.get("idempotency-key"), "kind": None}
+                              "idempotency_key": key, "kind": None}
     if sid is None:  # a one-off: in memory for this turn only, the store never sees it (nothing blocks here)
         session, headers = mgr.oneoff(who, tools=tools), {}
         messages, template = object_arguments(body.messages), mgr.template
@@ -48,15 +50,24 @@ async def chat_completions(body: ChatRequest, request: Request, who: str | None 
     kind = "chat.completion.chunk" if body.stream else "chat.completion"
     meta = Meta(new_id("chatcmpl"), kind, int(time.time()), body.model or request.app.state.model_name)
     parse = body.tool_choice != "none"
+    # a stored turn with a key: its retry waits for it, then is answered the saved turn (a one-off saves nothing)
+    release = await request.app.state.inflight.hold(who, key if sid is not None else None)
     if body.stream:
-        chunks = await start_stream(mgr, session, messages, receive=request.receive, owner=who, **kwargs)
+        try:
+            chunks = await start_stream(mgr, session, messages, receive=request.receive, owner=who, **kwargs)
+        except BaseException:
+            release()
+            raise
         events = chat_events(
             chunks, meta, template=template, tools=tools, parse=parse,
             include_usage=bool((body.stream_options or {}).get("include_usage")),
             count=lambda chars, ids: count(mgr.tokenizer, chars, ids),
         )
-        return StreamingResponse(events, media_type="text/event-stream", headers=headers)
-    result = await run(request.receive, mgr, session, messages, owner=who, **kwargs)
+        return StreamingResponse(releasing(events, release), media_type="text/event-stream", headers=headers)
+    try:
+        result = await run(request.receive, mgr, session, messages, owner=who, **kwargs)
+    finally:
+        release()
     parsed = result.parsed
     if parse:
         message: dict[str, Any] = {"role": "assistant",

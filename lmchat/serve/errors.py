@@ -11,9 +11,9 @@ from __future__ import annotations
 import logging
 
 from ..errors import (
-    BackendError, CapacityExceeded, EngineMismatch, SnapshotError, InvalidMessages, LmchatError, SessionBusy,
-    SessionExists, SessionKindMismatch, SessionLengthExceeded, SessionNotFound, StoreConflict, StoreCorrupt,
-    StoreError, StoreTimeout, ConfigError, TemplateRuleError, UnknownTemplate,
+    BackendError, CapacityExceeded, EngineMismatch, SnapshotError, InvalidMessages, LmchatError, RequestInProgress,
+    SessionBusy, SessionExists, SessionKindMismatch, SessionLengthExceeded, SessionNotFound, StoreConflict,
+    StoreCorrupt, StoreError, StoreTimeout, ConfigError, TemplateRuleError, UnknownTemplate,
 )
 
 log = logging.getLogger("lmchat.serve")
@@ -25,6 +25,8 @@ STATUSES: list[tuple[type, int, str, str]] = [
     (SessionBusy, 409, "conflict_error", "session_busy"),
     # another API keeps records of the session (a Responses chain, a Conversation): changing it would break them
     (SessionKindMismatch, 409, "conflict_error", "session_owned_by_other_api"),
+    # a retry that arrived while its first attempt still runs, and waited longer than the server waits: Retry-After
+    (RequestInProgress, 409, "conflict_error", "request_in_progress"),
     (EngineMismatch, 409, "conflict_error", "engine_mismatch"),
     (StoreConflict, 409, "conflict_error", "store_conflict"),
     (CapacityExceeded, 429, "rate_limit_error", "over_capacity"),
@@ -67,7 +69,8 @@ def api_error(exc: BaseException) -> ApiError:
         return exc
     for cls, status, kind, code in STATUSES:
         if isinstance(exc, cls):
-            headers = {"Retry-After": "1"} if status == 429 else None
+            retry = getattr(exc, "retry_after", 1) if status == 429 or isinstance(exc, RequestInProgress) else None
+            headers = None if retry is None else {"Retry-After": str(retry)}
             return ApiError(status, str(exc), type=kind, param=_param(exc), code=code, headers=headers)
     log.exception("unexpected error", exc_info=exc)
     return ApiError(500, f"internal error: {type(exc).__name__}", type="server_error", code="internal_error")

@@ -52,13 +52,13 @@ class Interactive:
         try:
             who = asgi.owner(scope, self.state.api_keys)
             body = asgi.parse(InteractiveRequest, await asgi.read_body(receive))
-            await self.turn(body, who, receive, watched_send)
+            await self.turn(body, who, receive, watched_send, asgi.header(scope, b"idempotency-key"))
         except Exception as exc:  # noqa: BLE001 - every failure is an OpenAI-shaped response
             if started:  # a stream's status line is out: nothing to answer with any more
                 raise
             await asgi.send_error(send, exc)
 
-    async def turn(self, body: InteractiveRequest, who: str | None, receive, send) -> None:
+    async def turn(self, body: InteractiveRequest, who: str | None, receive, send, key: str | None = None) -> None:
         mgr = self.state.manager
         sid = None if body.session_id in (-1, "-1") else str(body.session_id)
         if body.cancel or body.stop is True:
@@ -90,7 +90,17 @@ class Interactive:
         stop = None if isinstance(body.stop, bool) else body.stop
         # kind None: a session of the Responses or Conversations API is refused (its records would break)
         kwargs: dict[str, Any] = {"params": body.sampling(), "stop": stop, "kind": None,
-                                  "max_new_tokens": body.request_output_len}
+                                  "max_new_tokens": body.request_output_len, "idempotency_key": key}
+        # a stored turn with a key: its retry waits for it, then is answered the saved turn (a one-off saves nothing)
+        release = await self.state.inflight.hold(who, None if isinstance(session, OneOff) else key)
+        try:
+            await self._answer(mgr, session, sid, who, messages, body, kwargs, to_end, receive, send)
+        finally:
+            release()
+
+    async def _answer(self, mgr, session, sid: str, who: str | None, messages: list, body: InteractiveRequest,
+                      kwargs: dict, to_end: bool, receive, send) -> None:
+        end = not body.interactive_mode
         try:
             if body.stream:
                 chunks = await start_stream(mgr, session, messages, receive=receive, owner=who, create=True,

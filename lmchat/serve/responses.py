@@ -22,6 +22,7 @@ from ..errors import InvalidMessages, LmchatError, SessionBusy, SessionMoved, Se
 from ..validation import validate_tools
 from . import chains
 from .deps import blocking, owner
+from .idempotency import releasing
 from .items import (Serials, answer_items, answer_parts, bad, input_messages, message_item, message_items, page,
                     parse_item_id, parse_response_id, response_id, session_tools)
 from .responses_model import ResponsesRequest, response_object, turn_of
@@ -63,12 +64,28 @@ async def create_response(body: ResponsesRequest, request: Request, who: str | N
     fields = body.fields(template)
     model = body.model or state.model_name
     key = request.headers.get("idempotency-key") if body.store else None
-    if key is not None:
-        stored = await blocking(chains.replayed, mgr, who, key, body.previous_response_id, checked["conversation"])
-        if stored is not None:  # an earlier attempt of this request landed: answer it, do not run the turn again
-            return _replay(await blocking(_found, mgr, stored, who, _response_reader(mgr)), body.stream)
-    plan, whole, started_turn = await _start(request, mgr, who, body, checked["conversation"], want, check,
-                                             messages, model, fields, key)
+    release = await state.inflight.hold(who, key)  # a retry waits here for its first attempt to be saved
+    streaming = False  # a turn's stream lets go of the key once it ends
+    try:
+        if key is not None:
+            stored = await blocking(chains.replayed, mgr, who, key, body.previous_response_id,
+                                    checked["conversation"])
+            if stored is not None:  # an earlier attempt of this request landed: answer it, do not run it again
+                return _replay(await blocking(_found, mgr, stored, who, _response_reader(mgr)), body.stream)
+        response = await _respond(request, mgr, who, body, checked["conversation"], want, check, messages, model,
+                                  fields, key, template, tools, release)
+        streaming = body.stream
+        return response
+    finally:
+        if not streaming:
+            release()
+
+
+async def _respond(request: Request, mgr, who, body: ResponsesRequest, conversation, want, check, messages, model,
+                   fields, key, template, tools, release):
+    """The turn's response: its JSON object, or its stream (which lets go of ``key`` once it ends)."""
+    plan, whole, started_turn = await _start(request, mgr, who, body, conversation, want, check, messages, model,
+                                             fields, key)
     rid, serial, parse = response_id(plan.sid, plan.k), plan.serial + len(messages), body.tool_choice != "none"
     tokens = mgr.tokenizer is not None
 
@@ -79,7 +96,7 @@ async def create_response(body: ResponsesRequest, request: Request, who: str | N
         base = response_object(rid, whole, [], tokens=tokens)
         events = response_events(started_turn, base, sid=plan.sid, serial=serial, template=template, tools=tools,
                                  parse=parse, finish=finish)
-        return StreamingResponse(events, media_type="text/event-stream")
+        return StreamingResponse(releasing(events, release), media_type="text/event-stream")
     result = started_turn
     status = "completed" if result.finish_reason == "stop" else "incomplete"
     if parse:
