@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import shlex
 import sys
 
 from .. import logs
@@ -18,6 +19,7 @@ from ..interop.loading import saveable
 from ..session.edits import restored
 from ..session import DRIFT_POLICIES, Session
 from ..stores import VERSION_KEY, open_store
+from .backend_args import DEFAULT as DEFAULT_BACKEND
 from .backend_args import add_backend_arguments, backend_options, injection_policy, session_len
 from .common import add_template_arguments, resolve_template
 from .main import UsageError
@@ -86,7 +88,9 @@ def run(args) -> int:
             f"lmchat chat · {conv.session.template.name} · {backend.name} · session "
             f"{conv.session.session_id[:8]} ({state}) · /help lists the commands, Ctrl-D leaves"
         )
-        return run_terminal(conv, history=input_history())
+        status = run_terminal(conv, history=input_history())
+        out.info(_resume_hint(args, conv))
+        return status
     finally:
         if backend is not None:
             backend.close()
@@ -134,6 +138,21 @@ def _open(args, store, backend, template, out) -> Conversation:
     if args.system is not None:
         conv.set_system(args.system)
     return conv
+
+
+def _resume_hint(args, conv: Conversation) -> str:
+    """What leaving says: the command that continues this session (the one now current: /fork, /load)."""
+    if args.store == "memory":
+        return "the session was not kept (--store memory)"
+    if conv.version == 0:
+        return "nothing was saved: the session had no turns"
+    command = ["lmchat", "chat", "--resume", conv.session.session_id[:8]]
+    if args.backend != DEFAULT_BACKEND:
+        command += ["--backend", args.backend]
+    for option in ("model", "base_url", "chat_template", "store"):
+        if getattr(args, option, None):
+            command += ["--" + option.replace("_", "-"), getattr(args, option)]
+    return f"session {conv.session.session_id[:8]} saved; continue it with: {shlex.join(command)}"
 
 
 def _one_message(prompt: str) -> str:

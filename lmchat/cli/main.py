@@ -6,7 +6,9 @@ pays for the REPL or the server.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import os
 import sys
 
 from ..errors import LmchatError
@@ -33,12 +35,25 @@ def build_parser() -> argparse.ArgumentParser:
         prog="lmchat",
         description="Exact chat prompts and stateful interactive sessions for chat LLMs.",
     )
+    parser.add_argument("--version", action="version", version=f"lmchat {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.set_defaults(_module=module)
         importlib.import_module(module).add_arguments(p)
     return parser
+
+
+def _version() -> str:
+    """The installed distribution's version (what pip knows), else the package's own."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("lmchat")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        from .. import __version__
+
+        return __version__
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,8 +64,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return importlib.import_module(args._module).run(args) or 0
-    except BrokenPipeError:  # e.g. `lmchat templates | head`
-        sys.stderr.close()
+    except BrokenPipeError:  # e.g. `lmchat templates | head`, `lmchat chat ... | head`: the reader has gone
+        # stdout still holds what could not be written: point it at /dev/null so that flushing it at
+        # exit does not fail again (Python would print "Exception ignored ... BrokenPipeError")
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except (LmchatError, ValueError, OSError) as exc:
         print(f"lmchat {args.command}: error: {exc}", file=sys.stderr)

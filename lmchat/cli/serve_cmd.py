@@ -23,9 +23,14 @@ process list. The default store is sqlite:<data dir>/server-<backend>-<model>.db
 A request that names no session (chat completions without a session id, Responses with store=false,
 interactive session_id -1 with interactive_mode=false) runs on a one-off session held in memory for
 its turn only: it writes nothing to the store.
-Endpoints: POST /v1/chat/interactive, /v1/chat/completions, /v1/completions;
-GET /v1/models, /v1/sessions[/ID[/export]], /health, /metrics; DELETE /v1/sessions/ID;
-POST /v1/sessions[/ID/fork]."""
+Endpoints (docs/server.md):
+  POST /v1/chat/interactive, /v1/chat/completions, /v1/completions;
+  GET /v1/models, /v1/sessions[/ID[/export]], /health, /metrics; DELETE /v1/sessions/ID;
+  POST /v1/sessions[/ID/fork].
+OpenAI's Responses and Conversations APIs, for agents (docs/agents.md):
+  POST /v1/responses; GET, DELETE /v1/responses/ID; GET /v1/responses/ID/input_items;
+  POST /v1/conversations; GET, POST, DELETE /v1/conversations/ID;
+  GET, POST /v1/conversations/ID/items; GET, DELETE /v1/conversations/ID/items/ITEM_ID."""
 
 
 def add_arguments(p) -> None:

@@ -224,5 +224,20 @@ def _decide(model, components, candidates, evidence, arch=None) -> Match:
         reason += " (" + "; ".join(evidence) + ")"
     if arch is not None:
         raise ModelMatchError(model, f"{reason}; its {arch[0]} fits", arch[1])
-    stem = os.path.basename(os.path.normpath(model)).lower()
-    raise ModelMatchError(model, reason, difflib.get_close_matches(stem, template_names(), n=5, cutoff=0.3))
+    close = _close_names(os.path.basename(os.path.normpath(model)))
+    raise ModelMatchError(model, reason if close else f"{reason} (`lmchat templates` lists them)", close)
+
+
+def _close_names(stem: str) -> list[str]:
+    """Templates whose names look like a misspelling of the model's name or of one of its words.
+
+    Only close ones (``Qwn2-7B`` -> qwen, ``lama3`` -> llama3...): a name that resembles none, such
+    as ``bar``, gets no candidates rather than unrelated ones.
+    """
+    stem = stem.lower()
+    names = template_names()
+    found: set[str] = set()
+    for piece in {stem, *re.split(r"[-_.\s]+", stem)}:
+        if len(piece) >= 3 and not piece.isdigit():
+            found.update(difflib.get_close_matches(piece, names, n=3, cutoff=0.75))
+    return sorted(found)

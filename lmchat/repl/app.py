@@ -37,6 +37,8 @@ def handle(conv: Conversation, text: str) -> bool:
         if text.startswith("/") and not text.startswith("//"):
             return dispatch(conv, text)
         conv.ask(text[1:] if text.startswith("//") else text)
+    except BrokenPipeError:
+        raise  # nobody reads the replies any more (`lmchat chat ... | head`): leave, quietly (cli.main)
     except (LmchatError, OSError) as exc:
         conv.failures += 1
         conv.out.error(str(exc))

@@ -69,8 +69,9 @@ def stream(turn: Turn, on_text: Callable[[str], None], interrupted: threading.Ev
     pump = Pump(lambda: generator, _Daemons())
     backend, key = turn.owner.backend, turn.session_id
     cancelled_at, dropped = None, False
+    broken: BaseException | None = None  # on_text failed (stdout is a closed pipe): cancel, and raise it at the end
     while True:
-        if interrupted.is_set() and cancelled_at is None:
+        if (interrupted.is_set() or broken is not None) and cancelled_at is None:
             backend.cancel(key)
             cancelled_at = time.monotonic()
         try:
@@ -81,10 +82,17 @@ def stream(turn: Turn, on_text: Callable[[str], None], interrupted: threading.Ev
                 dropped = True
             continue
         if isinstance(item, Done):
+            if broken is not None:
+                raise broken  # the turn has ended: committed and saved, nothing left running behind
             last = time.monotonic()
             return Outcome(item.value, (last - turn.first_chunk) if turn.first_chunk else 0.0)
-        if item.text:
-            on_text(item.text)
+        if item.text and broken is None:
+            try:
+                on_text(item.text)
+            except Exception as exc:  # noqa: BLE001 - re-raised once the turn has ended
+                # leaving now would leave the turn running in its thread, to commit and save later,
+                # behind the caller's back (after the store was closed, or over the next turn's version)
+                broken = exc
 
 
 @contextlib.contextmanager
