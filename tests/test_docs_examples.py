@@ -71,3 +71,59 @@ def test_the_runner_checks_outputs_and_marks(tmp_path):
     page.write_text("<!-- no-run -->\n```python\nimport lmchat\n```\n")
     with pytest.raises(ValueError, match="needs a reason"):
         extract(page)
+
+
+def _setup_cfg():
+    import configparser
+
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg")
+    split = lambda text: [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    return split(cfg["options"]["install_requires"]), {k: split(v) for k, v in cfg["options.extras_require"].items()}
+
+
+def _modules_of(requirements) -> set[str]:
+    """The top-level modules the distributions named by ``requirements`` provide (those installed here)."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    def norm(name):
+        return re.sub(r"[-_.]+", "-", name).lower()
+
+    wanted = {norm(Requirement(r).name) for r in requirements}
+    return {module for module, dists in metadata.packages_distributions().items()
+            if any(norm(d) in wanted for d in dists)} | {norm(w).replace("-", "_") for w in wanted}
+
+
+def test_example_imports_come_with_the_extras_the_page_installs():
+    """A reader who runs a page's `pip install -e '.[EXTRAS]'` can run its examples: every import is in the
+    standard library, lmchat, its core dependencies, or an extra the page names (directly: not by chance,
+    as a dependency of a dependency)."""
+    import ast
+
+    core, extras = _setup_cfg()
+    missing = {}
+    for page in pages():
+        text = page.read_text(encoding="utf-8")
+        named = {e for m in re.finditer(r"pip install -e '\.\[([\w,-]+)\]'", text) for e in m.group(1).split(",")}
+        assert named <= set(extras), f"{page.name} installs extras setup.cfg lacks: {named - set(extras)}"
+        provided = _modules_of(core + [r for e in named for r in extras[e]])
+        for block in extract(page):
+            if block.lang != "python" or not block.runs:
+                continue  # hidden setups stand for what the reader has already
+            for node in ast.walk(ast.parse(block.code)):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                         [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+                for root in {n.split(".")[0] for n in names} - set(sys.stdlib_module_names) - {"lmchat"}:
+                    if root not in provided:
+                        missing.setdefault(f"{block.id} (extras: {sorted(named)})", []).append(root)
+    assert not missing, f"imports no extra the page installs provides: {missing}"
+
+
+def test_readme_names_every_extra_and_links_why():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    sentence = readme.split("Extras:", 1)[1].split("A bare", 1)[0]
+    _, extras = _setup_cfg()
+    assert {e for e in extras if f"`{e}`" not in sentence} == set()
+    assert "(docs/why.md)" in readme and "(why.md)" in (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
