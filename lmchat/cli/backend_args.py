@@ -1,7 +1,10 @@
 """The backend options ``lmchat chat`` and ``lmchat serve`` share, spelled the same in both."""
 from __future__ import annotations
 
+import argparse
 import json
+import logging
+import sys
 
 from ..backends.base import BACKEND_ALIASES, BACKENDS
 from .main import UsageError
@@ -29,6 +32,9 @@ def add_backend_arguments(p) -> None:
                         help="KV files kept across restarts, verified before use (default: <data dir>/kv)")
     engine.add_argument("--kv-disk-mb", type=float, metavar="MB",
                         help="the most the KV files may take (default: 4096; 0: no disk tier)")
+    engine.add_argument("--gpu-layers", type=_gpu_layers, metavar="N|auto",
+                        help="layers offloaded to the GPU (default: auto, all of them when llama-cpp-python was "
+                             "built with a GPU backend, else 0; N > 0 without one: a warning, the CPU)")
     remote = p.add_argument_group("remote backend (an OpenAI-compatible completions server)")
     remote.add_argument("--base-url", metavar="URL")
     # `lmchat chat` once spelled these --api-key/--model-name: still accepted there
@@ -56,12 +62,14 @@ def backend_options(args) -> dict:
         options["model"] = args.model
     if backend == "llamacpp":
         given = {"threads": args.threads, "ctx": args.ctx, "sessions": args.sessions,
-                 "host_cache_mb": args.kv_host_mb, "kv_disk_mb": args.kv_disk_mb}
+                 "host_cache_mb": args.kv_host_mb, "kv_disk_mb": args.kv_disk_mb, "gpu_layers": args.gpu_layers}
         options.update((k, v) for k, v in given.items() if v is not None)
         options["kv_dir"] = args.kv_dir or str(_default_kv_dir())
+        _warnings_to_stderr()
     elif any(v is not None for v in (args.threads, args.ctx, args.sessions, args.kv_host_mb, args.kv_dir,
-                                      args.kv_disk_mb)):
-        raise UsageError("--threads, --ctx, --sessions and the --kv-* options are options of the llamacpp backend")
+                                      args.kv_disk_mb, args.gpu_layers)):
+        raise UsageError("--threads, --ctx, --sessions, --gpu-layers and the --kv-* options are options of the "
+                         "llamacpp backend")
     if backend == "remote":
         if not args.base_url:
             raise UsageError("--backend remote needs --base-url URL (and --template or --chat-template)")
@@ -81,6 +89,31 @@ def backend_options(args) -> dict:
     if args.tokenizer:
         options["tokenizer"] = _tokenizer(args.tokenizer)
     return options
+
+
+def _gpu_layers(value: str) -> int | str:
+    if value == "auto":
+        return value
+    try:
+        layers = int(value)
+    except ValueError:
+        layers = -1
+    if layers < 0:
+        raise argparse.ArgumentTypeError(f"expected a number of layers >= 0 or 'auto', got {value!r}")
+    return layers
+
+
+def _warnings_to_stderr() -> None:
+    """The llamacpp backend's own warnings (e.g. --gpu-layers on a CPU-only build) as one stderr line each;
+    llama.cpp's log lines (INFO there) stay out of the terminal."""
+    logger = logging.getLogger("lmchat.llamacpp")
+    if not any(isinstance(h, _Stderr) for h in logger.handlers):
+        logger.addHandler(_Stderr(logging.WARNING))
+
+
+class _Stderr(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        print(f"lmchat: warning: {record.getMessage()}", file=sys.stderr)  # today's stderr, not the first one
 
 
 def _default_kv_dir():

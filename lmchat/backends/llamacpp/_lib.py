@@ -58,10 +58,20 @@ def lib():
         return _LIB
 
 
-def load_model(path: Path):
-    """A ``llama_model *`` for the GGUF at ``path`` (memory-mapped, CPU only)."""
+#: ``n_gpu_layers`` for "every layer": llama.cpp caps it at the model's layers plus the output layer
+ALL_LAYERS = 2**31 - 1
+
+
+def gpu_offload() -> bool:
+    """Whether this llama.cpp was built with a backend that can hold layers (CUDA, Metal, Vulkan, ...)."""
+    return bool(lib().llama_supports_gpu_offload())
+
+
+def load_model(path: Path, gpu_layers: int = 0):
+    """A ``llama_model *`` for the GGUF at ``path`` (memory-mapped), ``gpu_layers`` of its layers offloaded
+    (:data:`ALL_LAYERS`: all of them; 0: CPU only; without :func:`gpu_offload` llama.cpp ignores it)."""
     L = lib()
-    params = model_params(L)
+    params = model_params(L, gpu_layers)
     params.progress_callback = _PROGRESS
     _errors.clear()
     model = L.llama_model_load_from_file(str(path).encode(), params)
@@ -70,10 +80,11 @@ def load_model(path: Path):
     return model
 
 
-def model_params(L):
-    """llama.cpp's default model parameters for the CPU, less what crashes it (see :func:`amx_active`)."""
+def model_params(L, gpu_layers: int = 0):
+    """llama.cpp's default model parameters, ``gpu_layers`` layers offloaded (0: the CPU only), less what
+    crashes it (see :func:`amx_active`)."""
     params = L.llama_model_default_params()
-    params.n_gpu_layers = 0
+    params.n_gpu_layers = int(gpu_layers)
     return _safe(L, params)
 
 

@@ -1,16 +1,17 @@
 """``LlamaCppBackend``: any GGUF model run by llama.cpp, sessions kept in llama.cpp sequences."""
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from ...errors import BackendError, ModelMatchError, TemplateConfigError
+from ...errors import BackendError, ConfigError, ModelMatchError, TemplateConfigError
 from ...interop.matching import match_template
 from ...registry import get_template
 from ..base import Chunk, GenerationRequest
 from ..bundled import BUNDLED_SAMPLING, default_gguf
-from ._lib import lib, load_model, meta
+from ._lib import ALL_LAYERS, gpu_offload, lib, load_model, meta
 from .engine import Engine
 from .kvfiles import DiskTier
 from .kvformat import model_identity
@@ -23,6 +24,8 @@ DEFAULT_DISK_MB = 4096
 #: seconds a session whose answer called tools keeps its KV ahead of the others: its client runs the
 #: tools and comes back with their results (an agent's loop); after that it is an idle session like any
 TOOL_WAIT = 120.0
+
+log = logging.getLogger("lmchat.llamacpp")
 
 
 class LlamaCppBackend:
@@ -41,7 +44,11 @@ class LlamaCppBackend:
     ``lmchat serve`` pass ``<data dir>/kv``): no disk tier. ``template``: the
     chat template name, instead of the one matched from the file name (or the
     GGUF's own ``tokenizer.chat_template``, registered as ``gguf:<file
-    name>``).
+    name>``). ``gpu_layers``: layers offloaded to the GPU, an int >= 0 or
+    ``"auto"`` (the default: every layer when this llama.cpp build can
+    offload, else 0); a number > 0 on a build that cannot is run on the CPU
+    with a warning (logger ``lmchat.llamacpp``). ``backend.gpu_layers`` is
+    what was offloaded.
     """
 
     name = "llamacpp"
@@ -59,6 +66,7 @@ class LlamaCppBackend:
         prefill_chunk: int = 256,
         kv_dir: str | Path | None = None,
         kv_disk_mb: float = DEFAULT_DISK_MB,
+        gpu_layers: int | str = "auto",
     ):
         path = Path(model).expanduser() if model else default_gguf()
         if not path.is_file():
@@ -70,12 +78,20 @@ class LlamaCppBackend:
             raise BackendError(f"sessions must be between 1 and {max_seq}, got {sessions}")
         if threads is not None and int(threads) < 1:
             raise BackendError(f"threads must be at least 1, got {threads}")
+        requested = _gpu_layers(gpu_layers)
+        offload = gpu_offload()
+        if not offload and requested not in ("auto", 0):
+            log.warning("gpu_layers=%s: this llama-cpp-python cannot offload to a GPU (built without CUDA, "
+                        "Metal, Vulkan...): running on the CPU, see docs/backends.md", requested)
         self.path = path
         self.model_id = path.name
         #: sampling values for this model over its template's (the bundled model has some, see bundled.py)
         self.sampling_defaults = dict(BUNDLED_SAMPLING) if not model else {}
-        self._model = load_model(path)
+        self._model = load_model(path, (ALL_LAYERS if requested == "auto" else requested) if offload else 0)
         try:
+            #: the layers offloaded to the GPU (0: the CPU only); a model has n_layer + 1 (its output layer)
+            self.gpu_layers = 0 if not offload else min(int(L.llama_model_n_layer(self._model)) + 1,
+                                                        ALL_LAYERS if requested == "auto" else requested)
             self.tokenizer = LlamaVocab(self._model)
             self.n_ctx_train = int(L.llama_model_n_ctx_train(self._model))
             ctx = int(ctx) if ctx else int(sessions) * min(DEFAULT_SEQ_TOKENS, self.n_ctx_train or DEFAULT_SEQ_TOKENS)
@@ -87,7 +103,7 @@ class LlamaCppBackend:
             disk = None
             if kv_dir is not None and kv_disk_mb > 0:
                 disk = DiskTier(Path(kv_dir).expanduser(), int(kv_disk_mb * 2**20),
-                                _identity(path, flash_attn=flash_attn))
+                                _identity(path, flash_attn=flash_attn, gpu_layers=self.gpu_layers))
             self.engine = Engine(self._model, self.tokenizer, n_ctx=ctx, n_seq=int(sessions), threads=self.threads,
                                  host_bytes=int(host_cache_mb * 2**20), flash_attn=flash_attn,
                                  prefill_chunk=prefill_chunk, disk=disk)
@@ -182,13 +198,31 @@ class LlamaCppBackend:
         self.close()
 
 
-def _identity(path: Path, *, flash_attn: bool) -> dict:
+def _identity(path: Path, *, flash_attn: bool, gpu_layers: int = 0) -> dict:
     """What a KV file must have been made with to be loaded here: the same weights, the same llama.cpp
-    (its state format), the same cache layout."""
+    (its state format), the same cache layout.
+
+    Offloaded layers keep their KV in GPU buffers, computed by other kernels: the state's bytes are laid out
+    the same, but nothing promises they restore identically, so a file is only used under the offload that
+    made it (the key is left out at 0, keeping the CPU's files as they were)."""
     import llama_cpp
 
-    return {**model_identity(path), "llama_cpp": llama_cpp.__version__, "flash_attn": bool(flash_attn),
-            "kv_unified": False, "cache_types": "f16"}
+    identity = {**model_identity(path), "llama_cpp": llama_cpp.__version__, "flash_attn": bool(flash_attn),
+                "kv_unified": False, "cache_types": "f16"}
+    if gpu_layers:
+        identity["gpu_layers"] = int(gpu_layers)
+    return identity
+
+
+def _gpu_layers(value) -> int | str:
+    """``value`` as ``gpu_layers``: ``"auto"`` or an int >= 0 (a ConfigError naming the field otherwise)."""
+    if value == "auto":
+        return "auto"
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"expected a number of layers >= 0 or 'auto', got {value!r}", field="gpu_layers")
+    return value
 
 
 def _cpus() -> int:
