@@ -57,6 +57,20 @@ class UnknownTemplate(LmchatError, KeyError):
         return self.args[0]
 
 
+class ToolsUnsupported(LmchatError, ValueError):
+    """Tools sent to a template that neither renders nor parses them (they would be silently ignored).
+
+    ``template`` is the template's name, ``field`` the request field that carried the tools.
+    """
+
+    def __init__(self, template: str, *, field: str = "tools"):
+        self.template = template
+        self.field = field
+        super().__init__(f"field {field!r}: the {template} template neither renders nor parses tools, so the "
+                         f"model would never see them; use a template with tool syntax (see docs/tools.md and "
+                         f"`lmchat templates`)")
+
+
 class ConfigError(LmchatError, ValueError):
     """A bad option: names the option (``field``) and where it came from (``source``)."""
 

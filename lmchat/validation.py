@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .errors import ConfigError, InvalidMessages
+from .errors import ConfigError, InvalidMessages, ToolsUnsupported
 
 #: roles some supported family renders; anything else is a client error
 KNOWN_ROLES = frozenset(
@@ -22,6 +22,17 @@ KNOWN_ROLES = frozenset(
 )
 DEFAULT_MAX_CHARS = 1_000_000
 INJECTION_POLICIES = ("split", "reject", "allow")
+
+
+def handles_tools(template: Any) -> bool:
+    """True when the template renders tools into the prompt or knows the syntax its model calls them in."""
+    return bool(getattr(template, "supports_tools", False)) or getattr(template, "tool_format", "plain") != "plain"
+
+
+def check_tools_supported(template: Any, tools: Any, field: str = "tools") -> None:
+    """Refuse tools a template would silently ignore (neither rendered nor parsed), before anything is stored."""
+    if tools and not handles_tools(template):
+        raise ToolsUnsupported(getattr(template, "name", None) or type(template).__name__, field=field)
 
 
 def validate_tools(tools: Any) -> None:

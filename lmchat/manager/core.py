@@ -37,6 +37,7 @@ from ..stores import MemoryStore, SessionInfo, SessionStore
 from ..templates.base import BaseTemplate
 from ..turns.bridge import Done, Pump
 from ..turns.turn import TurnResult
+from ..validation import check_tools_supported
 from .ids import checked_id, oneoff_key, owner_key, public_id, store_key
 from .metrics import Metrics
 from .oneoff import OneOff
@@ -95,8 +96,10 @@ class SessionManager(Sessions):
     def new_session(self, session_id: str | None = None, system: str | None = None, tools: list[dict] | None = None,
                     template: str | BaseTemplate | None = None) -> Session:
         """A session with this manager's defaults (not stored: :meth:`create` stores one)."""
-        return Session(template or self.template, system=system, tools=tools, session_id=checked_id(session_id),
-                       tokenizer=self.tokenizer, **self.session_defaults)
+        session = Session(template or self.template, system=system, tools=tools, session_id=checked_id(session_id),
+                          tokenizer=self.tokenizer, **self.session_defaults)
+        check_tools_supported(session.template, tools)  # a template without tool syntax would ignore them
+        return session
 
     def create(self, session_id: str | None = None, owner: str | None = None, system: str | None = None,
                tools: list[dict] | None = None, template: str | BaseTemplate | None = None,

@@ -20,7 +20,7 @@ from ..messages import normalize_messages
 from ..session import Delta, Session
 from ..turns.bridge import Done
 from ..turns.turn import Turn, replayed
-from ..validation import validate_messages, validate_tools
+from ..validation import check_tools_supported, validate_messages, validate_tools
 from . import history as hist
 from .table import Entry, view
 
@@ -234,6 +234,7 @@ async def _areplay(claim: Claim, record: dict) -> AsyncIterator[Any]:
 def _validated(history: list[Mapping[str, Any]], tools: list[dict] | None, session: Session) -> list[dict]:
     """The resent conversation, normalised and checked before anything is touched."""
     validate_tools(tools)
+    check_tools_supported(session.template, tools)
     sent = hist.object_arguments(normalize_messages(history))
     validate_messages([], sent, start=0, max_chars=session.max_message_chars)
     return sent

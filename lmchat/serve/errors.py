@@ -13,7 +13,7 @@ import logging
 from ..errors import (
     BackendError, CapacityExceeded, EngineMismatch, SnapshotError, InvalidMessages, LmchatError, RequestInProgress,
     SessionBusy, SessionExists, SessionKindMismatch, SessionLengthExceeded, SessionNotFound, StoreConflict,
-    StoreCorrupt, StoreError, StoreTimeout, ConfigError, TemplateRuleError, UnknownTemplate,
+    StoreCorrupt, StoreError, StoreTimeout, ConfigError, TemplateRuleError, ToolsUnsupported, UnknownTemplate,
 )
 
 log = logging.getLogger("lmchat.serve")
@@ -43,6 +43,8 @@ STATUSES: list[tuple[type, int, str, str]] = [
     (TemplateRuleError, 400, "invalid_request_error", "template_rule"),
     (InvalidMessages, 400, "invalid_request_error", "invalid_messages"),
     (UnknownTemplate, 400, "invalid_request_error", "unknown_template"),
+    # tools the template would silently ignore (no tool syntax): param is the request's own field
+    (ToolsUnsupported, 400, "invalid_request_error", "tools_unsupported"),
     (ConfigError, 400, "invalid_request_error", "invalid_value"),
     (LmchatError, 400, "invalid_request_error", "invalid_request"),
 ]

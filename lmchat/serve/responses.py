@@ -19,7 +19,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from ..errors import InvalidMessages, LmchatError, SessionBusy, SessionMoved, SessionNotFound
-from ..validation import validate_tools
+from ..validation import check_tools_supported, validate_tools
 from . import chains
 from .deps import blocking, owner
 from .idempotency import releasing
@@ -56,6 +56,7 @@ async def create_response(body: ResponsesRequest, request: Request, who: str | N
     want = chains.Want(body.instructions, tools, checked["thinking"], overflow_for(mgr, body.truncation))
 
     def check(template) -> None:
+        check_tools_supported(template, tools)
         if want.thinking is False and not chains.thinking_switch(template):
             raise bad("reasoning.effort", f"the {template.name} template has no switch to turn reasoning off",
                       "unsupported_value")
