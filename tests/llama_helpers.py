@@ -13,6 +13,7 @@ import time
 import lmchat
 from lmchat.backends import GenerationRequest, SamplingParams
 from lmchat.session.edits import Generation, commit_generation
+from lmchat.turns.turn import after_commit
 
 THREADS = int(os.environ.get("LMCHAT_TEST_THREADS", "1"))
 QUESTIONS = ["What is 2 + 2?", "Hi!", "Name three colours.", "What is the capital of Italy?"]
@@ -41,19 +42,21 @@ def greedy(n=24, stop=STOPS):
     return SamplingParams(temperature=0, max_new_tokens=n, stop=stop)
 
 
-def commit(session, chunks):
-    """Commit as the REPL and the session manager do (an answer cut short is held without an end marker)."""
+def commit(backend, session, chunks):
+    """Commit as the REPL and the session manager do (an answer cut short is held without an end marker), and
+    tell the backend what their turns tell it (a drift's canonical ids)."""
     last = chunks[-1]
     commit_generation(session, Generation("".join(c.text for c in chunks),
                                           tuple(i for c in chunks for i in c.token_ids),
                                           last.finish_reason, last.stop))
+    after_commit(backend, session.session_id, session, tools_called=False)
 
 
 def turn(backend, session, content, params=None):
     """One turn: prompt, generate, commit. Returns (generated ids, last chunk, delta)."""
     delta = session.prompt(content)
     chunks = list(backend.generate(GenerationRequest.from_session(session, delta, params or greedy())))
-    commit(session, chunks)
+    commit(backend, session, chunks)
     return [i for c in chunks for i in c.token_ids], chunks[-1], delta
 
 

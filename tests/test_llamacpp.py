@@ -147,7 +147,7 @@ def test_greedy_turns_equal_llama_generate(backend, llm):
         chunks = list(backend.generate(GenerationRequest.from_session(session, delta, greedy())))
         ids = [i for c in chunks for i in c.token_ids]
         assert ids == reference, question
-        commit(session, chunks)
+        commit(backend, session, chunks)
     backend.drop(session.session_id)
 
 
@@ -216,7 +216,7 @@ def test_reset_and_text_only_sessions(backend):
     for i, question in enumerate(QUESTIONS[:2]):
         delta = plain.prompt(question)
         chunks = list(backend.generate(GenerationRequest.from_session(plain, delta, greedy(8))))
-        commit(plain, chunks)
+        commit(backend, plain, chunks)
         assert chunks[-1].reused > 0 if i else chunks[-1].reused == 0
     backend.drop(plain.session_id)
 

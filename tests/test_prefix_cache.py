@@ -66,7 +66,7 @@ def stateless(backend, messages, n=16):
     session = new_session(backend)
     delta = session.extend(messages)
     chunks = list(backend.generate(GenerationRequest.from_session(session, delta, greedy(n))))
-    commit(session, chunks)
+    commit(backend, session, chunks)
     backend.drop(session.session_id)
     return [i for c in chunks for i in c.token_ids], "".join(c.text for c in chunks), chunks[-1], delta.token_ids
 

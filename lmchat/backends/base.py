@@ -179,6 +179,11 @@ class PrefixCache(Protocol):
         """The answer of ``session_id`` called tools: its client comes back with their results shortly, so
         its KV should be evicted after any other idle session's (a turn calls this when it commits calls)."""
 
+    def rewind(self, session_id: str, start: int, count: int, canonical: Sequence[int]) -> None:
+        """The answer of ``session_id`` met retokenization drift under the ``'rewind'`` policy: from
+        ``start`` the engine's ``count`` ids are to be ``canonical`` (:attr:`lmchat.Session.drift_rewind`).
+        The backend may swap them before the next turn, whose delta discards that range either way."""
+
 
 def model_sampling(backend: Any) -> dict[str, Any]:
     """What the backend's model needs over its template's sampling values ({} for most)."""

@@ -122,6 +122,18 @@ class Session:
         held = self._held
         return (held.reset_reason or "reset requested") if held.needs_reset and held.parts else None
 
+    @property
+    def drift_rewind(self) -> tuple[int, int, tuple[int, ...]] | None:
+        """After a commit that met retokenization drift under ``drift='rewind'``: ``(start, count, ids)``,
+        the engine's ``count`` ids from ``start`` are to be replaced by ``ids``, the canonical encoding the
+        session holds (the next delta's ``discard`` and ids say the same); else None. A backend that keeps
+        a prefix cache may swap them at once (:class:`~lmchat.backends.base.PrefixCache`)."""
+        held = self._held
+        if held.rewind is None or held.pending:
+            return None
+        start, count = held.rewind
+        return start, count, tuple(held.ids[start:])
+
     def first_message(self) -> Message | None:
         """A copy of the first message (None in an empty conversation)."""
         return dict(self._chat.messages[0]) if self._chat.messages else None

@@ -255,8 +255,7 @@ class Turn:
             if parsed.reasoning_content is not None:
                 fields["reasoning_content"] = parsed.reasoning_content
         commit_generation(session, Generation(text, tuple(self.ids), final.finish_reason, final.stop), **fields)
-        if fields and isinstance(self.owner.backend, PrefixCache):  # the client is off running the tools
-            self.owner.backend.awaiting_tools(self.request.session_id)
+        after_commit(self.owner.backend, self.request.session_id, session, tools_called=bool(fields))
         reason = final.cache_miss_reason or self.delta.reason  # the engine's own reason is the more precise
         if final.cache_miss_reason != reason:  # most turns miss nothing: no copy (evolve is slow)
             final = attrs.evolve(final, cache_miss_reason=reason)
@@ -299,3 +298,15 @@ def argument_objects(calls: list[dict]) -> list[dict]:
             pass  # not JSON: keep what the model wrote
         out.append({**call, "function": fn})
     return out
+
+
+def after_commit(backend: Backend, key: str, session: Session, tools_called: bool) -> None:
+    """What a committed answer tells a backend that keeps a prefix cache (every turn calls it; so do the tests'
+    helpers): its client is off running the tools it called (evict it last); its ids drifted from the canonical
+    encoding (swap those in now, before any next prompt of the conversation arrives)."""
+    if not isinstance(backend, PrefixCache):
+        return
+    if tools_called:
+        backend.awaiting_tools(key)
+    if (rewind := session.drift_rewind) is not None:
+        backend.rewind(key, *rewind)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from ...errors import BackendError, ConfigError, ModelMatchError, TemplateConfigError
@@ -169,6 +169,11 @@ class LlamaCppBackend:
         """The session's answer called tools: its KV is evicted after every other idle state's for
         ``TOOL_WAIT`` seconds, or until its next turn (:class:`~lmchat.backends.base.PrefixCache`)."""
         self._engine().expect(session_id, TOOL_WAIT)
+
+    def rewind(self, session_id: str, start: int, count: int, canonical: Sequence[int]) -> None:
+        """The session's last answer met retokenization drift: its canonical ids replace the engine's now
+        and are settled while idle (:class:`~lmchat.backends.base.PrefixCache`)."""
+        self._engine().rewind(session_id, start, count, list(canonical))
 
     def reset_prefix_cache(self, disk: bool = False) -> int:
         """Forget the prefixes the engine keeps for nobody in particular (dropped sessions' KV, one-off

@@ -172,6 +172,10 @@ class Engine(Steps, PrefixReuse, Inspection):
         its KV is evicted after every other idle state's until then, or until its next turn starts."""
         self._commands.put(("expect", session_id, seconds))
 
+    def rewind(self, session_id: str, start: int, count: int, canonical: list[int]) -> None:
+        """The session's last answer met retokenization drift: see :meth:`.steps.Steps._rewind`."""
+        self._commands.put(("rewind", session_id, start, count, canonical))
+
     def call(self, fn):
         """Run ``fn()`` on the scheduler thread (which owns the context) and return its result."""
         box: queue.SimpleQueue = queue.SimpleQueue()
@@ -227,6 +231,8 @@ class Engine(Steps, PrefixReuse, Inspection):
                 state = self.sessions.get(command[1])
                 if state is not None:
                     state.expected_until = time.monotonic() + command[2]
+            elif command[0] == "rewind":
+                self._rewind(*command[1:])
             elif command[0] == "call":
                 try:
                     command[2].put((True, command[1]()))

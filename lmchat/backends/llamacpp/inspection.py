@@ -63,7 +63,8 @@ class Inspection:
                "restore_seconds": self.pool.restore_seconds, "indexed": len(self.index),
                "tokens_by_source": dict(self.served), "misses_by_reason": dict(self.misses),
                "settled_tokens": self.settled,
-               "unsettled_tokens": sum(len(s.ids) - s.decoded_at for s in self.unsettled_states())}
+               "unsettled_tokens": sum(len(s.ids) - (len(s.ids) if s.decoded_at is None else s.decoded_at)
+                                   + len(s.unfed[:-1]) for s in self.unsettled_states())}
         if disk is not None:
             out.update(disk_dir=str(disk.directory), disk_files=len(disk.entries), disk_bytes=disk.nbytes,
                        disk_tokens=sum(len(e.ids) for e in disk.entries.values()),

@@ -35,6 +35,16 @@ def plan_turn(pool: SequencePool, state: SessionState, request: GenerationReques
     counts say nothing then (the session's ``held`` may equal them by chance), only ids do.
     """
     delta = request.delta
+    rewound, state.rewound = state.rewound, None
+    if rewound is not None and delta.discard == rewound and not delta.reset and adopted is None \
+            and delta.token_ids is not None and request.held == rewound[0]:
+        # the session's drift rewind, applied by this engine when the answer was committed: what the
+        # sequence holds from there is (part of) the canonical ids the delta re-sends
+        state.unfed = []
+        target = state.ids[:rewound[0]] + list(delta.token_ids)
+        keep = _keep(state.ids, target, state.kept)
+        pool.truncate(state, keep)
+        return _todo(pool, state, target)
     if delta.discard and not delta.reset and adopted is None:
         pool.discard(state, *delta.discard)
     unfed, state.unfed = state.unfed, []
@@ -51,6 +61,10 @@ def plan_turn(pool: SequencePool, state: SessionState, request: GenerationReques
         target = prompt_ids(request, vocab)
         keep = _keep(state.ids, target, state.kept)
     pool.truncate(state, keep)
+    return _todo(pool, state, target)
+
+
+def _todo(pool: SequencePool, state: SessionState, target: list[int]) -> list[int]:
     todo = target[len(state.ids):]  # all of it if the memory could not be cut (recurrent models)
     if not todo and state.ids:  # nothing new: feed the last id again for its logits
         todo = [state.ids[-1]]

@@ -52,8 +52,7 @@ class PrefixReuse:
         if state.exact < BLOCK:
             self._forget(state)
             return
-        state.orphan = True
-        state.unfed = []
+        state.orphan = True  # its unfed ids stay: canonical ids of a drift rewind get settled all the same
         self.orphans.add(state)
         self.index.put(state)
 

@@ -37,6 +37,9 @@ class SessionState:
     tick: int = 0  # last use, for the LRU
     expected_until: float = 0.0  # its answer called tools: the client comes back with the results before then
     version: int = 0  # bumped whenever ids are cut or replaced (the prefix index re-hashes them then)
+    #: the session's drift rewind (start, count) applied when its answer was committed (:meth:`.steps.Steps._rewind`):
+    #: ids from ``start`` hold the canonical encoding, and the next turn's discard of that range is done already
+    rewound: tuple[int, int] | None = None
 
     @property
     def exact(self) -> int:
@@ -59,10 +62,12 @@ class SessionState:
             self.decoded_at = None
         if self.shifted_at is not None and self.shifted_at >= keep:
             self.shifted_at = None
+        if self.rewound is not None and self.rewound[0] > keep:
+            self.rewound = None
         self.version += 1
 
     def reset(self) -> None:
-        self.ids, self.unfed, self.decoded_at, self.shifted_at = [], [], None, None
+        self.ids, self.unfed, self.decoded_at, self.shifted_at, self.rewound = [], [], None, None, None
         self.version += 1
 
     @property
@@ -156,10 +161,12 @@ class SequencePool:
         blob = self.host.take(state)
         if blob is None:
             return not state.ids
-        ids, decoded, shifted = state.ids, state.decoded_at, state.shifted_at
+        ids, unfed, decoded, shifted, rewound = state.ids, state.unfed, state.decoded_at, state.shifted_at, \
+            state.rewound
         if not self.load(state, blob, len(ids)):
             return False
-        state.ids, state.decoded_at, state.shifted_at = ids, decoded, shifted
+        state.ids, state.unfed, state.decoded_at, state.shifted_at, state.rewound = ids, unfed, decoded, shifted, \
+            rewound
         return True
 
     def load(self, state: SessionState, blob: bytes | bytearray | memoryview, n_held: int) -> bool:

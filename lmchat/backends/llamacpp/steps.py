@@ -99,42 +99,64 @@ class Steps:
         return take
 
     def unsettled_states(self) -> list[SessionState]:
-        """The idle resident states whose cache holds decoded tokens (a context shift is the session's own
-        approximation: not settled)."""
-        return [s for s in self.pool.owner if s is not None and s.job is None and s.decoded_at is not None
-                and s.shifted_at is None and len(s.ids) >= 2]
+        """The idle resident states whose cache holds decoded tokens, or lacks canonical ids a drift rewind
+        left to feed (a context shift is the session's own approximation: not settled)."""
+        return [s for s in self.pool.owner if s is not None and s.job is None and s.shifted_at is None
+                and (s.decoded_at is not None and len(s.ids) >= 2 or len(s.unfed) >= 2)]
 
     def unsettled(self) -> SessionState | None:
         """The one to settle first: the one used last."""
         return max(self.unsettled_states(), key=lambda s: s.tick, default=None)
 
     def _settle(self, limit: int | None) -> None:
-        """Prefill again the decoded tail of :meth:`unsettled` (at most ``limit`` ids, None: any), in chunks
-        of two ids or more, each in a ``llama_decode`` of its own (see the module docstring)."""
+        """Prefill again the decoded tail of :meth:`unsettled` and the ids it lacks but the one sampled last
+        (at most ``limit`` ids, None: any), in chunks of two ids or more, each in a ``llama_decode`` of its own
+        (see the module docstring)."""
         state = self.unsettled()
         if state is None:
             return
-        start = min(state.decoded_at, len(state.ids) - 2)
-        if limit is not None and len(state.ids) - start > limit:
+        ids = state.ids + state.unfed[:-1]
+        start = min(len(state.ids) if state.decoded_at is None else state.decoded_at, len(ids) - 2)
+        if limit is not None and len(ids) - start > limit:
             return  # a long answer waits for an idle engine rather than stall the decoders
         if not self._L.llama_memory_seq_rm(self.pool.mem, state.seq, start, -1):
             self.pool.clear(state)  # a memory that cannot cut a sequence (recurrent models): nothing to keep
             return
+        del state.ids[start:]  # the sequence holds exactly its ids at every step (a failed batch clears it)
         pos = start
-        while pos < len(state.ids):
-            left = len(state.ids) - pos
+        while pos < len(ids):
+            left = len(ids) - pos
             take = min(left, self.n_batch)
             if left - take == 1:
                 take -= 1
             n = 0
             for i in range(take):
-                n = self._put(n, state.ids[pos + i], pos + i, state.seq, False)
+                n = self._put(n, ids[pos + i], pos + i, state.seq, False)
             if not self._run(n, []):
                 self.pool.clear(state)  # what the failed batch wrote is unknown
                 return
+            state.ids += ids[pos:pos + take]
             pos += take
-        self.settled += len(state.ids) - start
+        self.settled += len(ids) - start
         state.decoded_at = None
+        state.unfed = state.unfed[-1:]
+        self.index.put(state)  # the ids it was indexed under are unchanged: it only gains blocks
+
+    def _rewind(self, session_id: str, start: int, count: int, canonical: list[int]) -> None:
+        """The session's last answer met retokenization drift: from ``start`` its ``count`` ids (fed and
+        unfed) are not the canonical encoding of its text, ``canonical``, which the session holds instead
+        (docs/tokens.md). Swap them now, so the canonical ids get settled while the engine is idle and every
+        later prompt (the session's, a stateless client's resending the history, a branch's, a resumed
+        conversation's) finds them; the session's next turn then discards that range for nothing."""
+        state = self.sessions.get(session_id)
+        if state is None or state.seq is None or state.busy or state.shifted_at is not None \
+                or len(state.ids) + len(state.unfed) != start + count or not 0 < start <= len(state.ids):
+            return  # not what the session says the engine holds: its next turn's discard does it
+        if start < len(state.ids) and not self._L.llama_memory_seq_rm(self.pool.mem, state.seq, start, -1):
+            return
+        state.forget_tail(start)
+        state.unfed = list(canonical)
+        state.rewound = (start, count)
         self.index.put(state)
 
     def _run(self, n: int, jobs: list[Job]) -> bool:

