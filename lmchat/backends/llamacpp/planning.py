@@ -32,7 +32,9 @@ def plan_turn(pool: SequencePool, state: SessionState, request: GenerationReques
     held elsewhere (:mod:`.prefix`).
 
     ``adopted``: the turn's whole prompt, when the sequence holds another's ids (an orphan's, taken over):
-    counts say nothing then (the session's ``held`` may equal them by chance), only ids do.
+    counts say nothing then (the session's ``held`` may equal them by chance), only ids do. The same once
+    the engine applied a drift rewind itself (:attr:`SessionState.rewound`): the delta that discards that
+    range is matched by ids; any other turn takes the whole prompt.
     """
     delta = request.delta
     rewound, state.rewound = state.rewound, None
@@ -46,7 +48,10 @@ def plan_turn(pool: SequencePool, state: SessionState, request: GenerationReques
         pool.truncate(state, keep)
         return _todo(pool, state, target)
     if delta.discard and not delta.reset and adopted is None:
-        pool.discard(state, *delta.discard)
+        if rewound is None:
+            pool.discard(state, *delta.discard)
+        else:  # past the rewind the sequence no longer holds what the session counts on: cut, never shift
+            pool.truncate(state, min(delta.discard[0], rewound[0]))
     unfed, state.unfed = state.unfed, []
     if adopted is not None:
         target = adopted
@@ -54,7 +59,7 @@ def plan_turn(pool: SequencePool, state: SessionState, request: GenerationReques
     elif delta.token_ids is not None and delta.reset:
         target = list(delta.token_ids)
         keep = _keep(state.ids, target, state.exact)
-    elif delta.token_ids is not None and request.held == len(state.ids) + len(unfed):
+    elif delta.token_ids is not None and request.held == len(state.ids) + len(unfed) and rewound is None:
         target = state.ids + unfed + list(delta.token_ids)
         keep = state.kept
     else:
