@@ -69,8 +69,11 @@ def test_a_chain_of_five_responses_is_one_session_extended_a_delta_at_a_time(ser
         session = api.get(f"/sessions/{session_of(ids[0])}").json()
         items = ResponseItemList.model_validate(api.get(f"/responses/{ids[3]}/input_items").json())
     assert session["turns"] == 5 and session["messages"][0] == {"role": "system", "content": "Be brief."}
-    assert [i.content[0].text for i in items.data] == ["question 3"]
-    assert [i.content[0].text for i in client.responses.input_items.list(ids[3], order="asc")] == ["question 3"]
+    # the items the response was generated from: the chain's earlier turns too, newest first
+    assert [i.content[0].text for i in items.data] == ["question 3", "question 2", "question 2", "question 1",
+                                                       "question 1", "question 0", "question 0"]
+    assert [i.role for i in client.responses.input_items.list(ids[3], order="asc")][:3] == ["user", "assistant",
+                                                                                           "user"]
     assert client.responses.retrieve(ids[4]).output_text == "question 4"
 
 

@@ -44,7 +44,8 @@ def test_sigkill_mid_response_keeps_every_stored_response_and_conversation(tmp_p
         c = client(second)
         assert c.responses.retrieve(two.id).output_text == "second question"
         assert c.responses.retrieve(one.id).instructions == "Be brief."
-        assert [i.content[0].text for i in c.responses.input_items.list(two.id)] == ["second question"]
+        assert [i.content[0].text for i in c.responses.input_items.list(two.id)] == [
+            "second question", "first question", "first question"]
         # the interrupted turn never committed: the second response is still the chain's latest, so the chain
         # goes on in its session; the new engine holds nothing, so everything is prefilled again
         three = c.responses.create(model="m", instructions="Be brief.", input="third question",

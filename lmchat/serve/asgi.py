@@ -94,6 +94,8 @@ def invalid_body(errors: list[Any]) -> ApiError:
         detail = (first.get("ctx") or {}).get("error", "")
         return ApiError(400, f"the body is not valid JSON: {detail}".rstrip(": "), code="invalid_json")
     loc = [p for p in first.get("loc", ()) if p != "body"]
+    if loc[:1] == ["query"]:  # a query parameter is named as OpenAI names it: ``limit``, not ``query.limit``
+        loc = loc[1:]
     param = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".") or None
     return ApiError(400, f"{param or 'body'}: {first.get('msg', 'invalid value')}", param=param,
                     code="invalid_value")

@@ -9,7 +9,10 @@ says what kind of session it is (``responses`` or ``conversation``), ``head``
 (1 when its first message is the system prompt of ``instructions`` or the
 template's default, which is no item), and for conversations the items added
 and not yet sent (``queue``), deleted items (``removed``) and which responses
-a deletion cut (``cuts``), and the responses deleted (``deleted``).
+a deletion cut (``cuts``), and the responses deleted (``deleted``). A branch's
+``origin`` names the items it was forked with (:class:`Names`): they keep the
+ids they had in the chain or conversation they came from, so that a
+response's input items (its whole ancestry) read the same on every branch.
 
 ``previous_response_id`` naming the latest response of a ``responses``
 session extends it with the new input (a delta, O(turn)); naming an older
@@ -171,6 +174,59 @@ def count_below(removed: list[int], serial: int) -> int:
     return serial - bisect.bisect_left(removed, serial)
 
 
+# ---------------------------------------------------------------------------------------------- item names
+class Names:
+    """The ids of a session's items: item ``i`` is named ``(sid, serial)``, as :mod:`.items` spells it.
+
+    A branch's first items are copies of its ancestry's, and keep the ids they were returned with: ``origin``
+    lists them as runs ``[sid, first serial, count]`` (a conversation's deleted items split its runs). The
+    session's own items follow, numbered by :class:`~.items.Serials`. Stored with the branch, so that its names
+    do not depend on its ancestors still being there, or unchanged.
+    """
+
+    def __init__(self, sid: str, origin: list | None, removed: list[int] | None):
+        self.sid, self.origin, self.serials = sid, origin or [], Serials(removed)
+        self.removed = self.serials.removed
+        self.starts, self.inherited = [], 0  # where each run starts; how many items the origin names
+        for _, _, count in self.origin:
+            self.starts.append(self.inherited)
+            self.inherited += count
+
+    def of(self, i: int) -> tuple[str, int]:
+        """(session id, serial) of item ``i``."""
+        if i < self.inherited:
+            j = bisect.bisect_right(self.starts, i) - 1
+            sid, serial, _ = self.origin[j]
+            return sid, serial + i - self.starts[j]
+        return self.sid, self.serials.serial(i)
+
+    def index(self, sid: str, serial: int) -> int | None:
+        """Where the item ``(sid, serial)`` is (a deleted own item: where the next one is), None: not here."""
+        for start, (run_sid, first, count) in zip(self.starts, self.origin):
+            if run_sid == sid and first <= serial < first + count:
+                return start + serial - first
+        if sid != self.sid:
+            return None
+        at = count_below(self.removed, serial)
+        return at if at >= self.inherited else None
+
+    def runs(self, n: int) -> list[list]:
+        """The origin of a branch holding the first ``n`` items: runs naming them as they are named here."""
+        runs, i = [], 0
+        for sid, first, count in self.origin:
+            if i == n:
+                break
+            runs.append([sid, first, min(count, n - i)])
+            i += runs[-1][2]
+        while i < n:
+            serial = self.serials.serial(i)
+            later = bisect.bisect_right(self.removed, serial)
+            gap = self.removed[later] - serial if later < len(self.removed) else n - i
+            runs.append([self.sid, serial, min(gap, n - i)])
+            i += runs[-1][2]
+        return runs
+
+
 # ---------------------------------------------------------------------------------------------- reads
 def read_response(k: int):
     """A reader (for ``mgr.inspect``) of response ``k``: its note and the session around it, or None."""
@@ -185,7 +241,8 @@ def read_response(k: int):
         latest = (extra["kind"] == "responses" and k == len(notes) - 1 and v.messages == m
                   and not extra.get("queue"))
         return {"version": v.version, "note": note, "m": m, "head": head, "stale": stale, "latest": latest,
-                "refs": _refs(notes), "template": v.session.template, "kind": extra["kind"], "notes": len(notes)}
+                "refs": _refs(notes), "template": v.session.template, "kind": extra["kind"], "notes": len(notes),
+                "origin": extra.get("origin"), "removed": removed}
 
     return read
 
@@ -249,7 +306,9 @@ def _aside(mgr, who: str | None, previous: str, info: dict) -> Plan:
 def _branch(mgr, who: str | None, previous: str, info: dict, key: str | None) -> Plan:
     """A new session holding the conversation up to the response ``previous`` (``info`` describes it); with an
     Idempotency-Key its id derives from the key, so that a retry finds it (:func:`replayed`)."""
-    sid, extra = parse_response_id(previous)[0], {"kind": "responses", "head": info["head"]}
+    sid = parse_response_id(previous)[0]
+    origin = Names(sid, info["origin"], info["removed"]).runs(info["m"] - info["head"])
+    extra = {"kind": "responses", "head": info["head"], "origin": origin}
     try:
         branch = mgr.fork(sid, new_sid(key, who, branch_of=previous), who, at=info["m"], extra=extra)
     except SessionExists:  # an earlier attempt made the branch but its turn never landed: start another

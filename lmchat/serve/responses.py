@@ -13,7 +13,7 @@ turn does not start is ended again.
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -236,36 +236,50 @@ async def delete_response(rid: str, request: Request, who: str | None = Depends(
 
 def walk(v, sid: str, lo: int, hi: int, desc: bool, after: str | None):
     """The items of messages ``[lo, hi)`` (item indices: the session's messages after its head, then a
-    conversation's queue), in order or reversed, from the message of ``after`` on."""
+    conversation's queue), in order or reversed, from the message of ``after`` on; named as
+    :class:`~.chains.Names` says (a branch's first items keep their ancestry's ids)."""
     extra = v.extra
-    head, removed, queue = extra.get("head", 0), extra.get("removed") or [], extra.get("queue") or []
-    serials, held = Serials(removed), v.messages - head
+    head, queue = extra.get("head", 0), extra.get("queue") or []
+    names, held = chains.Names(sid, extra.get("origin"), extra.get("removed")), v.messages - head
     indices = range(hi - 1, lo - 1, -1) if desc else range(lo, hi)
     if after is not None:
         found = parse_item_id(after)
-        at = chains.count_below(removed, found[1]) if found and found[0] == sid else None
+        at = names.index(*found) if found else None
         if at is None or not lo <= at < hi:
             return
         indices = range(at, lo - 1, -1) if desc else range(at, hi)
     for i in indices:
         message = v.slice(head + i, head + i + 1)[0] if i < held else queue[i - held]
-        items = message_items(sid, serials.serial(i), message, v.session.template, v.session.tools)
+        items = message_items(*names.of(i), message, v.session.template, v.session.tools)
         yield from reversed(items) if desc else items
+
+
+#: OpenAI's ``include`` values (``ResponseIncludable``): accepted, none adds anything to a text model's items
+INCLUDABLE = ("file_search_call.results", "web_search_call.results", "web_search_call.action.sources",
+              "message.input_image.image_url", "computer_call_output.output.image_url",
+              "code_interpreter_call.outputs", "reasoning.encrypted_content", "message.output_text.logprobs")
 
 
 @router.get("/v1/responses/{rid}/input_items")
 async def input_items(rid: str, request: Request, limit: int = Query(20, ge=1, le=100),
-                      order: str = Query("desc", pattern="^(asc|desc)$"), after: str | None = None,
+                      order: Literal["asc", "desc"] = "desc", after: str | None = None,
                       who: str | None = Depends(owner)):
+    """The items the response was generated from, as OpenAI lists them: its whole ancestry (the chain of
+    ``previous_response_id``, or the conversation, before it, their answers included) and its own input."""
+    # the openai client sends a list as ``include[]=...``; a hand-written query may say ``include=...``
+    query = request.query_params
+    for i, value in enumerate(query.getlist("include[]") + query.getlist("include")):
+        if value not in INCLUDABLE:
+            raise bad(f"include[{i}]", f"{value[:100]!r} is not one of {', '.join(INCLUDABLE)}")
+
     def reader(sid: str, k: int):
         def read(v):
             info = chains.read_response(k)(v)
             if info is None:
                 return None
-            removed = v.extra.get("removed") or []
-            lo, hi = chains.count_below(removed, info["note"]["s"]), chains.count_below(removed, info["note"]["e"] - 1)
-            return page(walk(v, sid, lo, hi, order == "desc", after), limit, after)
+            # everything before the response's answer: the session is the response's ancestry up to it
+            hi = chains.count_below(info["removed"], info["note"]["e"] - 1)
+            return page(walk(v, sid, 0, hi, order == "desc", after), limit, after)
         return read
 
     return JSONResponse(await blocking(_found, request.app.state.manager, rid, who, reader))
-
