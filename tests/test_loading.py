@@ -100,7 +100,7 @@ def test_lmdeploy_config_starts_from_a_registered_template():
         ({"tool": "<|tool|>"}, "tool", "not supported"),
         ({"roles": {}}, "roles", "unknown LMDeploy chat template field"),
         ({"model_name": None}, "model_name", "missing"),
-        ({"model_name": "vicuna"}, "system", "is an XTuner template"),
+        ({"model_name": "internlm_chat"}, "system", "is an XTuner template"),  # a name LMDeploy lacks
     ],
 )
 def test_lmdeploy_config_errors_name_the_field_and_file(tmp_path, change, field, needle):

@@ -28,6 +28,7 @@ from ..registry import canonical_name, defaults_class, get_template, register, t
 from ..templates.affix import AffixTemplate
 from ..templates.base import BaseTemplate
 from ..templates.fields import with_overrides
+from ..templates.lmdeploy_twins import LMDEPLOY_TWINS
 from ..templates.xtuner import XTUNER_KEYS, XTunerTemplate
 from .jinja_files import named_templates
 
@@ -96,6 +97,9 @@ def template_from_lmdeploy_config(data: dict, source: str | None = None) -> Base
     to start from, the other fields override it, and null means "keep the
     default". An unregistered ``model_name`` starts from a plain
     :class:`AffixTemplate` (with no meta instruction unless one is given).
+    ``vicuna``, ``wizardlm`` and ``baichuan2``, which lmchat registers from
+    XTuner's dicts, name LMDeploy's own templates here, with LMDeploy's
+    fields (:mod:`lmchat.templates.lmdeploy_twins`).
     """
     if not isinstance(data, dict):
         raise TemplateConfigError(f"expected a JSON object, got {type(data).__name__}", source=source)
@@ -116,10 +120,14 @@ def template_from_lmdeploy_config(data: dict, source: str | None = None) -> Base
     if fields.get("capability", "chat") not in ("chat", "completion"):
         reason = f"must be 'chat' or 'completion', got {fields['capability']!r}"
         raise TemplateConfigError(reason, field="capability", source=source)
-    try:
-        cls = template_class(model_name)
-    except UnknownTemplate:
-        cls = _plain_class(model_name)
+    if model_name in LMDEPLOY_TWINS:
+        # LMDeploy's template of this name, not lmchat's XTuner one: the config was written for LMDeploy
+        cls = LMDEPLOY_TWINS[model_name]
+    else:
+        try:
+            cls = template_class(model_name)
+        except UnknownTemplate:
+            cls = _plain_class(model_name)
     given = [key for key in AFFIXES if key in fields]
     if given and issubclass(cls, XTunerTemplate):
         # XTuner templates render from their own format strings: the affixes would be ignored

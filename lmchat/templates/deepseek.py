@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from ..errors import InvalidMessages
+from ..messages import normalize_messages, text
 from ..registry import template
 from .affix import AffixTemplate
 from .base import BaseTemplate, stops
@@ -288,6 +289,14 @@ class DeepSeekR1Distill(DeepSeekV3):
     after an answer is a reset (as with QwQ). R1's own later Hub revisions add
     the same ``<think>\\n``; ``lmchat check --template deepseek-r1 --jinja FILE``
     shows where a file differs.
+
+    ``decorate_prompt(prompt, sequence_start=False)`` (and ``get_prompt``,
+    ``messages2prompt(..., sequence_start=False)``) return LMDeploy's
+    ``deepseek-r1`` continuation, for an engine that keeps its KV as the model
+    wrote it, reasoning included, as LMDeploy's interactive mode did:
+    ``<｜User｜>{prompt}<｜Assistant｜>``, with no eos before it and no
+    ``<think>\\n`` after it (see :meth:`_continuation`). A :class:`Session`
+    still resets after an answer: it keeps what the rendered history says.
     """
 
     official = "deepseek-ai__DeepSeek-R1-Distill-Qwen-32B"
@@ -314,3 +323,35 @@ class DeepSeekR1Distill(DeepSeekV3):
     def tail(self, chat: Chat) -> str:
         tail = super().tail(chat)
         return tail + "<think>\n" if tail == self.assistant else tail
+
+    def _continuation(self, messages, *, tools=None, date=None, **template_kwargs) -> str:
+        """LMDeploy's ``deepseek-r1`` template with ``sequence_start=False``, byte for byte.
+
+        lmchat's own rule (the rest of the full rendering after the held
+        exchange) has no answer here: the generation prompt opens ``<think>\\n``,
+        which the rendered history drops. LMDeploy (v0.7.0.post2 to v0.9.2,
+        lmdeploy/model.py: ``DeepseekR1`` on ``DeepseekV3`` on
+        ``BaseChatTemplate``) continues instead with each message as
+        ``box + content + end`` and then ``<｜Assistant｜>``: its separator is
+        empty, so no eos precedes the turn, and its ``<think>\\n`` is added to
+        a first turn only. An answer keeps its reasoning, as the engine does;
+        a final answer is left open, as LMDeploy leaves it. ``tools``, ``date``
+        and template kwargs change nothing, as in the full rendering.
+        """
+        messages = normalize_messages(messages)
+        if not messages:
+            raise InvalidMessages("empty conversation: at least one message is required")
+        # LMDeploy's box_map / eox_map with DeepseekV3's values: eoa + separator is the eos either way
+        box = {"system": self.system, "user": self.user, "assistant": self.assistant, "tool": ""}
+        end = {"system": self.eosys, "user": self.eoh, "assistant": self.eoa + self.separator, "tool": ""}
+        parts = []
+        for i, message in enumerate(messages):
+            role = message["role"]
+            if role not in box:
+                raise InvalidMessages(f"role {role!r} is not supported by LMDeploy's deepseek-r1 continuation "
+                                      "(supported: system, user, assistant, tool)", index=i, field="role")
+            parts.append(box[role] + text(message, i) + end[role])
+        out = "".join(parts)
+        if messages[-1]["role"] == "assistant" and end["assistant"]:
+            return out[:-len(end["assistant"])]  # LMDeploy leaves a final answer open for the model to go on
+        return out + self.assistant
