@@ -66,3 +66,23 @@ def test_resume_restores_the_conversations_kv_from_disk(tmp_path):
     assert restored[2] == "a KV file on disk" and int(restored[0]) == int(restored[1]) - 1
     # and the turn after: the whole conversation before it (its own answer too, once the engine settled it)
     assert after[2] == "this session's own sequence" and int(after[0]) >= int(restored[1])
+
+
+def test_a_long_conversation_drops_its_oldest_turns_within_one_limit(tmp_path):
+    """The REPL's one session gets the whole --ctx (not a quarter of it), and a conversation longer than that
+    goes on: the oldest turns are dropped (with a notice), the system prompt stays, and the toolbar's count,
+    /show context and the engine keep to the one limit, also after /template."""
+    env = {**os.environ, "LMCHAT_DATA_DIR": str(tmp_path)}
+    story = "Tell me about the river. " + "It flows past the old mill and the bridge. " * 10
+    lines = ["/set max_new_tokens 16", *[f"{n}. {story}" for n in range(6)], "/show context", "/template smollm2",
+             "/show context", "and after the switch?", "/show context"]
+    out = subprocess.run([sys.executable, "-m", "lmchat", "chat", "--threads", "1", "--store", "memory", "--ctx", "512",
+                          "--system", "You are a geographer."], input="".join(line + "\n" for line in lines),
+                         capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr[-1500:]
+    assert re.search(r"\[context full \(512 tokens\): the \d+ oldest messages were dropped", out.stderr), out.stderr
+    limits = re.findall(r"\[(\d+) of (\d+) tokens held; when it is full the oldest turns are dropped", out.stderr)
+    assert len(limits) == 3 and {total for _, total in limits} == {"512"}, out.stderr
+    assert all(int(held) <= 512 for held, _ in limits)
+    contexts = out.stdout.split("<|im_start|>system\nYou are a geographer.<|im_end|>")  # the system prompt stays
+    assert len(contexts) == 4 and "5. Tell me" in contexts[1] and "0. Tell me" not in contexts[1]

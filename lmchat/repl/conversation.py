@@ -16,13 +16,14 @@ from collections.abc import Callable
 from typing import Any
 
 from ..backends.base import Backend, SamplingParams, engine_id, model_sampling
-from ..errors import LmchatError, SessionError, StoreConflict
+from ..errors import LmchatError, SessionError, SessionLengthExceeded, StoreConflict
 from ..session import Delta, Session, edits
 from ..stores import VERSION_KEY, SessionStore
 from ..stores.base import Summary
 from ..templates.base import BaseTemplate
 from ..repetition import RepetitionGuard
 from . import settings
+from .context import DEFAULT_OVERFLOW, ContextFull, advice, dropped_notice
 from ..turns import Turn
 from .streaming import Outcome, interrupt_flag, stream
 
@@ -69,13 +70,13 @@ class Conversation:
 
     def __init__(self, session: Session, backend: Backend, store: SessionStore, out, *,
                  tokenizer: Any = None, version: int = 0):
-        self.session = session
         self.backend = backend
+        self.overrides: dict[str, Any] = {}  # /set values; the rest comes from the template
+        self.session = self._fitted(session)
         self.store = store
         self.out = out
         self.tokenizer = tokenizer
         self.version = version  # the stored version of this session (0: not stored yet)
-        self.overrides: dict[str, Any] = {}  # /set values; the rest comes from the template
         self.debug = False
         self.failures = 0  # inputs that ended in an error (piped mode exits 1 if any)
         self.last_delta: Delta | None = None
@@ -85,6 +86,21 @@ class Conversation:
     @property
     def params(self) -> SamplingParams:
         return settings.sampling(self.session.template, {**model_sampling(self.backend), **self.overrides})
+
+    @property
+    def overflow(self) -> str:
+        """What a turn that does not fit does: ``/set overflow``, else the REPL's default (see :mod:`.context`)."""
+        return self.overrides.get("overflow", DEFAULT_OVERFLOW)
+
+    def _fitted(self, session: Session) -> Session:
+        """``session`` with this chat's overflow policy and the one limit the toolbar, ``/show`` and the engine
+        agree on: all a backend that says how much one session can hold gives it (the REPL's only session),
+        whatever the session was stored or templated with; else the template's."""
+        limit = getattr(self.backend, "session_len", None)
+        if limit:
+            session.session_len = limit
+        session.overflow = self.overflow
+        return session
 
     # ------------------------------------------------------------------ turns
     def ask(self, text: str) -> None:
@@ -111,9 +127,16 @@ class Conversation:
         with interrupt_flag() as interrupted:
             try:
                 turn = Turn(self, start, self.params, guard=RepetitionGuard())
+            except SessionLengthExceeded as exc:
+                self.discard(sent=False)
+                raise ContextFull(advice(exc, self.overflow)) from None
             except BaseException:
                 self.discard(sent=False)  # nothing was sent
                 raise
+            if turn.delta.dropped:
+                session = self.session
+                self.out.info(dropped_notice(turn.delta.dropped, session.session_len,
+                                             "tokens" if session.counts_tokens else "characters"))
             self.last_delta = turn.delta
             self.cached = True
             if self.debug:
@@ -148,7 +171,7 @@ class Conversation:
     def replace(self, session: Session, version: int = 0) -> None:
         """Continue with another session (edited, forked, loaded) and save it."""
         self.cached = self.cached and session.session_id == self.session.session_id
-        self.session, self.version = session, version
+        self.session, self.version = self._fitted(session), version
         self.last_delta = self.last = None
         self.save()
 
@@ -195,6 +218,7 @@ class Conversation:
     def restore_settings(self, data: dict) -> None:
         """Take the /set values saved with ``data`` (invalid ones are reported and ignored)."""
         self.overrides, problems = settings.restored(data)
+        self._fitted(self.session)
         for line in problems:
             self.out.error(line)
 

@@ -1,7 +1,8 @@
 """What ``/set`` can change, how each value is read and checked, and how it is saved with the session.
 
 Values override the template's bundled sampling settings for this session
-only; they are saved with it (under ``"chat"`` in the stored snapshot) and
+only (``overflow`` is the session's overflow policy, not a sampling setting:
+what a turn that does not fit in the context does); they are saved with it (under ``"chat"`` in the stored snapshot) and
 come back with ``--resume``. ``stop`` adds stop words to the template's own,
 which always stay (a model that emits its end marker must stop there).
 """
@@ -16,6 +17,7 @@ import attrs
 
 from ..backends.base import SamplingParams
 from ..errors import LmchatError
+from ..session import OVERFLOW_POLICIES
 
 SNAPSHOT_KEY = "chat"
 
@@ -52,6 +54,15 @@ def _stops(raw: Any) -> tuple[str, ...]:
     return words
 
 
+def _overflow(raw: Any) -> str:
+    if raw not in OVERFLOW_POLICIES:
+        raise ValueError
+    return raw
+
+
+_overflow.rule = ("shift (drop the oldest turns from the engine's cache, the system prompt stays), truncate "
+                  "(the same, resending the rest) or error (refuse the turn)")
+
 _stops.rule = 'a stop word, or a JSON list of them (["###", "User:"]); added to the template\'s'
 
 #: name -> parser (raises ValueError); ``parser.rule`` says what is expected
@@ -63,7 +74,10 @@ SETTINGS: dict[str, Callable[[Any], Any]] = {
     "max_new_tokens": _number(int, lambda v: v >= 1, ">= 1"),
     "seed": _number(int, lambda v: v >= 0, ">= 0 (sampling repeats with the same seed)"),
     "stop": _stops,
+    "overflow": _overflow,
 }
+#: the settings that are not sampling parameters
+SESSION_SETTINGS = ("overflow",)
 
 
 def parse(name: str, raw: Any) -> Any:
@@ -77,7 +91,7 @@ def parse(name: str, raw: Any) -> Any:
 
 def sampling(template, overrides: Mapping[str, Any]) -> SamplingParams:
     """The template's sampling settings with the session's overrides."""
-    values = {k: v for k, v in overrides.items() if k != "stop"}
+    values = {k: v for k, v in overrides.items() if k != "stop" and k not in SESSION_SETTINGS}
     params = SamplingParams.from_template(template, **values)
     extra = overrides.get("stop") or ()
     return attrs.evolve(params, stop=tuple(dict.fromkeys((*params.stop, *extra)))) if extra else params

@@ -1,0 +1,167 @@
+"""How much context the REPL's one session gets, and what it says when a turn does not fit.
+
+``lmchat chat`` runs one conversation, so on the llamacpp backend it asks for one resident
+sequence holding the whole context: the model's trained length (read from the GGUF header,
+without loading the model), bounded so that its KV cache takes at most half the memory
+available. ``lmchat serve`` keeps its own defaults (several sessions sharing the context).
+
+When a turn does not fit, the REPL's default overflow policy (``shift``) drops the oldest
+exchanges, keeping the system prompt, and says so; ``/set overflow error`` asks instead. Every
+message about a full context ends with what the user can do about it.
+"""
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+
+import attrs
+
+from ..errors import LmchatError, SessionLengthExceeded
+
+#: the REPL's overflow policy unless ``/set overflow`` says otherwise (Ollama and llama-server shift too)
+DEFAULT_OVERFLOW = "shift"
+#: never less than the backend's own default per sequence (small machines still get that much)
+FLOOR = 4096
+#: the KV cache may take this share of the memory available when the REPL starts
+MEMORY_SHARE = 0.5
+#: f16 keys and values: llama.cpp's default cache type
+KV_BYTES = 2
+
+
+@attrs.frozen
+class ContextChoice:
+    """The context the REPL asks the engine for, and the sentence that says why (shown at start)."""
+
+    tokens: int
+    why: str
+
+
+def choose_context(model: Path, available: int | None = None) -> ContextChoice | None:
+    """The whole context for one session of the GGUF at ``model`` (None when its header says too little)."""
+    try:
+        info = gguf_fields(model)
+    except (OSError, ValueError, struct.error):
+        return None  # llama.cpp will say what is wrong with the file
+    train, per_token = info.get("context_length"), kv_bytes_per_token(info)
+    if not isinstance(train, int) or train <= 0:
+        return None
+    available = memory_available() if available is None else available
+    if per_token and available and train * per_token > MEMORY_SHARE * available:
+        bound = max(min(FLOOR, train), int(MEMORY_SHARE * available / per_token) // 256 * 256)
+        if bound < train:
+            return ContextChoice(bound, f"the model was trained on {train}, whose KV cache would take "
+                                        f"{_gib(train * per_token)} of the {_gib(available)} of memory available")
+    return ContextChoice(train, "the model's trained length")
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def memory_available() -> int | None:
+    """Bytes of memory available now (Linux: MemAvailable), or None when unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def kv_bytes_per_token(info: dict) -> int | None:
+    """What one token of context costs in the KV cache (all layers, keys and values), or None if unknown."""
+    layers, embd, heads = info.get("block_count"), info.get("embedding_length"), info.get("attention.head_count")
+    kv_heads = info.get("attention.head_count_kv", heads)
+    if not all(isinstance(v, int) and v > 0 for v in (layers, embd)) or not heads:
+        return None
+    head_dim = embd // (heads if isinstance(heads, int) else max(heads))
+    k_dim, v_dim = info.get("attention.key_length", head_dim), info.get("attention.value_length", head_dim)
+    per_layer = kv_heads if isinstance(kv_heads, list) else [kv_heads] * layers  # an array: one value a layer
+    return sum(int(h) * (k_dim + v_dim) for h in per_layer) * KV_BYTES
+
+
+# ------------------------------------------------------------------ the GGUF header
+_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+_STRING, _ARRAY = 8, 9
+_NEEDED = ("context_length", "block_count", "embedding_length", "attention.head_count")
+_WANTED = (*_NEEDED, "attention.head_count_kv", "attention.key_length", "attention.value_length")
+
+
+def gguf_fields(path: Path) -> dict:
+    """The architecture's size fields of a GGUF file (``context_length``, ``block_count``...), read from its
+    header only: the reading stops at the vocabulary (``tokenizer.*``, tens of thousands of strings) once the
+    fields needed are seen, as they are in practice (the architecture's keys come first)."""
+    out: dict = {}
+    with open(path, "rb") as f:
+        if f.read(4) != b"GGUF":
+            raise ValueError(f"{path} is not a GGUF file")
+        version, _tensors, count = struct.unpack("<IQQ", f.read(20))
+        if version < 2:
+            raise ValueError(f"{path}: GGUF version {version} is not read here")
+        arch = None
+        for _ in range(count):
+            key = _string(f)
+            if key.startswith("tokenizer.") and all(k in out for k in _NEEDED):
+                break
+            value = _value(f, struct.unpack("<I", f.read(4))[0])
+            if key == "general.architecture":
+                arch = value
+            elif arch and key.startswith(arch + ".") and key[len(arch) + 1:] in _WANTED:
+                out[key[len(arch) + 1:]] = value
+    return out
+
+
+def _string(f) -> str:
+    (n,) = struct.unpack("<Q", f.read(8))
+    return f.read(n).decode("utf-8", "replace")
+
+
+def _value(f, kind: int):
+    if kind in _SCALARS:
+        fmt = "<" + _SCALARS[kind]
+        return struct.unpack(fmt, f.read(struct.calcsize(fmt)))[0]
+    if kind == _STRING:
+        return _string(f)
+    if kind == _ARRAY:
+        item, n = struct.unpack("<IQ", f.read(12))
+        if item in _SCALARS:
+            fmt = "<" + _SCALARS[item]
+            size = struct.calcsize(fmt)
+            if n > 4096:  # the vocabulary's scores and types: skipped, never read
+                f.seek(n * size, 1)
+                return None
+            return list(struct.unpack(f"<{n}{_SCALARS[item]}", f.read(n * size)))
+        values = [_value(f, item) for _ in range(n)]
+        return values if n <= 4096 else None
+    raise ValueError(f"unknown GGUF value type {kind}")
+
+
+# ------------------------------------------------------------------ when a turn does not fit
+class ContextFull(LmchatError, ValueError):
+    """A turn does not fit in the session's context; the message says by how much and what to do."""
+
+
+def advice(exc: SessionLengthExceeded, policy: str) -> str:
+    """``exc``'s message and what to do about it, which depends on the overflow policy that raised it."""
+    if policy == "error":
+        todo = ("/set overflow shift drops the oldest turns to make room (the system prompt stays), "
+                "/reset starts over")
+    else:  # even with every earlier turn dropped the new message and its answer do not fit
+        todo = "the message and its answer alone do not fit: send a shorter one"
+    todo += (f", /set max_new_tokens below {exc.max_new_tokens} leaves less room for the answer"
+             if exc.max_new_tokens else "")
+    if exc.unit == "tokens":
+        todo += ", or restart with a larger context (lmchat chat --resume --ctx TOKENS)"
+    return f"{exc}: {todo}"
+
+
+def dropped_notice(count: int, limit: int, unit: str) -> str:
+    """What the REPL prints when the overflow policy dropped messages to fit the turn."""
+    return (f"[context full ({limit} {unit}): the {count} oldest messages were dropped, the system prompt stays; "
+            "/set overflow error asks instead]")
