@@ -15,12 +15,21 @@ class LmchatError(Exception):
 
 
 class InvalidMessages(LmchatError, ValueError):
-    """A conversation is malformed: names the message index and the field."""
+    """A conversation is malformed: names the message index and the field.
+
+    ``index`` counts the session's messages; ``first`` and ``added`` (set by the
+    checks of a turn's new messages) say where the messages a request added
+    begin and how many there are, so a server can name the request's own item
+    (``input[0]``) instead of the session's message (``messages[6]``).
+    ``index`` None: ``field`` is a field of the request, not of a message.
+    """
 
     def __init__(self, reason: str, *, index: int | None = None, field: str | None = None):
         self.reason = reason
         self.index = index
         self.field = field
+        self.first: int | None = None
+        self.added: int | None = None
         where = []
         if index is not None:
             where.append(f"messages[{index}]")
@@ -28,6 +37,14 @@ class InvalidMessages(LmchatError, ValueError):
             where.append(f"field {field!r}")
         prefix = (" ".join(where) + ": ") if where else ""
         super().__init__(prefix + reason)
+
+
+class TextTooLong(InvalidMessages):
+    """A text (message content, a system prompt, instructions) is over the size limit (``max_message_chars``)."""
+
+    def __init__(self, size: int, limit: int, *, index: int | None = None, field: str | None = None):
+        self.size, self.limit = size, limit
+        super().__init__(f"{size} characters is over the limit of {limit}", index=index, field=field)
 
 
 class TemplateRuleError(InvalidMessages):
@@ -115,11 +132,14 @@ class ModelMatchError(LmchatError, LookupError):
 class SessionLengthExceeded(LmchatError, ValueError):
     """A turn does not fit in ``session_len``: the tokens held, the new delta and the answer budget.
 
-    Distinct from an answer cut short by ``max_new_tokens`` (a finish reason, not an error).
+    Distinct from an answer cut short by ``max_new_tokens`` (a finish reason, not an error). ``field``: the
+    request field that does not fit, when it is not a session's messages (a raw completion's ``prompt``).
     """
 
-    def __init__(self, *, used: int, new: int, max_new_tokens: int, limit: int, unit: str = "tokens"):
+    def __init__(self, *, used: int, new: int, max_new_tokens: int, limit: int, unit: str = "tokens",
+                 field: str | None = None):
         self.used, self.new, self.max_new_tokens, self.limit, self.unit = used, new, max_new_tokens, limit, unit
+        self.field = field
         super().__init__(
             f"session length exceeded: {used} {unit} held + {new} new + {max_new_tokens} for the answer "
             f"= {used + new + max_new_tokens} > session_len {limit} ({unit})"

@@ -14,13 +14,16 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .errors import ConfigError, InvalidMessages, ToolsUnsupported
+from .errors import ConfigError, InvalidMessages, TextTooLong, ToolsUnsupported
 
 #: roles some supported family renders; anything else is a client error
 KNOWN_ROLES = frozenset(
     {"system", "developer", "user", "assistant", "tool", "ipython", "function", "environment", "observation"}
 )
 DEFAULT_MAX_CHARS = 1_000_000
+#: the most messages (or Responses input items) one request may carry
+MAX_MESSAGES = 100_000
+TOOL_CHOICES = ("none", "auto", "required")
 INJECTION_POLICIES = ("split", "reject", "allow")
 
 
@@ -73,8 +76,61 @@ def _check_content(message: dict, index: int, max_chars: int | None) -> None:
     else:
         raise InvalidMessages(f"expected text, got {type(content).__name__}", index=index, field="content")
     if max_chars is not None and size > max_chars:
-        raise InvalidMessages(f"content of {size} characters is over the limit of {max_chars}",
-                              index=index, field="content")
+        raise TextTooLong(size, max_chars, index=index, field="content")
+
+
+def check_text(text: str | None, field: str, max_chars: int | None = DEFAULT_MAX_CHARS) -> None:
+    """A text that becomes a message (a system prompt, Responses ``instructions``) under the limit message
+    content has: the same text is refused whichever field carries it."""
+    if text is not None and max_chars is not None and len(text) > max_chars:
+        raise TextTooLong(len(text), max_chars, field=field)
+
+
+def check_tool_choice(choice: Any, names: Sequence[str], chat: bool = True) -> None:
+    """``tool_choice`` must name a tool the request gives: ``'required'`` or a named function without it
+    would be an order the model cannot follow. ``chat``: the chat shape (``{"type": "function",
+    "function": {"name"}}``), else Responses' (``{"type": "function", "name"}``, ``allowed_tools``)."""
+    if choice is None or choice == "none" or choice == "auto":
+        return
+    if isinstance(choice, str):
+        if choice not in TOOL_CHOICES:
+            raise ConfigError(f"must be one of {', '.join(TOOL_CHOICES)} or a function, got {choice!r}",
+                              field="tool_choice")
+        if not names:
+            raise ConfigError(f"{choice!r} needs tools to choose from: the request gives none", field="tool_choice")
+        return
+    if not isinstance(choice, dict):
+        raise ConfigError("must be a string or an object", field="tool_choice")
+    if choice.get("type") == "allowed_tools" and not chat:
+        listed = choice.get("tools")
+        if not isinstance(listed, list) or not listed:
+            raise ConfigError("allowed_tools lists the tools the model may call", field="tool_choice.tools")
+        for i, tool in enumerate(listed):
+            name = tool.get("name") if isinstance(tool, dict) else None
+            _named(name, names, f"tool_choice.tools[{i}].name")
+        return
+    if choice.get("type") != "function":
+        raise ConfigError(f"only function tools can be chosen, got type {choice.get('type')!r}",
+                          field="tool_choice.type")
+    if chat:
+        fn = choice.get("function")
+        _named(fn.get("name") if isinstance(fn, dict) else None, names, "tool_choice.function.name")
+    else:
+        _named(choice.get("name"), names, "tool_choice.name")
+
+
+def _named(name: Any, names: Sequence[str], field: str) -> None:
+    if not isinstance(name, str) or not name:
+        raise ConfigError("names no tool: give the name of one of the request's tools", field=field)
+    if name not in names:
+        known = ", ".join(repr(n) for n in names) or "none"
+        raise ConfigError(f"no tool {name!r} in the request's tools (its tools: {known})", field=field)
+
+
+def tool_names(tools: Any) -> list[str]:
+    """The function names of OpenAI tool schemas (checked by :func:`validate_tools`)."""
+    return [t["function"]["name"] for t in tools or () if isinstance(t, dict) and isinstance(t.get("function"), dict)
+            and isinstance(t["function"].get("name"), str)]
 
 
 def _check_tool_calls(message: dict, index: int) -> list[str]:
@@ -108,9 +164,24 @@ def open_call_ids(history: Sequence[dict], added: Sequence[dict] = ()) -> set[st
     return None
 
 
+def located(exc: InvalidMessages, start: int, new: Iterable) -> InvalidMessages:
+    """``exc`` marked with where a request's new messages begin (``start``) and how many there are, which a
+    server needs to name the request's own field."""
+    if exc.first is None:
+        exc.first, exc.added = start, len(new) if isinstance(new, Sequence) else None
+    return exc
+
+
 def validate_messages(history: Sequence[dict], new: Iterable[dict], *, start: int,
                       max_chars: int | None = DEFAULT_MAX_CHARS) -> None:
     """Check normalised ``new`` messages appended after ``history`` (indices from ``start``)."""
+    try:
+        _validate_messages(history, new, start, max_chars)
+    except InvalidMessages as exc:
+        raise located(exc, start, new)
+
+
+def _validate_messages(history: Sequence[dict], new: Iterable[dict], start: int, max_chars: int | None) -> None:
     added: list[dict] = []  # history is not copied: a turn is O(turn)
     for k, message in enumerate(new):
         index = start + k
@@ -138,6 +209,13 @@ def injected_specials(messages: Iterable[dict], specials: Iterable[str], start: 
     """
     specials = sorted(set(specials), key=len, reverse=True)
     allowed = set(answer_markup)
+    try:
+        _injected(messages, specials, start, allowed)
+    except InvalidMessages as exc:
+        raise located(exc, start, messages)
+
+
+def _injected(messages: Iterable[dict], specials: list[str], start: int, allowed: set[str]) -> None:
     for k, message in enumerate(messages):
         exempt = allowed if message.get("role") == "assistant" else set()
         for field, value in _strings(message):

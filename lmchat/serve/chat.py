@@ -8,7 +8,8 @@ costs the new messages (:mod:`lmchat.manager.history`). Tool calls are parsed fr
 model's output in its template's syntax and returned as ``tool_calls``
 (``tool_choice: "none"`` returns the raw text instead; the model cannot be
 forced to call a tool, so ``"required"`` and named choices parse like
-``"auto"``).
+``"auto"``, but they must name the request's tools). An error in a message
+names the request's ``messages[k]``, whatever the session held before.
 """
 from __future__ import annotations
 
@@ -19,7 +20,10 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from ..backends.base import Chunk
+from ..errors import InvalidMessages, SessionLengthExceeded
+from ..validation import check_tool_choice, tool_names
 from .deps import blocking, check_n, new_id, owner
+from .errors import as_sent
 from .idempotency import releasing
 from ..manager.history import object_arguments
 from .schemas import ChatRequest
@@ -32,6 +36,20 @@ router = APIRouter()
 @router.post("/v1/chat/completions")
 async def chat_completions(body: ChatRequest, request: Request, who: str | None = Depends(owner)):
     check_n(body.n)
+    check_tool_choice(body.tool_choice, tool_names(body.tools))
+    try:
+        return await _chat(body, request, who)
+    except (InvalidMessages, SessionLengthExceeded) as exc:  # the client's messages[k], not the session's
+        raise as_sent(exc, len(body.messages), _message_param) from None
+
+
+def _message_param(k: int | None, field: str | None) -> str | None:
+    if k is None:
+        return None  # the session's own index, which a one-off or a resent history shares with the client
+    return f"messages[{k}].{field}" if field else f"messages[{k}]"
+
+
+async def _chat(body: ChatRequest, request: Request, who: str | None):
     mgr = request.app.state.manager
     sid = request.headers.get("x-session-id") or body.session_id or body.user
     tools = body.tools or None
@@ -60,7 +78,7 @@ async def chat_completions(body: ChatRequest, request: Request, who: str | None 
             raise
         events = chat_events(
             chunks, meta, template=template, tools=tools, parse=parse,
-            include_usage=bool((body.stream_options or {}).get("include_usage")),
+            include_usage=body.stream_options is not None and body.stream_options.include_usage,
             count=lambda chars, ids: count(mgr.tokenizer, chars, ids),
         )
         return StreamingResponse(releasing(events, release), media_type="text/event-stream", headers=headers)

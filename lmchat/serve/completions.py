@@ -8,7 +8,9 @@ it) is fed as those ids, without a round trip through text: a client that
 keeps the ids a previous answer came with (RL rollouts, agents replaying a
 trajectory) gets the engine's prefix cache on exactly them. These
 requests count against the manager's ``max_active`` like turns, and run in
-its worker pool.
+its worker pool. A prompt that does not fit with its ``max_tokens`` in the
+context a session may hold is refused before the engine sees it, as a chat
+turn is (400 ``context_length_exceeded``), not left to fail in the engine.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 
 from ..backends.base import Chunk, GenerationRequest, Prompt, SamplingParams
+from ..errors import SessionLengthExceeded
 from ..manager.ids import oneoff_key
 from ..registry import get_template
 from ..session import Delta
@@ -58,7 +61,7 @@ async def completions(body: CompletionRequest, request: Request, who: str | None
     chunks = generate(mgr, generation)
     if body.stream:
         chunks = await primed(chunks)
-        include_usage = bool((body.stream_options or {}).get("include_usage"))
+        include_usage = body.stream_options is not None and body.stream_options.include_usage
         return StreamingResponse(completion_events(chunks, meta, include_usage=include_usage, count=counter),
                                  media_type="text/event-stream")
     texts, ids, last = [], 0, Chunk()
@@ -92,10 +95,25 @@ def _request(mgr, prompt: str | list[int], body: CompletionRequest) -> Generatio
     elif isinstance(prompt, list):
         raise ApiError(400, "a prompt of token ids needs a backend that knows the model's tokenizer (this one "
                             "takes text)", param="prompt", code="unsupported_value")
+    _fits(mgr, template, prompt, ids, body.max_tokens)
     delta = Delta(prompt, sequence_start=True, token_ids=None if ids is None else list(ids))
     # a backend key no stored session can have (as a chat one-off's)
     return GenerationRequest(session_id=oneoff_key(new_id("completion"), ""), delta=delta, params=params,
                              source=lambda: Prompt(prompt, ids))
+
+
+def _fits(mgr, template, prompt: str, ids: tuple[int, ...] | None, max_tokens: int) -> None:
+    """Refuse a prompt that does not fit, by the rule a session applies to a turn: with token ids, prompt and
+    answer within ``session_len`` (the server's, else the template's); without, the prompt's characters within
+    a ``session_len`` the server was given (an answer's size in characters is unknown)."""
+    limit = mgr.session_defaults.get("session_len")
+    if ids is not None:
+        limit = limit or template.session_len
+        if limit and len(ids) + max_tokens > limit:
+            raise SessionLengthExceeded(used=0, new=len(ids), max_new_tokens=max_tokens, limit=limit, field="prompt")
+    elif limit and len(prompt) > limit:
+        raise SessionLengthExceeded(used=0, new=len(prompt), max_new_tokens=0, limit=limit, unit="characters",
+                                    field="prompt")
 
 
 def _checked_ids(ids: list[int], n_tokens: int) -> list[int]:

@@ -12,6 +12,7 @@ from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
 from ..errors import LmchatError
+from ..validation import DEFAULT_MAX_CHARS
 from .errors import ApiError
 
 
@@ -52,6 +53,12 @@ def check_n(n: int) -> None:
     if n != 1:
         raise ApiError(400, f"n={n}: only n=1 is supported (one answer per turn of a session)", param="n",
                        code="unsupported_value")
+
+
+def text_limit(mgr) -> int | None:
+    """The most characters a text that becomes a message may have here (the sessions' ``max_message_chars``):
+    a system prompt or Responses ``instructions`` as much as a message's content."""
+    return mgr.session_defaults.get("max_message_chars", DEFAULT_MAX_CHARS)
 
 
 def new_id(prefix: str) -> str:

@@ -13,7 +13,8 @@ import logging
 from ..errors import (
     BackendError, CapacityExceeded, EngineMismatch, SnapshotError, InvalidMessages, LmchatError, RequestInProgress,
     SessionBusy, SessionExists, SessionKindMismatch, SessionLengthExceeded, SessionNotFound, StoreConflict,
-    StoreCorrupt, StoreError, StoreTimeout, ConfigError, TemplateRuleError, ToolsUnsupported, UnknownTemplate,
+    StoreCorrupt, StoreError, StoreTimeout, ConfigError, TemplateRuleError, TextTooLong, ToolsUnsupported,
+    UnknownTemplate,
 )
 
 log = logging.getLogger("lmchat.serve")
@@ -41,6 +42,8 @@ STATUSES: list[tuple[type, int, str, str]] = [
     # OpenAI's own code for a prompt that does not fit, so clients that handle it already work
     (SessionLengthExceeded, 400, "invalid_request_error", "context_length_exceeded"),
     (TemplateRuleError, 400, "invalid_request_error", "template_rule"),
+    # OpenAI's code for a string over its maximum length: the same for content, instructions and a system prompt
+    (TextTooLong, 400, "invalid_request_error", "string_above_max_length"),
     (InvalidMessages, 400, "invalid_request_error", "invalid_messages"),
     (UnknownTemplate, 400, "invalid_request_error", "unknown_template"),
     # tools the template would silently ignore (no tool syntax): param is the request's own field
@@ -64,6 +67,11 @@ class ApiError(Exception):
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
+    def naming(self, param: str | None, message: str | None = None) -> "ApiError":
+        """The same error naming another field (the request's own, where a session's was named)."""
+        return ApiError(self.status, message or self.message, type=self.type, param=param, code=self.code,
+                        headers=self.headers)
+
 
 def api_error(exc: BaseException) -> ApiError:
     """The response for any exception a route lets through (unexpected ones: 500, logged)."""
@@ -86,10 +94,37 @@ def _param(exc: BaseException) -> str | None:
                         SessionKindMismatch)):
         return "session_id"
     if isinstance(exc, SessionLengthExceeded):
-        return "messages"
+        return exc.field or "messages"
     if isinstance(exc, InvalidMessages):
-        where = "messages" if exc.index is None else f"messages[{exc.index}]"
-        return f"{where}.{exc.field}" if exc.field else where
+        if exc.index is None:  # a field of the request itself (tools[0].function, system), not of a message
+            return exc.field or "messages"
+        return f"messages[{exc.index}].{exc.field}" if exc.field else f"messages[{exc.index}]"
     if isinstance(exc, UnknownTemplate):
         return "template"
     return getattr(exc, "field", None)
+
+
+def sent_index(exc: InvalidMessages, n_sent: int) -> int | None:
+    """Which of the ``n_sent`` messages a request sent an error names, or None (not one of them, or the check
+    did not say where the turn's messages begin). They are the last ones the turn added: a session that
+    already held some of them (a resent history) added only the rest."""
+    if exc.index is None or exc.first is None or exc.added is None:
+        return None
+    k = exc.index - exc.first - (exc.added - n_sent)
+    return k if 0 <= k < n_sent else None
+
+
+def as_sent(exc: InvalidMessages | SessionLengthExceeded, n_sent: int, name) -> ApiError:
+    """The error naming the request's own field. ``name(k, field)``: the param for the ``k``-th message the
+    request sent (``field``: the message's own, ``content``, ``tool_calls[0].function.name``...); ``k`` None:
+    for an error that names no message the request sent (a turn that does not fit, a rule of the template
+    about the whole conversation). ``name`` returning None keeps the param the error had."""
+    error = api_error(exc)
+    if isinstance(exc, InvalidMessages) and exc.index is None and exc.field:
+        return error  # a field of the request itself (tools[0].function): already its own name
+    k = sent_index(exc, n_sent) if isinstance(exc, InvalidMessages) else None
+    param = name(k, exc.field if k is not None else None)
+    if param is None:
+        return error
+    # the message names the field as the param does (a session's messages[6] means nothing to the client)
+    return error.naming(param, f"{param}: {exc.reason}" if k is not None else None)

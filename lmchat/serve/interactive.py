@@ -12,6 +12,7 @@ computed for this turn, ``history_tokens`` what it served from its cache,
 ``tokens`` what it generated. A turn that does not fit in ``session_len`` is
 refused with ``finish_reason: 'session_len'`` and an error saying by how
 much, never confused with ``'length'`` (``request_output_len`` reached).
+Errors name the request's own field: ``prompt`` (``prompt[k]`` for a list).
 
 The route is a plain ASGI app (:mod:`.asgi`): it is the hottest one, and
 FastAPI's layers cost more CPU than a turn.
@@ -24,11 +25,11 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from ..backends.base import Chunk
-from ..errors import LmchatError, SessionLengthExceeded
+from ..errors import InvalidMessages, LmchatError, SessionLengthExceeded
 from ..manager import OneOff
 from . import asgi
 from .deps import blocking, cancel_on_disconnect
-from .errors import ApiError, api_error
+from .errors import ApiError, api_error, as_sent
 from .schemas import InteractiveRequest
 from .turns import count, end_soon, run, start_stream
 
@@ -69,8 +70,9 @@ class Interactive:
         if body.ignore_eos:
             raise ApiError(400, "ignore_eos is not supported: the answer ends at the model's end-of-turn marker",
                            param="ignore_eos", code="unsupported_value")
-        messages = [{"role": "user", "content": body.prompt}] if isinstance(body.prompt, str) else body.prompt
-        messages = [m for m in messages if m.get("content") != ""]
+        sent = [{"role": "user", "content": body.prompt}] if isinstance(body.prompt, str) else body.prompt
+        kept = [i for i, m in enumerate(sent) if m.get("content") != ""]  # where each message is in the prompt
+        messages = [sent[i] for i in kept]
         end = not body.interactive_mode
         if not messages:
             if not end:
@@ -81,10 +83,12 @@ class Interactive:
             await blocking(mgr.end, sid, who)
             return await asgi.send_json(send, reply(sid, "", 0, Chunk(), finish_reason="stop", ended=True))
         # to_end: a stored session that interactive_mode=false ends here once its turn is over, however it ends
+        created = False
         if sid is None and end:  # a one-off: the store never sees it, and it is gone with its turn
             session: str | OneOff = mgr.oneoff(who)
             sid, to_end = session.session_id, False
         else:
+            created = sid is None  # made for this turn: a turn refused before it starts leaves nothing behind
             session = sid = sid if sid is not None else await blocking(mgr.create, None, who)
             to_end = end
         stop = None if isinstance(body.stop, bool) else body.stop
@@ -94,12 +98,14 @@ class Interactive:
         # a stored turn with a key: its retry waits for it, then is answered the saved turn (a one-off saves nothing)
         release = await self.state.inflight.hold(who, None if isinstance(session, OneOff) else key)
         try:
-            await self._answer(mgr, session, sid, who, messages, body, kwargs, to_end, receive, send)
+            await self._answer(mgr, session, sid, who, messages, body, kwargs, to_end, receive, send, created)
+        except InvalidMessages as exc:  # named as the client sent it: prompt, or prompt[k] of a list
+            raise as_sent(exc, len(messages), lambda k, field: _prompt_param(body.prompt, kept, k, field)) from None
         finally:
             release()
 
     async def _answer(self, mgr, session, sid: str, who: str | None, messages: list, body: InteractiveRequest,
-                      kwargs: dict, to_end: bool, receive, send) -> None:
+                      kwargs: dict, to_end: bool, receive, send, created: bool = False) -> None:
         end = not body.interactive_mode
         try:
             if body.stream:
@@ -107,12 +113,17 @@ class Interactive:
                                             **kwargs)
             else:
                 result = await run(receive, mgr, session, messages, owner=who, create=True, **kwargs)
-        except SessionLengthExceeded as exc:
-            if to_end:
+        except LmchatError as exc:
+            if created:  # refused before it started: the session made for it goes now (no turn holds it)
+                with contextlib.suppress(LmchatError):
+                    await blocking(mgr.end, sid, who)
+            elif to_end:
                 end_soon(mgr, sid, who)
-            return await _overflow(send, sid, exc)
+            if isinstance(exc, SessionLengthExceeded):
+                return await _overflow(send, sid, exc)
+            raise
         except BaseException:
-            if to_end:
+            if to_end or created:
                 end_soon(mgr, sid, who)
             raise
         if body.stream:  # the session ends (interactive_mode=false) when the stream does, however it ends
@@ -155,8 +166,14 @@ def reply(sid: str, text: str, tokens: int, last: Chunk, finish_reason: str | No
     return body
 
 
+def _prompt_param(prompt: str | list, kept: list[int], k: int | None, field: str | None) -> str:
+    if k is None or isinstance(prompt, str):
+        return "prompt"
+    return f"prompt[{kept[k]}].{field}" if field else f"prompt[{kept[k]}]"
+
+
 async def _overflow(send, sid: str, exc: SessionLengthExceeded) -> None:
-    error = api_error(exc)
+    error = api_error(exc).naming("prompt")
     body = {**error.body(), "text": "", "tokens": 0, "input_tokens": exc.new, "history_tokens": exc.used,
             "finish_reason": "session_len", "session_id": sid}
     await asgi.send_json(send, body, error.status)

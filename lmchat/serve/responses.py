@@ -18,14 +18,14 @@ from typing import Any, Literal
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from ..errors import InvalidMessages, LmchatError, SessionBusy, SessionMoved, SessionNotFound
+from ..errors import InvalidMessages, LmchatError, SessionBusy, SessionLengthExceeded, SessionMoved, SessionNotFound
 from ..validation import check_tools_supported, validate_tools
 from . import chains
-from .deps import blocking, owner
+from .deps import blocking, owner, text_limit
 from .idempotency import releasing
 from .items import (Serials, answer_items, answer_parts, bad, input_messages, message_item, message_items, page,
                     parse_item_id, parse_response_id, response_id, session_tools)
-from .responses_model import ResponsesRequest, response_object, turn_of
+from .responses_model import ResponsesRequest, check_effort, input_error, response_object, turn_of
 from .responses_sse import Events, response_events, started
 from .turns import run
 
@@ -46,7 +46,7 @@ def overflow_for(mgr, truncation: str) -> str:
 async def create_response(body: ResponsesRequest, request: Request, who: str | None = Depends(owner)):
     state = request.app.state
     mgr = state.manager
-    checked = body.checked()
+    checked = body.checked(text_limit(mgr))
     messages = input_messages(body.input)
     tools = session_tools(body.tools)
     try:
@@ -57,9 +57,7 @@ async def create_response(body: ResponsesRequest, request: Request, who: str | N
 
     def check(template) -> None:
         check_tools_supported(template, tools)
-        if want.thinking is False and not chains.thinking_switch(template):
-            raise bad("reasoning.effort", f"the {template.name} template has no switch to turn reasoning off",
-                      "unsupported_value")
+        check_effort(template, want.thinking)
 
     template = chains.default_template(mgr)
     fields = body.fields(template)
@@ -77,6 +75,8 @@ async def create_response(body: ResponsesRequest, request: Request, who: str | N
                                   fields, key, template, tools, release)
         streaming = body.stream
         return response
+    except (InvalidMessages, SessionLengthExceeded) as exc:  # the request's input[i], not the session's messages
+        raise input_error(exc, body.input) from None
     finally:
         if not streaming:
             release()

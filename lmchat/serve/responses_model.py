@@ -4,16 +4,23 @@ Types are strict as in :mod:`.schemas`. Fields that change nothing here
 (``include``, ``user``, ``service_tier``, ``prompt_cache_key``...) are accepted
 and ignored; fields asking for what lmchat cannot do (``background``, a
 structured ``text.format``, hosted tools, a ``prompt`` template) are refused
-with ``unsupported_value`` rather than silently ignored.
+with ``unsupported_value`` rather than silently ignored. The fields chat
+shares are checked as chat checks them (:mod:`lmchat.validation`): the text
+limit, the item count, ``tool_choice``; an error in a message of the turn
+names the request's ``input[i]`` (:func:`input_error`).
 """
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, StrictBool, StrictStr
+from pydantic import Field, StrictBool, StrictStr, field_validator
 
-from .errors import ApiError
-from .items import bad, response_tools
+from ..errors import InvalidMessages, SessionLengthExceeded
+from ..tools.registry import response_format
+from ..validation import DEFAULT_MAX_CHARS, MAX_MESSAGES, check_text, check_tool_choice
+from .chains import thinking_switch
+from .errors import ApiError, as_sent
+from .items import bad, input_messages, response_tools
 from .schemas import Count, Finite, _Body
 
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
@@ -44,8 +51,19 @@ class ResponsesRequest(_Body):
     background: StrictBool | None = None
     prompt: dict[str, Any] | None = None
 
-    def checked(self) -> dict[str, Any]:
-        """What the body's nested fields mean, checked (``ApiError`` names the first field at fault)."""
+    @field_validator("input")
+    @classmethod
+    def _items(cls, value: str | list) -> str | list:
+        # as many items as chat takes messages; checked here, not in the type: a union's error would name
+        # its string branch (input.str)
+        if isinstance(value, list) and len(value) > MAX_MESSAGES:
+            raise ValueError(f"{len(value)} items: at most {MAX_MESSAGES}, as many as chat takes messages")
+        return value
+
+    def checked(self, max_chars: int | None = DEFAULT_MAX_CHARS) -> dict[str, Any]:
+        """What the body's nested fields mean, checked (``ApiError`` names the first field at fault);
+        ``max_chars``: the server's limit on a message's text, which ``instructions`` (a system prompt) has."""
+        check_text(self.instructions, "instructions", max_chars)
         if self.previous_response_id is not None and self.conversation is not None:
             raise bad("previous_response_id", "previous_response_id and conversation cannot be used together")
         if self.background:
@@ -68,10 +86,10 @@ class ResponsesRequest(_Body):
         if effort is not None and effort not in EFFORTS:
             raise bad("reasoning.effort", f"one of {', '.join(EFFORTS)}")
         choice = self.tool_choice
-        if isinstance(choice, str) and choice not in ("none", "auto", "required"):
-            raise bad("tool_choice", "'none', 'auto', 'required' or a function")
         if isinstance(choice, dict) and choice.get("type") not in ("function", "allowed_tools"):
             raise bad("tool_choice.type", "only function tools can be chosen", "unsupported_value")
+        names = [t.get("name") for t in self.tools or () if isinstance(t, dict) and t.get("type") == "function"]
+        check_tool_choice(choice, [n for n in names if isinstance(n, str)], chat=False)
         return {"conversation": conversation, "thinking": None if effort is None else effort != "none"}
 
     def fields(self, template) -> dict[str, Any]:
@@ -82,6 +100,72 @@ class ResponsesRequest(_Body):
                 "truncation": self.truncation, "reasoning": self.reasoning, "metadata": self.metadata or {},
                 "parallel_tool_calls": True if self.parallel_tool_calls is None else self.parallel_tool_calls,
                 "store": self.store}
+
+
+def check_effort(template, thinking: bool | None) -> None:
+    """``reasoning.effort`` the template can honour: ``"none"`` needs a switch to turn reasoning off (Qwen3's
+    ``enable_thinking``), any other effort a template whose model reasons (switched on, or always: R1, QwQ).
+    Either is refused on a template that cannot do it, rather than silently ignored."""
+    if thinking is None:
+        return
+    if not thinking and not thinking_switch(template):
+        raise bad("reasoning.effort", f"the {template.name} template has no switch to turn reasoning off",
+                  "unsupported_value")
+    if thinking and not (thinking_switch(template) or response_format(template).reasoning):
+        raise bad("reasoning.effort", f"the {template.name} template's model does not reason: leave reasoning "
+                                      "out", "unsupported_value")
+
+
+def input_error(exc: InvalidMessages | SessionLengthExceeded, value: str | list) -> ApiError:
+    """A turn's error naming the request's ``input`` (``input[i].content``) instead of the session's messages.
+
+    Items are not messages (a ``function_call`` joins the assistant message
+    before it, a ``reasoning`` item the next one): the item behind message
+    ``j`` is found from prefixes of the input, which :func:`.items.input_messages`
+    turns into the first messages of the whole (only when there is an error).
+    """
+    if isinstance(value, str):
+        return as_sent(exc, 1, lambda k, field: "input")
+    n = len(input_messages(value))
+
+    def item(k: int | None, field: str | None) -> str:
+        if k is None:
+            return "input"
+        if field is not None and field.startswith("tool_calls["):  # the n-th call is a function_call item of its own
+            call, _, rest = field[len("tool_calls["):].partition("]")
+            at = _first(len(value), lambda i: len(_message(value, i, k).get("tool_calls") or ()) > int(call))
+            rest = rest.removeprefix(".function").removeprefix(".")
+            return f"input[{at}].{_ITEM_FIELDS.get(rest, rest)}" if rest else f"input[{at}]"
+        at = _first(len(value), lambda i: len(input_messages(value[:i + 1])) > k)
+        if not field:
+            return f"input[{at}]"
+        field = _ITEM_FIELDS.get(field, field)
+        if value[at].get("type") == "function_call_output" and field.startswith("content"):
+            field = "output" + field[len("content"):]  # a tool result's text is the item's output
+        return f"input[{at}].{field}"
+
+    return as_sent(exc, n, item)
+
+
+#: a message's field as the item that gave it names it (a call's ``id`` is the item's ``call_id``)
+_ITEM_FIELDS = {"tool_call_id": "call_id", "id": "call_id"}
+
+
+def _message(value: list, i: int, k: int) -> dict:
+    messages = input_messages(value[:i + 1])
+    return messages[k] if k < len(messages) else {}
+
+
+def _first(n: int, reached) -> int:
+    """The first ``i < n`` for which ``reached(i)`` holds (it holds from there on), by bisection."""
+    lo, hi = 0, n - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if reached(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
 
 
 def turn_of(result) -> dict:

@@ -15,14 +15,19 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, model_validator
 
+from ..validation import MAX_MESSAGES
+
 #: deeper JSON is refused (a conversation with tools nests about 10 levels)
 MAX_DEPTH = 64
 MAX_TOKENS = 1_000_000
-MAX_MESSAGES = 100_000
 
 Stop = StrictStr | list[StrictStr] | None
 Finite = Annotated[StrictFloat, Field(allow_inf_nan=False)]  # ints are numbers too; "0.5" and true are not
+#: a token budget (max_tokens, max_completion_tokens, max_output_tokens, request_output_len): at least 1 on every
+#: route, as OpenAI refuses max_tokens 0 (``integer_below_min_value``): an answer of no token is no answer
 Count = Annotated[StrictInt, Field(ge=1, le=MAX_TOKENS)]
+#: a session id a client names: never empty (an empty one would silently mean "no session")
+SessionId = Annotated[StrictStr, Field(min_length=1)]
 
 
 def check_json(value: Any) -> None:
@@ -60,6 +65,12 @@ class _Body(BaseModel):
         return data
 
 
+class StreamOptions(_Body):
+    """OpenAI's ``stream_options``; ``include_usage``: a last chunk with the usage."""
+
+    include_usage: StrictBool = False
+
+
 class _Sampling(_Body):
     """Sampling fields both protocols share; None: the template's bundled value."""
 
@@ -84,7 +95,7 @@ class InteractiveRequest(_Sampling):
     session_id: StrictInt | StrictStr = -1
     interactive_mode: StrictBool = False
     stream: StrictBool = False
-    request_output_len: StrictInt | None = Field(None, ge=0, le=MAX_TOKENS)
+    request_output_len: Count | None = None
     ignore_eos: StrictBool = False
     skip_special_tokens: StrictBool = True
     cancel: StrictBool = False
@@ -96,13 +107,13 @@ class ChatRequest(_Sampling):
     model: StrictStr | None = None
     messages: list[dict[str, Any]] = Field(min_length=1, max_length=MAX_MESSAGES)
     stream: StrictBool = False
-    stream_options: dict[str, Any] | None = None
+    stream_options: StreamOptions | None = None
     tools: list[dict[str, Any]] | None = None
-    tool_choice: StrictStr | dict[str, Any] | None = None
+    tool_choice: StrictStr | dict[str, Any] | None = None  # checked against the tools (validation.check_tool_choice)
     max_tokens: Count | None = None
     max_completion_tokens: Count | None = None
     n: StrictInt = 1
-    session_id: StrictStr | None = None
+    session_id: SessionId | None = None
     user: StrictStr | None = None
 
 
@@ -112,18 +123,18 @@ class CompletionRequest(_Sampling):
     model: StrictStr | None = None
     prompt: StrictStr | list[StrictStr] | list[StrictInt] | list[list[StrictInt]]  # text or token ids, as OpenAI's
     stream: StrictBool = False
-    stream_options: dict[str, Any] | None = None
-    max_tokens: StrictInt = Field(16, ge=0, le=MAX_TOKENS)  # OpenAI's default
+    stream_options: StreamOptions | None = None
+    max_tokens: Count = 16  # OpenAI's default
     n: StrictInt = 1
     echo: StrictBool = False
 
 
 class NewSession(_Body):
-    session_id: StrictStr | None = None
+    session_id: SessionId | None = None
     system: StrictStr | None = None
     tools: list[dict[str, Any]] | None = None
     template: StrictStr | None = None
 
 
 class Fork(_Body):
-    session_id: StrictStr | None = None  # the new session's id (None: a random one)
+    session_id: SessionId | None = None  # the new session's id (None: a random one)

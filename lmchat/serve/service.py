@@ -13,7 +13,8 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from ..errors import SnapshotError, StoreCorrupt, StoreError
 from ..manager.ids import owner_key, store_key
 from ..session import Session
-from .deps import authorized, blocking, owner
+from ..validation import check_text
+from .deps import authorized, blocking, owner, text_limit
 from .errors import ApiError, api_error
 from .metrics import render
 from .schemas import Fork, NewSession
@@ -44,6 +45,7 @@ async def list_sessions(request: Request, limit: int = Query(100, ge=1, le=10_00
 async def create_session(request: Request, body: NewSession = Body(default_factory=NewSession),
                          who: str | None = Depends(owner)):
     mgr = request.app.state.manager
+    check_text(body.system, "system", text_limit(mgr))  # the limit a message's content has (and instructions)
     sid = await blocking(mgr.create, body.session_id, who, system=body.system, tools=body.tools,
                          template=body.template)
     return view(await blocking(mgr.get, sid, who))
