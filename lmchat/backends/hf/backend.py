@@ -23,7 +23,7 @@ from ...session.tokens import codec_for
 from ...stops import StopMatcher
 from ..base import Chunk, GenerationRequest
 from ..cancel import Cancels, Flag
-from ..bundled import BUNDLED_SAMPLING, default_gguf
+from ..bundled import bundled_sampling, default_gguf
 from .convert import cache_root, ensure_converted, quiet_transformers
 from .kvcache import KVStore
 from .sampling import Sampler
@@ -64,7 +64,7 @@ class HFBackend:
             self.model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype).to(device).eval()
             self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
         self.model_id = source.name
-        self.sampling_defaults = dict(BUNDLED_SAMPLING) if not model else {}  # see bundled.py
+        self.sampling_defaults = bundled_sampling(source if model else None)  # see bundled.py
         self.device = torch.device(device)
         self.folder = folder
         self.template_name = template or _match(source, folder)  # a suggestion for new sessions: never used here

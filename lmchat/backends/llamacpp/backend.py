@@ -7,10 +7,10 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from ...errors import BackendError, ConfigError, ModelMatchError, TemplateConfigError
-from ...interop.matching import match_template
+from ...interop.matching import GGUF_KEYS, explain_gguf
 from ...registry import get_template
 from ..base import Chunk, GenerationRequest
-from ..bundled import BUNDLED_SAMPLING, default_gguf
+from ..bundled import bundled_sampling, default_gguf
 from ._lib import ALL_LAYERS, gpu_offload, lib, load_model, meta
 from .engine import Engine
 from .kvfiles import DiskTier
@@ -42,8 +42,10 @@ class LlamaCppBackend:
     when the backend closes; the next backend on the same model starts from
     them), at most ``kv_disk_mb``; None (the default here; ``lmchat chat`` and
     ``lmchat serve`` pass ``<data dir>/kv``): no disk tier. ``template``: the
-    chat template name, instead of the one matched from the file name (or the
-    GGUF's own ``tokenizer.chat_template``, registered as ``gguf:<file
+    chat template name, instead of the one matched from the GGUF (its
+    embedded ``tokenizer.chat_template`` when that is a built-in's official
+    text, else its metadata names, else its file name: see ``lmchat match``;
+    failing all, the embedded template itself, registered as ``gguf:<file
     name>``). ``gpu_layers``: layers offloaded to the GPU, an int >= 0 or
     ``"auto"`` (the default: every layer when this llama.cpp build can
     offload, else 0); a number > 0 on a build that cannot is run on the CPU
@@ -85,8 +87,9 @@ class LlamaCppBackend:
                         "Metal, Vulkan...): running on the CPU, see docs/backends.md", requested)
         self.path = path
         self.model_id = path.name
-        #: sampling values for this model over its template's (the bundled model has some, see bundled.py)
-        self.sampling_defaults = dict(BUNDLED_SAMPLING) if not model else {}
+        #: sampling values for this model over its template's (the bundled model's weights have some, under any
+        #: file name: see bundled.py)
+        self.sampling_defaults = bundled_sampling(path if model else None)
         self._model = load_model(path, (ALL_LAYERS if requested == "auto" else requested) if offload else 0)
         try:
             #: the layers offloaded to the GPU (0: the CPU only); a model has n_layer + 1 (its output layer)
@@ -238,9 +241,13 @@ def _cpus() -> int:
 
 
 def _match(path: Path, model) -> str:
-    """The built-in template matched from the file name, else the GGUF's own chat template (registered)."""
+    """The built-in template matched from the GGUF (its embedded template, metadata, file name: explain_gguf),
+    else the GGUF's own chat template (registered)."""
+    # the metadata llama.cpp already parsed: matching it needs no second read of the file
     try:
-        return match_template(str(path))
+        match = explain_gguf(str(path), {key: meta(model, key) for key in GGUF_KEYS})
+        log.info("template %s for %s: %s", match.name, path.name, "; ".join(match.evidence))
+        return match.name
     except ModelMatchError as exc:
         reason = exc
     from ...interop.jinja import JinjaTemplate

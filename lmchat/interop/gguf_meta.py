@@ -1,0 +1,123 @@
+"""A GGUF file's metadata (its key/value section), read without the ``gguf`` package or llama.cpp.
+
+Matching a model needs four strings of the header (``tokenizer.chat_template``, ``general.name``...), not the
+weights: this reads the key/value section alone, through a read-only ``mmap``, and skips arrays (the
+vocabulary's hundreds of thousands of strings) by their lengths. ``lmchat match`` on a bare install works.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from collections.abc import Iterable
+
+MAGIC = b"GGUF"
+#: value type -> struct format of the fixed-size scalars (8 is a string, 9 an array)
+_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+_STRING, _ARRAY = 8, 9
+
+
+class GGUFError(ValueError):
+    """Not a GGUF file lmchat can read (another format, a damaged or truncated header, GGUF v1)."""
+
+
+def is_gguf(path: str | os.PathLike) -> bool:
+    """Whether the file starts with the GGUF magic (its name is no evidence: ``my-model.bin`` may be one)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == MAGIC
+    except OSError:
+        return False
+
+
+def read_gguf_metadata(path: str | os.PathLike, keys: Iterable[str] | None = None) -> dict[str, object]:
+    """The scalar and string values of the file's metadata (arrays are skipped), or only ``keys`` of them.
+
+    Reading stops once every one of ``keys`` was seen. Raises :class:`GGUFError` for what is not a readable
+    GGUF v2/v3 header, and OSError for a file that cannot be opened.
+    """
+    wanted = None if keys is None else set(keys)
+    with open(path, "rb") as f:
+        try:
+            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except ValueError:  # an empty file cannot be mapped
+            raise GGUFError(f"{os.fspath(path)}: not a GGUF file (empty)") from None
+    with data:
+        try:
+            return _Reader(data).metadata(wanted)
+        except (struct.error, IndexError, UnicodeDecodeError, OverflowError) as exc:
+            raise GGUFError(f"{os.fspath(path)}: damaged GGUF metadata ({exc})") from None
+
+
+class _Reader:
+    """A cursor over the mapped bytes, in the file's byte order."""
+
+    def __init__(self, data):
+        if data[:4] != MAGIC:
+            raise GGUFError("not a GGUF file (no GGUF magic)")
+        self.data, self.pos = data, 4
+        self.order = "<"
+        version = self.scalar(4)
+        if version > 0xFFFF:  # a big-endian file reads as a huge little-endian version
+            self.pos, self.order = 4, ">"
+            version = self.scalar(4)
+        if version not in (2, 3):  # v1 had 32-bit lengths; no tool has written it since 2023
+            raise GGUFError(f"GGUF version {version} is not supported (2 and 3 are)")
+
+    def metadata(self, wanted: set[str] | None) -> dict[str, object]:
+        self.scalar(10)  # tensor count: the tensors are not read
+        out: dict[str, object] = {}
+        for _ in range(self.scalar(10)):
+            if wanted is not None and wanted <= out.keys():
+                break
+            key, kind = self.string(), self.scalar(4)
+            if kind == _ARRAY:
+                self.skip_array()
+            elif wanted is None or key in wanted:
+                out[key] = self.value(kind)
+            else:
+                self.skip(kind)
+        return out
+
+    def scalar(self, kind: int):
+        fmt = self.order + _SCALARS[kind]
+        (value,) = struct.unpack_from(fmt, self.data, self.pos)
+        self.pos += struct.calcsize(fmt)
+        return value
+
+    def string(self) -> str:
+        n = self.scalar(10)
+        end = self.pos + n
+        if end > len(self.data):
+            raise IndexError(f"a string of {n} bytes runs past the end of the file")
+        text = self.data[self.pos:end].decode("utf-8")
+        self.pos = end
+        return text
+
+    def value(self, kind: int):
+        if kind == _STRING:
+            return self.string()
+        if kind not in _SCALARS:
+            raise GGUFError(f"unknown GGUF value type {kind}")
+        return self.scalar(kind)
+
+    def skip(self, kind: int) -> None:
+        if kind == _STRING:
+            n = self.scalar(10)  # not `self.pos += self.scalar(10)`: that adds to the position before the length
+            self.pos += n
+        elif kind == _ARRAY:
+            self.skip_array()
+        elif kind in _SCALARS:
+            self.pos += struct.calcsize(_SCALARS[kind])
+        else:
+            raise GGUFError(f"unknown GGUF value type {kind}")
+
+    def skip_array(self) -> None:
+        kind, n = self.scalar(4), self.scalar(10)
+        if kind in _SCALARS:  # fixed-size items: one jump
+            self.pos += n * struct.calcsize(_SCALARS[kind])
+        else:
+            for _ in range(n):
+                self.skip(kind)
+        if self.pos > len(self.data):
+            raise IndexError("an array runs past the end of the file")

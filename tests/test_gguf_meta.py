@@ -1,0 +1,66 @@
+"""lmchat's own GGUF metadata reader, against the ``gguf`` package's on real files."""
+from __future__ import annotations
+
+import pytest
+
+from lmchat.interop.gguf_meta import GGUFError, is_gguf, read_gguf_metadata
+
+from . import gguf_files
+
+gguf = pytest.importorskip("gguf")
+
+
+def reference(path) -> dict:
+    """Every scalar and string of the metadata, as ``gguf.GGUFReader`` reads them."""
+    from lmchat.interop.jinja_files import _gguf_value
+
+    reader = gguf.GGUFReader(path, "r")
+    return {key: _gguf_value(reader, key) for key, field in reader.fields.items()
+            if not key.startswith("GGUF.") and field.types[0] != gguf.GGUFValueType.ARRAY}
+
+
+def test_the_bundled_file_reads_as_gguf_reads_it():
+    path = gguf_files.bundled_gguf()
+    assert is_gguf(path) and read_gguf_metadata(path) == reference(path)
+
+
+def test_the_other_family_is_read_past_its_vocabulary(tmp_path_factory):
+    """262,144 tokens and their scores and types come before the last keys (gguf's reader takes 20 s on it)."""
+    metadata = read_gguf_metadata(gguf_files.other_family_gguf(tmp_path_factory))
+    assert {k: metadata[k] for k in ("general.architecture", "general.name", "general.basename")} == {
+        "general.architecture": "gemma3", "general.name": "Gemma 3 270m", "general.basename": "gemma-3"}
+    assert metadata["general.file_type"] == 15 and metadata["tokenizer.ggml.add_space_prefix"] is False
+    assert "tokenizer.chat_template" not in metadata  # the base model ships none
+
+
+def test_only_the_keys_asked_for():
+    metadata = read_gguf_metadata(gguf_files.bundled_gguf(), ["general.basename", "no.such.key"])
+    assert metadata == {"general.basename": "smollm2"}
+
+
+def test_big_endian_files(tmp_path):
+    path = tmp_path / "big.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama", endianess=gguf.GGUFEndian.BIG)
+    writer.add_name("Big One")
+    writer.add_array("tokenizer.ggml.tokens", ["a", "bb"])
+    writer.add_uint32("llama.context_length", 4096)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()
+    assert read_gguf_metadata(path) == {"general.architecture": "llama", "general.name": "Big One",
+                                        "llama.context_length": 4096}
+
+
+def test_what_is_not_a_readable_gguf(tmp_path):
+    text = tmp_path / "model.gguf"
+    text.write_text("{{ messages }}")
+    empty = tmp_path / "empty.gguf"
+    empty.write_bytes(b"")
+    assert not is_gguf(text) and not is_gguf(empty) and not is_gguf(tmp_path / "missing.gguf")
+    for path in (text, empty):
+        with pytest.raises(GGUFError):
+            read_gguf_metadata(path)
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(gguf_files.bundled_gguf().read_bytes()[:4096])  # the header ends inside the vocabulary
+    with pytest.raises(GGUFError, match="damaged"):
+        read_gguf_metadata(cut)
