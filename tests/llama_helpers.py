@@ -1,5 +1,5 @@
 """What the tests of the llamacpp backend share: turns taken as the REPL and the session manager take them
-(prompt, generate, commit through :func:`lmchat.session.edits.commit_generation`), and the reference,
+(prompt, generate, commit: :mod:`.backend_turns`), and the reference,
 llama-cpp-python's own ``Llama.generate`` on the same GGUF.
 
 Threads default to 1 (``LMCHAT_TEST_THREADS``): on a machine whose cores are busy with other work,
@@ -12,8 +12,8 @@ import time
 
 import lmchat
 from lmchat.backends import GenerationRequest, SamplingParams
-from lmchat.session.edits import Generation, commit_generation
-from lmchat.turns.turn import after_commit
+
+from .backend_turns import commit
 
 THREADS = int(os.environ.get("LMCHAT_TEST_THREADS", "1"))
 QUESTIONS = ["What is 2 + 2?", "Hi!", "Name three colours.", "What is the capital of Italy?"]
@@ -40,16 +40,6 @@ def new_session(backend, **kw):
 
 def greedy(n=24, stop=STOPS):
     return SamplingParams(temperature=0, max_new_tokens=n, stop=stop)
-
-
-def commit(backend, session, chunks):
-    """Commit as the REPL and the session manager do (an answer cut short is held without an end marker), and
-    tell the backend what their turns tell it (a drift's canonical ids)."""
-    last = chunks[-1]
-    commit_generation(session, Generation("".join(c.text for c in chunks),
-                                          tuple(i for c in chunks for i in c.token_ids),
-                                          last.finish_reason, last.stop))
-    after_commit(backend, session.session_id, session, tools_called=False)
 
 
 def turn(backend, session, content, params=None):

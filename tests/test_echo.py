@@ -11,6 +11,7 @@ from lmchat.backends.echo import EchoBackend
 from lmchat.errors import ConfigError
 
 from . import tokenizers_fixtures as tf
+from .backend_turns import commit
 
 
 def run(backend, session, content, **params):
@@ -19,8 +20,7 @@ def run(backend, session, content, **params):
     request = GenerationRequest.from_session(session, delta, SamplingParams.from_template(session.template, **params))
     chunks = list(backend.generate(request))
     text = "".join(c.text for c in chunks)
-    ids = [i for c in chunks for i in c.token_ids]
-    session.commit(text, token_ids=ids if session.context_ids is not None else None, stop=chunks[-1].stop)
+    commit(backend, session, chunks)
     return text, chunks[-1], delta, chunks
 
 

@@ -30,8 +30,9 @@ from lmchat.session.tokens import codec_for, encode_prompt  # noqa: E402
 from lmchat.session.vocab import Vocabulary  # noqa: E402
 
 from . import gguf_files  # noqa: E402
+from .backend_turns import commit  # noqa: E402
 from .llama_helpers import (  # noqa: E402
-    QUESTIONS, THREADS, commit, converse, decoded, greedy, llama_greedy, new_session, reference_llama, request_ids,
+    QUESTIONS, THREADS, converse, decoded, greedy, llama_greedy, new_session, reference_llama, request_ids,
     settled, turn,
 )
 

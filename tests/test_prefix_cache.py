@@ -31,8 +31,9 @@ from lmchat.errors import BackendError  # noqa: E402
 from lmchat.backends.llamacpp.kvformat import SUFFIX  # noqa: E402
 from lmchat.backends.llamacpp.prefix import BLOCK, common_prefix  # noqa: E402
 
+from .backend_turns import commit  # noqa: E402
 from .llama_helpers import (  # noqa: E402
-    THREADS, commit, decoded, greedy, llama_greedy, new_session, reference_llama, settled, turn,
+    THREADS, decoded, greedy, llama_greedy, new_session, reference_llama, settled, turn,
 )
 
 SYSTEM = ("You are the support assistant of a bicycle shop. " + " ".join(

@@ -19,6 +19,8 @@ import lmchat  # noqa: E402
 from lmchat.backends import GenerationRequest, SamplingParams, get_backend  # noqa: E402
 from lmchat.errors import BackendError, ConfigError  # noqa: E402
 
+from .backend_turns import commit  # noqa: E402
+
 
 class Handler(BaseHTTPRequestHandler):
     """A tiny OpenAI-style completions server: answers 'you said <last user message>' word by word.
@@ -150,9 +152,8 @@ def turn(backend, session, content, way="generate", **params):
     delta = session.prompt(content)
     params = SamplingParams.from_template(session.template, **params)
     chunks = chunks_of(backend, GenerationRequest.from_session(session, delta, params), way)
-    text = "".join(c.text for c in chunks)
-    session.commit(text, stop=chunks[-1].stop)
-    return text, chunks[-1]
+    commit(backend, session, chunks)
+    return "".join(c.text for c in chunks), chunks[-1]
 
 
 def test_each_turn_sends_the_whole_prompt_with_the_session_id(server, way):

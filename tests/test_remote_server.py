@@ -30,6 +30,7 @@ from lmchat.backends import GenerationRequest, SamplingParams, get_backend  # no
 from lmchat.errors import BackendError  # noqa: E402
 from lmchat.stores import open_store  # noqa: E402
 
+from .backend_turns import commit  # noqa: E402
 from .serve_helpers import Server  # noqa: E402
 
 COUNT = "Count from 1 to 100, one number per line."  # a long, predictable answer: to stop or cancel it
@@ -74,9 +75,8 @@ def turn(backend, session, content, **params):
     delta = session.prompt(content)
     params = SamplingParams.from_template(session.template, temperature=0, **params)
     chunks = list(backend.generate(GenerationRequest.from_session(session, delta, params)))
-    text = "".join(c.text for c in chunks)
-    session.commit(text, stop=chunks[-1].stop)
-    return text, chunks[-1]
+    commit(backend, session, chunks)
+    return "".join(c.text for c in chunks), chunks[-1]
 
 
 # ---------------------------------------------------------------------------------------------- lmchat chat
