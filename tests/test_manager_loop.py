@@ -20,7 +20,7 @@ from lmchat import SessionManager
 from lmchat.backends.echo import EchoBackend
 from lmchat.errors import (BackendError, CapacityExceeded, ConfigError, LmchatError, SessionBusy, SessionNotFound,
                            StoreConflict)
-from lmchat.serve.turns import run, start_stream
+from lmchat.serve.request_turns import run, start_stream
 from lmchat.stores import VERSION_KEY, open_store
 
 
@@ -518,7 +518,7 @@ def test_a_turn_can_wait_for_the_stopping_turn_its_client_left(store, on_loop):
 @pytest.mark.parametrize("streamed", [False, True], ids=["collected", "streamed"])
 def test_a_turn_that_waited_for_a_stopping_one_is_not_started_for_a_client_gone_meanwhile(store, streamed):
     """The server waits for a stopping turn on the client's behalf: a client that leaves during that wait gets
-    no turn run for nobody (``serve.turns.run`` and ``start_stream``, with the ASGI receive of a client that
+    no turn run for nobody (``serve.request_turns.run`` and ``start_stream``, with the ASGI receive of a client that
     leaves after 50 ms)."""
     mgr = manager(store, True, SlowStop(seconds=0.5, delay=0.01))
     sid = mgr.create("s1")

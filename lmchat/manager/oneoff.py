@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from ..errors import SessionBusy, SessionNotFound
 from .table import Entry
-from .turns import Claim
+from .claims import Claim
 
 
 class OneOff(Claim):

@@ -1,7 +1,7 @@
 """The session manager's turn calls: sync, on an asyncio loop, or in a pool worker for an asyncio caller.
 
 Every variant ends in :meth:`TurnCalls._turn`: claim the session (or the one-off), reserve capacity, then
-:func:`.turns.run_turn`. :class:`~.core.SessionManager` is the class to use.
+:func:`.claims.start_turn`. :class:`~.core.SessionManager` is the class to use.
 """
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ from ..errors import CapacityExceeded, SessionNotFound
 from ..session import Session
 from ..turns.bridge import Done, Pump
 from ..turns.turn import TurnResult
+from .claims import Claim, start_turn
 from .ids import owner_key
 from .oneoff import OneOff
 from .sessions import Sessions
 from .table import Entry, View
-from .turns import Claim, run_turn
 
 
 class TurnCalls(Sessions):
@@ -92,7 +92,7 @@ class TurnCalls(Sessions):
                 except CapacityExceeded:
                     claim.unclaim()
                     raise
-            return run_turn(claim, messages, params, stop, max_new_tokens, history, tools,
+            return start_turn(claim, messages, params, stop, max_new_tokens, history, tools,
                             idempotency_key, expect, edit, note, on_loop, result_only, kind)
 
     def _claim(self, session_id: str | OneOff, owner: str, create: bool, tools: list[dict] | None,

@@ -26,9 +26,9 @@ from .deps import blocking, check_n, new_id, owner
 from .errors import as_sent
 from .idempotency import releasing
 from ..manager.history import object_arguments
+from .request_turns import count, run, start_stream
 from .schemas import ChatRequest
 from .sse import Meta, chat_events, finish_reason, usage
-from .turns import count, run, start_stream
 
 router = APIRouter()
 

@@ -29,9 +29,9 @@ from ..session import Delta
 from ..turns.bridge import Done, Pump
 from .deps import cancel_on_disconnect, check_n, new_id, owner
 from .errors import ApiError
+from .request_turns import count, primed
 from .schemas import CompletionRequest
 from .sse import Meta, completion_events, usage
-from .turns import count, primed
 
 router = APIRouter()
 

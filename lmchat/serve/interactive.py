@@ -30,8 +30,8 @@ from ..manager import OneOff
 from . import asgi
 from .deps import blocking, cancel_on_disconnect
 from .errors import ApiError, api_error, as_sent
+from .request_turns import count, end_soon, run, start_stream
 from .schemas import InteractiveRequest
-from .turns import count, end_soon, run, start_stream
 
 PATH = "/v1/chat/interactive"
 

@@ -25,9 +25,9 @@ from .deps import blocking, owner, text_limit
 from .idempotency import releasing
 from .items import (Serials, answer_items, answer_parts, bad, input_messages, message_item, message_items, page,
                     parse_item_id, parse_response_id, response_id, session_tools)
+from .request_turns import run
 from .responses_model import ResponsesRequest, check_effort, input_error, response_object, turn_of
 from .responses_sse import Events, response_events, started
-from .turns import run
 
 router = APIRouter()
 #: how often a request re-plans when the session moved under it (another request extended it first)

@@ -269,14 +269,14 @@ class Turn:
 
 
 def record_of(result: TurnResult) -> dict:
-    """A turn's result as JSON, without its ids and parse (``replayed`` rebuilds them)."""
+    """A turn's result as JSON, without its ids and parse (:func:`result_of` rebuilds them)."""
     return {"text": result.text, "finish_reason": result.finish_reason, "stop": result.stop,
             "prompt_tokens": result.prompt_tokens, "prefilled": result.prefilled, "reused": result.reused,
             "history_tokens": result.history_tokens, "generated": len(result.token_ids),
             "cache_miss_reason": result.cache_miss_reason, "cached_from": result.cached_from}
 
 
-def replayed(record: dict, template: Any, tools: Any) -> TurnResult:
+def result_of(record: dict, template: Any, tools: Any) -> TurnResult:
     """The result of a turn that already ran, from its :func:`record_of` (a retried request)."""
     return TurnResult(
         text=record["text"], token_ids=(), finish_reason=record["finish_reason"], stop=record.get("stop"),

@@ -19,7 +19,7 @@ from ..errors import ConfigError, SessionKindMismatch, SessionMoved
 from ..messages import normalize_messages
 from ..session import Delta, Session
 from ..turns.bridge import Done
-from ..turns.turn import Turn, replayed
+from ..turns.turn import Turn, result_of
 from ..validation import check_tools_supported, validate_messages, validate_tools
 from . import history as hist
 from .table import Entry, view
@@ -98,7 +98,7 @@ def sampling(session: Session, params, stop, max_new_tokens, model: dict | None 
     return attrs.evolve(base, **changes) if changes else base  # evolve rebuilds and re-validates
 
 
-def run_turn(claim: Claim, messages: Iterable[Mapping[str, Any]] | None, params, stop, max_new_tokens,
+def start_turn(claim: Claim, messages: Iterable[Mapping[str, Any]] | None, params, stop, max_new_tokens,
              history: list[Mapping[str, Any]] | None, tools: list[dict] | None,
              idempotency_key: str | None, expect: int | None = None, edit: Callable | None = None,
              note: dict | None = None, on_loop: bool = False, result_only: bool = False, kind: Any = ...
@@ -205,7 +205,7 @@ def _replay(claim: Claim, record: dict) -> Iterator[Chunk | None]:
     try:
         yield None
         session = claim.session
-        result = replayed(record, session.template, session.tools)
+        result = result_of(record, session.template, session.tools)
         yield Chunk(text=result.text)
         yield Chunk(finish_reason=result.finish_reason, stop=result.stop, prefilled=result.prefilled,
                     reused=result.reused, cached_from=result.cached_from,
