@@ -23,7 +23,7 @@ from lmchat.errors import (BackendError, CapacityExceeded, LmchatError, SessionB
 from lmchat.manager.ids import owner_key, store_key
 from lmchat.stores import VERSION_KEY, MemoryStore
 
-from .test_manager_loop import FailingEcho, store, user  # noqa: F401  (store: the fixture, both stores)
+from .test_manager_loop import FailingEcho, user
 
 WAYS = pytest.mark.parametrize("on_loop", [True, False], ids=["on-loop", "pool"])
 

@@ -50,13 +50,6 @@ class FailingEcho(EchoBackend):
             yield chunk
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-def store(request, tmp_path):
-    store = open_store(f"sqlite:{tmp_path}/s.db" if request.param == "sqlite" else "memory")
-    yield store
-    store.close()
-
-
 def manager(store, on_loop: bool, backend=None) -> SessionManager:
     mgr = SessionManager(backend or EchoBackend(), template="qwen2.5", store=store, on_loop=on_loop)
     assert mgr.on_loop is on_loop

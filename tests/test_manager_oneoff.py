@@ -26,8 +26,6 @@ from lmchat.manager import OneOff
 from lmchat.manager.ids import owner_key, store_key
 from lmchat.stores import MemoryStore, SQLiteStore
 
-from .redis_fixtures import redis_server  # noqa: F401  (a fixture)
-
 
 def user(text: str) -> list[dict]:
     return [{"role": "user", "content": text}]
@@ -133,7 +131,7 @@ class Dropping(EchoBackend):
 
 
 @pytest.fixture(params=["memory", "sqlite"])
-def store(request, tmp_path):
+def tallied_store(request, tmp_path):
     store = TalliedSQLite(tmp_path / "s.db") if request.param == "sqlite" else TalliedMemory()
     yield store
     store.close()
@@ -197,17 +195,17 @@ def gone(mgr: SessionManager, oneoff: OneOff, owner: str | None = None) -> None:
 
 
 @pytest.mark.parametrize("path", PATHS)
-def test_a_oneoff_turn_answers_and_the_store_sees_nothing(store, tmp_path, path):
-    mgr = manager(store, on_loop_of(path))
+def test_a_oneoff_turn_answers_and_the_store_sees_nothing(tallied_store, tmp_path, path):
+    mgr = manager(tallied_store, on_loop_of(path))
     mgr.create("kept", system="Be brief.")  # a stored session: the one-offs must not touch it either
-    store.calls.clear()
-    changes, writes = probes(store, tmp_path)
+    tallied_store.calls.clear()
+    changes, writes = probes(tallied_store, tmp_path)
     rows = changes.rows() if changes else None
     for n, (system, tools) in enumerate([(None, None), ("Be brief.", None), (None, [{
             "type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}])]):
         oneoff = mgr.oneoff("alice", system=system, tools=tools)
         assert turn(mgr, path, oneoff, user(f"hello {n}"), owner="alice") == (f"echo: hello {n}", "stop")
-        untouched(store, changes, writes)
+        untouched(tallied_store, changes, writes)
         gone(mgr, oneoff, "alice")
     # the answer went through the whole turn: the session held the system prompt and the answer
     assert oneoff.entry.session.messages[-1] == {"role": "assistant", "content": "echo: hello 2"}
@@ -216,28 +214,28 @@ def test_a_oneoff_turn_answers_and_the_store_sees_nothing(store, tmp_path, path)
         assert changes.rows() == rows
     # the probes are not blind: a stored session's turn is seen by both
     mgr.run_turn("kept", user("hi"))
-    assert store.calls["append"] + store.calls["aappend"] == 1
+    assert tallied_store.calls["append"] + tallied_store.calls["aappend"] == 1
     if changes:
-        assert changes.changed() and store.group_commits != writes
+        assert changes.changed() and tallied_store.group_commits != writes
 
 
 @pytest.mark.parametrize("path", PATHS)
-def test_a_oneoff_copy_of_a_stored_session_only_reads_it(store, tmp_path, path):
-    mgr = manager(store, on_loop_of(path))
+def test_a_oneoff_copy_of_a_stored_session_only_reads_it(tallied_store, tmp_path, path):
+    mgr = manager(tallied_store, on_loop_of(path))
     sid = mgr.create("chain", owner="alice", system="Be brief.")
     for word in ("one", "two", "three"):
         mgr.run_turn(sid, user(word), owner="alice")
-    before = store.load(store_key(sid, owner_key("alice")))
-    store.calls.clear()
-    changes, writes = probes(store, tmp_path)
+    before = tallied_store.load(store_key(sid, owner_key("alice")))
+    tallied_store.calls.clear()
+    changes, writes = probes(tallied_store, tmp_path)
     # the conversation up to the first answer (system, user, assistant), and a new question
     oneoff = mgr.oneoff("alice", parent=sid, at=3)
     assert [m["content"] for m in oneoff.entry.session.messages] == ["Be brief.", "one", "echo: one"]
     assert turn(mgr, path, oneoff, user("aside"), owner="alice") == ("echo: aside", "stop")
-    assert set(store.calls) <= {"load", "version"}  # the parent was read, nothing written or deleted
-    store.calls.clear()
-    untouched(store, changes, writes)
-    assert store.load(store_key(sid, owner_key("alice"))) == before
+    assert set(tallied_store.calls) <= {"load", "version"}  # the parent was read, nothing written or deleted
+    tallied_store.calls.clear()
+    untouched(tallied_store, changes, writes)
+    assert tallied_store.load(store_key(sid, owner_key("alice"))) == before
     assert mgr.get(sid, owner="alice").turns == 3
     gone(mgr, oneoff, "alice")
     with pytest.raises(SessionNotFound):  # another owner cannot copy it
@@ -248,7 +246,7 @@ def test_a_oneoff_copy_of_a_stored_session_only_reads_it(store, tmp_path, path):
 
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("how", ["capacity", "bad message", "too long", "engine fails"])
-def test_a_oneoff_that_fails_leaves_nothing(store, tmp_path, path, how):
+def test_a_oneoff_that_fails_leaves_nothing(tallied_store, tmp_path, path, how):
     backend = Dropping()
     kwargs, error, messages = {}, Exception, user("hi")
     if how == "capacity":
@@ -259,12 +257,12 @@ def test_a_oneoff_that_fails_leaves_nothing(store, tmp_path, path, how):
         kwargs, error, messages = {"session_defaults": {"session_len": 40}}, SessionLengthExceeded, user("word " * 50)
     else:
         backend.failing, error, messages = True, BackendError, user("one two three four")
-    mgr = manager(store, on_loop_of(path), backend, **kwargs)
-    changes, writes = probes(store, tmp_path)
+    mgr = manager(tallied_store, on_loop_of(path), backend, **kwargs)
+    changes, writes = probes(tallied_store, tmp_path)
     oneoff = mgr.oneoff("alice")
     with pytest.raises(error):
         turn(mgr, path, oneoff, messages, owner="alice")
-    untouched(store, changes, writes)
+    untouched(tallied_store, changes, writes)
     assert mgr.metrics()["sessions_active"] == 0 and mgr._table.entries() == []
     assert set(mgr.metrics()["errors"]) <= {error.__name__}  # (asyncio's capacity refusals are not counted)
     if how != "capacity":  # (asyncio's refusal comes before the turn begins on the one-off: nothing holds it)
@@ -276,14 +274,14 @@ def test_a_oneoff_that_fails_leaves_nothing(store, tmp_path, path, how):
     if how in ("bad message", "engine fails"):
         backend.failing = False
         assert turn(mgr, path, mgr.oneoff("alice"), user("next"), owner="alice") == ("echo: next", "stop")
-    untouched(store, changes, writes)
+    untouched(tallied_store, changes, writes)
 
 
 @pytest.mark.parametrize("on_loop", [True, False], ids=["on-loop", "pool"])
-def test_a_oneoff_whose_consumer_leaves_or_is_cancelled_leaves_nothing(store, tmp_path, on_loop):
+def test_a_oneoff_whose_consumer_leaves_or_is_cancelled_leaves_nothing(tallied_store, tmp_path, on_loop):
     backend = Dropping(delay=0.01)
-    mgr = manager(store, on_loop, backend)
-    changes, writes = probes(store, tmp_path)
+    mgr = manager(tallied_store, on_loop, backend)
+    changes, writes = probes(tallied_store, tmp_path)
     words = "one two three four five six seven eight nine ten"
 
     async def settled(oneoff: OneOff) -> None:
@@ -321,24 +319,24 @@ def test_a_oneoff_whose_consumer_leaves_or_is_cancelled_leaves_nothing(store, tm
 
     for oneoff in asyncio.run(main()):
         gone(mgr, oneoff, "alice")
-    untouched(store, changes, writes)
+    untouched(tallied_store, changes, writes)
     # and from a thread: the stream closed mid-answer (or dropped)
     oneoff = mgr.oneoff("alice")
     stream = mgr.stream_turn(oneoff, user(words), owner="alice")
     assert next(stream).text
     stream.close()
     gone(mgr, oneoff, "alice")
-    untouched(store, changes, writes)
+    untouched(tallied_store, changes, writes)
     assert mgr._table.entries() == []
 
 
 @pytest.mark.parametrize("on_loop", [True, False], ids=["on-loop", "pool"])
-def test_concurrent_oneoffs_of_one_owner_do_not_interfere(store, tmp_path, on_loop):
-    mgr = manager(store, on_loop, Dropping(delay=0.005), max_sessions=2)
+def test_concurrent_oneoffs_of_one_owner_do_not_interfere(tallied_store, tmp_path, on_loop):
+    mgr = manager(tallied_store, on_loop, Dropping(delay=0.005), max_sessions=2)
     for sid in ("a", "b"):  # the in-memory table is full of stored sessions: one-offs must not evict them
         mgr.create(sid, owner="alice")
-    store.calls.clear()
-    changes, writes = probes(store, tmp_path)
+    tallied_store.calls.clear()
+    changes, writes = probes(tallied_store, tmp_path)
     peak = 0
 
     async def one(n: int) -> str:
@@ -376,16 +374,16 @@ def test_concurrent_oneoffs_of_one_owner_do_not_interfere(store, tmp_path, on_lo
     for t in threads:
         t.join(10)
     assert results == {n: f"echo: thread {n}" for n in range(8)}
-    untouched(store, changes, writes)
+    untouched(tallied_store, changes, writes)
     metrics = mgr.metrics()
     assert metrics["sessions_in_memory"] == 2 and metrics["sessions_evicted_total"] == 0
     assert metrics["sessions_active"] == 0 and metrics["turns_total"] == 24
     assert [e.key for e in mgr._table.entries()] == [store_key(s, owner_key("alice")) for s in ("a", "b")]
 
 
-def test_a_oneoff_is_invisible_and_apart_from_any_stored_session(store, tmp_path):
-    mgr = manager(store, False, Dropping(delay=0.01), max_sessions=1, idle_ttl=0.01)
-    changes, writes = probes(store, tmp_path)
+def test_a_oneoff_is_invisible_and_apart_from_any_stored_session(tallied_store, tmp_path):
+    mgr = manager(tallied_store, False, Dropping(delay=0.01), max_sessions=1, idle_ttl=0.01)
+    changes, writes = probes(tallied_store, tmp_path)
     oneoff = mgr.oneoff("alice")
     stream = mgr.stream_turn(oneoff, user("one two three four five six"), owner="alice")
     first = next(stream).text  # mid-turn
@@ -401,9 +399,9 @@ def test_a_oneoff_is_invisible_and_apart_from_any_stored_session(store, tmp_path
         mgr.run_turn(oneoff, user("mine now"), owner="mallory")
     with pytest.raises(SessionBusy):  # its owner cannot run it twice at once
         mgr.run_turn(oneoff, user("twice"), owner="alice")
-    assert set(store.calls) == {"load", "list"}  # the look-ups above read the store for the id: it has nothing
-    store.calls.clear()
-    untouched(store, changes, writes)
+    assert set(tallied_store.calls) == {"load", "list"}  # the look-ups above read the store for the id: it has nothing
+    tallied_store.calls.clear()
+    untouched(tallied_store, changes, writes)
     # a stored session made under its id (a store=false response shows it) is another one, in the engine too
     assert mgr.run_turn(sid, user("stored"), owner="alice", create=True).text == "echo: stored"
     assert store_key(sid, owner_key("alice")) != oneoff.entry.key

@@ -16,18 +16,17 @@ from lmchat.backends.echo import EchoBackend
 from lmchat.errors import SessionNotFound, StoreConflict, StoreError
 from lmchat.stores import VERSION_KEY, SQLiteStore
 
-from .redis_fixtures import own_redis, prefix, redis_server  # noqa: F401  (fixtures)
 from .test_manager import assert_alternates, user
 
 
-def replica(url: str, prefix: str, delay: float = 0.0, **kwargs) -> SessionManager:  # noqa: F811
+def replica(url: str, prefix: str, delay: float = 0.0, **kwargs) -> SessionManager:
     from lmchat.stores.redis import RedisStore
 
     return SessionManager(EchoBackend(delay=delay), template="qwen2.5",
                           store=RedisStore(url, prefix=prefix, timeout=1.0), **kwargs)
 
 
-def test_two_replicas_continue_one_session_alternately(redis_server, prefix):  # noqa: F811
+def test_two_replicas_continue_one_session_alternately(redis_server, prefix):
     a, b = replica(redis_server.url, prefix), replica(redis_server.url, prefix)
     sid = a.create(owner="k")
     for n in range(3):
@@ -47,7 +46,7 @@ def test_two_replicas_continue_one_session_alternately(redis_server, prefix):  #
         a.run_turn(sid, user("gone?"), owner="k")
 
 
-def test_concurrent_turns_on_two_replicas_append_once(redis_server, prefix):  # noqa: F811
+def test_concurrent_turns_on_two_replicas_append_once(redis_server, prefix):
     a, b = replica(redis_server.url, prefix, delay=0.01), replica(redis_server.url, prefix, delay=0.01)
     sid = a.create()
     a.run_turn(sid, user("warm up"))
@@ -78,7 +77,7 @@ def test_concurrent_turns_on_two_replicas_append_once(redis_server, prefix):  # 
         "warm up", f"racing from {winners[0]} with some words", "after the race"]
 
 
-def test_redis_killed_mid_turn_loses_only_that_turn(own_redis):  # noqa: F811
+def test_redis_killed_mid_turn_loses_only_that_turn(own_redis):
     mgr = replica(own_redis.url, "t:", delay=0.02)
     sid = mgr.create()
     mgr.run_turn(sid, user("saved before"))
@@ -99,7 +98,7 @@ def test_redis_killed_mid_turn_loses_only_that_turn(own_redis):  # noqa: F811
     assert mgr.store.version(sid) == 3
 
 
-def test_store_ttl_expires_sessions(redis_server, prefix):  # noqa: F811
+def test_store_ttl_expires_sessions(redis_server, prefix):
     mgr = replica(redis_server.url, prefix, store_ttl=0.3)
     sid = mgr.create()
     mgr.run_turn(sid, user("soon gone"))

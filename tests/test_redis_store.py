@@ -18,19 +18,18 @@ from lmchat.errors import StoreConflict, StoreError, StoreTimeout
 from lmchat.stores import VERSION_KEY, SQLiteStore, Summary, open_store
 from lmchat.stores.redis import RedisStore
 
-from .redis_fixtures import own_redis, prefix, redis_server  # noqa: F401  (fixtures)
 from .test_stores import conversation, first_save, json_copy, turn
 
 
 @pytest.fixture
-def store(redis_server, prefix):  # noqa: F811
+def redis_store(redis_server, prefix):
     s = RedisStore(redis_server.url, prefix=prefix)
     yield s
     s.close()
 
 
 @pytest.mark.parametrize("write", ["save", "append"])
-def test_clients_never_both_extend_one_version(redis_server, prefix, write):  # noqa: F811
+def test_clients_never_both_extend_one_version(redis_server, prefix, write):
     """Replicas racing on the same version: exactly one write lands, the others conflict."""
     replicas = [RedisStore(redis_server.url, prefix=prefix) for _ in range(6)]
     session = Session("qwen2.5")
@@ -63,7 +62,7 @@ def test_clients_never_both_extend_one_version(redis_server, prefix, write):  # 
         s.close()
 
 
-def test_ttl_expires_every_key_of_a_session_and_list_forgets_them(redis_server, prefix):  # noqa: F811
+def test_ttl_expires_every_key_of_a_session_and_list_forgets_them(redis_server, prefix):
     store = RedisStore(redis_server.url, prefix=prefix, ttl=0.6)
     kept = RedisStore(redis_server.url, prefix=prefix)  # no ttl: persists
     short, long_ = Session("qwen2.5", system="Be brief. " * 50), Session("qwen2.5")
@@ -86,7 +85,7 @@ def test_ttl_expires_every_key_of_a_session_and_list_forgets_them(redis_server, 
     raw.close()
 
 
-def test_an_outage_raises_store_error_and_recovers(own_redis):  # noqa: F811
+def test_an_outage_raises_store_error_and_recovers(own_redis):
     store = RedisStore(own_redis.url, socket_timeout=1.0, socket_connect_timeout=1.0)
     session = Session("qwen2.5")
     first_save(store, session)
@@ -104,7 +103,7 @@ def test_an_outage_raises_store_error_and_recovers(own_redis):  # noqa: F811
     store.close()
 
 
-def test_a_stalled_server_times_out_and_the_retry_with_the_same_token_is_safe(own_redis):  # noqa: F811
+def test_a_stalled_server_times_out_and_the_retry_with_the_same_token_is_safe(own_redis):
     """SIGSTOP: the server accepts connections but answers nothing; the append is queued, not refused."""
     store = RedisStore(own_redis.url, socket_timeout=0.3, socket_connect_timeout=0.3)
     assert (store.socket_timeout, store.socket_connect_timeout) == (0.3, 0.3)
@@ -134,42 +133,42 @@ def test_a_stalled_server_times_out_and_the_retry_with_the_same_token_is_safe(ow
     store.close()
 
 
-def test_sessions_written_before_records_existed_load_and_take_appends(store):
+def test_sessions_written_before_records_existed_load_and_take_appends(redis_store):
     """The previous layout: one hash with the whole snapshot and no base fields, no patch list."""
     session = Session("qwen2.5", system="Be brief.", session_id="legacy-1")
     session.prompt("old")
     session.commit("layout")
-    raw = store._client
-    raw.hset(store._key("legacy-1"), mapping={
+    raw = redis_store._client
+    raw.hset(redis_store._key("legacy-1"), mapping={
         "version": 3, "token": "t", "data": json.dumps(session.to_dict()), "title": "old", "turns": 1,
         "template": "qwen2.5", "owner": "", "updated_at": time.time()})
-    raw.zadd(f"{store.prefix}index", {"legacy-1": time.time()})
-    raw.zadd(f"{store.prefix}owner:", {"legacy-1": time.time()})
-    assert store.load("legacy-1") == {**json_copy(session.to_dict()), VERSION_KEY: 3}
-    info = store.records("legacy-1")
+    raw.zadd(f"{redis_store.prefix}index", {"legacy-1": time.time()})
+    raw.zadd(f"{redis_store.prefix}owner:", {"legacy-1": time.time()})
+    assert redis_store.load("legacy-1") == {**json_copy(session.to_dict()), VERSION_KEY: 3}
+    info = redis_store.records("legacy-1")
     assert (info.version, info.base_version, info.patches) == (3, 3, 0)
     session.mark_saved()
     for n in range(6):
-        assert turn(store, session, 3 + n, f"new {n}") == 4 + n
-        assert store.load("legacy-1") == {**json_copy(session.to_dict()), VERSION_KEY: 4 + n}
-    assert store.list()[0].turns == 7
+        assert turn(redis_store, session, 3 + n, f"new {n}") == 4 + n
+        assert redis_store.load("legacy-1") == {**json_copy(session.to_dict()), VERSION_KEY: 4 + n}
+    assert redis_store.list()[0].turns == 7
 
 
-def test_keys_of_the_wrong_type_raise_store_errors_naming_the_session(store):
+def test_keys_of_the_wrong_type_raise_store_errors_naming_the_session(redis_store):
     data = conversation("typed")
     sid = data["session_id"]
-    store._client.set(store._key(sid), "a string, not a hash")
-    for call in (lambda: store.load(sid), lambda: store.save(data), lambda: store.version(sid)):
+    redis_store._client.set(redis_store._key(sid), "a string, not a hash")
+    for call in (lambda: redis_store.load(sid), lambda: redis_store.save(data), lambda: redis_store.version(sid)):
         with pytest.raises(StoreError, match=sid):
             call()
-    store._client.delete(store._key(sid))
-    store.save(data)
-    store._client.hset(store._key(sid), "version", "seven")
+    redis_store._client.delete(redis_store._key(sid))
+    redis_store.save(data)
+    redis_store._client.hset(redis_store._key(sid), "version", "seven")
     with pytest.raises(StoreError, match=f"session {sid}: field 'version' is not a number"):
-        store.load(sid)
+        redis_store.load(sid)
 
 
-def test_errors_never_show_the_password(redis_server):  # noqa: F811
+def test_errors_never_show_the_password(redis_server):
     url = redis_server.url.replace("redis://", "redis://user:s3cret@")
     store = RedisStore(url)
     assert "s3cret" not in store.spec and "***" in store.spec
@@ -179,7 +178,7 @@ def test_errors_never_show_the_password(redis_server):  # noqa: F811
     store.close()
 
 
-def test_open_store_specs(redis_server, tmp_path):  # noqa: F811
+def test_open_store_specs(redis_server, tmp_path):
     s = open_store(redis_server.url, prefix="spec:", socket_timeout=0.5)
     assert isinstance(s, RedisStore) and s.prefix == "spec:" and s.socket_timeout == 0.5
     assert s.socket_connect_timeout == 2.0  # the default: short
@@ -192,12 +191,13 @@ def test_open_store_specs(redis_server, tmp_path):  # noqa: F811
         RedisStore("redis://host:notaport/0")
 
 
-def test_writes_on_a_corrupted_version_raise_store_errors_naming_the_session(store):
+def test_writes_on_a_corrupted_version_raise_store_errors_naming_the_session(redis_store):
     session = Session("qwen2.5", system="Be brief.")
-    version = turn(store, session, first_save(store, session), "hi")
-    store._client.hset(store._key(session.session_id), "version", "seven")
-    for call in (lambda: store.save(session.to_dict(), expected_version=version),
-                 lambda: store.append(session.session_id, {}, expected_version=version, summary=Summary("", 0, "")),
-                 lambda: store._install(session.session_id, "", version, "{}", 0)):
+    version = turn(redis_store, session, first_save(redis_store, session), "hi")
+    redis_store._client.hset(redis_store._key(session.session_id), "version", "seven")
+    for call in (lambda: redis_store.save(session.to_dict(), expected_version=version),
+                 lambda: redis_store.append(session.session_id, {}, expected_version=version,
+                                            summary=Summary("", 0, "")),
+                 lambda: redis_store._install(session.session_id, "", version, "{}", 0)):
         with pytest.raises(StoreError, match=f"{session.session_id}: the stored version is not a number"):
             call()

@@ -9,7 +9,6 @@ openai = pytest.importorskip("openai")
 
 import httpx  # noqa: E402
 
-from .redis_fixtures import own_redis  # noqa: E402,F401 (a fixture)
 from .serve_helpers import Server  # noqa: E402
 
 ECHO = ("--template", "qwen2.5", "--backend-option", "prefix=")

@@ -11,22 +11,14 @@ openai = pytest.importorskip("openai")
 
 import httpx  # noqa: E402
 
-from .serve_helpers import Server  # noqa: E402
 
 TOOLS = [{"type": "function", "name": "f", "parameters": {"type": "object", "properties": {}}}]
 
 
 @pytest.fixture(scope="module")
-def server():
-    s = Server("--template", "qwen2.5", "--store", "memory", "--backend-option", "prefix=")
-    yield s
-    s.stop()
-
-
-@pytest.fixture(scope="module")
-def state(server):
+def state(memory_server):
     """A chain of two responses and a conversation with a queued item and an answered one."""
-    client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0)
+    client = openai.OpenAI(base_url=f"{memory_server.url}/v1", api_key="x", max_retries=0)
     first = client.responses.create(model="m", input="one", tools=TOOLS)
     second = client.responses.create(model="m", input="two", tools=TOOLS, previous_response_id=first.id)
     conv = client.conversations.create(items=[{"role": "user", "content": "hello"}])
@@ -112,13 +104,13 @@ def cases(state) -> list[tuple[str, str, object, int, str]]:
     ]
 
 
-def test_every_malformed_request_gets_a_4xx_with_a_code_and_changes_nothing(server, state):
-    before = stored(server, state)
-    with httpx.Client(base_url=server.url, timeout=30) as http:
+def test_every_malformed_request_gets_a_4xx_with_a_code_and_changes_nothing(memory_server, state):
+    before = stored(memory_server, state)
+    with httpx.Client(base_url=memory_server.url, timeout=30) as http:
         for method, path, body, status, code in cases(state):
             content = body if isinstance(body, bytes) else None if body is None else json.dumps(body).encode()
             r = http.request(method, path, content=content, headers={"Content-Type": "application/json"})
             assert r.status_code == status, (method, path, body, r.text)
             error = r.json()["error"]
             assert error["code"] == code and error["message"] and error["type"], (path, body, error)
-    assert stored(server, state) == before
+    assert stored(memory_server, state) == before

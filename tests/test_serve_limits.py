@@ -28,16 +28,9 @@ SESSION_LEN = 300  # the overflow server's, in characters (the echo backend has 
 
 
 @pytest.fixture(scope="module")
-def server():
-    s = Server("--template", "qwen2.5", "--store", "memory", "--backend-option", "prefix=")
-    yield s
-    s.stop()
-
-
-@pytest.fixture(scope="module")
-def state(server):
+def state(memory_server):
     """A chat session, a chain of two responses and a conversation."""
-    with httpx.Client(base_url=server.url, timeout=60) as http:
+    with httpx.Client(base_url=memory_server.url, timeout=60) as http:
         for n in (1, 3):
             r = http.post("/v1/chat/completions", json={"messages": GOOD[:n], "session_id": SID})
             assert r.status_code == 200, r.text
@@ -150,22 +143,22 @@ LABELS = sorted(cases({"response": "", "sid": "", "conversation": ""}))
 
 
 @pytest.mark.parametrize("label", LABELS)
-def test_a_bad_field_is_refused_alike_on_every_route_naming_it_and_nothing_changes(server, state, label):
+def test_a_bad_field_is_refused_alike_on_every_route_naming_it_and_nothing_changes(memory_server, state, label):
     path, body, param, code = cases(state)[label]
-    before = stored(server, state)
-    with httpx.Client(base_url=server.url, timeout=60) as http:
+    before = stored(memory_server, state)
+    with httpx.Client(base_url=memory_server.url, timeout=60) as http:
         r = http.post(path, content=json.dumps(body), headers={"Content-Type": "application/json"})
     assert r.status_code == 400, (label, r.status_code, r.text[:300])
     error = r.json()["error"]
     assert set(error) == {"message", "type", "param", "code"}, (label, error)
     assert (error["type"], error["param"], error["code"]) == ("invalid_request_error", param, code), (label, error)
     assert error["message"].startswith(param) or f"'{param}'" in error["message"], (label, error)
-    assert stored(server, state) == before, label
+    assert stored(memory_server, state) == before, label
 
 
-def test_what_the_checks_let_through(server, state):
+def test_what_the_checks_let_through(memory_server, state):
     """A choice naming a request's tool, a one-off's usage chunk; the limits are inclusive."""
-    with httpx.Client(base_url=server.url, timeout=60) as http:
+    with httpx.Client(base_url=memory_server.url, timeout=60) as http:
         named = {"type": "function", "function": {"name": "f"}}
         ok = http.post("/v1/chat/completions", json={"messages": GOOD[:1], "tools": CHAT_TOOLS, "tool_choice": named,
                                                      "max_tokens": 1})

@@ -21,7 +21,6 @@ openai = pytest.importorskip("openai")
 
 import httpx  # noqa: E402
 
-from .redis_fixtures import redis_server  # noqa: E402,F401 (a fixture)
 from .serve_helpers import Server, lines  # noqa: E402
 from .test_manager_oneoff import FileChanges  # noqa: E402
 

@@ -15,13 +15,9 @@ import pytest
 from lmchat import Session, SessionError
 from lmchat.errors import StoreConflict, StoreError
 from lmchat.session import patches
-from lmchat.stores import VERSION_KEY, MemoryStore, SQLiteStore, Summary, open_store
+from lmchat.stores import VERSION_KEY, MemoryStore, Summary, open_store
 
 from . import tokenizers_fixtures as tf
-from .redis_fixtures import prefix, redis_server  # noqa: F401  (fixtures)
-
-# "sqlite<3.35": the SQLite store's appends without UPDATE ... RETURNING, as on an older SQLite library
-STORES = ["memory", "sqlite", "sqlite<3.35", "redis"]
 
 
 def conversation(first: str, turns: int = 1, session_id: str | None = None) -> dict:
@@ -34,25 +30,6 @@ def conversation(first: str, turns: int = 1, session_id: str | None = None) -> d
 
 def json_copy(value):
     return json.loads(json.dumps(value))
-
-
-def open_kind(kind: str, request, tmp_path):
-    if kind == "memory":
-        return MemoryStore()
-    if kind.startswith("sqlite"):
-        if kind == "sqlite<3.35":
-            request.getfixturevalue("monkeypatch").setattr("lmchat.stores.sqlite._RETURNING", False)
-        return SQLiteStore(tmp_path / "sub" / "sessions.db")
-    from lmchat.stores.redis import RedisStore
-
-    return RedisStore(request.getfixturevalue("redis_server").url, prefix=request.getfixturevalue("prefix"))
-
-
-@pytest.fixture(params=STORES)
-def store(request, tmp_path):
-    s = open_kind(request.param, request, tmp_path)
-    yield s
-    s.close()
 
 
 def first_save(store, session: Session, **extra) -> int:
@@ -71,77 +48,77 @@ def turn(store, session: Session, version: int, text: str, owner: str = "") -> i
 
 
 # ---------------------------------------------------------------------- whole saves
-def test_round_trip_restores_an_identical_session(store):
+def test_round_trip_restores_an_identical_session(any_store):
     data = conversation("What is the capital of France?", turns=2)
-    assert store.save(data) == 1
-    back = store.load(data["session_id"])
+    assert any_store.save(data) == 1
+    back = any_store.load(data["session_id"])
     assert back.pop(VERSION_KEY) == 1
     assert back == data
     assert Session.from_dict(back).context == Session.from_dict(data).context
-    assert store.load("nope") is None and store.version("nope") == 0
+    assert any_store.load("nope") is None and any_store.version("nope") == 0
 
 
-def test_versions_and_compare_and_set(store):
+def test_versions_and_compare_and_set(any_store):
     data = conversation("hi")
     sid = data["session_id"]
-    assert store.save(data, expected_version=0) == 1  # 0: must not exist yet
-    assert store.save(data) == 2  # no expectation: unconditional
-    assert store.save(data, expected_version=2) == 3
+    assert any_store.save(data, expected_version=0) == 1  # 0: must not exist yet
+    assert any_store.save(data) == 2  # no expectation: unconditional
+    assert any_store.save(data, expected_version=2) == 3
     with pytest.raises(StoreConflict) as info:
-        store.save(data, expected_version=2)
+        any_store.save(data, expected_version=2)
     assert (info.value.expected, info.value.actual) == (2, 3)
     assert isinstance(info.value, StoreError)
     with pytest.raises(StoreConflict):
-        store.save(data, expected_version=0)
-    assert store.load(sid)[VERSION_KEY] == 3 and store.version(sid) == 3  # the failed saves changed nothing
+        any_store.save(data, expected_version=0)
+    assert any_store.load(sid)[VERSION_KEY] == 3 and any_store.version(sid) == 3  # the failed saves changed nothing
 
 
-def test_list_latest_owner_and_delete(store):
+def test_list_latest_owner_and_delete(any_store):
     long_question = "Tell me   about\nthe history of " + "very " * 30 + "old towns"
     a = {**conversation(long_question, turns=3), "owner": "o1"}
     b = conversation("second")
-    store.save(a)
-    store.save(b)
-    infos = store.list()
+    any_store.save(a)
+    any_store.save(b)
+    infos = any_store.list()
     assert [i.id for i in infos] == [b["session_id"], a["session_id"]]
-    assert store.latest() == b["session_id"]
+    assert any_store.latest() == b["session_id"]
     info = infos[1]
     assert info.title.startswith("Tell me about the history of very") and info.title.endswith("…")
     assert len(info.title) == 60 and "\n" not in info.title
     assert (info.turns, info.template, info.version, info.owner) == (3, "qwen2.5", 1, "o1")
-    assert [i.id for i in store.list(owner="o1")] == [a["session_id"]] and store.list(owner="nobody") == []
-    store.save(a)  # saving again makes it the latest
-    assert store.latest() == a["session_id"]
-    assert len(store.list(limit=1)) == 1
-    store.delete(a["session_id"])
-    store.delete("absent")
-    assert [i.id for i in store.list()] == [b["session_id"]] and store.list(owner="o1") == []
+    assert [i.id for i in any_store.list(owner="o1")] == [a["session_id"]] and any_store.list(owner="nobody") == []
+    any_store.save(a)  # saving again makes it the latest
+    assert any_store.latest() == a["session_id"]
+    assert len(any_store.list(limit=1)) == 1
+    any_store.delete(a["session_id"])
+    any_store.delete("absent")
+    assert [i.id for i in any_store.list()] == [b["session_id"]] and any_store.list(owner="o1") == []
 
 
-def test_rejects_what_is_not_a_session(store):
+def test_rejects_what_is_not_a_session(any_store):
     with pytest.raises(StoreError):
-        store.save({"messages": []})
+        any_store.save({"messages": []})
     with pytest.raises(StoreError, match="session x is not JSON-serialisable"):
-        store.save({"session_id": "x", "bad": object()})
+        any_store.save({"session_id": "x", "bad": object()})
     cycle: dict = {"role": "user"}
     cycle["content"] = [cycle]  # a caller's own cycle: the encoder does not look for one, recursion stops it
     with pytest.raises(StoreError, match="session x is not JSON-serialisable"):
-        store.save({"session_id": "x", "messages": [cycle]})
-    assert store.version("x") == 0
-    version = store.save({"session_id": "x", "messages": []}, expected_version=0)
+        any_store.save({"session_id": "x", "messages": [cycle]})
+    assert any_store.version("x") == 0
+    version = any_store.save({"session_id": "x", "messages": []}, expected_version=0)
     with pytest.raises(StoreError, match="not JSON-serialisable"):
-        store.append("x", {"lists": {"messages": [0, [cycle]]}, "set": {}}, expected_version=version,
+        any_store.append("x", {"lists": {"messages": [0, [cycle]]}, "set": {}}, expected_version=version,
                       summary=Summary("", 0, "", ""))
-    assert store.version("x") == version and store.load("x")["messages"] == []
+    assert any_store.version("x") == version and any_store.load("x")["messages"] == []
 
 
 # ---------------------------------------------------------------------- appends of real turns
-def test_appended_turns_load_as_the_session_and_as_patches_apply(store):
+def test_appended_turns_load_as_the_session_and_as_patches_apply(any_store):
     """Real turns of real sessions (one token-level): load == Session.to_dict() == the patches applied in turn."""
     for tok in (None, tf.smollm2()):
         session = Session("smollm2" if tok else "qwen2.5", system="Be brief.", tokenizer=tok)
         extra = {"owner": "hash-1", "engine": "echo:test", "chat": {"seed": 7}}
-        version = first_save(store, session, **extra)
+        version = first_save(any_store, session, **extra)
         reference = json_copy({**session.to_dict(), **extra})
         for i in range(12):
             session.prompt(f"question {i} " + "é中" * (i % 3))
@@ -149,24 +126,24 @@ def test_appended_turns_load_as_the_session_and_as_patches_apply(store):
             patch = session.changes()
             if i % 4 == 3:  # a patch may set extra top-level keys too
                 patch["set"]["last_turn"] = {"n": i, "cached_tokens": 3 * i}
-            version = store.append(session.session_id, patch, expected_version=version,
-                                   summary=Summary.of_session(session, "hash-1"))
+            version = any_store.append(session.session_id, patch, expected_version=version,
+                                       summary=Summary.of_session(session, "hash-1"))
             session.mark_saved()
             reference = patches.apply(reference, json_copy(patch))
-            back = store.load(session.session_id)
+            back = any_store.load(session.session_id)
             assert back.pop(VERSION_KEY) == version == i + 2
             assert back == reference
             assert {k: v for k, v in back.items() if k not in (*extra, "last_turn")} == json_copy(session.to_dict())
-        restored = Session.from_dict(store.load(session.session_id), tokenizer=tok)
+        restored = Session.from_dict(any_store.load(session.session_id), tokenizer=tok)
         assert restored.context == session.context and restored.turns == 12
-        info = store.list(owner="hash-1")[0]
+        info = any_store.list(owner="hash-1")[0]
         assert (info.id, info.turns, info.version, info.title) == (session.session_id, 12, 13, "question 0")
 
 
-def test_edits_between_turns_are_patches_too(store):
+def test_edits_between_turns_are_patches_too(any_store):
     """undo, reopen, reset and refused prompts: lows inside the lists, not only appends at the end."""
     session = Session("qwen2.5")
-    version = first_save(store, session)
+    version = first_save(any_store, session)
     ops = ["turn", "turn", "undo", "turn", "reopen", "turn", "reset", "turn", "bad", "turn"]
     for n, op in enumerate(ops):
         try:
@@ -184,28 +161,28 @@ def test_edits_between_turns_are_patches_too(store):
                 session.prompt({"not": "text"})
         except (ValueError, SessionError):
             pass
-        version = store.append(session.session_id, session.changes(), expected_version=version,
-                               summary=Summary.of_session(session))
+        version = any_store.append(session.session_id, session.changes(), expected_version=version,
+                                   summary=Summary.of_session(session))
         session.mark_saved()
-        back = store.load(session.session_id)
+        back = any_store.load(session.session_id)
         assert back.pop(VERSION_KEY) == version and back == json_copy(session.to_dict())
 
 
-def test_append_conflicts_write_nothing(store):
+def test_append_conflicts_write_nothing(any_store):
     session = Session("qwen2.5")
-    version = turn(store, session, first_save(store, session), "first")
-    before = (store.load(session.session_id), store.list()[0], store.records(session.session_id))
+    version = turn(any_store, session, first_save(any_store, session), "first")
+    before = (any_store.load(session.session_id), any_store.list()[0], any_store.records(session.session_id))
     session.prompt("second")
     session.commit("answer")
     patch = session.changes()
     for wrong in (version - 1, version + 1):
         with pytest.raises(StoreConflict) as info:
-            store.append(session.session_id, patch, expected_version=wrong, summary=Summary("t", 9, "x", "other"))
+            any_store.append(session.session_id, patch, expected_version=wrong, summary=Summary("t", 9, "x", "other"))
         assert (info.value.expected, info.value.actual, info.value.session_id) == (wrong, version, session.session_id)
-    assert (store.load(session.session_id), store.list()[0], store.records(session.session_id)) == before
+    assert (any_store.load(session.session_id), any_store.list()[0], any_store.records(session.session_id)) == before
     with pytest.raises(StoreConflict) as info:  # nothing to extend
-        store.append("absent", patch, expected_version=1, summary=Summary("t", 1, "x"))
-    assert info.value.actual == 0 and store.version("absent") == 0
+        any_store.append("absent", patch, expected_version=1, summary=Summary("t", 1, "x"))
+    assert info.value.actual == 0 and any_store.version("absent") == 0
 
 
 @pytest.mark.parametrize("bad", [
@@ -213,39 +190,39 @@ def test_append_conflicts_write_nothing(store):
     {"lists": {"messages": [True, []]}}, {"set": {"session_id": "other"}}, {"set": {"store_version": 3}},
     {"other": 1}, {"set": {"x": object()}},
 ])
-def test_malformed_appends_are_refused_before_anything_is_written(store, bad):
+def test_malformed_appends_are_refused_before_anything_is_written(any_store, bad):
     session = Session("qwen2.5")
-    version = first_save(store, session)
+    version = first_save(any_store, session)
     with pytest.raises(StoreError, match=session.session_id):
-        store.append(session.session_id, bad, expected_version=version, summary=Summary("t", 0, "qwen2.5"))
+        any_store.append(session.session_id, bad, expected_version=version, summary=Summary("t", 0, "qwen2.5"))
     with pytest.raises(StoreError, match="save"):
-        store.append(session.session_id, {}, expected_version=0, summary=Summary("t", 0, "qwen2.5"))
+        any_store.append(session.session_id, {}, expected_version=0, summary=Summary("t", 0, "qwen2.5"))
     with pytest.raises(StoreError):
-        store.append(session.session_id, {}, expected_version=version, summary=("t", 0, "qwen2.5"))
+        any_store.append(session.session_id, {}, expected_version=version, summary=("t", 0, "qwen2.5"))
     with pytest.raises(StoreError):
         Summary("t", -1, "qwen2.5")
-    assert store.version(session.session_id) == version and store.records(session.session_id).patches == 0
+    assert any_store.version(session.session_id) == version and any_store.records(session.session_id).patches == 0
 
 
-def test_a_retry_with_the_same_token_gets_its_own_version_back(store):
+def test_a_retry_with_the_same_token_gets_its_own_version_back(any_store):
     session = Session("qwen2.5")
-    version = first_save(store, session)
+    version = first_save(any_store, session)
     session.prompt("hi")
     session.commit("hello")
     patch, summary = session.changes(), Summary.of_session(session)
     kwargs = dict(expected_version=version, summary=summary, token="idem-1")
-    assert store.append(session.session_id, patch, **kwargs) == version + 1
-    assert store.append(session.session_id, patch, **kwargs) == version + 1  # the retry: no second patch
-    assert store.version(session.session_id) == version + 1
-    assert store.load(session.session_id)["messages"] == json_copy(session.to_dict())["messages"]
+    assert any_store.append(session.session_id, patch, **kwargs) == version + 1
+    assert any_store.append(session.session_id, patch, **kwargs) == version + 1  # the retry: no second patch
+    assert any_store.version(session.session_id) == version + 1
+    assert any_store.load(session.session_id)["messages"] == json_copy(session.to_dict())["messages"]
     with pytest.raises(StoreConflict):  # another writer's token
-        store.append(session.session_id, patch, **{**kwargs, "token": "idem-2"})
+        any_store.append(session.session_id, patch, **{**kwargs, "token": "idem-2"})
 
 
 # ---------------------------------------------------------------------- concurrency
-def test_concurrent_appenders_on_one_session_never_both_win(store):
+def test_concurrent_appenders_on_one_session_never_both_win(any_store):
     session = Session("qwen2.5")
-    version = first_save(store, session)
+    version = first_save(any_store, session)
     base = session.to_dict()
     threads, rounds = 6, 8
     wins: dict[int, list[int]] = {}
@@ -256,8 +233,8 @@ def test_concurrent_appenders_on_one_session_never_both_win(store):
             barrier.wait()
             patch = {"lists": {"messages": [len(base["messages"]) + expected - 1,
                                             [{"role": "user", "content": f"thread {n} at {expected}"}]]}, "set": {}}
-            wins.setdefault(store.append(session.session_id, patch, expected_version=expected,
-                                         summary=Summary("race", expected, "qwen2.5")), []).append(n)
+            wins.setdefault(any_store.append(session.session_id, patch, expected_version=expected,
+                                             summary=Summary("race", expected, "qwen2.5")), []).append(n)
         except StoreConflict:
             pass
         except Exception as exc:  # surfaced below
@@ -272,15 +249,15 @@ def test_concurrent_appenders_on_one_session_never_both_win(store):
             t.join()
         assert not errors and len(wins[version + 1]) == 1, (errors, wins)
         version += 1
-    messages = store.load(session.session_id)["messages"]
+    messages = any_store.load(session.session_id)["messages"]
     assert [m["content"] for m in messages[len(base["messages"]):]] == [
         f"thread {wins[v][0]} at {v - 1}" for v in range(2, version + 1)]
 
 
-def test_threads_never_lose_an_update(store):
+def test_threads_never_lose_an_update(any_store):
     """Threads increment one session through load + compare-and-set, and save their own sessions."""
     shared = conversation("shared")
-    store.save(shared)
+    any_store.save(shared)
     sid, per_thread, threads = shared["session_id"], 10, 6
     errors = []
 
@@ -288,13 +265,13 @@ def test_threads_never_lose_an_update(store):
         try:
             own = conversation(f"thread {n}")
             for _ in range(per_thread):
-                store.save(own)
+                any_store.save(own)
                 while True:
-                    data = store.load(sid)
+                    data = any_store.load(sid)
                     version = data.pop(VERSION_KEY)
                     patch = {"set": {"counter": data.get("counter", 0) + 1}}
                     try:
-                        store.append(sid, patch, expected_version=version, summary=Summary.of(data))
+                        any_store.append(sid, patch, expected_version=version, summary=Summary.of(data))
                         break
                     except StoreConflict:
                         continue
@@ -307,10 +284,10 @@ def test_threads_never_lose_an_update(store):
     for t in pool:
         t.join()
     assert not errors
-    final = store.load(sid)
+    final = any_store.load(sid)
     assert final["counter"] == per_thread * threads and final[VERSION_KEY] == per_thread * threads + 1
-    assert len(store.list(limit=100)) == threads + 1
-    assert all(i.version == per_thread for i in store.list(limit=100) if i.id != sid)
+    assert len(any_store.list(limit=100)) == threads + 1
+    assert all(i.version == per_thread for i in any_store.list(limit=100) if i.id != sid)
 
 
 def test_open_store():
@@ -319,10 +296,10 @@ def test_open_store():
         open_store("memory", ttl=3)
 
 
-def test_copies_are_not_shared(store):
+def test_copies_are_not_shared(any_store):
     data = conversation("mutable")
-    store.save(data)
-    back = store.load(data["session_id"])
+    any_store.save(data)
+    back = any_store.load(data["session_id"])
     back["messages"].append({"role": "user", "content": "changed"})
-    again = store.load(data["session_id"])
+    again = any_store.load(data["session_id"])
     assert again["messages"] == data["messages"] and copy.deepcopy(again) == again

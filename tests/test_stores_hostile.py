@@ -18,8 +18,6 @@ from lmchat import Session
 from lmchat.errors import SnapshotError, StoreCorrupt
 from lmchat.stores import MemoryStore, SQLiteStore
 
-from .redis_fixtures import own_redis, prefix, redis_server  # noqa: F401  (fixtures)
-
 #: a read of a damaged row answers well within this (before: 9.6 s for a version of 30,000,000)
 BOUNDED_SECONDS = 2.0
 
@@ -124,7 +122,7 @@ def test_a_damaged_row_fails_its_reads_quickly_with_store_corrupt_and_can_be_del
     assert store.load(session.session_id) is None and store.version(session.session_id) == 0
 
 
-def test_a_redis_session_key_of_another_type_is_store_corrupt_and_can_be_deleted(redis_server, prefix):  # noqa: F811
+def test_a_redis_session_key_of_another_type_is_store_corrupt_and_can_be_deleted(redis_server, prefix):
     pytest.importorskip("redis", reason="the redis extra is not installed (pip install 'lmchat[redis]')")
     from lmchat.stores.redis import RedisStore
 
@@ -201,6 +199,6 @@ def test_serve_answers_damaged_sqlite_rows_with_store_corrupt_and_deletes_them(t
     _check_server(f"sqlite:{path}", lambda sid, how: damage_sqlite(path, sid, how))
 
 
-def test_serve_answers_damaged_redis_rows_with_store_corrupt_and_deletes_them(own_redis):  # noqa: F811
+def test_serve_answers_damaged_redis_rows_with_store_corrupt_and_deletes_them(own_redis):
     pytest.importorskip("redis", reason="the redis extra is not installed (pip install 'lmchat[redis]')")
     _check_server(own_redis.url, lambda sid, how: damage_redis(own_redis.url, "lmchat:", sid, how))

@@ -16,8 +16,8 @@ from lmchat.stores import VERSION_KEY, MemoryStore, SQLiteStore, Summary
 from lmchat.stores import records
 from lmchat.stores.records import COMPACT_AFTER, fold
 
-from .redis_fixtures import prefix, redis_server  # noqa: F401  (fixtures)
-from .test_stores import conversation, first_save, json_copy, open_kind, store, turn  # noqa: F401  (store: a fixture)
+from .store_helpers import open_kind
+from .test_stores import conversation, first_save, json_copy, turn
 
 
 # ---------------------------------------------------------------------- compaction
@@ -27,13 +27,13 @@ def no_floor(monkeypatch):
     monkeypatch.setattr(records, "COMPACT_FLOOR", 0)
 
 
-def test_compaction_happens_geometrically_and_is_invisible(store, no_floor):  # noqa: F811
+def test_compaction_happens_geometrically_and_is_invisible(any_store, no_floor):
     session = Session("qwen2.5", system="You are a helpful assistant.")
-    version = first_save(store, session)
+    version = first_save(any_store, session)
     bases, compactions = [], 0
     for i in range(150):
-        version = turn(store, session, version, f"Question number {i}: what is {i} + {i}? Explain briefly.")
-        info = store.records(session.session_id)
+        version = turn(any_store, session, version, f"Question number {i}: what is {i} + {i}? Explain briefly.")
+        info = any_store.records(session.session_id)
         assert info.version == version and info.patches == version - info.base_version
         # the rule: fold as soon as the patches outgrow COMPACT_AFTER times the base
         assert info.patch_chars <= COMPACT_AFTER * info.base_chars
@@ -41,55 +41,55 @@ def test_compaction_happens_geometrically_and_is_invisible(store, no_floor):  # 
             bases.append(info.base_version)
             compactions += 1
         if i % 25 == 0:
-            assert store.load(session.session_id) == {**json_copy(session.to_dict()), VERSION_KEY: version}
+            assert any_store.load(session.session_id) == {**json_copy(session.to_dict()), VERSION_KEY: version}
     assert 3 <= compactions <= 10  # about log3(150 turns / the first base's size in turns)
     gaps = [b - a for a, b in zip(bases, bases[1:])]
     assert gaps == sorted(gaps) and gaps[-1] >= 2 * gaps[1]  # each base holds about 1 + COMPACT_AFTER times the last
-    assert store.compact(session.session_id) is True and store.compact(session.session_id) is False
-    assert store.records(session.session_id).patches == 0
-    assert store.load(session.session_id) == {**json_copy(session.to_dict()), VERSION_KEY: version}
-    assert store.compact("absent") is False
+    assert any_store.compact(session.session_id) is True and any_store.compact(session.session_id) is False
+    assert any_store.records(session.session_id).patches == 0
+    assert any_store.load(session.session_id) == {**json_copy(session.to_dict()), VERSION_KEY: version}
+    assert any_store.compact("absent") is False
 
 
-def test_awaited_appends_compact_the_same_way_in_the_background(store, no_floor):  # noqa: F811
+def test_awaited_appends_compact_the_same_way_in_the_background(any_store, no_floor):
     """``aappend`` (a turn on the event loop): the append lands when it returns; the compaction it makes due
     runs in a worker thread that the turn does not wait for, and folds what a blocking append would."""
     import asyncio
 
     session = Session("qwen2.5", system="You are a helpful assistant.")
-    version = first_save(store, session)
+    version = first_save(any_store, session)
 
     async def main() -> int:
         nonlocal version
-        compactions, base = 0, store.records(session.session_id).base_version
+        compactions, base = 0, any_store.records(session.session_id).base_version
         for i in range(150):
             session.prompt(f"Question number {i}: what is {i} + {i}? Explain briefly.")
             session.commit(f"answer to {i}")
-            version = await store.aappend(session.session_id, session.changes(), expected_version=version,
-                                          summary=Summary.of_session(session))
+            version = await any_store.aappend(session.session_id, session.changes(), expected_version=version,
+                                              summary=Summary.of_session(session))
             session.mark_saved()
-            assert store.version(session.session_id) == version  # durable before any compaction
+            assert any_store.version(session.session_id) == version  # durable before any compaction
             await asyncio.to_thread(records.compactions_idle)
-            info = store.records(session.session_id)
+            info = any_store.records(session.session_id)
             assert info.patch_chars <= COMPACT_AFTER * info.base_chars and not records._COMPACTING
             compactions += info.base_version != base
             base = info.base_version
             if i % 25 == 0:
-                assert store.load(session.session_id) == {**json_copy(session.to_dict()), VERSION_KEY: version}
+                assert any_store.load(session.session_id) == {**json_copy(session.to_dict()), VERSION_KEY: version}
         return compactions
 
     assert 3 <= asyncio.run(main()) <= 10
-    assert store.load(session.session_id) == {**json_copy(session.to_dict()), VERSION_KEY: version}
+    assert any_store.load(session.session_id) == {**json_copy(session.to_dict()), VERSION_KEY: version}
 
 
-def test_a_short_session_is_not_compacted_until_its_patches_pass_the_floor(store):  # noqa: F811
+def test_a_short_session_is_not_compacted_until_its_patches_pass_the_floor(any_store):
     """A new session's base is small: by the factor alone, its first turns would be folded again and again."""
     session = Session("qwen2.5")
-    version = first_save(store, session)
+    version = first_save(any_store, session)
     past_the_factor = 0  # appends left unfolded although the patches outgrew COMPACT_AFTER times the base
     for i in range(200):
-        version = turn(store, session, version, f"Question number {i}: what is {i} + {i}? Explain briefly.")
-        info = store.records(session.session_id)
+        version = turn(any_store, session, version, f"Question number {i}: what is {i} + {i}? Explain briefly.")
+        info = any_store.records(session.session_id)
         if info.base_version != 1:
             break
         assert info.patch_chars <= records.COMPACT_FLOOR
@@ -98,16 +98,16 @@ def test_a_short_session_is_not_compacted_until_its_patches_pass_the_floor(store
         raise AssertionError("never compacted")
     # folded by the append that took the patches past the floor
     assert info.version == version and info.patches == 0 and past_the_factor > 5
-    assert store.load(session.session_id) == {**json_copy(session.to_dict()), VERSION_KEY: version}
+    assert any_store.load(session.session_id) == {**json_copy(session.to_dict()), VERSION_KEY: version}
 
 
-def test_background_compactions_queue_one_per_session(store):  # noqa: F811
+def test_background_compactions_queue_one_per_session(any_store):
     """While the compaction thread is busy, a session whose appends keep making a fold due queues one."""
     import asyncio
     import threading
 
     session = Session("qwen2.5")
-    version = first_save(store, session)
+    version = first_save(any_store, session)
     release = threading.Event()
     records._COMPACTOR.submit(release.wait, 10)  # the compaction thread is busy
 
@@ -116,40 +116,40 @@ def test_background_compactions_queue_one_per_session(store):  # noqa: F811
         for i in range(40):
             session.prompt(f"question {i} " * 20)
             session.commit(f"answer {i} " * 20)
-            version = await store.aappend(session.session_id, session.changes(), expected_version=version,
-                                          summary=Summary.of_session(session))
+            version = await any_store.aappend(session.session_id, session.changes(), expected_version=version,
+                                              summary=Summary.of_session(session))
             session.mark_saved()
         return version
 
     try:
         asyncio.run(main())
-        assert records._COMPACTING == {(id(store), session.session_id)}
-        assert store.records(session.session_id).base_version == 1  # nothing folded yet
+        assert records._COMPACTING == {(id(any_store), session.session_id)}
+        assert any_store.records(session.session_id).base_version == 1  # nothing folded yet
     finally:
         release.set()
     records.compactions_idle()
-    info = store.records(session.session_id)
+    info = any_store.records(session.session_id)
     assert info.base_version > 1 and not records._COMPACTING
-    assert store.load(session.session_id) == {**json_copy(session.to_dict()), VERSION_KEY: version}
+    assert any_store.load(session.session_id) == {**json_copy(session.to_dict()), VERSION_KEY: version}
 
 
-def test_a_compaction_keeps_appends_made_while_it_folded_and_yields_to_saves(store):  # noqa: F811
+def test_a_compaction_keeps_appends_made_while_it_folded_and_yields_to_saves(any_store):
     """The interleavings a concurrent compaction meets, played in order on the store's own steps."""
     session = Session("qwen2.5")
-    version = first_save(store, session)
+    version = first_save(any_store, session)
     for i in range(3):
-        version = turn(store, session, version, f"q{i}")
-    read = store._read(session.session_id)  # a compaction reads...
-    version = turn(store, session, version, "meanwhile")  # ...another writer appends...
+        version = turn(any_store, session, version, f"q{i}")
+    read = any_store._read(session.session_id)  # a compaction reads...
+    version = turn(any_store, session, version, "meanwhile")  # ...another writer appends...
     folded = json.dumps(fold(session.session_id, read))
-    assert store._install(session.session_id, read.tag, read.version, folded, sum(map(len, read.patches)))
-    assert store.records(session.session_id).patches == 1  # the append made meanwhile stays, on the new base
-    assert store.load(session.session_id) == {**json_copy(session.to_dict()), VERSION_KEY: version}
-    assert not store._install(session.session_id, read.tag, read.version, folded, 0)  # that base is gone now
-    read = store._read(session.session_id)
-    store.save(session.to_dict(), expected_version=version)  # a whole save replaces the base
-    assert not store._install(session.session_id, read.tag, read.version, "{}", 0)
-    assert store.load(session.session_id)["messages"] == json_copy(session.to_dict())["messages"]
+    assert any_store._install(session.session_id, read.tag, read.version, folded, sum(map(len, read.patches)))
+    assert any_store.records(session.session_id).patches == 1  # the append made meanwhile stays, on the new base
+    assert any_store.load(session.session_id) == {**json_copy(session.to_dict()), VERSION_KEY: version}
+    assert not any_store._install(session.session_id, read.tag, read.version, folded, 0)  # that base is gone now
+    read = any_store._read(session.session_id)
+    any_store.save(session.to_dict(), expected_version=version)  # a whole save replaces the base
+    assert not any_store._install(session.session_id, read.tag, read.version, "{}", 0)
+    assert any_store.load(session.session_id)["messages"] == json_copy(session.to_dict())["messages"]
 
 
 OPS = st.lists(st.one_of(
@@ -164,10 +164,10 @@ OPS = st.lists(st.one_of(
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=OPS, data=st.data())
-def test_random_interleavings_equal_a_reference_dict(store, ops, data):  # noqa: F811
+def test_random_interleavings_equal_a_reference_dict(any_store, ops, data):
     reference = json_copy({**conversation("start", turns=2), "owner": "o", "notes": ["n0"]})
     sid = reference["session_id"]
-    version = store.save(reference, expected_version=0)
+    version = any_store.save(reference, expected_version=0)
     pending = None  # an interleaved compaction's read, installed after the next append
 
     def patch_for(key, fraction, items, sets):
@@ -182,30 +182,30 @@ def test_random_interleavings_equal_a_reference_dict(store, ops, data):  # noqa:
             if kind == "stale":
                 with pytest.raises(StoreConflict):
                     wrong = version + data.draw(st.sampled_from([1, -1])) if version > 1 else version + 1
-                    store.append(sid, patch, expected_version=wrong, summary=summary)
+                    any_store.append(sid, patch, expected_version=wrong, summary=summary)
                 continue
-            version = store.append(sid, patch, expected_version=version, summary=summary)
+            version = any_store.append(sid, patch, expected_version=version, summary=summary)
             reference = patches.apply(reference, json_copy(patch))
             if pending is not None:
-                store._install(sid, pending.tag, pending.version, json.dumps(fold(sid, pending)),
-                               sum(map(len, pending.patches)))
+                any_store._install(sid, pending.tag, pending.version, json.dumps(fold(sid, pending)),
+                                   sum(map(len, pending.patches)))
                 pending = None
         elif kind == "save":
             reference = {**reference, "tail": version}
-            version = store.save(reference, expected_version=version)
+            version = any_store.save(reference, expected_version=version)
         elif kind == "compact":
-            store.compact(sid)
+            any_store.compact(sid)
         elif kind == "interleaved":
-            pending = store._read(sid)
-        assert store.load(sid) == {**reference, VERSION_KEY: version}
-        assert store.version(sid) == version
-    info = store.records(sid)
+            pending = any_store._read(sid)
+        assert any_store.load(sid) == {**reference, VERSION_KEY: version}
+        assert any_store.version(sid) == version
+    info = any_store.records(sid)
     assert info.patches == version - info.base_version
-    store.delete(sid)
+    any_store.delete(sid)
 
 
 # ---------------------------------------------------------------------- malformed records
-def corrupt(store, sid: str, what: str, value: str) -> None:  # noqa: F811
+def corrupt(store, sid: str, what: str, value: str) -> None:
     """Write ``value`` as the stored base or first patch, behind the store's back."""
     if isinstance(store, MemoryStore):
         row = store._rows[sid]
@@ -233,19 +233,19 @@ def corrupt(store, sid: str, what: str, value: str) -> None:  # noqa: F811
     ("patch", '{"lists": {"messages": [999, []]}}'), ("patch", '{"lists": {"messages": 3}}'),
     ("patch", '{"lists": {"system": [0, []]}}'), ("patch", '{"set": []}'),
 ])
-def test_malformed_records_raise_store_errors_naming_the_session(store, what, value):  # noqa: F811
+def test_malformed_records_raise_store_errors_naming_the_session(any_store, what, value):
     session = Session("qwen2.5", system="Be brief.")
-    version = turn(store, session, first_save(store, session), "hi")
-    store.compact(session.session_id)
-    version = turn(store, session, version, "again")
-    assert store.records(session.session_id).patches == 1
-    corrupt(store, session.session_id, what, value)
+    version = turn(any_store, session, first_save(any_store, session), "hi")
+    any_store.compact(session.session_id)
+    version = turn(any_store, session, version, "again")
+    assert any_store.records(session.session_id).patches == 1
+    corrupt(any_store, session.session_id, what, value)
     with pytest.raises(StoreError, match=session.session_id):
-        store.load(session.session_id)
+        any_store.load(session.session_id)
     with pytest.raises(StoreError, match=session.session_id):
-        store.compact(session.session_id)
+        any_store.compact(session.session_id)
     # the records stay as they were; the next append still lands (its compaction, when due, is what fails)
-    assert store.version(session.session_id) == version
+    assert any_store.version(session.session_id) == version
 
 
 def test_a_closed_store_refuses_every_call(request, tmp_path):
@@ -262,17 +262,17 @@ def test_a_closed_store_refuses_every_call(request, tmp_path):
         store.close()  # twice is fine
 
 
-def test_delete_removes_the_base_and_the_patches(store):  # noqa: F811
+def test_delete_removes_the_base_and_the_patches(any_store):
     session = Session("qwen2.5")
-    version = first_save(store, session)
+    version = first_save(any_store, session)
     for i in range(5):
-        version = turn(store, session, version, f"q{i}")
-    store.delete(session.session_id)
-    assert store.records(session.session_id) is None and store.load(session.session_id) is None
+        version = turn(any_store, session, version, f"q{i}")
+    any_store.delete(session.session_id)
+    assert any_store.records(session.session_id) is None and any_store.load(session.session_id) is None
     fresh = Session("qwen2.5", session_id=session.session_id, system="again")
-    assert first_save(store, fresh) == 1  # no stale patch comes back under the same id
-    assert store.load(session.session_id) == {**json_copy(fresh.to_dict()), VERSION_KEY: 1}
-    assert store.records(session.session_id).patches == 0
+    assert first_save(any_store, fresh) == 1  # no stale patch comes back under the same id
+    assert any_store.load(session.session_id) == {**json_copy(fresh.to_dict()), VERSION_KEY: 1}
+    assert any_store.records(session.session_id).patches == 0
 
 
 
@@ -300,19 +300,19 @@ def break_records(store, sid: str, how: str) -> bool:
 
 
 @pytest.mark.parametrize("how", ["patch missing", "base missing", "version not a number"])
-def test_inconsistent_records_raise_store_errors_naming_the_session(store, how):  # noqa: F811
+def test_inconsistent_records_raise_store_errors_naming_the_session(any_store, how):
     session = Session("qwen2.5", system="Be brief.")
-    version = turn(store, session, first_save(store, session), "hi")
-    store.compact(session.session_id)
-    turn(store, session, version, "again")
-    if not break_records(store, session.session_id, how):
-        pytest.skip(f"{type(store).__name__} keeps its records in this process: they cannot be {how!r}")
+    version = turn(any_store, session, first_save(any_store, session), "hi")
+    any_store.compact(session.session_id)
+    turn(any_store, session, version, "again")
+    if not break_records(any_store, session.session_id, how):
+        pytest.skip(f"{type(any_store).__name__} keeps its records in this process: they cannot be {how!r}")
     with pytest.raises(StoreError, match=session.session_id):
-        store.load(session.session_id)
+        any_store.load(session.session_id)
     if how == "version not a number":
-        for call in (lambda: store.version(session.session_id), lambda: store.compact(session.session_id),
-                     lambda: store.save(session.to_dict(), expected_version=3),
-                     lambda: store.append(session.session_id, {}, expected_version=3, summary=Summary("", 0, ""))):
+        for call in (lambda: any_store.version(session.session_id), lambda: any_store.compact(session.session_id),
+                     lambda: any_store.save(session.to_dict(), expected_version=3),
+                     lambda: any_store.append(session.session_id, {}, expected_version=3, summary=Summary("", 0, ""))):
             with pytest.raises(StoreError, match=f"{session.session_id}.*not a number") as info:
                 call()
             assert not isinstance(info.value, StoreConflict)

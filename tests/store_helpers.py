@@ -1,8 +1,9 @@
-"""A real ``redis-server`` on a free loopback port, for the Redis store and manager tests.
+"""The stores the tests run on: a real ``redis-server`` on a free loopback port, and each store kind by name.
 
-Skips (with the reason) where the binary is missing; ``.ci/run`` installs
-Debian's ``redis-server``. Persistence is an append-only file fsynced on
-every write, so a server killed and started again keeps what it acknowledged.
+The fixtures built on them (``redis_server``, ``own_redis``, ``prefix``, ``store``, ``any_store``) are in
+tests/conftest.py. ``redis_binary`` skips (with the reason) where the binary is missing; ``.ci/run`` installs
+Debian's ``redis-server``. Persistence is an append-only file fsynced on every write, so a server killed and
+started again keeps what it acknowledged.
 """
 from __future__ import annotations
 
@@ -10,15 +11,16 @@ import shutil
 import socket
 import subprocess
 import time
-import uuid
 
 import pytest
 
+from lmchat.stores import MemoryStore, SQLiteStore
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from .serve_helpers import free_port
+
+#: the kinds every store test runs on (``any_store``); "sqlite<3.35": the SQLite store's appends without
+#: UPDATE ... RETURNING, as on an older SQLite library
+STORES = ["memory", "sqlite", "sqlite<3.35", "redis"]
 
 
 class RedisServer:
@@ -64,22 +66,14 @@ def redis_binary() -> str:
     return binary
 
 
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory):
-    """One server for a test module; tests keep apart with their own key prefix (``prefix``)."""
-    server = RedisServer(tmp_path_factory.mktemp("redis"), redis_binary()).start()
-    yield server
-    server.kill()
+def open_kind(kind: str, request, tmp_path):
+    """A store of ``kind`` (one of ``STORES``); Redis on the test module's ``redis_server``."""
+    if kind == "memory":
+        return MemoryStore()
+    if kind.startswith("sqlite"):
+        if kind == "sqlite<3.35":
+            request.getfixturevalue("monkeypatch").setattr("lmchat.stores.sqlite._RETURNING", False)
+        return SQLiteStore(tmp_path / "sub" / "sessions.db")
+    from lmchat.stores.redis import RedisStore
 
-
-@pytest.fixture
-def own_redis(tmp_path):
-    """A server of the test's own, which the test may kill and start again."""
-    server = RedisServer(tmp_path, redis_binary()).start()
-    yield server
-    server.kill()
-
-
-@pytest.fixture
-def prefix() -> str:
-    return f"test-{uuid.uuid4().hex[:8]}:"
+    return RedisStore(request.getfixturevalue("redis_server").url, prefix=request.getfixturevalue("prefix"))

@@ -1,0 +1,71 @@
+"""The fixtures several test files share, each defined here once (test files do not import fixtures).
+
+Helpers that are not fixtures stay in their modules: tests/serve_helpers.py (``free_port``, ``Server``: real
+``lmchat serve`` processes), tests/store_helpers.py (``RedisServer``, ``open_kind``: each store kind by name).
+A fixture used by one file only, or whose setup differs from these (a server with other options), is that
+file's own, under a name of its own.
+"""
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from lmchat.stores import open_store
+
+from .store_helpers import STORES, RedisServer, open_kind, redis_binary
+
+
+# ---------------------------------------------------------------------- Redis
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory):
+    """A real redis-server, one for a test module; tests keep apart with their own key prefix (``prefix``)."""
+    server = RedisServer(tmp_path_factory.mktemp("redis"), redis_binary()).start()
+    yield server
+    server.kill()
+
+
+@pytest.fixture
+def own_redis(tmp_path):
+    """A redis-server of the test's own, which the test may kill and start again."""
+    server = RedisServer(tmp_path, redis_binary()).start()
+    yield server
+    server.kill()
+
+
+@pytest.fixture
+def prefix() -> str:
+    """A key prefix of the test's own, on the module's ``redis_server``."""
+    return f"test-{uuid.uuid4().hex[:8]}:"
+
+
+# ---------------------------------------------------------------------- stores
+@pytest.fixture(params=["memory", "sqlite"])
+def store(request, tmp_path):
+    """The two stores of one process, memory and SQLite on a real file (the manager's tests)."""
+    store = open_store(f"sqlite:{tmp_path}/s.db" if request.param == "sqlite" else "memory")
+    yield store
+    store.close()
+
+
+@pytest.fixture(params=STORES)
+def any_store(request, tmp_path):
+    """Every store kind (``STORES``: memory, SQLite, SQLite without RETURNING, Redis on ``redis_server``): the
+    battery every store passes (tests/test_stores.py, tests/test_stores_records.py)."""
+    s = open_kind(request.param, request, tmp_path)
+    yield s
+    s.close()
+
+
+# ---------------------------------------------------------------------- lmchat serve
+@pytest.fixture(scope="module")
+def memory_server():
+    """``lmchat serve --backend echo --template qwen2.5 --store memory --backend-option prefix=`` (an answer is
+    the last user message itself), no API keys; one for a test module."""
+    pytest.importorskip("fastapi")
+    from .serve_helpers import Server
+
+    s = Server("--template", "qwen2.5", "--store", "memory", "--backend-option", "prefix=")
+    yield s
+    s.stop()
+
