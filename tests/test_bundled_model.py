@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 
+import pexpect
 import pytest
 
 from . import gguf_files
@@ -93,6 +94,9 @@ def test_resume_restores_the_conversations_kv_from_disk(tmp_path):
     first = chat(["What is the capital of France?", "And of Italy?"])
     assert first.returncode == 0, first.stderr[-500:]
     assert list((tmp_path / "kv").glob("*.kv"))
+    one_shot = subprocess.run([sys.executable, "-m", "lmchat", "chat", "--threads", "1", "Hi!"], capture_output=True,
+                              text=True, timeout=300, env=env)
+    assert one_shot.returncode == 0, one_shot.stderr[-500:]  # a one-shot: not saved, --resume never lands on it
     again = chat(["/show cache", "And of Spain?", "/show cache"], "--resume")
     assert again.returncode == 0, again.stderr[-500:]
     lines = [line for line in again.stdout.splitlines() if "tokens are cached" in line]
@@ -102,6 +106,17 @@ def test_resume_restores_the_conversations_kv_from_disk(tmp_path):
     assert restored[2] == "a KV file on disk" and int(restored[0]) == int(restored[1]) - 1
     # and the turn after: the whole conversation before it (its own answer too, once the engine settled it)
     assert after[2] == "this session's own sequence" and int(after[0]) >= int(restored[1])
+    # the piped lines were a conversation (a one-shot is not saved): in the terminal, --resume recaps its last
+    # exchange and says how much of it the engine's cache holds
+    child = pexpect.spawn(sys.executable, ["-m", "lmchat", "chat", "--threads", "1", "--resume"], env=env,
+                          encoding="utf-8", timeout=120, dimensions=(24, 200))
+    try:
+        child.expect(r"resumed session [0-9a-f]{8}: 3 turns; the last exchange:")
+        child.expect(r"  you: And of Spain\?")
+        child.expect(r"(\d+) of this conversation's (\d+) tokens are cached, in a KV file on disk")
+        assert int(child.match[1]) == int(child.match[2]) - 1
+    finally:
+        child.close(force=True)
 
 
 def test_a_long_conversation_drops_its_oldest_turns_within_one_limit(tmp_path):

@@ -278,3 +278,39 @@ def test_the_one_session_gets_the_whole_context_and_keeps_its_limit(tmp_path):
         assert lines[-1].startswith("0/8192 tokens │") and "chatml · llamacpp" in lines[-1], "\n".join(lines)
     finally:
         child.close(force=True)
+
+
+def test_resume_continues_the_last_conversation_never_a_one_shot(tmp_path):
+    """Conversations (in the terminal or piped) are saved and --resume continues the last one; a one-shot is
+    not saved unless --save asks; /sessions ID continues another; a resumed session recaps its last exchange."""
+    env = dict(os.environ, LMCHAT_DATA_DIR=str(tmp_path / "data"))
+    echo = ("--backend", "echo", "--template", "qwen2.5")
+    assert lmchat(*echo, input="first conversation\nits second turn\n", env=env).returncode == 0
+    assert lmchat(*echo, input="another conversation\n", env=env).returncode == 0
+    one = lmchat(*echo, "a one-shot question", env=env)
+    assert one.stdout == "echo: a one-shot question\n" and "saved" not in one.stderr
+    resumed = lmchat("--backend", "echo", "--resume", input="/show context\n/sessions\n", env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "another conversation" in resumed.stdout and "one-shot" not in resumed.stdout
+    assert "the last exchange" not in resumed.stderr  # a script keeps its own record: no recap on its stderr
+    child = pexpect.spawn(sys.executable, ["-m", "lmchat", "chat", "--backend", "echo", "--resume"], cwd=str(ROOT),
+                          env=dict(env, PROMPT_TOOLKIT_NO_CPR="1", TERM="xterm"), encoding="utf-8", timeout=20)
+    try:  # in the terminal: the last exchange, and what the backend's cache holds of it
+        for line in (r"resumed session [0-9a-f]{8}: 1 turns; the last exchange:", "  you: another conversation",
+                     "  model: echo: another conversation", "the echo backend does not report its cache"):
+            child.expect(line)  # line by line: the terminal gets each in its own colours
+        child.expect(">>>")
+        child.sendcontrol("d")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    first = re.search(r"^  ([0-9a-f]{8}) .* 2 turns  qwen2.5 +first conversation$", resumed.stdout, re.M).group(1)
+    switched = lmchat("--backend", "echo", "--resume", input=f"/sessions {first}\n/show context\n", env=env)
+    assert f"continuing session {first}: 2 turns; the last exchange:\n  you: its second turn" in switched.stderr
+    assert "its second turn" in switched.stdout.split("<|im_start|>system")[-1]
+    assert "no stored session nope" in lmchat("--backend", "echo", "--resume", input="/sessions nope\n",
+                                              env=env).stderr
+    kept = lmchat(*echo, "--save", "a one-shot to keep", env=env)
+    assert kept.returncode == 0 and "a one-shot to keep" in lmchat("--backend", "echo", "--resume",
+                                                                   input="/show context\n", env=env).stdout
+    assert "--save goes with PROMPT" in lmchat(*echo, "--save", input="hi\n", env=env).stderr

@@ -14,6 +14,7 @@ from ..registry import get_template
 from ..repl.commands import help_lines
 from ..repl.context import DEFAULT_OVERFLOW, choose_context
 from ..repl.conversation import Conversation
+from ..repl.resuming import find, recap
 from ..paths import data_dir
 from ..repl.history import default_store_path, input_history
 from ..repl.rendering import PlainOutput, RichOutput
@@ -45,8 +46,10 @@ def add_arguments(p) -> None:
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.epilog = EPILOG.format(commands="\n".join(help_lines()))
     p.add_argument("prompt", nargs="?", metavar="PROMPT",
-                   help="answer this one message, print the answer and exit (the session is saved); "
-                        "'-' reads it from stdin")
+                   help="answer this one message, print the answer and exit; '-' reads it from stdin. Not saved "
+                        "(--resume continues your last conversation, never a one-shot) unless --save or --resume")
+    p.add_argument("--save", action="store_true",
+                   help="with PROMPT: save the one-shot exchange as a session (then --resume continues it)")
     add_template_arguments(p, required=False)
     add_backend_arguments(p)
     for action in p._actions:  # the REPL has one session: the context is not shared (_one_session)
@@ -60,7 +63,8 @@ def add_arguments(p) -> None:
     p.add_argument("--model-name", dest="remote_model", help=argparse.SUPPRESS)
     p.add_argument("--system", metavar="TEXT", help="system prompt (with --resume: replaces the stored one)")
     p.add_argument("--resume", nargs="?", const=LATEST, metavar="ID",
-                   help="continue the last stored session, or the one with this id (a unique prefix will do)")
+                   help="continue the last conversation saved (in the terminal or piped: one-shots are not saved), "
+                        "or the one with this id (a unique prefix will do; /sessions lists them)")
     p.add_argument("--drift", choices=DRIFT_POLICIES,
                    help="when the engine's ids of an answer differ from their canonical encoding: 'rewind' "
                         "(default) drops them from the cache and sends the canonical ones, 'reset' resends the "
@@ -77,10 +81,14 @@ def run(args) -> int:
     if args.template or args.chat_template:
         template = saveable(resolve_template(args), args.chat_template or args.template)
     one_shot = args.prompt is not None
+    if args.save and not one_shot:
+        raise UsageError("--save goes with PROMPT: a conversation is always saved (--store memory keeps nothing)")
     interactive = sys.stdin.isatty() and sys.stdout.isatty() and not one_shot
     out = RichOutput() if interactive else PlainOutput()
     logs.to_file(data_dir() / "debug.log")  # library warnings must not land in the conversation
-    store = open_store(args.store or default_store_path())
+    # a one-shot is a question, not a conversation: kept only when asked, so --resume finds the conversation
+    keep = not one_shot or args.save or args.resume is not None
+    store = open_store((args.store or default_store_path()) if keep else "memory")
     backend = None
     try:
         if interactive and args.backend in ("llamacpp", "embedded", "hf"):
@@ -90,15 +98,17 @@ def run(args) -> int:
         conv = _open(args, store, backend, template, out)
         if one_shot:
             return run_plain(conv, io.StringIO(_one_message(args.prompt)))
-        if not interactive:
+        if not interactive:  # a script has its own record of the conversation: no recap on its stderr
             return run_plain(conv, sys.stdin)
-        state = f"resumed, {conv.session.turns} turns" if args.resume else "new"
         out.info(
             f"lmchat chat · {conv.session.template.name} · {backend.name} · session "
-            f"{conv.session.session_id[:8]} ({state}) · /help lists the commands, Ctrl-D leaves"
+            f"{conv.session.session_id[:8]} ({'resumed' if args.resume else 'new'}) · /help lists the commands, "
+            "Ctrl-D leaves"
         )
         if context:
             out.info(context)
+        if args.resume:
+            out.info(f"resumed session {conv.session.session_id[:8]}: {recap(conv)}")
         status = run_terminal(conv, history=input_history())
         out.info(_resume_hint(args, conv))
         return status
@@ -141,7 +151,7 @@ def _open(args, store, backend, template, out) -> Conversation:
                           session_len=getattr(backend, "session_len", None), overflow=DEFAULT_OVERFLOW,
                           injection=injection or "split")
         return Conversation(session, backend, store, out, tokenizer=tokenizer)
-    session_id = store.latest() if args.resume == LATEST else _find(store, args.resume)
+    session_id = store.latest() if args.resume == LATEST else find(store, args.resume)
     data = store.load(session_id) if session_id else None
     if data is None:
         which = "to resume" if args.resume == LATEST else repr(args.resume)
@@ -201,13 +211,3 @@ def _backend_template(backend, name: str):
             f"the {name} backend does not say which template it needs: pass --template NAME or --chat-template FILE"
         )
     return get_template(template_name)
-
-
-def _find(store, prefix: str) -> str | None:
-    """A stored id from its unique prefix (what /sessions shows)."""
-    if store.load(prefix) is not None:
-        return prefix
-    matches = [i.id for i in store.list(limit=10_000) if i.id.startswith(prefix)]
-    if len(matches) > 1:
-        raise SessionError(f"--resume {prefix}: ambiguous, matches {', '.join(m[:12] for m in matches[:5])}")
-    return matches[0] if matches else None

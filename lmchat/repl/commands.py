@@ -9,11 +9,10 @@ from collections.abc import Callable
 
 import attrs
 
-from ..backends.base import PrefixCache
 from ..errors import LmchatError
 from ..interop.loading import load_template, saveable
 from ..paths import data_dir
-from . import settings
+from . import resuming, settings
 from .conversation import Conversation, describe_delta, printable
 
 EXIT = object()  # a handler's return value that ends the REPL
@@ -153,7 +152,7 @@ def _show(conv, arg):
         lines += [f"{k}: {v!r}" for k, v in t.sampling_params.items()]
         conv.out.show("\n".join(lines))
     elif arg == "cache":
-        conv.out.show(_cache_line(conv))
+        conv.out.show(resuming.cache_line(conv))
     elif arg == "context":
         conv.out.show(session.context or "(the engine holds nothing for this session yet)")
         state = session.to_dict()
@@ -174,21 +173,6 @@ def _limit_line(conv) -> str:
             "error": "a turn that does not fit is refused"}[conv.overflow]
     return (f"[{session.step} of {session.session_len} tokens held; when it is full {what} "
             f"(/set overflow {conv.overflow})]")
-
-
-def _cache_line(conv) -> str:
-    ids = conv.session.context_ids
-    if not isinstance(conv.backend, PrefixCache):
-        return f"the {conv.backend.name} backend does not report its cache"
-    if not ids:
-        return "nothing to reuse yet: the next turn prefills its whole prompt"
-    n, where = conv.backend.cached(conv.session.session_id, ids)
-    tiers = {"session": "this session's own sequence", "resident": "another sequence", "host": "host memory",
-             "disk": "a KV file on disk"}
-    if not n:
-        return f"the engine holds none of this conversation's {len(ids)} tokens: the next turn prefills them all"
-    return (f"{n} of this conversation's {len(ids)} tokens are cached, in {tiers.get(where, where)}: the next turn "
-            f"prefills the other {len(ids) - n} and its new message")
 
 
 @command("/debug on|off", "print each delta exactly as sent")
@@ -231,8 +215,10 @@ def _load(conv, arg):
                   f"{printable(arg)}")
 
 
-@command("/sessions", "list stored sessions (resume one with lmchat chat --resume ID)")
+@command("/sessions [ID]", "list stored sessions, or continue the one with this id (a unique prefix will do)")
 def _sessions(conv, arg):
+    if arg:
+        return conv.out.info(resuming.switch(conv, arg))
     infos = conv.store.list(limit=20)
     if not infos:
         return conv.out.show("(no stored sessions)")
