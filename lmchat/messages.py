@@ -8,6 +8,7 @@ keys whose value is ``None`` are dropped, and ``reasoning_content`` /
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -77,3 +78,34 @@ def flatten_text(content: Any) -> str:
     if not isinstance(content, (list, tuple)):
         return ""
     return "".join(p["text"] for p in content if isinstance(p, Mapping) and isinstance(p.get("text"), str))
+
+
+def call_arguments(value: Any) -> Any:
+    """Tool-call arguments as templates render them, the one rule wherever they are read (a model's parsed
+    call, a resent history, a Responses function_call item, a history's digest).
+
+    A string holding a JSON object becomes that object. Anything else is kept as given: an object; text that
+    is not valid JSON (a model's malformed call, rendered and compared as the text it is); JSON that is not an
+    object (a list, a number: arguments are an object, so the text is what the model or client meant); JSON
+    nested too deep to parse. Templates render ``arguments | tojson``: OpenAI's JSON text would print quoted
+    and escaped, and no longer be the tokens the model wrote (vLLM converts the same way before rendering).
+    """
+    if not isinstance(value, str):
+        return value
+    try:
+        parsed = json.loads(value)
+    except (ValueError, RecursionError):
+        return value
+    return parsed if isinstance(parsed, dict) else value
+
+
+def with_object_arguments(calls: list[Any]) -> list[Any]:
+    """OpenAI tool calls with :func:`call_arguments` applied to each ``function.arguments``; a call that is not
+    an object with a function object is kept as it is (validation names what is wrong with it)."""
+    out = []
+    for call in calls:
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict) and "arguments" in function:
+            call = {**call, "function": {**function, "arguments": call_arguments(function["arguments"])}}
+        out.append(call)
+    return out

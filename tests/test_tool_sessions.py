@@ -69,3 +69,26 @@ def test_tool_turns_keep_the_invariant(name, script, with_tools):
         lead = template.lead
         messages.append({"role": "assistant",
                          "content": answer[len(lead):] if lead and answer.startswith(lead) else answer})
+
+
+@pytest.mark.parametrize("given, read", [
+    ('{"a": 1}', {"a": 1}), ({"a": 1}, {"a": 1}), ("not json", "not json"), ("[1, 2]", "[1, 2]"), ("3", "3"),
+    ("[" * 100_000, "[" * 100_000),
+])
+def test_tool_call_arguments_are_read_by_one_rule_wherever_they_come_from(given, read):
+    # a model's parsed call (the turn), a resent history (chat), a Responses function_call item and a history's
+    # digest all read arguments with call_arguments: a session holds them alike whichever way they came
+    from lmchat.manager.history import digest, object_arguments
+    from lmchat.messages import call_arguments, with_object_arguments
+    from lmchat.serve.items import input_messages
+
+    call = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": given}}
+    assert call_arguments(given) == read
+    assert with_object_arguments([call])[0]["function"]["arguments"] == read
+    sent = [{"role": "assistant", "content": "", "tool_calls": [call]}]
+    assert object_arguments(sent)[0]["tool_calls"][0]["function"]["arguments"] == read
+    held = {**sent[0], "tool_calls": [{**call, "function": {"name": "add", "arguments": read}}]}
+    assert digest(sent[0]) == digest(held)
+    if isinstance(given, str):
+        item = {"type": "function_call", "call_id": "c1", "name": "add", "arguments": given}
+        assert input_messages([item])[0]["tool_calls"][0]["function"]["arguments"] == read

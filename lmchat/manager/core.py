@@ -111,12 +111,17 @@ class SessionManager(TurnCalls, Sessions):
         with self._metrics.counting():
             return self._snapshot(session_id, owner_key(owner))
 
+    @property
+    def default_template(self) -> BaseTemplate:
+        """The template a new session renders with: ``template`` itself, or an instance of the name it gives."""
+        return self.template if isinstance(self.template, BaseTemplate) else get_template(self.template)
+
     def template_of(self, session_id: str, owner: str | None = None) -> BaseTemplate:
         """The template the session renders with (the manager's for a session not created yet)."""
         try:
             return self._lookup(session_id, owner_key(owner)).session.template
         except SessionNotFound:
-            return self.template if isinstance(self.template, BaseTemplate) else get_template(self.template)
+            return self.default_template
 
     def find(self, session_id: str, owner: str | None = None) -> Session | None:
         """Like :meth:`get`, but None when there is no such session (a miss is not an error)."""

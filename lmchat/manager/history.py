@@ -20,7 +20,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..messages import flatten_text
+from ..messages import call_arguments, flatten_text, with_object_arguments
 from ..tools import parse_response
 
 
@@ -37,13 +37,7 @@ def digest(message: Mapping[str, Any], template: Any = None, tools: Any = None) 
 
 def _call(call: Mapping[str, Any]) -> list:
     function = call.get("function") if isinstance(call.get("function"), Mapping) else {}
-    arguments = function.get("arguments")
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
-        except ValueError:
-            pass  # compared as the text it is
-    return [function.get("name"), arguments]
+    return [function.get("name"), call_arguments(function.get("arguments"))]
 
 
 def tools_digest(tools: Sequence[Any] | None) -> str:
@@ -58,26 +52,12 @@ def new_messages(held: list[str], sent: list[str]) -> int | None:
 
 
 def object_arguments(messages: list[dict]) -> list[dict]:
-    """OpenAI messages as templates expect them: tool call arguments as objects, not JSON text.
-
-    Templates render ``arguments | tojson``; given OpenAI's JSON string they would
-    print it quoted (vLLM converts them the same way before rendering).
-    """
+    """OpenAI messages as templates expect them: tool call arguments as objects
+    (:func:`lmchat.messages.call_arguments`), not JSON text."""
     out = []
     for message in messages:
         calls = message.get("tool_calls")
         if calls and isinstance(calls, list):
-            message = {**message, "tool_calls": [_with_object_arguments(c) for c in calls]}
+            message = {**message, "tool_calls": with_object_arguments(calls)}
         out.append(message)
     return out
-
-
-def _with_object_arguments(call: Any) -> Any:
-    function = call.get("function") if isinstance(call, dict) else None
-    if not isinstance(function, dict) or not isinstance(function.get("arguments"), str):
-        return call  # the session's validation names what is wrong with it
-    try:
-        arguments = json.loads(function["arguments"])
-    except (ValueError, RecursionError):
-        return call
-    return {**call, "function": {**function, "arguments": arguments}} if isinstance(arguments, dict) else call

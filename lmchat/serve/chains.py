@@ -37,7 +37,6 @@ import attrs
 from ..errors import SessionExists, SessionNotFound
 from ..manager import OneOff
 from ..manager.table import View
-from ..registry import get_template
 from ..session import Session
 from ..session.edits import restored
 from .errors import ApiError
@@ -90,11 +89,6 @@ def _keyed_note(key: str, k: int | None):
         return n if keyed and n not in v.extra.get("deleted", ()) else None
 
     return read
-
-
-def default_template(mgr):
-    """The template a new session of ``mgr`` renders with (no store read: the manager's own)."""
-    return get_template(mgr.template) if isinstance(mgr.template, str) else mgr.template
 
 
 def not_found(what: str, value: Any, param: str | None) -> ApiError:
@@ -271,7 +265,7 @@ def plan(mgr, who: str | None, previous: str | None, conversation: str | None, s
         return Plan(sid, info["k"], info["serial"], info["version"], queued=info["queue"], last=info["refs"],
                     conversation=conversation)
     if previous is None:
-        template = default_template(mgr)
+        template = mgr.default_template
         check(template)
         head = int(want.instructions is not None or template.default_system is not None)
         extra = {"kind": "responses", "head": head}

@@ -60,7 +60,7 @@ async def _chat(body: ChatRequest, request: Request, who: str | None):
                               "idempotency_key": key, "kind": None}
     if sid is None:  # a one-off: in memory for this turn only, the store never sees it (nothing blocks here)
         session, headers = mgr.oneoff(who, tools=tools), {}
-        messages, template = object_arguments(body.messages), mgr.template
+        messages, template = object_arguments(body.messages), mgr.default_template
     else:  # the manager matches the resent history with the session (validated before anything changes)
         session, headers = sid, {"X-Session-Id": sid}
         messages, template = None, await blocking(mgr.template_of, sid, who)

@@ -24,7 +24,6 @@ from fastapi.responses import StreamingResponse
 from ..backends.base import Chunk, GenerationRequest, Prompt, SamplingParams
 from ..errors import SessionLengthExceeded
 from ..manager.ids import oneoff_key
-from ..registry import get_template
 from ..session import Delta
 from ..turns.bridge import Done, Pump
 from .deps import cancel_on_disconnect, check_n, new_id, owner
@@ -77,7 +76,7 @@ async def completions(body: CompletionRequest, request: Request, who: str | None
 
 
 def _request(mgr, prompt: str | list[int], body: CompletionRequest) -> GenerationRequest:
-    template = get_template(mgr.template) if isinstance(mgr.template, str) else mgr.template
+    template = mgr.default_template
     stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
     # the template's sampling defaults (same model), but only the request's stop words: a raw prompt
     # need not be a chat

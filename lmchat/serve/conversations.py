@@ -99,7 +99,7 @@ async def create_conversation(request: Request, body: NewConversation = Body(def
     system = None
     if messages and messages[0]["role"] == "system":  # the conversation's own system message: an item
         system, messages = messages[0]["content"], messages[1:]
-    head = int(system is None and chains.default_template(mgr).default_system is not None)
+    head = int(system is None and mgr.default_template.default_system is not None)
     extra = {"kind": "conversation", "created_at": int(time.time()), "metadata": body.metadata or {}, "head": head,
              "queue": messages}
     sid = await blocking(mgr.create, chains.new_sid(), who, system=system, extra=extra)

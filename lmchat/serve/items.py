@@ -24,7 +24,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from ..messages import flatten_text
+from ..messages import call_arguments, flatten_text
 from ..tools import parse_response
 from .errors import ApiError
 
@@ -161,19 +161,10 @@ def _string(item: dict, key: str, where: str) -> str:
     return value
 
 
-def arguments_object(text: str) -> Any:
-    """Call arguments as templates render them: the JSON object, or the text when it is not one."""
-    try:
-        value = json.loads(text)
-    except (ValueError, RecursionError):
-        return text
-    return value if isinstance(value, dict) else text
-
-
 def arguments_text(value: Any) -> str:
     """A session's call arguments as Responses' JSON text (the same text whichever way they were held)."""
     if isinstance(value, str):
-        value = arguments_object(value)
+        value = call_arguments(value)
         if isinstance(value, str):
             return value
     return json.dumps(value, ensure_ascii=False)
@@ -205,7 +196,7 @@ def input_messages(value: Any, param: str = "input") -> list[dict]:
         elif kind == "function_call":
             call = {"id": _string(item, "call_id", where), "type": "function",
                     "function": {"name": _string(item, "name", where),
-                                 "arguments": arguments_object(_string(item, "arguments", where))}}
+                                 "arguments": call_arguments(_string(item, "arguments", where))}}
             if not merge:
                 messages.append({"role": "assistant", "content": ""})
                 if reasoning is not None:

@@ -59,7 +59,7 @@ async def create_response(body: ResponsesRequest, request: Request, who: str | N
         check_tools_supported(template, tools)
         check_effort(template, want.thinking)
 
-    template = chains.default_template(mgr)
+    template = mgr.default_template
     fields = body.fields(template)
     model = body.model or state.model_name
     key = request.headers.get("idempotency-key") if body.store else None

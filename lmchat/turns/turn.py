@@ -20,7 +20,6 @@ saved: a client that saw it can rely on the turn being durable.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, Protocol
@@ -28,6 +27,7 @@ from typing import Any, Protocol
 import attrs
 
 from ..backends.base import Backend, Chunk, GenerationRequest, PrefixCache, SamplingParams
+from ..messages import with_object_arguments
 from ..repetition import RepetitionGuard
 from ..session import Delta, Session
 from ..session.edits import Generation, commit_generation
@@ -251,7 +251,7 @@ class Turn:
         if parsed is not None and final.finish_reason == "stop" and parsed.tool_calls:
             # the conversation keeps the parsed calls, so tool results can answer their ids;
             # the context keeps the raw text, as the engine holds it
-            fields = {"content": parsed.content, "tool_calls": argument_objects(parsed.tool_calls)}
+            fields = {"content": parsed.content, "tool_calls": with_object_arguments(parsed.tool_calls)}
             if parsed.reasoning_content is not None:
                 fields["reasoning_content"] = parsed.reasoning_content
         commit_generation(session, Generation(text, tuple(self.ids), final.finish_reason, final.stop), **fields)
@@ -284,20 +284,6 @@ def result_of(record: dict, template: Any, tools: Any) -> TurnResult:
         history_tokens=record["history_tokens"], parsed=parse_response(template, record["text"], tools=tools),
         cache_miss_reason=record.get("cache_miss_reason"), cached_from=record.get("cached_from"),
     )
-
-
-def argument_objects(calls: list[dict]) -> list[dict]:
-    """OpenAI calls with JSON-object arguments: templates render objects as the model wrote them,
-    while a JSON string would render escaped and reset the next turn."""
-    out = []
-    for call in calls:
-        fn = dict(call["function"])
-        try:
-            fn["arguments"] = json.loads(fn["arguments"])
-        except (TypeError, ValueError):
-            pass  # not JSON: keep what the model wrote
-        out.append({**call, "function": fn})
-    return out
 
 
 def after_commit(backend: Backend, key: str, session: Session, tools_called: bool) -> None:
