@@ -1,15 +1,12 @@
 """Response ids as session states: which session a Responses request runs its turn on, and what it notes.
 
 A response is the state of a session after one of its turns: ``resp_<sid>_<k>``
-is the ``k``-th noted turn of session ``sid`` (:mod:`.items`), and the note
-(``stream_turn(note=)``, saved in the turn's compare-and-set) holds where its
-items are (``s``: the serial of its first input item, ``e``: one past its
-answer) and what the request asked. Beside the notes, the session's ``extra``
-says what kind of session it is (``responses`` or ``conversation``), ``head``
-(1 when its first message is the system prompt of ``instructions`` or the
-template's default, which is no item), and for conversations the items added
-and not yet sent (``queue``), deleted items (``removed``) and which responses
-a deletion cut (``cuts``), and the responses deleted (``deleted``). A branch's
+is the ``k``-th noted turn of session ``sid`` (:mod:`.items`), and its
+:class:`~.chain_state.Note` (``stream_turn(note=)``, saved in the turn's
+compare-and-set) holds where its items are and what the request asked. Beside
+the notes, the session's :class:`~.chain_state.SessionState` (its ``extra``)
+says what kind of session it is, whether its first message is a system prompt
+that is no item, and a conversation's queue and deletions. A branch's
 ``origin`` names the items it was forked with (:class:`Names`): they keep the
 ids they had in the chain or conversation they came from, so that a
 response's input items (its whole ancestry) read the same on every branch.
@@ -22,7 +19,7 @@ session, or the branch, is a one-off (``SessionManager.oneoff``): held in
 memory for the turn only, never stored, so its response can never be read
 or continued. Large fields that rarely change
 (``model``, the request's fields, ``instructions``, ``tools``) are written in a note when they change and
-referenced (``{"ref": k}``) otherwise.
+referenced (:class:`~.chain_state.Same`) otherwise.
 """
 from __future__ import annotations
 
@@ -39,12 +36,10 @@ from ..manager import OneOff
 from ..manager.table import View
 from ..session import Session
 from ..session.edits import restored
+from .chain_state import CARRIED, Note, Run, Same, SessionState, resolve
 from .errors import ApiError
 from .items import Serials, conversation_id, parse_conversation_id, parse_response_id, response_id
 
-KINDS = ("responses", "conversation")
-#: note fields that rarely change: written when they do, referenced ({"ref": k}) otherwise
-CARRIED = ("model", "req", "instructions", "tools")
 _SWITCH: dict[str, bool] = {}
 
 
@@ -84,9 +79,10 @@ def _keyed_note(key: str, k: int | None):
     """A reader: note ``k`` (None: the latest) if it holds ``key`` and its response is not deleted."""
 
     def read(v: View) -> int | None:
-        n = len(v.notes) - 1 if k is None else k
-        keyed = 0 <= n < len(v.notes) and v.notes[n].get("key") == key
-        return n if keyed and n not in v.extra.get("deleted", ()) else None
+        n, state = len(v.notes) - 1 if k is None else k, SessionState.from_json(v.extra)
+        if state is None or not 0 <= n < len(v.notes) or n in state.deleted_responses:
+            return None
+        return n if Note.from_json(v.notes[n]).idempotency_key == key else None
 
     return read
 
@@ -131,7 +127,7 @@ class Plan:
     expect: int | None = None  # the version the decision was made on (None: a session made for it)
     created: bool = False  # made for this request: ended if the turn does not start (a one-off: gone with it)
     queued: list = attrs.field(factory=list)  # a conversation's items the model has not seen, sent first
-    last: dict | None = None  # the refs of the session's last note: {"instructions": (k, value), ...}
+    last: dict | None = None  # the carried fields of the session's last note: {"instructions": (k, value), ...}
     conversation: str | None = None
     oneoff: OneOff | None = None  # store=false: the session the turn runs on, gone with it (``sid`` is its id)
 
@@ -141,31 +137,11 @@ class Plan:
         return self.sid if self.oneoff is None else self.oneoff
 
 
-def resolve(notes: list, k: int, key: str) -> tuple[int, Any]:
-    """(index of the note that holds it, value) of a carried field of note ``k``."""
-    value = notes[k].get(key)
-    if isinstance(value, dict) and "ref" in value:
-        return value["ref"], notes[value["ref"]].get(key)
-    return k, value
-
-
 def carried(notes_last: dict | None, key: str, value: Any) -> Any:
     """What a new note holds for a carried field: a reference when the last note has the same value."""
     if notes_last is not None and key in notes_last and notes_last[key][1] == value and value is not None:
-        return {"ref": notes_last[key][0]}
+        return Same(notes_last[key][0])
     return value
-
-
-def _refs(notes: list) -> dict | None:
-    if not notes:
-        return None
-    k = len(notes) - 1
-    return {key: resolve(notes, k, key) for key in CARRIED}
-
-
-def count_below(removed: list[int], serial: int) -> int:
-    """How many items there are now before ``serial``."""
-    return serial - bisect.bisect_left(removed, serial)
 
 
 # ---------------------------------------------------------------------------------------------- item names
@@ -173,82 +149,106 @@ class Names:
     """The ids of a session's items: item ``i`` is named ``(sid, serial)``, as :mod:`.items` spells it.
 
     A branch's first items are copies of its ancestry's, and keep the ids they were returned with: ``origin``
-    lists them as runs ``[sid, first serial, count]`` (a conversation's deleted items split its runs). The
-    session's own items follow, numbered by :class:`~.items.Serials`. Stored with the branch, so that its names
-    do not depend on its ancestors still being there, or unchanged.
+    lists them as :class:`~.chain_state.Run` s (a conversation's deleted items split its runs). The session's
+    own items follow, numbered by :class:`~.items.Serials`. Stored with the branch, so that its names do not
+    depend on its ancestors still being there, or unchanged.
     """
 
-    def __init__(self, sid: str, origin: list | None, removed: list[int] | None):
-        self.sid, self.origin, self.serials = sid, origin or [], Serials(removed)
+    def __init__(self, sid: str, state: SessionState):
+        self.sid, self.origin, self.serials = sid, state.origin, Serials(state.deleted_items)
         self.removed = self.serials.removed
         self.starts, self.inherited = [], 0  # where each run starts; how many items the origin names
-        for _, _, count in self.origin:
+        for run in self.origin:
             self.starts.append(self.inherited)
-            self.inherited += count
+            self.inherited += run.count
 
     def of(self, i: int) -> tuple[str, int]:
         """(session id, serial) of item ``i``."""
         if i < self.inherited:
             j = bisect.bisect_right(self.starts, i) - 1
-            sid, serial, _ = self.origin[j]
-            return sid, serial + i - self.starts[j]
+            run = self.origin[j]
+            return run.session, run.first_serial + i - self.starts[j]
         return self.sid, self.serials.serial(i)
 
     def index(self, sid: str, serial: int) -> int | None:
         """Where the item ``(sid, serial)`` is (a deleted own item: where the next one is), None: not here."""
-        for start, (run_sid, first, count) in zip(self.starts, self.origin):
-            if run_sid == sid and first <= serial < first + count:
-                return start + serial - first
+        for start, run in zip(self.starts, self.origin):
+            if run.session == sid and run.first_serial <= serial < run.first_serial + run.count:
+                return start + serial - run.first_serial
         if sid != self.sid:
             return None
         at = count_below(self.removed, serial)
         return at if at >= self.inherited else None
 
-    def runs(self, n: int) -> list[list]:
+    def runs(self, n: int) -> tuple[Run, ...]:
         """The origin of a branch holding the first ``n`` items: runs naming them as they are named here."""
         runs, i = [], 0
-        for sid, first, count in self.origin:
+        for run in self.origin:
             if i == n:
                 break
-            runs.append([sid, first, min(count, n - i)])
-            i += runs[-1][2]
+            runs.append(attrs.evolve(run, count=min(run.count, n - i)))
+            i += runs[-1].count
         while i < n:
             serial = self.serials.serial(i)
             later = bisect.bisect_right(self.removed, serial)
             gap = self.removed[later] - serial if later < len(self.removed) else n - i
-            runs.append([self.sid, serial, min(gap, n - i)])
-            i += runs[-1][2]
-        return runs
+            runs.append(Run(self.sid, serial, min(gap, n - i)))
+            i += runs[-1].count
+        return tuple(runs)
 
 
 # ---------------------------------------------------------------------------------------------- reads
-def read_response(k: int):
-    """A reader (for ``mgr.inspect``) of response ``k``: its note and the session around it, or None."""
+@attrs.frozen
+class ResponseAt:
+    """Response ``k`` of a session and the session around it, as :func:`read_response` found them."""
 
-    def read(v: View) -> dict | None:
-        extra, notes = v.extra, v.notes
-        if extra.get("kind") not in KINDS or k >= len(notes) or k in extra.get("deleted", ()):
+    version: int  # the store version read
+    note: Note
+    state: SessionState
+    messages: int  # how many of the session's messages the response's state holds (its answer the last)
+    stale: bool  # an item its state held was deleted since: it cannot be continued
+    latest: bool  # the latest response of an unchanged chain: continuing it extends the session
+    last: dict | None  # the carried fields of the session's last note (:attr:`Plan.last`)
+    template: Any
+    responses: int  # how many responses the session noted
+
+
+def _last_carried(notes: list) -> dict | None:
+    if not notes:
+        return None
+    k = len(notes) - 1
+    return {key: resolve(notes, k, key) for key in CARRIED}
+
+
+def count_below(removed, serial: int) -> int:
+    """How many items there are now before ``serial`` (``removed``: the deleted serials, sorted)."""
+    return serial - bisect.bisect_left(removed, serial)
+
+
+def read_response(k: int):
+    """A reader (for ``mgr.inspect``) of response ``k``: a :class:`ResponseAt`, or None."""
+
+    def read(v: View) -> ResponseAt | None:
+        state = SessionState.from_json(v.extra)
+        if state is None or k >= len(v.notes) or k in state.deleted_responses:
             return None
-        note, removed, head = notes[k], extra.get("removed") or [], extra.get("head", 0)
-        m = head + count_below(removed, note["e"])
-        stale = any(n > k and s < note["e"] for n, s in extra.get("cuts", ()))
-        latest = (extra["kind"] == "responses" and k == len(notes) - 1 and v.messages == m
-                  and not extra.get("queue"))
-        return {"version": v.version, "note": note, "m": m, "head": head, "stale": stale, "latest": latest,
-                "refs": _refs(notes), "template": v.session.template, "kind": extra["kind"], "notes": len(notes),
-                "origin": extra.get("origin"), "removed": removed}
+        note = Note.from_json(v.notes[k])
+        m = state.head + count_below(state.deleted_items, note.end_serial)
+        stale = any(cut.stales(k, note.end_serial) for cut in state.cuts)
+        latest = state.kind == "responses" and k == len(v.notes) - 1 and v.messages == m and not state.queue
+        return ResponseAt(v.version, note, state, m, stale, latest, _last_carried(v.notes), v.session.template,
+                          len(v.notes))
 
     return read
 
 
 def read_conversation(v: View) -> dict | None:
-    extra = v.extra
-    if extra.get("kind") != "conversation":
+    state = SessionState.from_json(v.extra)
+    if state is None or state.kind != "conversation":
         return None
-    queue = list(extra.get("queue") or ())
-    items = v.messages - extra.get("head", 0) + len(queue)
-    return {"version": v.version, "k": len(v.notes), "serial": Serials(extra.get("removed")).serial(items),
-            "queue": queue, "refs": _refs(v.notes), "template": v.session.template}
+    items = v.messages - state.head + len(state.queue)
+    return {"version": v.version, "k": len(v.notes), "serial": Serials(state.deleted_items).serial(items),
+            "queue": list(state.queue), "last": _last_carried(v.notes), "template": v.session.template}
 
 
 # ---------------------------------------------------------------------------------------------- planning
@@ -262,13 +262,13 @@ def plan(mgr, who: str | None, previous: str | None, conversation: str | None, s
         if info is None:
             raise not_found("conversation", conversation, "conversation")
         check(info["template"])
-        return Plan(sid, info["k"], info["serial"], info["version"], queued=info["queue"], last=info["refs"],
+        return Plan(sid, info["k"], info["serial"], info["version"], queued=info["queue"], last=info["last"],
                     conversation=conversation)
     if previous is None:
         template = mgr.default_template
         check(template)
-        head = int(want.instructions is not None or template.default_system is not None)
-        extra = {"kind": "responses", "head": head}
+        head = want.instructions is not None or template.default_system is not None
+        extra = SessionState("responses", system_head=head).to_json()
         if not store:
             oneoff = mgr.oneoff(who, system=want.instructions, tools=want.tools, extra=extra)
             return Plan(oneoff.session_id, 0, 0, created=True, oneoff=oneoff)
@@ -278,36 +278,37 @@ def plan(mgr, who: str | None, previous: str | None, conversation: str | None, s
     info = _inspect(mgr, parsed[0], read_response(parsed[1]), who) if parsed else None
     if info is None:
         raise not_found("previous response", previous, "previous_response_id")
-    if info["stale"]:
+    if info.stale:
         raise ApiError(409, f"response {previous!r}: items of its conversation were deleted since: its state is "
                             "gone", param="previous_response_id", code="response_state_gone")
-    check(info["template"])
+    check(info.template)
     if not store:
         return _aside(mgr, who, previous, info)
-    if info["latest"]:
-        return Plan(parsed[0], info["notes"], info["note"]["e"], info["version"], last=info["refs"])
+    if info.latest:
+        return Plan(parsed[0], info.responses, info.note.end_serial, info.version, last=info.last)
     return _branch(mgr, who, previous, info, key)
 
 
-def _aside(mgr, who: str | None, previous: str, info: dict) -> Plan:
+def _aside(mgr, who: str | None, previous: str, info: ResponseAt) -> Plan:
     """A ``store: false`` continuation of the response ``previous``: a one-off copy of its session up to that
     response (the stored chain is only read)."""
-    sid, extra = parse_response_id(previous)[0], {"kind": "responses", "head": info["head"]}
-    oneoff = mgr.oneoff(who, extra=extra, parent=sid, at=info["m"])
-    return Plan(oneoff.session_id, 0, info["m"] - info["head"], created=True, oneoff=oneoff)
+    sid, head = parse_response_id(previous)[0], info.state.head
+    extra = SessionState("responses", system_head=info.state.system_head).to_json()
+    oneoff = mgr.oneoff(who, extra=extra, parent=sid, at=info.messages)
+    return Plan(oneoff.session_id, 0, info.messages - head, created=True, oneoff=oneoff)
 
 
-def _branch(mgr, who: str | None, previous: str, info: dict, key: str | None) -> Plan:
+def _branch(mgr, who: str | None, previous: str, info: ResponseAt, key: str | None) -> Plan:
     """A new session holding the conversation up to the response ``previous`` (``info`` describes it); with an
     Idempotency-Key its id derives from the key, so that a retry finds it (:func:`replayed`)."""
-    sid = parse_response_id(previous)[0]
-    origin = Names(sid, info["origin"], info["removed"]).runs(info["m"] - info["head"])
-    extra = {"kind": "responses", "head": info["head"], "origin": origin}
+    sid, head = parse_response_id(previous)[0], info.state.head
+    origin = Names(sid, info.state).runs(info.messages - head)
+    extra = SessionState("responses", system_head=info.state.system_head, origin=origin).to_json()
     try:
-        branch = mgr.fork(sid, new_sid(key, who, branch_of=previous), who, at=info["m"], extra=extra)
+        branch = mgr.fork(sid, new_sid(key, who, branch_of=previous), who, at=info.messages, extra=extra)
     except SessionExists:  # an earlier attempt made the branch but its turn never landed: start another
-        branch = mgr.fork(sid, new_sid(), who, at=info["m"], extra=extra)
-    return Plan(branch, 0, info["m"] - info["head"], created=True)
+        branch = mgr.fork(sid, new_sid(), who, at=info.messages, extra=extra)
+    return Plan(branch, 0, info.messages - head, created=True)
 
 
 def _inspect(mgr, sid: str, read, who: str | None):
@@ -333,14 +334,14 @@ def edit_for(want: Want, tokenizer: Any, consume_queue: bool):
     conversation's queue emptied (its items are the turn's first messages). O(1) when nothing changes."""
 
     def edit(v: View) -> tuple[Session | None, dict | None] | None:
-        session, extra = v.session, v.extra
-        head = extra.get("head", 0)
-        first = session.first_message() if head else None
+        # the manager checked the session's kind before the edit: it is one of ours
+        session, state = v.session, SessionState.from_json(v.extra)
+        first = session.first_message() if state.system_head else None
         current = first["content"] if first else None
         if want.instructions is not None:
             system = want.instructions
         else:
-            system = session.template.default_system if head else None
+            system = session.template.default_system if state.system_head else None
         kwargs = dict(session.template_kwargs)
         kwargs.pop("enable_thinking", None)
         if want.thinking is not None:
@@ -349,16 +350,17 @@ def edit_for(want: Want, tokenizer: Any, consume_queue: bool):
             ("the instructions changed", system != current),
             ("the tools changed", (want.tools or None) != (session.tools or None)),
             ("the reasoning setting changed", kwargs != session.template_kwargs)) if changed]
-        new_extra = {**extra, "queue": []} if consume_queue and extra.get("queue") else None
+        new_state = state.evolve(queue=()) if consume_queue and state.queue else None
         if not reasons and want.overflow == session.overflow:
-            return None if new_extra is None else (None, new_extra)
+            return None if new_state is None else (None, new_state.to_json())
         data = session.to_dict()
         if system != current:
-            messages = data["messages"][1:] if head else data["messages"]
+            messages = data["messages"][state.head:]
             data["messages"] = ([{"role": "system", "content": system}] if system is not None else []) + messages
             data["system"] = system
-            new_extra = {**(new_extra or extra), "head": int(system is not None)}
+            new_state = (new_state or state).evolve(system_head=system is not None)
         data.update(tools=want.tools, template_kwargs=kwargs, overflow=want.overflow)
+        new_extra = None if new_state is None else new_state.to_json()
         if reasons and session.step:
             return restored(data, tokenizer, "; ".join(reasons)), new_extra
         return Session.from_dict(data, tokenizer=tokenizer), new_extra
@@ -367,28 +369,22 @@ def edit_for(want: Want, tokenizer: Any, consume_queue: bool):
 
 
 def note_for(p: Plan, n_input: int, *, model: str, previous: str | None, want: Want, request: dict,
-             idempotency_key: str | None = None) -> tuple[dict, dict]:
-    """What the turn notes (compact: fields equal to the last note's by reference, ``prev`` only when it is
-    not the chain's previous response), and the same note whole, as a response object reads it."""
-    whole = {"s": p.serial, "e": p.serial + n_input + 1, "at": round(time.time(), 3), "model": model,
-             "prev": previous, "conv": p.conversation, "req": request, "instructions": want.instructions,
-             "tools": want.tools}
-    note = {"s": whole["s"], "e": whole["e"], "at": whole["at"]}
-    if idempotency_key:  # a retry of this request finds the response by it (replayed)
-        note["key"] = idempotency_key
-    if previous is not None and not (p.k and previous == response_id(p.sid, p.k - 1)):
-        note["prev"] = previous
-    for key in CARRIED:
-        if whole[key] is not None:
-            note[key] = carried(p.last, key, whole[key])
-    return note, whole
+             idempotency_key: str | None = None) -> tuple[dict, Note]:
+    """What the turn notes (compact: fields equal to the last note's by reference, the previous response only
+    when it is not the chain's previous one), as JSON; and the same note whole, as a response object reads it."""
+    whole = Note(p.serial, p.serial + n_input + 1, round(time.time(), 3), idempotency_key or None, previous, model,
+                 request, want.instructions, want.tools)
+    chained = previous is None or (p.k and previous == response_id(p.sid, p.k - 1))
+    note = attrs.evolve(whole, previous_response_id=None if chained else previous,
+                        **{key: carried(p.last, key, getattr(whole, key)) for key in CARRIED})
+    return note.to_json(), whole
 
 
-def expanded(v: View, sid: str, k: int) -> dict:
-    """Note ``k`` whole: its carried fields resolved, its previous response and conversation named."""
-    notes, extra = v.notes, v.extra
-    note = {**notes[k], **{key: resolve(notes, k, key)[1] for key in CARRIED}}
-    if "prev" not in note:
-        note["prev"] = response_id(sid, k - 1) if k and extra.get("kind") == "responses" else None
-    note["conv"] = conversation_id(sid) if extra.get("kind") == "conversation" else None
-    return note
+def expanded(v: View, sid: str, k: int) -> tuple[Note, str | None]:
+    """Note ``k`` whole (its carried fields resolved, its previous response named) and the id of the
+    conversation it belongs to (None: a chain's)."""
+    state, note = SessionState.from_json(v.extra), Note.from_json(v.notes[k])
+    note = attrs.evolve(note, **{key: resolve(v.notes, k, key)[1] for key in CARRIED})
+    if note.previous_response_id is None and k and state.kind == "responses":
+        note = attrs.evolve(note, previous_response_id=response_id(sid, k - 1))
+    return note, conversation_id(sid) if state.kind == "conversation" else None

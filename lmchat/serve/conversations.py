@@ -1,7 +1,7 @@
 """OpenAI's Conversations API over sessions: ``/v1/conversations`` and its items.
 
 A conversation is a session (``conv_<sid>``) whose ``extra`` holds its
-``metadata`` and creation time. Its items are the session's messages (after
+``metadata`` and creation time (:class:`~.chain_state.SessionState`). Its items are the session's messages (after
 the system prompt of ``instructions``, which is no item) and then the items
 added and not yet answered (``queue``: they reach the model with the next
 ``responses.create(conversation=ID)``, as the first messages of its turn, so
@@ -24,6 +24,7 @@ from ..messages import normalize_messages
 from ..session.edits import restored
 from ..validation import validate_messages
 from . import chains
+from .chain_state import Cut, SessionState
 from .deps import blocking, owner
 from .items import (Serials, bad, conversation_id, input_messages, message_items, page, parse_conversation_id,
                     parse_item_id)
@@ -47,9 +48,9 @@ class NewItems(_Body):
     items: list = Field(min_length=1, max_length=20)
 
 
-def view(sid: str, extra: dict) -> dict:
-    return {"id": conversation_id(sid), "object": "conversation", "created_at": extra.get("created_at", 0),
-            "metadata": extra.get("metadata") or {}}
+def view(sid: str, state: SessionState) -> dict:
+    return {"id": conversation_id(sid), "object": "conversation", "created_at": state.created_at,
+            "metadata": state.metadata}
 
 
 def _sid(cid: str) -> str:
@@ -68,18 +69,24 @@ def _checked(history: list[dict], new: list[dict], param: str) -> None:
         raise bad(where, str(exc), "invalid_messages") from None
 
 
-def _conversation(v, cid: str) -> dict:
-    if v.extra.get("kind") != "conversation":
+def _conversation(v, cid: str) -> SessionState:
+    state = SessionState.from_json(v.extra)
+    if state is None or state.kind != "conversation":
         raise chains.not_found("conversation", cid, "conversation_id")
-    return v.extra
+    return state
 
 
-def _tail(v) -> list[dict]:
+def _count(v, state: SessionState) -> int:
+    """How many items the conversation has: the session's messages after its head, then the queue."""
+    return v.messages - state.head + len(state.queue)
+
+
+def _tail(v, state: SessionState) -> list[dict]:
     """The messages from the session's last answer on, then the queue: what new items follow."""
     i = v.messages
-    while i > v.extra.get("head", 0) and v.slice(i - 1, i)[0]["role"] != "assistant":
+    while i > state.head and v.slice(i - 1, i)[0]["role"] != "assistant":
         i -= 1
-    return v.slice(max(i - 1, 0)) + list(v.extra.get("queue") or ())
+    return v.slice(max(i - 1, 0)) + list(state.queue)
 
 
 def _call(fn, sid: str, *args):
@@ -99,33 +106,33 @@ async def create_conversation(request: Request, body: NewConversation = Body(def
     system = None
     if messages and messages[0]["role"] == "system":  # the conversation's own system message: an item
         system, messages = messages[0]["content"], messages[1:]
-    head = int(system is None and mgr.default_template.default_system is not None)
-    extra = {"kind": "conversation", "created_at": int(time.time()), "metadata": body.metadata or {}, "head": head,
-             "queue": messages}
-    sid = await blocking(mgr.create, chains.new_sid(), who, system=system, extra=extra)
-    return JSONResponse(view(sid, extra))
+    head = system is None and mgr.default_template.default_system is not None
+    state = SessionState("conversation", system_head=head, queue=tuple(messages), created_at=int(time.time()),
+                         metadata=body.metadata or {})
+    sid = await blocking(mgr.create, chains.new_sid(), who, system=system, extra=state.to_json())
+    return JSONResponse(view(sid, state))
 
 
 @router.get("/v1/conversations/{cid}")
 async def get_conversation(cid: str, request: Request, who: str | None = Depends(owner)):
     sid = _sid(cid)
     mgr = request.app.state.manager
-    extra = await blocking(_call, mgr.inspect, sid, lambda v: _conversation(v, cid), who)
-    return JSONResponse(view(sid, extra))
+    state = await blocking(_call, mgr.inspect, sid, lambda v: _conversation(v, cid), who)
+    return JSONResponse(view(sid, state))
 
 
 @router.post("/v1/conversations/{cid}")
 async def update_conversation(cid: str, body: ConversationUpdate, request: Request, who: str | None = Depends(owner)):
     sid = _sid(cid)
     mgr = request.app.state.manager
-    result = {}
+    result = []
 
     def change(v):
-        result.update(_conversation(v, cid), metadata=body.metadata)
-        return None, dict(result)
+        result[:] = [_conversation(v, cid).evolve(metadata=body.metadata)]
+        return None, result[0].to_json()
 
     await blocking(_call, mgr.update, sid, change, who)
-    return JSONResponse(view(sid, result))
+    return JSONResponse(view(sid, result[0]))
 
 
 @router.delete("/v1/conversations/{cid}")
@@ -149,9 +156,8 @@ async def list_items(cid: str, request: Request, limit: int = Query(20, ge=1, le
     mgr = request.app.state.manager
 
     def read(v):
-        extra = _conversation(v, cid)
-        count = v.messages - extra.get("head", 0) + len(extra.get("queue") or ())
-        return page(walk(v, sid, 0, count, order == "desc", after), limit, after)
+        state = _conversation(v, cid)
+        return page(walk(v, sid, 0, _count(v, state), order == "desc", after), limit, after)
 
     return JSONResponse(await blocking(_call, mgr.inspect, sid, read, who))
 
@@ -164,14 +170,12 @@ async def add_items(cid: str, body: NewItems, request: Request, who: str | None 
     added: list[dict] = []
 
     def change(v):
-        extra = _conversation(v, cid)
-        _checked(_tail(v), messages, "items")
-        queue = list(extra.get("queue") or ())
-        count = v.messages - extra.get("head", 0) + len(queue)
-        serials = Serials(extra.get("removed"))
+        state = _conversation(v, cid)
+        _checked(_tail(v, state), messages, "items")
+        count, serials = _count(v, state), Serials(state.deleted_items)
         for j, message in enumerate(messages):
             added.extend(message_items(sid, serials.serial(count + j), message, v.session.template, v.session.tools))
-        return None, {**extra, "queue": queue + messages}
+        return None, state.evolve(queue=(*state.queue, *messages)).to_json()
 
     await blocking(_call, mgr.update, sid, change, who)
     return JSONResponse(page(iter(added), len(added), None))
@@ -179,13 +183,12 @@ async def add_items(cid: str, body: NewItems, request: Request, who: str | None 
 
 def _find(v, sid: str, cid: str, item_id: str) -> tuple[int, int] | None:
     """(item index, serial) of an item of this conversation, or None."""
-    extra = _conversation(v, cid)
+    state = _conversation(v, cid)
     found = parse_item_id(item_id)
     if found is None or found[0] != sid:
         return None
-    index = Serials(extra.get("removed")).index(found[1])
-    count = v.messages - extra.get("head", 0) + len(extra.get("queue") or ())
-    if index is None or index >= count:
+    index = Serials(state.deleted_items).index(found[1])
+    if index is None or index >= _count(v, state):
         return None
     if not any(item["id"] == item_id for item in walk(v, sid, index, index + 1, False, None)):
         return None
@@ -210,27 +213,27 @@ async def get_item(cid: str, item_id: str, request: Request, who: str | None = D
 async def delete_item(cid: str, item_id: str, request: Request, who: str | None = Depends(owner)):
     sid = _sid(cid)
     mgr = request.app.state.manager
-    result = {}
+    result = []
 
     def change(v):
         at = _find(v, sid, cid, item_id)
         if at is None:
             raise chains.not_found("item", item_id, "item_id")
-        (index, serial), extra = at, dict(v.extra)
-        result.update(extra)
-        extra["removed"] = sorted([*extra.get("removed", ()), serial])
-        held = v.messages - extra.get("head", 0)
+        (index, serial), state = at, _conversation(v, cid)
+        result[:] = [state]
+        state = state.evolve(deleted_items=tuple(sorted((*state.deleted_items, serial))))
+        held = v.messages - state.head
         if index >= held:  # not seen by the model yet: only the queue changes
-            queue = list(extra["queue"])
+            queue = list(state.queue)
             del queue[index - held]
-            return None, {**extra, "queue": queue}
+            return None, state.evolve(queue=tuple(queue)).to_json()
         data = v.session.to_dict()
-        del data["messages"][extra.get("head", 0) + index]
+        del data["messages"][state.head + index]
         _checked([], data["messages"], "item_id")
         template = v.session.template
         template.render(template.make_chat(data["messages"], tools=data.get("tools"), **data["template_kwargs"]))
-        extra["cuts"] = [*extra.get("cuts", ()), [len(v.notes), serial]]
-        return restored(data, mgr.tokenizer, f"item {item_id} was deleted from the conversation"), extra
+        state = state.evolve(cuts=(*state.cuts, Cut(len(v.notes), serial)))
+        return restored(data, mgr.tokenizer, f"item {item_id} was deleted from the conversation"), state.to_json()
 
     await blocking(_call, mgr.update, sid, change, who)
-    return JSONResponse(view(sid, result))
+    return JSONResponse(view(sid, result[0]))

@@ -15,12 +15,14 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Literal
 
+import attrs
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from ..errors import InvalidMessages, LmchatError, SessionBusy, SessionLengthExceeded, SessionMoved, SessionNotFound
 from ..validation import check_tools_supported, validate_tools
 from . import chains
+from .chain_state import Note, SessionState
 from .deps import blocking, owner, text_limit
 from .idempotency import releasing
 from .items import (Serials, answer_items, answer_parts, bad, input_messages, message_item, message_items, page,
@@ -91,10 +93,11 @@ async def _respond(request: Request, mgr, who, body: ResponsesRequest, conversat
     tokens = mgr.tokenizer is not None
 
     def finish(result, output: list[dict]) -> dict:
-        return response_object(rid, {**whole, "turn": turn_of(result)}, output, tokens=tokens)
+        return response_object(rid, attrs.evolve(whole, turn=turn_of(result)), plan.conversation, output,
+                               tokens=tokens)
 
     if body.stream:
-        base = response_object(rid, whole, [], tokens=tokens)
+        base = response_object(rid, whole, plan.conversation, [], tokens=tokens)
         events = response_events(started_turn, base, sid=plan.sid, serial=serial, template=template, tools=tools,
                                  parse=parse, finish=finish)
         return StreamingResponse(releasing(events, release), media_type="text/event-stream")
@@ -109,7 +112,7 @@ async def _respond(request: Request, mgr, who, body: ResponsesRequest, conversat
 
 
 async def _start(request: Request, mgr, who, body: ResponsesRequest, conversation, want, check, messages, model,
-                 fields, key: str | None) -> tuple[chains.Plan, dict, Any]:
+                 fields, key: str | None) -> tuple[chains.Plan, Note, Any]:
     """Plan, then start the turn: its stream (primed) or its result; a moved session is planned again."""
     previous = body.previous_response_id
     plan = await blocking(chains.plan, mgr, who, previous, conversation, body.store, want, check, key)
@@ -184,16 +187,15 @@ def _response_reader(mgr):
             info = chains.read_response(k)(v)
             if info is None:
                 return None
-            note, extra = info["note"], v.extra
-            head, serial = extra.get("head", 0), note["e"] - 1
-            index = Serials(extra.get("removed")).index(serial)
+            head, serial = info.state.head, info.note.end_serial - 1
+            index = Serials(info.state.deleted_items).index(serial)
             output = []
             if index is not None and head + index < v.messages:
                 message = v.slice(head + index, head + index + 1)[0]
-                status = "completed" if (note.get("turn") or {}).get("finish_reason") == "stop" else "incomplete"
+                status = "completed" if (info.note.turn or {}).get("finish_reason") == "stop" else "incomplete"
                 output = answer_items(sid, serial, *answer_parts(message, v.session.template, v.session.tools),
                                       status=status)
-            return response_object(response_id(sid, k), chains.expanded(v, sid, k), output,
+            return response_object(response_id(sid, k), *chains.expanded(v, sid, k), output,
                                    tokens=mgr.tokenizer is not None)
         return read
     return reader
@@ -214,17 +216,21 @@ async def delete_response(rid: str, request: Request, who: str | None = Depends(
     sid, k = parsed
 
     def change(v):
-        if chains.read_response(k)(v) is None:
+        info = chains.read_response(k)(v)
+        if info is None:
             raise chains.not_found("response", rid, "response_id")
-        deleted = sorted({*v.extra.get("deleted", ()), k})
-        return None, {**v.extra, "deleted": deleted}
+        deleted = tuple(sorted({*info.state.deleted_responses, k}))
+        return None, info.state.evolve(deleted_responses=deleted).to_json()
+
+    def gone(v) -> bool:
+        state = SessionState.from_json(v.extra)
+        return state.kind == "responses" and len(state.deleted_responses) == len(v.notes)
 
     def delete() -> None:
         try:
             mgr.update(sid, change, who)
-            gone = mgr.inspect(sid, lambda v: v.extra["kind"] == "responses" and
-                               len(v.extra["deleted"]) == len(v.notes), who)
-            if gone:  # every response of the chain is deleted: so is its session
+            gone_all = mgr.inspect(sid, gone, who)
+            if gone_all:  # every response of the chain is deleted: so is its session
                 with contextlib.suppress(SessionBusy):
                     mgr.end(sid, who)
         except SessionNotFound:
@@ -238,9 +244,9 @@ def walk(v, sid: str, lo: int, hi: int, desc: bool, after: str | None):
     """The items of messages ``[lo, hi)`` (item indices: the session's messages after its head, then a
     conversation's queue), in order or reversed, from the message of ``after`` on; named as
     :class:`~.chains.Names` says (a branch's first items keep their ancestry's ids)."""
-    extra = v.extra
-    head, queue = extra.get("head", 0), extra.get("queue") or []
-    names, held = chains.Names(sid, extra.get("origin"), extra.get("removed")), v.messages - head
+    state = SessionState.from_json(v.extra)
+    head, queue = state.head, state.queue
+    names, held = chains.Names(sid, state), v.messages - head
     indices = range(hi - 1, lo - 1, -1) if desc else range(lo, hi)
     if after is not None:
         found = parse_item_id(after)
@@ -278,7 +284,7 @@ async def input_items(rid: str, request: Request, limit: int = Query(20, ge=1, l
             if info is None:
                 return None
             # everything before the response's answer: the session is the response's ancestry up to it
-            hi = chains.count_below(info["removed"], info["note"]["e"] - 1)
+            hi = chains.count_below(info.state.deleted_items, info.note.end_serial - 1)
             return page(walk(v, sid, 0, hi, order == "desc", after), limit, after)
         return read
 

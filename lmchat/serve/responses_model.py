@@ -18,6 +18,7 @@ from pydantic import Field, StrictBool, StrictStr, field_validator
 from ..errors import InvalidMessages, SessionLengthExceeded
 from ..tools.registry import response_format
 from ..validation import DEFAULT_MAX_CHARS, MAX_MESSAGES, check_text, check_tool_choice
+from .chain_state import Note
 from .chains import thinking_switch
 from .errors import ApiError, as_sent
 from .items import bad, input_messages, response_tools
@@ -198,23 +199,24 @@ def usage(turn: dict, tokens: bool) -> dict:
             "output_tokens_details": {"reasoning_tokens": 0}}
 
 
-def response_object(rid: str, note: dict, output: list[dict] | None, *, tokens: bool,
+def response_object(rid: str, note: Note, conversation: str | None, output: list[dict] | None, *, tokens: bool,
                     status: str | None = None) -> dict:
-    """A response as the API returns it, from its whole note (:func:`.chains.expanded`); a note without
-    its ``turn`` is a response still running."""
-    req, turn = note["req"], note.get("turn")
+    """A response as the API returns it, from its whole note (:func:`.chains.expanded`) and the conversation it
+    belongs to; a note without its ``turn`` is a response still running."""
+    req, turn = note.request, note.turn
     incomplete = None
     if status is None:
         status, incomplete = status_of(turn["finish_reason"]) if turn else ("in_progress", None)
     return {
-        "id": rid, "object": "response", "created_at": int(note["at"]), "status": status,
-        "completed_at": int(note["at"]) if turn else None, "error": None, "incomplete_details": incomplete,
-        "instructions": note.get("instructions"), "max_output_tokens": req.get("max_output_tokens"),
-        "model": note["model"], "output": output or [], "parallel_tool_calls": req.get("parallel_tool_calls", True),
-        "previous_response_id": note.get("prev"), "conversation": {"id": note["conv"]} if note.get("conv") else None,
+        "id": rid, "object": "response", "created_at": int(note.created_at), "status": status,
+        "completed_at": int(note.created_at) if turn else None, "error": None, "incomplete_details": incomplete,
+        "instructions": note.instructions, "max_output_tokens": req.get("max_output_tokens"),
+        "model": note.model, "output": output or [], "parallel_tool_calls": req.get("parallel_tool_calls", True),
+        "previous_response_id": note.previous_response_id,
+        "conversation": {"id": conversation} if conversation else None,
         "reasoning": req.get("reasoning"), "store": req.get("store", True), "temperature": req.get("temperature"),
         "text": {"format": {"type": "text"}}, "tool_choice": req.get("tool_choice", "auto"),
-        "tools": response_tools(note.get("tools")), "top_p": req.get("top_p"), "truncation": req.get("truncation"),
+        "tools": response_tools(note.tools), "top_p": req.get("top_p"), "truncation": req.get("truncation"),
         "usage": usage(turn, tokens) if turn else None, "user": None, "metadata": req.get("metadata") or {},
         "background": False,
     }

@@ -1,0 +1,212 @@
+"""What the Responses and Conversations APIs keep beside a session, typed: :class:`SessionState` (the session's
+``extra``) and one :class:`Note` per response (the session's notes), each read by ``from_json`` and written
+by ``to_json``.
+
+Both carry the format they were written in (``"format"``, :data:`FORMAT`). Records without one were written by
+release 1 (one-letter keys: ``{"s", "e", "at"}`` notes, ``{"ref": k}`` references, ``head``, ``removed``...):
+``from_json`` reads them as they are and nothing rewrites them, so a store keeps answering across the upgrade;
+a session's state is written in the current format the next time it changes (its old notes stay as they were:
+notes are only appended, so one session may hold both formats).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+#: the format this module writes; 1 is release 1's (no ``format`` key)
+FORMAT = 2
+#: the kinds of session the two APIs make (the manager refuses a turn of another kind on them)
+KINDS = ("responses", "conversation")
+
+
+def _version(data: dict) -> int:
+    version = data.get("format", 1)
+    if version not in (1, FORMAT):
+        raise ValueError(f"state format {version!r}: this lmchat reads formats 1 to {FORMAT}")
+    return version
+
+
+@attrs.frozen
+class Run:
+    """Items a branch holds as copies of its ancestry's: ``count`` items named ``(session, first_serial + i)``.
+
+    JSON ``{"session": sid, "first_serial": n, "count": c}`` (release 1: ``[sid, n, c]``).
+    """
+
+    session: str
+    first_serial: int
+    count: int
+
+    def to_json(self) -> dict:
+        return {"session": self.session, "first_serial": self.first_serial, "count": self.count}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Run:
+        if isinstance(data, list):
+            return cls(*data)
+        return cls(data["session"], data["first_serial"], data["count"])
+
+
+@attrs.frozen
+class Cut:
+    """An item the model had seen was deleted from a conversation: the responses noted before it (``responses``
+    of them) whose state held it (those ending after ``serial``) can no longer be continued.
+
+    JSON ``{"responses": n, "serial": s}`` (release 1: ``[n, s]``).
+    """
+
+    responses: int
+    serial: int
+
+    def to_json(self) -> dict:
+        return {"responses": self.responses, "serial": self.serial}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Cut:
+        if isinstance(data, list):
+            return cls(*data)
+        return cls(data["responses"], data["serial"])
+
+    def stales(self, k: int, end_serial: int) -> bool:
+        """Whether response ``k``, whose items end before ``end_serial``, held the deleted item."""
+        return k < self.responses and self.serial < end_serial
+
+
+@attrs.frozen
+class SessionState:
+    """A Responses chain's or a conversation's session, as its ``extra`` says (JSON keys as the fields, but
+    ``kind``: see :data:`KINDS`; release 1's key in brackets).
+
+    - ``system_head`` [``head``]: the session's first message is a system prompt that is no item (the request's
+      ``instructions``, or the template's default).
+    - ``deleted_items`` [``removed``]: serials of a conversation's deleted items, sorted (the others keep theirs).
+    - ``cuts``: the deletions of items the model had seen (:class:`Cut`).
+    - ``queue``: a conversation's messages added and not yet sent: the first messages of its next turn.
+    - ``deleted_responses`` [``deleted``]: indices of the session's responses that were deleted.
+    - ``origin``: a branch's first items, which keep the ids they had where they came from (:class:`Run`).
+    - ``created_at``, ``metadata``: a conversation's own.
+    """
+
+    kind: str
+    system_head: bool = False
+    deleted_items: tuple[int, ...] = ()
+    cuts: tuple[Cut, ...] = ()
+    queue: tuple[dict, ...] = ()
+    deleted_responses: tuple[int, ...] = ()
+    origin: tuple[Run, ...] = ()
+    created_at: int = 0
+    metadata: dict = attrs.field(factory=dict)
+
+    @property
+    def head(self) -> int:
+        """How many messages come before the first item (the system prompt that is none)."""
+        return int(self.system_head)
+
+    def to_json(self) -> dict:
+        data: dict[str, Any] = {"kind": self.kind, "format": FORMAT, "system_head": self.system_head}
+        lists = {"deleted_items": list(self.deleted_items), "cuts": [c.to_json() for c in self.cuts],
+                 "queue": list(self.queue), "deleted_responses": list(self.deleted_responses),
+                 "origin": [r.to_json() for r in self.origin]}
+        data.update((key, value) for key, value in lists.items() if value)
+        if self.kind == "conversation":
+            data.update(created_at=self.created_at, metadata=self.metadata)
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict | None) -> SessionState | None:
+        """The state in a session's ``extra``; None for a session neither API made (chat, interactive)."""
+        if not data or data.get("kind") not in KINDS:
+            return None
+        if _version(data) == 1:
+            data = {"kind": data["kind"], "system_head": data.get("head", 0), "deleted_items": data.get("removed"),
+                    "cuts": data.get("cuts"), "queue": data.get("queue"), "deleted_responses": data.get("deleted"),
+                    "origin": data.get("origin"), "created_at": data.get("created_at"),
+                    "metadata": data.get("metadata")}
+        return cls(data["kind"], bool(data.get("system_head")), tuple(sorted(data.get("deleted_items") or ())),
+                   tuple(Cut.from_json(c) for c in data.get("cuts") or ()), tuple(data.get("queue") or ()),
+                   tuple(sorted(data.get("deleted_responses") or ())),
+                   tuple(Run.from_json(r) for r in data.get("origin") or ()), data.get("created_at") or 0,
+                   dict(data.get("metadata") or {}))
+
+    def evolve(self, **changes: Any) -> SessionState:
+        return attrs.evolve(self, **changes)
+
+
+@attrs.frozen
+class Same:
+    """A note's field equal to the one note ``response`` holds (written once, when it changes).
+
+    JSON ``{"same_as": k}`` (release 1: ``{"ref": k}``).
+    """
+
+    response: int
+
+    def to_json(self) -> dict:
+        return {"same_as": self.response}
+
+
+def _carried(value: Any, key: str = "same_as") -> Any:
+    """A carried field as stored: a value, or a reference (``key``, as the note's format spells it)."""
+    if isinstance(value, dict) and len(value) == 1 and isinstance(value.get(key), int):
+        return Same(value[key])
+    return value
+
+
+def _carried_json(value: Any) -> Any:
+    return value.to_json() if isinstance(value, Same) else value
+
+
+#: the note fields that rarely change: written when they do, :class:`Same` otherwise
+CARRIED = ("model", "request", "instructions", "tools")
+
+
+@attrs.frozen
+class Note:
+    """One response: the state of its session after its turn (``stream_turn(note=)``, saved with the turn).
+
+    - ``first_serial`` [``s``]: the serial of its first input item; ``end_serial`` [``e``]: one past its answer's.
+    - ``created_at`` [``at``]: when it was made (seconds since the epoch).
+    - ``idempotency_key`` [``key``]: the request's Idempotency-Key: a retry finds the response by it.
+    - ``previous_response_id`` [``prev``]: only when it is not the chain's previous response (a branch's first).
+    - ``model``, ``request`` [``req``: the request's fields a response repeats], ``instructions``, ``tools``:
+      a value, or :class:`Same` as an earlier note's (None: not given).
+    - ``turn``: the turn's counts, which the manager adds when the turn commits (None: still running).
+    """
+
+    first_serial: int
+    end_serial: int
+    created_at: float
+    idempotency_key: str | None = None
+    previous_response_id: str | None = None
+    model: Any = None
+    request: Any = None
+    instructions: Any = None
+    tools: Any = None
+    turn: dict | None = None
+
+    def to_json(self) -> dict:
+        data: dict[str, Any] = {"format": FORMAT, "first_serial": self.first_serial, "end_serial": self.end_serial,
+                                "created_at": self.created_at}
+        for key in ("idempotency_key", "previous_response_id", *CARRIED, "turn"):
+            value = getattr(self, key)
+            if value is not None:
+                data[key] = _carried_json(value)
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict) -> Note:
+        if _version(data) == 1:
+            return cls(data["s"], data["e"], data["at"], data.get("key"), data.get("prev"),
+                       *(_carried(data.get(key), "ref") for key in ("model", "req", "instructions", "tools")),
+                       data.get("turn"))
+        return cls(data["first_serial"], data["end_serial"], data["created_at"], data.get("idempotency_key"),
+                   data.get("previous_response_id"), *(_carried(data.get(key)) for key in CARRIED), data.get("turn"))
+
+
+def resolve(notes: list[dict], k: int, field: str) -> tuple[int, Any]:
+    """(index of the note that holds it, value) of a carried ``field`` of note ``k`` (of the stored ``notes``)."""
+    value = getattr(Note.from_json(notes[k]), field)
+    if isinstance(value, Same):
+        return value.response, getattr(Note.from_json(notes[value.response]), field)
+    return k, value
