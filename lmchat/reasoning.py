@@ -7,11 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .tools.base import Format
 from .tools.events import collect
-from .tools.registry import prompt_opens_think, response_format
-from .tools.sink import Sink
-from .tools.think import ThinkSplitter
+from .tools.registry import ResponseFormat, prompt_opens_think, response_format
+from .tools.stream import ResponseStream
 
 
 def split_reasoning(template: Any, text: str, *, prompt_opened: bool | None = None) -> tuple[str | None, str]:
@@ -23,12 +21,8 @@ def split_reasoning(template: Any, text: str, *, prompt_opened: bool | None = No
     """
     if not response_format(template).reasoning:
         return None, text
-    sink = Sink()
     opened = prompt_opens_think(template) if prompt_opened is None else prompt_opened
-    splitter = ThinkSplitter(sink, Format(sink), opened)
-    splitter.feed(text)
-    splitter.finish()
-    sink.reasoning.flush()
-    sink.content.flush()
-    parsed = collect(sink.take())
+    # the answer parser with the plain tool format: tool-call markup stays in the content
+    stream = ResponseStream(ResponseFormat(reasoning=True), prompt_opened=opened)
+    parsed = collect(stream.feed(text) + stream.finish())
     return parsed.reasoning_content, parsed.content

@@ -37,7 +37,6 @@ def add_backend_arguments(p) -> None:
                              "built with a GPU backend, else 0; N > 0 without one: a warning, the CPU)")
     remote = p.add_argument_group("remote backend (an OpenAI-compatible completions server)")
     remote.add_argument("--base-url", metavar="URL")
-    # `lmchat chat` once spelled these --api-key/--model-name: still accepted there
     remote.add_argument("--remote-api-key", dest="remote_api_key", metavar="KEY", help="the server's API key")
     remote.add_argument("--remote-model", dest="remote_model", metavar="NAME", help="the model name to send")
     remote.add_argument("--prompt-format", choices=PROMPT_FORMATS, default=None,

@@ -58,9 +58,6 @@ def add_arguments(p) -> None:
                            "memory; said at start)")
         elif action.dest == "sessions":
             action.help = "llamacpp: resident sequences sharing --ctx (default: 1, this conversation)"
-    # the spellings `lmchat chat` had before `lmchat serve`'s
-    p.add_argument("--api-key", dest="remote_api_key", help=argparse.SUPPRESS)
-    p.add_argument("--model-name", dest="remote_model", help=argparse.SUPPRESS)
     p.add_argument("--system", metavar="TEXT", help="system prompt (with --resume: replaces the stored one)")
     p.add_argument("--resume", nargs="?", const=LATEST, metavar="ID",
                    help="continue the last conversation saved (in the terminal or piped: one-shots are not saved), "

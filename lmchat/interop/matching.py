@@ -144,12 +144,6 @@ def _rule(component: str) -> tuple[str, str] | None:
     return None
 
 
-def match_by_name(model_id: str) -> str | None:
-    """The template of the first name rule that matches ``model_id`` (any case), or None."""
-    rule = _rule(model_id)
-    return rule[1] if rule else None
-
-
 def match_template(path_or_id: str) -> str:
     """The registered template name for a model id (``org/name``) or a local model folder or file."""
     return explain_match(path_or_id).name
