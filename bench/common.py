@@ -61,11 +61,16 @@ def _git(*args: str) -> str:
 
 
 def machine() -> dict:
-    """Where and from which code a result was measured (a dirty tree: HEAD plus uncommitted changes)."""
+    """Where and from which code a result was measured (a dirty tree: HEAD plus uncommitted changes).
+
+    Changes under bench/results/ do not make it dirty: they are results, not code, and ``bench all`` writes
+    each one before it measures the next.
+    """
     return {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
             "cpu_model": _cpu_model(), "ram_gib": _ram_gib(),
             "commit": _git("rev-parse", "--short", "HEAD") or "unknown",
-            "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+            "dirty": bool(_git("status", "--porcelain", "--untracked-files=no", "--", ".",
+                               f":(exclude){RESULTS.relative_to(ROOT).as_posix()}")),
             "date": time.strftime("%Y-%m-%d", time.gmtime())}
 
 

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import argparse
 
-from . import prompt_cost, token_cost
+from . import token_cost
 from .common import median_time, save, table
-from .prompt_cost import conversation
+from .prompt_cost import conversation, lmchat_turn_cost
 
 TEMPLATE = "smollm2"
 
@@ -68,8 +68,8 @@ def main(argv=None) -> int:
         conv = fastchat_conversation(msgs)
         r = {
             "turn": turn,
-            "lmchat_text_s": prompt_cost.lmchat_turn_cost(TEMPLATE, turn),
-            "lmchat_tokens_s": token_cost.lmchat_turn_cost(tok, turn),
+            "lmchat_text_s": lmchat_turn_cost(TEMPLATE, turn),
+            "lmchat_tokens_s": lmchat_turn_cost(TEMPLATE, turn, tok),
             "transformers_text_s": median_time(
                 lambda m=msgs: tok.apply_chat_template(m, tokenize=False, add_generation_prompt=True), repeat=30),
             "transformers_tokens_s": median_time(

@@ -9,10 +9,8 @@ from __future__ import annotations
 import argparse
 import os
 
-import lmchat
-
 from .common import median_time, save, table
-from .prompt_cost import conversation, session_turn_cost
+from .prompt_cost import conversation, lmchat_turn_cost
 
 
 def smollm2_tokenizer():
@@ -23,13 +21,6 @@ def smollm2_tokenizer():
     return AutoTokenizer.from_pretrained(folder, gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
-def lmchat_turn_cost(tok, turn: int, window: int = 20) -> float:
-    def new_session(system):
-        return lmchat.Session("smollm2", system=system, tokenizer=tok, session_len=10**9)
-
-    return session_turn_cost(new_session, turn, window, repeat=50)
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench token_cost", description=__doc__)
     p.add_argument("--turns", default="1,10,50,200")
@@ -37,7 +28,7 @@ def main(argv=None) -> int:
     tok = smollm2_tokenizer()
     rows, records, base = [], [], None
     for turn in [int(t) for t in args.turns.split(",")]:
-        ours = lmchat_turn_cost(tok, turn)
+        ours = lmchat_turn_cost("smollm2", turn, tok)
         base = base or ours
         msgs = conversation(turn)[:-1]
         theirs = median_time(lambda: tok.apply_chat_template(msgs, tokenize=True, add_generation_prompt=True),
