@@ -165,13 +165,15 @@ CARRIED = ("model", "request", "instructions", "tools")
 class Note:
     """One response: the state of its session after its turn (``stream_turn(note=)``, saved with the turn).
 
+    JSON keys as the fields, and ``format`` (release 1's key in brackets):
+
     - ``first_serial`` [``s``]: the serial of its first input item; ``end_serial`` [``e``]: one past its answer's.
     - ``created_at`` [``at``]: when it was made (seconds since the epoch).
     - ``idempotency_key`` [``key``]: the request's Idempotency-Key: a retry finds the response by it.
     - ``previous_response_id`` [``prev``]: only when it is not the chain's previous response (a branch's first).
     - ``model``, ``request`` [``req``: the request's fields a response repeats], ``instructions``, ``tools``:
       a value, or :class:`Same` as an earlier note's (None: not given).
-    - ``turn``: the turn's counts, which the manager adds when the turn commits (None: still running).
+    - ``turn``: the turn's counts, which the manager adds under this key when the turn commits (None: running).
     """
 
     first_serial: int
