@@ -23,7 +23,7 @@ from ..registry import template
 from .base import BaseTemplate, stops
 from .chat import Chat
 from .render_utils import jstr, tojson
-from .toolcalls import call_arguments, call_function, functions, interpreter_code, is_interpreter_call
+from .toolcalls import arguments_of, call_function, functions, interpreter_code, is_interpreter_call
 
 #: ChatGLM3's tool system prompt (``TOOL_DEFINITION_PREFIX`` of its fine-tuning code, the demos' system content)
 TOOL_PROMPT = "Answer the following questions as best as you can. You have access to the following tools:"
@@ -89,7 +89,7 @@ class ChatGLM3(BaseTemplate):
         if is_interpreter_call(chat, fn["name"]):
             return f"<|assistant|>interpreter\n ```python\n{interpreter_code(fn, i)}\n```"
         # ChatGLM3's format_function_call: astunparse of tool_call(k=Constant(v)), i.e. repr() of each value
-        args = ", ".join(f"{k}={v!r}" for k, v in call_arguments(fn, i).items())
+        args = ", ".join(f"{k}={v!r}" for k, v in arguments_of(fn, i).items())
         return f"<|assistant|>{fn['name']}\n ```python\ntool_call({args})\n```"
 
 

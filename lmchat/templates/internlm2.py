@@ -38,7 +38,7 @@ from .base import stops
 from .chat import Chat
 from .chatml import IM_END, ChatML
 from .render_utils import tojson
-from .toolcalls import (answered_call, call_arguments, call_function, functions, interpreter_code,
+from .toolcalls import (answered_call, arguments_of, call_function, functions, interpreter_code,
                         is_interpreter_call)
 
 PLUGIN, INTERPRETER = "<|plugin|>", "<|interpreter|>"
@@ -121,7 +121,7 @@ class InternLM2(ChatML):
         fn = call_function(call, i)
         if is_interpreter_call(chat, fn["name"]):
             return f"{ACTION_START}{INTERPRETER}\n```python\n{interpreter_code(fn, i)}\n```{ACTION_END}\n"
-        call_json = tojson({"name": fn["name"], "parameters": call_arguments(fn, i)})
+        call_json = tojson({"name": fn["name"], "parameters": arguments_of(fn, i)})
         return f"{ACTION_START}{PLUGIN}\n{call_json}{ACTION_END}"
 
 

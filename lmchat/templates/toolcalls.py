@@ -8,10 +8,10 @@ what cannot be rendered, naming the message.
 """
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from ..errors import InvalidMessages
+from ..messages import call_arguments
 from .chat import Chat
 
 #: call names that address the code interpreter (InternLM2's ``<|interpreter|>``, ChatGLM3's ``interpreter``)
@@ -32,16 +32,14 @@ def call_function(call: Any, index: int) -> dict:
     return fn
 
 
-def call_arguments(fn: dict, index: int) -> dict:
-    """A call's arguments as an object: OpenAI sends a JSON string, LMDeploy also accepts ``parameters``."""
-    args = fn.get("arguments", fn.get("parameters"))
-    if isinstance(args, str):
-        try:
-            args = json.loads(args)
-        except ValueError as exc:
-            raise InvalidMessages(f"tool call arguments are not JSON: {exc}", index=index, field="tool_calls") from None
+def arguments_of(fn: dict, index: int) -> dict:
+    """A call's arguments as the object these formats rebuild the call from (OpenAI sends a JSON string, LMDeploy
+    also accepts ``parameters``), read as everywhere else (:func:`lmchat.messages.call_arguments`); what is not
+    an object is refused: these formats could only render it wrong."""
+    args = call_arguments(fn.get("arguments", fn.get("parameters")))
     if not isinstance(args, dict):
-        raise InvalidMessages("tool call arguments must be a JSON object", index=index, field="tool_calls")
+        raise InvalidMessages("tool call arguments must be a JSON object, or a string holding one", index=index,
+                              field="tool_calls")
     return args
 
 
@@ -57,7 +55,7 @@ def is_interpreter_call(chat: Chat, name: str) -> bool:
 
 def interpreter_code(fn: dict, index: int) -> str:
     """The code of an interpreter call: its ``code`` argument."""
-    code = call_arguments(fn, index).get("code")
+    code = arguments_of(fn, index).get("code")
     if not isinstance(code, str):
         raise InvalidMessages("an interpreter call needs a string 'code' argument", index=index, field="tool_calls")
     return code
