@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 import lmchat
-from lmchat import Session, get_template
+from lmchat import get_template
 from lmchat.registry import template_class
 
 from .test_conformance import assert_same

@@ -78,7 +78,10 @@ def _setup_cfg():
 
     cfg = configparser.ConfigParser()
     cfg.read(ROOT / "setup.cfg")
-    split = lambda text: [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+
+    def split(text):
+        return [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+
     return split(cfg["options"]["install_requires"]), {k: split(v) for k, v in cfg["options.extras_require"].items()}
 
 

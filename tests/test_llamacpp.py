@@ -67,7 +67,7 @@ def test_no_torch_and_lazy_imports():
         "import sys, lmchat\n"
         "assert 'llama_cpp' not in sys.modules\n"
         "from lmchat.backends import get_backend\n"
-        f"b = get_backend('llamacpp', threads=1, sessions=1, ctx=512)\n"
+        "b = get_backend('llamacpp', threads=1, sessions=1, ctx=512)\n"
         "assert 'torch' not in sys.modules and 'transformers' not in sys.modules\n"
         "b.close()\n"
     )

@@ -1,9 +1,10 @@
-"""The project's line limit: no line of a tracked ``.py`` file is longer than 120 characters.
-
-Nothing else enforces it (.ci/run runs no linter), so it is checked here to keep it holding.
+"""The project's style, checked by the test command (README, .ci/run) so that it keeps holding: ruff (its rules in
+ruff.toml: pycodestyle and pyflakes, lines of at most 120 characters) on lmchat, tests and bench, and the line
+limit on every tracked ``.py`` file (setup.py, docs/ too).
 """
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -38,3 +39,18 @@ def test_no_line_of_a_tracked_python_file_is_longer_than_120_characters():
         f"{len(long)} line(s) longer than the project's limit of {LIMIT} characters (break them inside brackets, "
         "split long strings by implicit concatenation):\n" + "\n".join(long)
     )
+
+
+#: what ruff checks (ruff.toml says how); the README's `ruff check lmchat tests bench`
+LINTED = ("lmchat", "tests", "bench")
+
+
+def test_ruff_finds_nothing_in_lmchat_tests_and_bench():
+    """``ruff check`` on the tracked files of LINTED: a file of someone's work in progress, not yet added, is
+    not this test's business (as for the line limit)."""
+    files = [path for path in tracked_python_files() if path.split("/", 1)[0] in LINTED and (ROOT / path).is_file()]
+    assert files, f"git ls-files lists no Python file under {LINTED}"
+    out = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--output-format", "concise", *files],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert "No module named ruff" not in out.stderr, "ruff is not installed: pip install -e '.[test]' installs it"
+    assert out.returncode == 0, f"ruff check (settings: ruff.toml):\n{out.stdout}{out.stderr}"
