@@ -69,3 +69,23 @@ def memory_server():
     yield s
     s.stop()
 
+
+@pytest.fixture
+def app_client():
+    """lmchat.serve's app in this process, through Starlette's TestClient (an httpx client whose requests call
+    the app: no socket, no subprocess), so a breakpoint in a route's code stops there (the app runs in the
+    client's portal thread: ``pytest -s``). The app is ``create_app`` on a manager like ``memory_server``'s:
+    the echo backend with no prefix (an answer is the last user message), qwen2.5, a memory store, no API
+    keys; a fresh one per test, its manager in ``app_client.app.state.manager``. The end-to-end tests run the
+    real ``lmchat serve`` (``Server``)."""
+    pytest.importorskip("fastapi")
+    from starlette.testclient import TestClient
+
+    from lmchat import SessionManager
+    from lmchat.backends.echo import EchoBackend
+    from lmchat.serve import create_app
+    from lmchat.stores import MemoryStore
+
+    manager = SessionManager(EchoBackend(prefix=""), template="qwen2.5", store=MemoryStore())
+    with TestClient(create_app(manager, close_manager=True)) as client:  # the app's lifespan: it closes the manager
+        yield client
