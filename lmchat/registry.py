@@ -125,6 +125,12 @@ def get_template(name: str, **overrides: Any):
     return with_overrides(template_class(name)(), overrides)
 
 
+def as_template(template: Any):
+    """A template instance: ``template`` itself, or a new instance of the template registered under that name
+    (what every API that takes a template name or instance works with)."""
+    return get_template(template) if isinstance(template, str) else template
+
+
 def template_names() -> list[str]:
     _ensure_loaded()
     return sorted(CHAT_TEMPLATES.module_dict)

@@ -92,7 +92,7 @@ def run(args) -> int:
         from ..serve import create_app
         from ..serve.timeouts import protocol
     from ..manager import SessionManager
-    from ..registry import get_template
+    from ..registry import as_template, get_template
     from ..interop.loading import saveable
     from ..stores import open_store
 
@@ -106,8 +106,7 @@ def run(args) -> int:
         else:
             raise UsageError(f"the {args.backend} backend does not say which template it needs: "
                              "pass --template NAME or --chat-template FILE")
-        defaults = {"session_len": session_len(get_template(template) if isinstance(template, str) else template,
-                                               backend, args.session_len),
+        defaults = {"session_len": session_len(as_template(template), backend, args.session_len),
                     "overflow": args.overflow, "max_new_tokens": args.max_new_tokens, "drift": args.drift,
                     "injection": injection_policy(backend, args)}  # 'reject' when prompts go upstream as text
         engine = engine_id(backend)

@@ -14,7 +14,7 @@ import datetime as _dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..registry import get_template
+from ..registry import as_template
 from ..session.tokens import codec_for
 from ..templates.base import BaseTemplate
 
@@ -69,7 +69,7 @@ def encode_for_training(
     **template_kwargs: Any,
 ) -> dict[str, list[int]]:
     """``{'input_ids', 'labels', 'assistant_masks'}`` for one conversation, cut to ``max_length``."""
-    template = get_template(template) if isinstance(template, str) else template
+    template = as_template(template)
     codec = codec_for(tokenizer)
     chat = template.make_chat(messages, tools=tools, add_generation_prompt=False, date=date, **template_kwargs)
     template.check(chat)

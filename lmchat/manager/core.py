@@ -28,7 +28,7 @@ from typing import Any
 
 from ..backends.base import Backend, PrefixCache
 from ..errors import ConfigError, SessionBusy, SessionNotFound
-from ..registry import get_template
+from ..registry import as_template
 from ..session import Session
 from ..session.edits import restored
 from ..session.state import Held
@@ -114,7 +114,7 @@ class SessionManager(TurnCalls, Sessions):
     @property
     def default_template(self) -> BaseTemplate:
         """The template a new session renders with: ``template`` itself, or an instance of the name it gives."""
-        return self.template if isinstance(self.template, BaseTemplate) else get_template(self.template)
+        return as_template(self.template)
 
     def template_of(self, session_id: str, owner: str | None = None) -> BaseTemplate:
         """The template the session renders with (the manager's for a session not created yet)."""

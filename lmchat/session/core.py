@@ -19,7 +19,7 @@ from typing import Any
 from .. import validation
 from ..errors import SessionError
 from ..messages import Message, flatten_text, normalize_messages
-from ..registry import get_template
+from ..registry import as_template
 from ..templates.base import BaseTemplate, Chat
 from ..templates.chat import as_date
 from . import commits, overflow, patches, reopening, snapshot
@@ -52,7 +52,7 @@ class Session:
         max_message_chars: int | None = validation.DEFAULT_MAX_CHARS,
         drift: str = "rewind",
     ):
-        self.template = get_template(template) if isinstance(template, str) else template
+        self.template = as_template(template)
         self.overflow = validation.one_of(overflow, OVERFLOW_POLICIES, "overflow")
         self.injection = validation.one_of(injection, validation.INJECTION_POLICIES, "injection")
         self.drift = validation.one_of(drift, DRIFT_POLICIES, "drift")

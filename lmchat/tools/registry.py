@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 
 from ..errors import ConfigError, LmchatError
-from ..registry import get_template, template_class
+from ..registry import as_template, template_class
 from .base import Format
 from .chatglm3 import ChatGLM3
 from .deepseek_v3 import DeepSeekV3
@@ -82,8 +82,7 @@ def prompt_opens_think(template: Any, **template_kwargs: Any) -> bool:
     """
     if isinstance(template, ResponseFormat):
         return False
-    if isinstance(template, str):
-        template = get_template(template)
+    template = as_template(template)
     try:
         return _opens_think(template, tuple(sorted(template_kwargs.items())))
     except TypeError:  # a keyword's value that cannot be a key (a list of tools): render it
