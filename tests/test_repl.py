@@ -126,7 +126,7 @@ def test_undo_reset_retry(tmp_path):
     assert conv.session.messages == [{"role": "system", "content": "S"}]
     assert conv.store.load(conv.session.session_id)["messages"] == conv.session.messages  # saved
     _, err = chat(conv, "/undo", "/retry")
-    assert err.count("error: nothing to undo") == 2
+    assert "error: nothing to undo" in err and "error: nothing to retry: no message was sent yet" in err
 
 
 def test_max_new_tokens_cut_then_continue_makes_one_answer(tmp_path):
@@ -372,3 +372,29 @@ def test_the_context_is_the_models_trained_length_bounded_by_memory():
     bounded = choose_context(default_gguf(), available=240 * 2**20)  # half of it holds 5461 tokens of KV
     assert bounded.tokens == 5376 and "trained on 8192" in bounded.why and "memory available" in bounded.why
     assert choose_context(default_gguf(), available=2**20).tokens == 4096  # never below the engine's default
+
+
+def test_help_system_retry_and_the_toolbar_counts_after_undo_and_reset(tmp_path):
+    from .tokenizers_fixtures import deepseek
+
+    conv = make(tmp_path)  # qwen2.5 and no --system: the template renders its own default
+    out, err = chat(conv, "/help", "/system", "/retry")
+    assert '"""' in out and "Alt+Enter" in out  # multi-line input is in /help, not only in --help
+    assert "You are Qwen, created by Alibaba Cloud" in out and "no system prompt set: qwen2.5 renders" in err
+    assert "(no system prompt)" not in out
+    assert "error: nothing to retry: no message was sent yet" in err and "undo" not in err
+    conv = make(tmp_path, CacheBackend(tokenizer=deepseek(), template_name="deepseek-v3"), system="S")
+    chat(conv, "one")
+    one = conv.session.step
+    chat(conv, "two")
+    assert toolbar_text(conv).startswith(f"{conv.session.step}/163840 tokens │ last turn: ")
+    chat(conv, "/undo")  # the next turn resends the conversation without its last exchange: that is what counts
+    count, rest = toolbar_text(conv).split("/163840 tokens")
+    assert abs(int(count) - one) <= 1 and rest == " │ deepseek-v3 · test-cache", toolbar_text(conv)
+    chat(conv, "/reset")
+    system_only = len(restored(conv.session.to_dict(), conv.tokenizer, "probe").prompt("x").token_ids)
+    assert 0 < int(toolbar_text(conv).split("/")[0]) < system_only  # the system prompt alone
+    chat(conv, "three")  # and a turn after it says why it was resent, in plain words, within 80 columns
+    text = toolbar_text(conv, 80)
+    assert "(conversation resent)" in text and "reset" not in text and len(text) < 80, text
+    assert toolbar_text(conv, 40).startswith(f"{conv.session.step}/163840 tokens") and len(toolbar_text(conv, 40)) < 40

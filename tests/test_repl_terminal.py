@@ -294,7 +294,7 @@ def test_resume_continues_the_last_conversation_never_a_one_shot(tmp_path):
     assert "another conversation" in resumed.stdout and "one-shot" not in resumed.stdout
     assert "the last exchange" not in resumed.stderr  # a script keeps its own record: no recap on its stderr
     child = pexpect.spawn(sys.executable, ["-m", "lmchat", "chat", "--backend", "echo", "--resume"], cwd=str(ROOT),
-                          env=dict(env, PROMPT_TOOLKIT_NO_CPR="1", TERM="xterm"), encoding="utf-8", timeout=20)
+                          env=dict(env, PROMPT_TOOLKIT_NO_CPR="1", TERM="xterm"), encoding="utf-8", timeout=60)
     try:  # in the terminal: the last exchange, and what the backend's cache holds of it
         for line in (r"resumed session [0-9a-f]{8}: 1 turns; the last exchange:", "  you: another conversation",
                      "  model: echo: another conversation", "the echo backend does not report its cache"):
@@ -314,3 +314,30 @@ def test_resume_continues_the_last_conversation_never_a_one_shot(tmp_path):
     assert kept.returncode == 0 and "a one-shot to keep" in lmchat("--backend", "echo", "--resume",
                                                                    input="/show context\n", env=env).stdout
     assert "--save goes with PROMPT" in lmchat(*echo, "--save", input="hi\n", env=env).stderr
+
+
+def test_the_toolbar_fits_80_columns_in_plain_words_and_follows_undo(tmp_path):
+    child, screen, stream = _bundled_terminal(tmp_path, columns=80)
+
+    def toolbar(predicate) -> str:
+        return _until(child, screen, stream, lambda ls: predicate(ls[-1]))[-1]
+
+    def count(line: str) -> int:
+        return int(line.split("/")[0])
+
+    try:
+        toolbar(lambda t: "tokens" in t)
+        child.send("/set max_new_tokens 24\r")
+        child.send("Hi!\r")
+        first = toolbar(lambda t: "last turn" in t)
+        child.send("What is 2 + 2?\r")
+        second = toolbar(lambda t: "last turn" in t and count(t) > count(first))
+        child.send("/undo\r")
+        undone = toolbar(lambda t: "last turn" not in t)
+        assert count(undone) < count(second), (undone, second)  # the count follows the conversation
+        child.send("And 3 + 3?\r")
+        line = toolbar(lambda t: "last turn" in t)
+        assert "(conversation resent)" in line and "reset" not in line, line  # plain words, not the session's
+        assert len(line) < 80 and not line.endswith("…"), line  # it fits: nothing cut at the edge
+    finally:
+        child.close(force=True)

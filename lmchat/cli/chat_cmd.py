@@ -33,12 +33,13 @@ EPILOG = """commands (type them at the prompt; Tab completes):
 {commands}
 
 keys: Enter sends; Alt+Enter or Esc Enter inserts a newline (pastes keep theirs);
+a message that starts with \"\"\" goes on over lines until one that ends with \"\"\";
 Up/Down recall earlier inputs; Ctrl-C stops a reply (the partial answer is kept)
 or clears the line; Ctrl-D leaves.
 
 With stdin or stdout not a terminal, each input line is a message or a command
 and replies are printed as plain text. Files: $LMCHAT_DATA_DIR (default: the user data dir)
-holds 'history' (inputs) and 'sessions.db' (sessions, saved after every turn).
+holds 'history' (inputs) and 'sessions.db' (conversations, saved after every turn; one-shots with --save).
 """
 
 

@@ -84,7 +84,7 @@ def run_terminal(conv: Conversation, *, history=None, input=None, output=None) -
         history=history,
         completer=_SlashCompleter(completion_tree(template_names())),
         complete_while_typing=True,
-        bottom_toolbar=lambda: toolbar_text(conv),
+        bottom_toolbar=lambda: toolbar_text(conv, _columns()),
         input=input,
         output=output,
     )
@@ -101,6 +101,16 @@ def run_terminal(conv: Conversation, *, history=None, input=None, output=None) -
                 return 0
         except KeyboardInterrupt:  # Ctrl-C while a command ran (a turn only ever cancels)
             conv.out.info(f"interrupted {EXIT_HINT}")
+
+
+def _columns() -> int | None:
+    """The terminal's width, for the toolbar (prompt_toolkit cuts a longer one at the edge)."""
+    from prompt_toolkit.application import get_app
+
+    try:
+        return get_app().output.get_size().columns
+    except Exception:  # noqa: BLE001 - no size known (a pipe in tests): nothing is cut
+        return None
 
 
 def _key_bindings() -> KeyBindings:

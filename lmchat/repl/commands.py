@@ -54,6 +54,13 @@ def dispatch(conv: Conversation, line: str) -> bool:
     return cmd.run(conv, arg.strip()) is not EXIT
 
 
+#: how to type what is not a one-line message (shown by /help and `lmchat chat --help`)
+INPUT_HELP = [
+    'a message over several lines: start it with """ and end it with """ (Enter goes on until then),',
+    "or Alt+Enter (Esc Enter) for a newline; // sends a message that starts with /",
+]
+
+
 def help_lines() -> list[str]:
     return [f"  {c.usage:<30} {c.help}" for c in COMMANDS.values()]
 
@@ -72,15 +79,21 @@ def completion_tree(template_names: list[str]) -> dict[str, dict | None]:
 # ---------------------------------------------------------------------- commands
 @command("/help", "this list")
 def _help(conv, arg):
-    conv.out.show("\n".join(["commands:", *help_lines()]))
+    conv.out.show("\n".join(["commands:", *help_lines(), "", *INPUT_HELP]))
 
 
 @command("/system [TEXT]", "show or set the system prompt (the next turn resends the conversation)")
 def _system(conv, arg):
     if not arg:
-        messages = conv.session.messages
-        has = messages and messages[0]["role"] == "system"
-        conv.out.show(messages[0]["content"] if has else "(no system prompt)")
+        first = conv.session.first_message()
+        if first and first["role"] == "system":
+            return conv.out.show(first["content"])
+        default = conv.session.template.meta_instruction
+        if default:  # the template renders its own when the conversation has none
+            conv.out.show(default)
+            return conv.out.info(f"[no system prompt set: {conv.session.template.name} renders this default one; "
+                                 "/system TEXT replaces it]")
+        conv.out.show("(no system prompt)")
         return
     conv.set_system(arg)
     conv.out.info("system prompt set; the next turn sends the whole conversation")
@@ -89,7 +102,7 @@ def _system(conv, arg):
 @command("/reset", "start over (the system prompt stays)")
 def _reset(conv, arg):
     conv.session.reset()
-    conv.last = None
+    conv.last = conv.last_delta = None  # the toolbar's last turn is gone with it
     conv.save()
     conv.out.info("conversation cleared")
 
@@ -97,6 +110,7 @@ def _reset(conv, arg):
 @command("/undo", "drop the last exchange")
 def _undo(conv, arg):
     dropped = conv.session.undo()
+    conv.last = conv.last_delta = None  # the toolbar's last turn is gone with it
     conv.save()
     conv.out.info(f"dropped the last exchange ({len(dropped)} messages)")
 

@@ -108,6 +108,8 @@ class Conversation:
 
     def retry(self) -> None:
         """Drop the last exchange and answer its user message again."""
+        if not self.session.last_user():
+            raise SessionError("nothing to retry: no message was sent yet")
 
         def start():
             dropped = self.session.undo()
