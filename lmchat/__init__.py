@@ -1,6 +1,8 @@
 """lmchat: exact chat prompts and stateful interactive sessions for chat LLMs."""
+from .constraints import Constraint
 from .errors import (
     ConfigError,
+    ConstraintUnsupported,
     InvalidMessages,
     LmchatError,
     MissingExtra,
@@ -51,6 +53,8 @@ __all__ = [
     "StopMatcher",
     "TemplateConfigError",
     "ConfigError",
+    "Constraint",
+    "ConstraintUnsupported",
     "MissingExtra",
     "TemplateRuleError",
     "TurnResult",

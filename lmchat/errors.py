@@ -88,6 +88,16 @@ class ToolsUnsupported(LmchatError, ValueError):
                          f"`lmchat templates`)")
 
 
+class ConstraintUnsupported(LmchatError, ValueError):
+    """A constraint on the answer (``response_format``, a JSON schema, a grammar) that is malformed, or that
+    the backend cannot enforce; ``field`` names the request field."""
+
+    def __init__(self, reason: str, *, field: str | None = None):
+        self.reason = reason
+        self.field = field
+        super().__init__(f"field {field!r}: {reason}" if field else reason)
+
+
 class ConfigError(LmchatError, ValueError):
     """A bad option: names the option (``field``) and where it came from (``source``)."""
 

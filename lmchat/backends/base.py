@@ -6,7 +6,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from ..errors import ConfigError
+from ..constraints import Constraint
+from ..errors import ConfigError, ConstraintUnsupported
 from ..extras import load
 from ..session import Delta, Session
 from ..templates.sampling import DEFAULT_SAMPLING
@@ -35,6 +36,8 @@ class SamplingParams:
     max_new_tokens: int = 512
     stop: tuple[str, ...] = ()
     seed: int | None = None
+    #: what the answer must be (JSON, a schema, a grammar): only masks sampling (:mod:`lmchat.constraints`)
+    constraint: Constraint | None = None
 
     @classmethod
     def from_template(cls, template, **overrides: Any) -> "SamplingParams":
@@ -183,6 +186,24 @@ class PrefixCache(Protocol):
         """The answer of ``session_id`` met retokenization drift under the ``'rewind'`` policy: from
         ``start`` the engine's ``count`` ids are to be ``canonical`` (:attr:`lmchat.Session.drift_rewind`).
         The backend may swap them before the next turn, whose delta discards that range either way."""
+
+
+@runtime_checkable
+class Constrains(Protocol):
+    """A backend that enforces a :class:`~lmchat.constraints.Constraint` on its answers (llamacpp)."""
+
+    def check_constraint(self, constraint: Constraint) -> None:
+        """Raise :class:`~lmchat.errors.ConstraintUnsupported` if it cannot enforce ``constraint``."""
+
+
+def check_constraint(backend: Backend, constraint: Constraint | None) -> None:
+    """Refuse, before a turn starts, a constraint its backend would not enforce (never silently ignore it)."""
+    if constraint is None:
+        return
+    if not isinstance(backend, Constrains):
+        raise ConstraintUnsupported(f"the {backend.name} backend cannot constrain its answers (JSON, schemas, "
+                                    f"grammars): the embedded llama.cpp backend can", field="response_format")
+    backend.check_constraint(constraint)
 
 
 def model_sampling(backend: Any) -> dict[str, Any]:

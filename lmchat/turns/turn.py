@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 import attrs
 
-from ..backends.base import Backend, Chunk, GenerationRequest, PrefixCache, SamplingParams
+from ..backends.base import Backend, Chunk, GenerationRequest, PrefixCache, SamplingParams, check_constraint
 from ..messages import with_object_arguments
 from ..repetition import RepetitionGuard
 from ..session import Delta, Session
@@ -96,6 +96,7 @@ class Turn:
     def __init__(self, owner: Owner, start: Callable[[], Delta], params: SamplingParams, *,
                  parse: bool = False, guard: RepetitionGuard | None = None, key: str | None = None):
         self.owner = owner
+        check_constraint(owner.backend, params.constraint)  # before start() changes the session
         session = owner.session
         self.started = time.monotonic()
         self.history = session.step

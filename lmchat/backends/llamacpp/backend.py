@@ -6,6 +6,7 @@ import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from ...constraints import Constraint
 from ...errors import BackendError, ConfigError, ModelMatchError, TemplateConfigError
 from ...interop.matching import GGUF_KEYS, explain_gguf
 from ...registry import get_template
@@ -172,6 +173,12 @@ class LlamaCppBackend:
         """The session's answer called tools: its KV is evicted after every other idle state's for
         ``TOOL_WAIT`` seconds, or until its next turn (:class:`~lmchat.backends.base.PrefixCache`)."""
         self._engine().expect(session_id, TOOL_WAIT)
+
+    def check_constraint(self, constraint: Constraint) -> None:
+        """Parse ``constraint``'s grammar for this model once (cached); raise
+        :class:`~lmchat.errors.ConstraintUnsupported` if llama.cpp cannot enforce it
+        (:class:`~lmchat.backends.base.Constrains`)."""
+        self._engine().grammars.check(constraint)
 
     def rewind(self, session_id: str, start: int, count: int, canonical: Sequence[int]) -> None:
         """The session's last answer met retokenization drift: its canonical ids replace the engine's now

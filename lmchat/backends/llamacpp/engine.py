@@ -45,10 +45,11 @@ from collections import Counter, deque
 
 import attrs
 
-from ...errors import BackendError
+from ...errors import BackendError, ConstraintUnsupported
 from ...stops import StopMatcher
 from ..base import Chunk, GenerationRequest
 from ._lib import lib
+from .grammars import Grammars
 from .kvfiles import DiskTier
 from .planning import plan_turn
 from .prefix import PrefixIndex
@@ -116,6 +117,7 @@ class Engine(Steps, PrefixReuse, Inspection):
                                f"(out of memory? see the lmchat.llamacpp log)")
         self.vocab = vocab
         self.n_vocab = vocab.n_tokens
+        self.grammars = Grammars(L.llama_model_get_vocab(model), vocab.eog_ids)
         self.n_seq = n_seq
         self.n_ctx_seq = int(L.llama_n_ctx_seq(self.ctx))  # what one sequence can hold
         self.n_batch = n_batch
@@ -252,6 +254,7 @@ class Engine(Steps, PrefixReuse, Inspection):
 
     def _free(self) -> None:
         L = self._L
+        self.grammars.close()
         L.llama_batch_free(self.batch)
         L.llama_free(self.ctx)
         self.ctx = None
@@ -330,7 +333,12 @@ class Engine(Steps, PrefixReuse, Inspection):
         stop_ids.update(self.vocab.added[w] for w in params.stop if w in self.vocab.added)
         job.matcher = StopMatcher(params.stop, stop_ids=stop_ids)
         context = state.ids + job.todo if params.repetition_penalty != 1.0 else ()
-        job.sampler = Sampler(params, self.n_vocab, context)
+        try:  # checked on the caller's thread already: only a grammar that failed to parse again gets here
+            guide = None if params.constraint is None else self.grammars.matcher(params.constraint)
+        except ConstraintUnsupported as exc:
+            self._fail(job, exc)
+            return
+        job.sampler = Sampler(params, self.n_vocab, context, guide)
         self._active.append(job)
 
     # ------------------------------------------------------------------ ending a job

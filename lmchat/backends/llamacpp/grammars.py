@@ -1,0 +1,92 @@
+"""Constraints (:mod:`lmchat.constraints`) enforced token by token with llguidance.
+
+llguidance (guidance-ai's Rust engine, which llama.cpp, vLLM and SGLang use as a backend too) compiles
+a JSON schema or a grammar against the model's own vocabulary and says, at every step, which tokens
+keep the output valid. It was chosen over llama-cpp-python's JSON-schema-to-GBNF port with llama.cpp's
+grammar sampler because that port ignores bounds (``"maximum": 120`` let the bundled model write
+``"age": 1234567890``), and because one engine covers schemas, GBNF (converted to its Lark dialect)
+and, next, the start after a reasoning block.
+
+The vocabulary is read once per engine (about a second, at the first constraint); each grammar is
+compiled once into a prototype matcher, which every answer copies.
+"""
+from __future__ import annotations
+
+import json
+import threading
+import warnings
+from collections import OrderedDict
+
+from ...constraints import Constraint
+from ...errors import ConstraintUnsupported
+from ...extras import needs
+
+#: compiled grammars kept per engine (an agent reuses a handful of schemas)
+KEPT = 64
+#: JSON written compactly, one way: no whitespace for a sampler to wander into
+JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+
+
+def lark_of(constraint: Constraint) -> str:
+    """The constraint as one llguidance Lark grammar."""
+    if constraint.kind == "gbnf":
+        with needs("constraints on answers", "local"):
+            from llguidance.gbnf_to_lark import gbnf_to_lark
+
+        try:
+            return gbnf_to_lark(constraint.grammar or "")
+        except Exception as exc:  # the converter's own parse errors, of any type
+            raise ConstraintUnsupported(f"the grammar does not parse: {exc}", field="grammar") from None
+    schema = json.loads(constraint.schema) if constraint.kind == "json_schema" else {"type": "object"}
+    return f"start: %json {json.dumps({**schema, 'x-guidance': JSON_OPTIONS})}"
+
+
+class Grammars:
+    """The compiled constraints of one vocabulary, least recently used dropped past :data:`KEPT`."""
+
+    def __init__(self, vocab, eog_ids) -> None:
+        self._vocab = vocab
+        self._eog = sorted(eog_ids)
+        self._tokenizer = None
+        self._kept: OrderedDict[str, object] = OrderedDict()
+        self._lock = threading.Lock()  # checked on the caller's thread, copied on the scheduler's
+
+    def check(self, constraint: Constraint) -> None:
+        """Raise :class:`ConstraintUnsupported` if ``constraint`` cannot be enforced (compiling it if new)."""
+        self._prototype(constraint)
+
+    def matcher(self, constraint: Constraint):
+        """A fresh ``LLMatcher`` for one answer."""
+        return self._prototype(constraint).deep_copy()
+
+    def close(self) -> None:
+        with self._lock:
+            self._kept.clear()
+
+    def _prototype(self, constraint: Constraint):
+        lark = lark_of(constraint)
+        with self._lock:
+            proto = self._kept.get(lark)
+            if proto is not None:
+                self._kept.move_to_end(lark)
+                return proto
+            proto = self._compile(lark, constraint)
+            self._kept[lark] = proto
+            while len(self._kept) > KEPT:
+                self._kept.popitem(last=False)
+            return proto
+
+    def _compile(self, lark: str, constraint: Constraint):
+        with needs("constraints on answers", "local"):
+            from llguidance import LLMatcher
+            from llguidance.llamacpp import lltokenizer_from_vocab
+
+        if self._tokenizer is None:
+            with warnings.catch_warnings():  # it reads each token's attributes through a deprecated alias
+                warnings.simplefilter("ignore", DeprecationWarning)
+                self._tokenizer = lltokenizer_from_vocab(self._vocab, eos_token=self._eog)
+        matcher = LLMatcher(self._tokenizer, LLMatcher.grammar_from_lark(lark), log_level=0)
+        if matcher.is_error():
+            field = {"gbnf": "grammar", "json_schema": "schema"}.get(constraint.kind, "response_format")
+            raise ConstraintUnsupported(f"cannot be enforced: {matcher.get_error()}", field=field)
+        return matcher

