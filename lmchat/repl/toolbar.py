@@ -73,7 +73,8 @@ def conversation_size(conversation) -> int:
     session = conversation.session
     if not session.needs_reset:
         return session.step
-    key = (id(session), session.turns, session.needs_reset, len(session.first_message() or {}))
+    # edits that keep the session object change its turns (/undo, /reset); the others replace it
+    key = (id(session), session.turns, session.needs_reset, session.step)
     cached = getattr(conversation, "_size", None)
     if cached is not None and cached[0] == key:
         return cached[1]
