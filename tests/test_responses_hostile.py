@@ -77,8 +77,11 @@ def cases(state) -> list[tuple[str, str, object, int, str]]:
          "unsupported_value"),
         ("POST", r, {"input": "x", "reasoning": {"effort": "max"}, "previous_response_id": prev}, 400,
          "invalid_value"),
+        # malformed (no name, no schema), then well formed but the echo backend cannot enforce it
         ("POST", r, {"input": "x", "text": {"format": {"type": "json_schema"}}, "conversation": conv}, 400,
-         "unsupported_value"),
+         "invalid_value"),
+        ("POST", r, {"input": "x", "text": {"format": {"type": "json_schema", "name": "n", "schema": {}}},
+                     "conversation": conv}, 400, "unsupported_value"),
         ("POST", r, {"input": "x", "background": True, "conversation": conv}, 400, "unsupported_value"),
         ("POST", r, {"input": "x", "metadata": {f"k{i}": "v" for i in range(17)}, "conversation": conv}, 400,
          "invalid_value"),

@@ -20,10 +20,12 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from ..backends.base import Chunk
+from ..constraints import Constraint
 from ..errors import InvalidMessages, SessionLengthExceeded
 from ..validation import check_tool_choice, tool_names
 from .deps import blocking, check_n, new_id, owner
 from .errors import as_sent
+from .formats import chat_constraint
 from .idempotency import releasing
 from ..manager.history import object_arguments
 from .request_turns import count, run, start_stream
@@ -37,8 +39,10 @@ router = APIRouter()
 async def chat_completions(body: ChatRequest, request: Request, who: str | None = Depends(owner)):
     check_n(body.n)
     check_tool_choice(body.tool_choice, tool_names(body.tools))
+    # before any session is read or made: a format the backend cannot enforce changes nothing
+    constraint = chat_constraint(body.response_format, request.app.state.manager.backend)
     try:
-        return await _chat(body, request, who)
+        return await _chat(body, request, who, constraint)
     except (InvalidMessages, SessionLengthExceeded) as exc:  # the client's messages[k], not the session's
         raise as_sent(exc, len(body.messages), _message_param) from None
 
@@ -49,13 +53,13 @@ def _message_param(k: int | None, field: str | None) -> str | None:
     return f"messages[{k}].{field}" if field else f"messages[{k}]"
 
 
-async def _chat(body: ChatRequest, request: Request, who: str | None):
+async def _chat(body: ChatRequest, request: Request, who: str | None, constraint: Constraint | None):
     mgr = request.app.state.manager
     sid = request.headers.get("x-session-id") or body.session_id or body.user
     tools = body.tools or None
     key = request.headers.get("idempotency-key")
     # kind None: a session of the Responses or Conversations API is refused (its records would break)
-    kwargs: dict[str, Any] = {"params": body.sampling(), "stop": body.stop,
+    kwargs: dict[str, Any] = {"params": {**body.sampling(), "constraint": constraint}, "stop": body.stop,
                               "max_new_tokens": body.max_completion_tokens or body.max_tokens,
                               "idempotency_key": key, "kind": None}
     if sid is None:  # a one-off: in memory for this turn only, the store never sees it (nothing blocks here)

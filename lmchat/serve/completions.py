@@ -28,6 +28,7 @@ from ..session import Delta
 from ..turns.bridge import Done, Pump
 from .deps import cancel_on_disconnect, check_n, new_id, owner
 from .errors import ApiError
+from .formats import chat_constraint
 from .request_turns import count, primed
 from .schemas import CompletionRequest
 from .sse import Meta, completion_events, usage
@@ -80,7 +81,9 @@ def _request(mgr, prompt: str | list[int], body: CompletionRequest) -> Generatio
     stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
     # the template's sampling defaults (same model), but only the request's stop words: a raw prompt
     # need not be a chat
-    params = SamplingParams.from_template(template, **body.sampling(), stop=stop, max_new_tokens=body.max_tokens)
+    constraint = chat_constraint(body.response_format, mgr.backend)
+    params = SamplingParams.from_template(template, **body.sampling(), stop=stop, max_new_tokens=body.max_tokens,
+                                          constraint=constraint)
     ids = None
     if mgr.backend.tokenizer is not None:
         from ..session.tokens import codec_for

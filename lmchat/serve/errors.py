@@ -11,10 +11,10 @@ from __future__ import annotations
 import logging
 
 from ..errors import (
-    BackendError, CapacityExceeded, EngineMismatch, SnapshotError, InvalidMessages, LmchatError, RequestInProgress,
-    SessionBusy, SessionExists, SessionKindMismatch, SessionLengthExceeded, SessionNotFound, StoreConflict,
-    StoreCorrupt, StoreError, StoreTimeout, ConfigError, TemplateRuleError, TextTooLong, ToolsUnsupported,
-    UnknownTemplate,
+    BackendError, CapacityExceeded, ConfigError, ConstraintUnsupported, EngineMismatch, InvalidMessages, LmchatError,
+    RequestInProgress, SessionBusy, SessionExists, SessionKindMismatch, SessionLengthExceeded, SessionNotFound,
+    SnapshotError, StoreConflict, StoreCorrupt, StoreError, StoreTimeout, TemplateRuleError, TextTooLong,
+    ToolsUnsupported, UnknownTemplate,
 )
 
 log = logging.getLogger("lmchat.serve")
@@ -48,6 +48,8 @@ STATUSES: list[tuple[type, int, str, str]] = [
     (UnknownTemplate, 400, "invalid_request_error", "unknown_template"),
     # tools the template would silently ignore (no tool syntax): param is the request's own field
     (ToolsUnsupported, 400, "invalid_request_error", "tools_unsupported"),
+    # a format the backend cannot enforce (routes name the client's field first: see .formats)
+    (ConstraintUnsupported, 400, "invalid_request_error", "unsupported_value"),
     (ConfigError, 400, "invalid_request_error", "invalid_value"),
     (LmchatError, 400, "invalid_request_error", "invalid_request"),
 ]

@@ -24,6 +24,7 @@ from ..validation import check_tools_supported, validate_tools
 from . import chains
 from .chain_state import Note, SessionState
 from .deps import blocking, owner, text_limit
+from .formats import text_constraint
 from .idempotency import releasing
 from .items import (Serials, answer_items, answer_parts, bad, input_messages, message_item, message_items, page,
                     parse_item_id, parse_response_id, response_id, session_tools)
@@ -49,6 +50,8 @@ async def create_response(body: ResponsesRequest, request: Request, who: str | N
     state = request.app.state
     mgr = state.manager
     checked = body.checked(text_limit(mgr))
+    # before any session is read or made: a format the backend cannot enforce changes nothing
+    constraint, text_format = text_constraint(body.text, mgr.backend)
     messages = input_messages(body.input)
     tools = session_tools(body.tools)
     try:
@@ -62,7 +65,7 @@ async def create_response(body: ResponsesRequest, request: Request, who: str | N
         check_effort(template, want.thinking)
 
     template = mgr.default_template
-    fields = body.fields(template)
+    fields = body.fields(template, text_format)
     model = body.model or state.model_name
     key = request.headers.get("idempotency-key") if body.store else None
     release = await state.inflight.hold(who, key)  # a retry waits here for its first attempt to be saved
@@ -74,7 +77,7 @@ async def create_response(body: ResponsesRequest, request: Request, who: str | N
             if stored is not None:  # an earlier attempt of this request landed: answer it, do not run it again
                 return _replay(await blocking(_found, mgr, stored, who, _response_reader(mgr)), body.stream)
         response = await _respond(request, mgr, who, body, checked["conversation"], want, check, messages, model,
-                                  fields, key, template, tools, release)
+                                  fields, key, template, tools, release, constraint)
         streaming = body.stream
         return response
     except (InvalidMessages, SessionLengthExceeded) as exc:  # the request's input[i], not the session's messages
@@ -85,10 +88,10 @@ async def create_response(body: ResponsesRequest, request: Request, who: str | N
 
 
 async def _respond(request: Request, mgr, who, body: ResponsesRequest, conversation, want, check, messages, model,
-                   fields, key, template, tools, release):
+                   fields, key, template, tools, release, constraint=None):
     """The turn's response: its JSON object, or its stream (which lets go of ``key`` once it ends)."""
     plan, whole, started_turn = await _start(request, mgr, who, body, conversation, want, check, messages, model,
-                                             fields, key)
+                                             fields, key, constraint)
     rid, serial, parse = response_id(plan.sid, plan.k), plan.serial + len(messages), body.tool_choice != "none"
     tokens = mgr.tokenizer is not None
 
@@ -112,7 +115,7 @@ async def _respond(request: Request, mgr, who, body: ResponsesRequest, conversat
 
 
 async def _start(request: Request, mgr, who, body: ResponsesRequest, conversation, want, check, messages, model,
-                 fields, key: str | None) -> tuple[chains.Plan, Note, Any]:
+                 fields, key: str | None, constraint=None) -> tuple[chains.Plan, Note, Any]:
     """Plan, then start the turn: its stream (primed) or its result; a moved session is planned again."""
     previous = body.previous_response_id
     plan = await blocking(chains.plan, mgr, who, previous, conversation, body.store, want, check, key)
@@ -120,7 +123,7 @@ async def _start(request: Request, mgr, who, body: ResponsesRequest, conversatio
         turn_messages = plan.queued + messages
         note, whole = chains.note_for(plan, len(messages), model=model, previous=previous, want=want,
                                       request=fields, idempotency_key=key)
-        kwargs = {"params": {"temperature": body.temperature, "top_p": body.top_p},
+        kwargs = {"params": {"temperature": body.temperature, "top_p": body.top_p, "constraint": constraint},
                   "max_new_tokens": body.max_output_tokens, "owner": who, "expect": plan.expect, "note": note,
                   "edit": chains.edit_for(want, mgr.tokenizer, bool(plan.queued)),
                   "kind": "responses" if plan.conversation is None else "conversation"}

@@ -3,7 +3,7 @@
 Types are strict as in :mod:`.schemas`. Fields that change nothing here
 (``include``, ``user``, ``service_tier``, ``prompt_cache_key``...) are accepted
 and ignored; fields asking for what lmchat cannot do (``background``, a
-structured ``text.format``, hosted tools, a ``prompt`` template) are refused
+hosted tools, a ``prompt`` template) are refused
 with ``unsupported_value`` rather than silently ignored. The fields chat
 shares are checked as chat checks them (:mod:`lmchat.validation`): the text
 limit, the item count, ``tool_choice``; an error in a message of the turn
@@ -79,10 +79,6 @@ class ResponsesRequest(_Body):
                 raise bad("conversation.id", "a conversation is named by its id string")
         if conversation is not None and not self.store:
             raise bad("store", "store=false cannot add to a conversation", "unsupported_value")
-        fmt = (self.text or {}).get("format")
-        if fmt is not None and (not isinstance(fmt, dict) or fmt.get("type") != "text"):
-            raise bad("text.format", "only the 'text' format is supported (no structured outputs)",
-                      "unsupported_value")
         effort = (self.reasoning or {}).get("effort")
         if effort is not None and effort not in EFFORTS:
             raise bad("reasoning.effort", f"one of {', '.join(EFFORTS)}")
@@ -93,9 +89,12 @@ class ResponsesRequest(_Body):
         check_tool_choice(choice, [n for n in names if isinstance(n, str)], chat=False)
         return {"conversation": conversation, "thinking": None if effort is None else effort != "none"}
 
-    def fields(self, template) -> dict[str, Any]:
-        """The request's fields a response object repeats (a note keeps them)."""
-        return {"temperature": self.temperature if self.temperature is not None else template.temperature,
+    def fields(self, template, text_format: dict | None = None) -> dict[str, Any]:
+        """The request's fields a response object repeats (a note keeps them); ``text_format``: ``text.format``
+        as the response echoes it (:func:`.formats.text_constraint`)."""
+        # kept only when structured: notes stay as they were for plain text
+        shaped = {"text_format": text_format} if text_format and text_format.get("type") != "text" else {}
+        return {**shaped, "temperature": self.temperature if self.temperature is not None else template.temperature,
                 "top_p": self.top_p if self.top_p is not None else template.top_p,
                 "max_output_tokens": self.max_output_tokens, "tool_choice": self.tool_choice or "auto",
                 "truncation": self.truncation, "reasoning": self.reasoning, "metadata": self.metadata or {},
@@ -215,7 +214,7 @@ def response_object(rid: str, note: Note, conversation: str | None, output: list
         "previous_response_id": note.previous_response_id,
         "conversation": {"id": conversation} if conversation else None,
         "reasoning": req.get("reasoning"), "store": req.get("store", True), "temperature": req.get("temperature"),
-        "text": {"format": {"type": "text"}}, "tool_choice": req.get("tool_choice", "auto"),
+        "text": {"format": req.get("text_format") or {"type": "text"}}, "tool_choice": req.get("tool_choice", "auto"),
         "tools": response_tools(note.tools), "top_p": req.get("top_p"), "truncation": req.get("truncation"),
         "usage": usage(turn, tokens) if turn else None, "user": None, "metadata": req.get("metadata") or {},
         "background": False,

@@ -115,6 +115,8 @@ class ChatRequest(_Sampling):
     n: StrictInt = 1
     session_id: SessionId | None = None
     user: StrictStr | None = None
+    #: structured outputs, checked by :func:`.formats.chat_constraint` (it names the field at fault)
+    response_format: dict[str, Any] | None = None
 
 
 class CompletionRequest(_Sampling):
@@ -127,6 +129,8 @@ class CompletionRequest(_Sampling):
     max_tokens: Count = 16  # OpenAI's default
     n: StrictInt = 1
     echo: StrictBool = False
+    #: as chat's (vLLM and SGLang take it here too): a remote lmchat backend sends it to an lmchat upstream
+    response_format: dict[str, Any] | None = None
 
 
 class NewSession(_Body):

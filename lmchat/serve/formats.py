@@ -1,0 +1,93 @@
+"""Structured outputs: ``response_format`` (chat and completions) and ``text.format`` (Responses) as a
+:class:`~lmchat.constraints.Constraint`, in the shapes the ``openai`` client sends.
+
+A malformed format is a 400 naming the client's own field (``response_format.json_schema.schema``,
+``text.format.name``...). So is a format the backend cannot enforce (the echo backend, hf, a remote
+upstream that takes no constraint): it is refused here, before any session is read or made, rather than
+answered unconstrained. ``strict`` is accepted either way: every constraint is enforced whole.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .. import constraints
+from ..backends.base import check_constraint
+from ..constraints import Constraint
+from ..errors import ConstraintUnsupported
+from .errors import ApiError
+from .items import bad
+
+TYPES = ("text", "json_object", "json_schema")
+#: OpenAI's rule for a schema's name
+MAX_NAME = 64
+
+
+def chat_constraint(value: Any, backend, field: str = "response_format") -> Constraint | None:
+    """``response_format`` of a chat completion (or a completion): None for ``{"type": "text"}`` or none."""
+    if value is None:
+        return None
+    kind = _kind(value, field)
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return _checked(constraints.json_object(), backend, field, field)
+    spec = value.get("json_schema")
+    if not isinstance(spec, dict):
+        raise bad(f"{field}.json_schema", "an object with the schema's name and schema is required")
+    return _from_spec(spec, backend, f"{field}.json_schema", field)
+
+
+def text_constraint(text: Any, backend) -> tuple[Constraint | None, dict]:
+    """``text.format`` of a Responses request, and the ``format`` the response object echoes."""
+    fmt = None if text is None else text.get("format")
+    if fmt is None:
+        return None, {"type": "text"}
+    kind = _kind(fmt, "text.format")
+    if kind == "text":
+        return None, {"type": "text"}
+    if kind == "json_object":
+        return _checked(constraints.json_object(), backend, "text.format", "text.format"), {"type": "json_object"}
+    constraint = _from_spec(fmt, backend, "text.format", "text.format", schema_required=True)
+    # as OpenAI echoes it: the fields the client sent, description and strict null when it sent none
+    echo = {"type": "json_schema", "name": fmt["name"], "schema": fmt["schema"],
+            "description": fmt.get("description"), "strict": fmt.get("strict")}
+    return constraint, echo
+
+
+def _kind(value: Any, field: str) -> str:
+    if not isinstance(value, dict):
+        raise bad(field, f"an object with a type ({', '.join(TYPES)}), not {type(value).__name__}")
+    kind = value.get("type")
+    if kind not in TYPES:
+        raise bad(f"{field}.type", f"one of {', '.join(TYPES)}, not {kind!r}")
+    return kind
+
+
+def _from_spec(spec: dict, backend, field: str, root: str, schema_required: bool = False) -> Constraint:
+    """A ``json_schema`` format's ``name``, ``schema``, ``strict``, ``description`` (``field`` their parent)."""
+    name = spec.get("name")
+    if not isinstance(name, str) or not 1 <= len(name) <= MAX_NAME or not all(c.isalnum() or c in "_-" for c in name):
+        raise bad(f"{field}.name", f"a name of 1 to {MAX_NAME} letters, digits, '_' or '-' is required")
+    if spec.get("strict") is not None and not isinstance(spec["strict"], bool):
+        raise bad(f"{field}.strict", "a boolean")
+    if spec.get("description") is not None and not isinstance(spec["description"], str):
+        raise bad(f"{field}.description", "a string")
+    if "schema" not in spec and not schema_required:
+        return _checked(constraints.json_object(), backend, f"{field}.schema", root)  # any JSON object, as named
+    schema_field = f"{field}.schema"
+    try:
+        constraint = constraints.json_schema(spec.get("schema"), name=name, field=schema_field)
+    except ConstraintUnsupported as exc:
+        raise bad(schema_field, exc.reason) from None
+    return _checked(constraint, backend, schema_field, root)
+
+
+def _checked(constraint: Constraint, backend, schema_field: str, root: str) -> Constraint:
+    """``constraint`` if the backend enforces it, else the 400 naming the client's field."""
+    try:
+        check_constraint(backend, constraint)
+    except ConstraintUnsupported as exc:
+        # the backend names its own fields (schema, grammar, response_format): the client knows its own
+        field = schema_field if exc.field in ("schema", "grammar") else root
+        raise ApiError(400, f"{field}: {exc.reason}", param=field, code="unsupported_value") from None
+    return constraint
