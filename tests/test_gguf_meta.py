@@ -64,3 +64,26 @@ def test_what_is_not_a_readable_gguf(tmp_path):
     cut.write_bytes(gguf_files.bundled_gguf().read_bytes()[:4096])  # the header ends inside the vocabulary
     with pytest.raises(GGUFError, match="damaged"):
         read_gguf_metadata(cut)
+
+
+def test_a_short_array_of_numbers_asked_for_by_name(tmp_path):
+    """A value per layer (OpenELM's and Gemma 3n's attention.head_count_kv): read as a list when asked for,
+    with the vocabulary's arrays still skipped; the REPL sizes the context from it (lmchat/repl/context.py)."""
+    from lmchat.repl.context import gguf_fields, kv_bytes_per_token
+
+    path = tmp_path / "layers.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_array("tokenizer.ggml.tokens", ["a", "bb"])
+    for key, value in {"context_length": 2048, "block_count": 3, "embedding_length": 64,
+                       "attention.head_count": 4}.items():
+        writer.add_uint32(f"llama.{key}", value)
+    writer.add_array("llama.attention.head_count_kv", [1, 2, 4])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()
+    assert read_gguf_metadata(path) == read_gguf_metadata(path, None)  # unasked, arrays stay skipped
+    assert "llama.attention.head_count_kv" not in read_gguf_metadata(path)
+    assert read_gguf_metadata(path, ["llama.attention.head_count_kv"]) == {"llama.attention.head_count_kv": [1, 2, 4]}
+    fields = gguf_fields(path)
+    assert fields["attention.head_count_kv"] == [1, 2, 4]
+    assert kv_bytes_per_token(fields) == (1 + 2 + 4) * (16 + 16) * 2  # f16 keys and values, head size 64 / 4

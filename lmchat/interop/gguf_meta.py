@@ -2,7 +2,8 @@
 
 Matching a model needs four strings of the header (``tokenizer.chat_template``, ``general.name``...), not the
 weights: this reads the key/value section alone, through a read-only ``mmap``, and skips arrays (the
-vocabulary's hundreds of thousands of strings) by their lengths. ``lmchat match`` on a bare install works.
+vocabulary's hundreds of thousands of strings) by their lengths, but for short arrays of numbers asked for
+by name (a value per layer). ``lmchat match`` on a bare install works.
 """
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ MAGIC = b"GGUF"
 #: value type -> struct format of the fixed-size scalars (8 is a string, 9 an array)
 _SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
 _STRING, _ARRAY = 8, 9
+#: the longest array of numbers a caller may ask for by name (per-layer values: hundreds at most)
+SMALL = 4096
 
 
 class GGUFError(ValueError):
@@ -31,7 +34,8 @@ def is_gguf(path: str | os.PathLike) -> bool:
 
 
 def read_gguf_metadata(path: str | os.PathLike, keys: Iterable[str] | None = None) -> dict[str, object]:
-    """The scalar and string values of the file's metadata (arrays are skipped), or only ``keys`` of them.
+    """The scalar and string values of the file's metadata (arrays are skipped), or only ``keys`` of them
+    (short arrays of numbers among them as lists).
 
     Reading stops once every one of ``keys`` was seen. Raises :class:`GGUFError` for what is not a readable
     GGUF v2/v3 header, and OSError for a file that cannot be opened.
@@ -71,7 +75,9 @@ class _Reader:
             if wanted is not None and wanted <= out.keys():
                 break
             key, kind = self.string(), self.scalar(4)
-            if kind == _ARRAY:
+            if kind == _ARRAY and wanted is not None and key in wanted:
+                out[key] = self.small_array()
+            elif kind == _ARRAY:
                 self.skip_array()
             elif wanted is None or key in wanted:
                 out[key] = self.value(kind)
@@ -111,6 +117,16 @@ class _Reader:
             self.pos += struct.calcsize(_SCALARS[kind])
         else:
             raise GGUFError(f"unknown GGUF value type {kind}")
+
+    def small_array(self) -> list | None:
+        """A wanted array of numbers (a value per layer, say) as a list; None for anything longer than
+        :data:`SMALL` items or of strings (skipped)."""
+        start, kind, n = self.pos, self.scalar(4), self.scalar(10)
+        if kind not in _SCALARS or n > SMALL:
+            self.pos = start
+            self.skip_array()
+            return None
+        return [self.scalar(kind) for _ in range(n)]
 
     def skip_array(self) -> None:
         kind, n = self.scalar(4), self.scalar(10)

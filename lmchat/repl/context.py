@@ -12,12 +12,12 @@ message about a full context ends with what the user can do about it.
 from __future__ import annotations
 
 import os
-import struct
 from pathlib import Path
 
 import attrs
 
 from ..errors import LmchatError, SessionLengthExceeded
+from ..interop.gguf_meta import read_gguf_metadata
 
 #: the REPL's overflow policy unless ``/set overflow`` says otherwise (Ollama and llama-server shift too)
 DEFAULT_OVERFLOW = "shift"
@@ -41,7 +41,7 @@ def choose_context(model: Path, available: int | None = None) -> ContextChoice |
     """The whole context for one session of the GGUF at ``model`` (None when its header says too little)."""
     try:
         info = gguf_fields(model)
-    except (OSError, ValueError, struct.error):
+    except (OSError, ValueError):  # GGUFError is a ValueError
         return None  # llama.cpp will say what is wrong with the file
     train, per_token = info.get("context_length"), kv_bytes_per_token(info)
     if not isinstance(train, int) or train <= 0:
@@ -87,59 +87,18 @@ def kv_bytes_per_token(info: dict) -> int | None:
 
 
 # ------------------------------------------------------------------ the GGUF header
-_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
-_STRING, _ARRAY = 8, 9
-_NEEDED = ("context_length", "block_count", "embedding_length", "attention.head_count")
-_WANTED = (*_NEEDED, "attention.head_count_kv", "attention.key_length", "attention.value_length")
+_WANTED = ("context_length", "block_count", "embedding_length", "attention.head_count",
+           "attention.head_count_kv", "attention.key_length", "attention.value_length")
 
 
 def gguf_fields(path: Path) -> dict:
-    """The architecture's size fields of a GGUF file (``context_length``, ``block_count``...), read from its
-    header only: the reading stops at the vocabulary (``tokenizer.*``, tens of thousands of strings) once the
-    fields needed are seen, as they are in practice (the architecture's keys come first)."""
-    out: dict = {}
-    with open(path, "rb") as f:
-        if f.read(4) != b"GGUF":
-            raise ValueError(f"{path} is not a GGUF file")
-        version, _tensors, count = struct.unpack("<IQQ", f.read(20))
-        if version < 2:
-            raise ValueError(f"{path}: GGUF version {version} is not read here")
-        arch = None
-        for _ in range(count):
-            key = _string(f)
-            if key.startswith("tokenizer.") and all(k in out for k in _NEEDED):
-                break
-            value = _value(f, struct.unpack("<I", f.read(4))[0])
-            if key == "general.architecture":
-                arch = value
-            elif arch and key.startswith(arch + ".") and key[len(arch) + 1:] in _WANTED:
-                out[key[len(arch) + 1:]] = value
-    return out
-
-
-def _string(f) -> str:
-    (n,) = struct.unpack("<Q", f.read(8))
-    return f.read(n).decode("utf-8", "replace")
-
-
-def _value(f, kind: int):
-    if kind in _SCALARS:
-        fmt = "<" + _SCALARS[kind]
-        return struct.unpack(fmt, f.read(struct.calcsize(fmt)))[0]
-    if kind == _STRING:
-        return _string(f)
-    if kind == _ARRAY:
-        item, n = struct.unpack("<IQ", f.read(12))
-        if item in _SCALARS:
-            fmt = "<" + _SCALARS[item]
-            size = struct.calcsize(fmt)
-            if n > 4096:  # the vocabulary's scores and types: skipped, never read
-                f.seek(n * size, 1)
-                return None
-            return list(struct.unpack(f"<{n}{_SCALARS[item]}", f.read(n * size)))
-        values = [_value(f, item) for _ in range(n)]
-        return values if n <= 4096 else None
-    raise ValueError(f"unknown GGUF value type {kind}")
+    """The architecture's size fields of a GGUF file (``context_length``, ``block_count``...), from its
+    header only (:mod:`lmchat.interop.gguf_meta`: the reading stops once they are seen)."""
+    arch = read_gguf_metadata(path, ["general.architecture"]).get("general.architecture")
+    if not isinstance(arch, str):
+        return {}
+    found = read_gguf_metadata(path, [f"{arch}.{key}" for key in _WANTED])
+    return {key[len(arch) + 1:]: value for key, value in found.items()}
 
 
 # ------------------------------------------------------------------ when a turn does not fit
