@@ -213,6 +213,8 @@ def test_json_constraints_go_in_the_dialect_of_the_upstream(upstream):
     assert sent("response_format") == {"response_format": {"type": "json_schema", "json_schema": {
         "name": "person", "schema": PERSON, "strict": True}}}
     assert sent("llama.cpp") == {"json_schema": PERSON}
+    odd = attrs.evolve(request, params=SamplingParams(constraint=constraints.json_schema(PERSON, name="a person")))
+    assert sent("response_format", odd)["response_format"]["json_schema"]["name"] == "a_person"
     anything = attrs.evolve(request, params=SamplingParams(constraint=constraints.json_object()))
     assert sent("response_format", anything) == {"response_format": {"type": "json_object"}}
     assert sent("llama.cpp", anything) == {"json_schema": {"type": "object"}}

@@ -144,6 +144,10 @@ BAD = [
     ("responses", {"text": {"format": {"type": "json_schema", "name": "x", "schema": "{}"}}}, "text.format.schema"),
     ("responses", {"text": {"format": {"type": "yaml"}}}, "text.format.type"),
     ("responses", {"text": {"format": {"type": "json_schema", "schema": PERSON}}}, "text.format.name"),
+    ("responses", {"text": {"format": {"type": "json_schema", "name": "pérson", "schema": PERSON}}},
+     "text.format.name"),
+    ("completions", {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": 1}}},
+     "response_format.json_schema.schema"),
 ]
 
 
@@ -212,3 +216,13 @@ def test_a_backend_that_cannot_constrain_refuses_before_anything_is_stored(app_c
     # the same request without a format (or with the text format) is answered
     plain = {"chat": {}, "completions": {}, "responses": {"text": {"format": {"type": "text"}}}}[route]
     assert post(app_client, route, plain).status_code == 200
+
+
+def test_a_refusal_from_inside_a_turn_is_a_400_naming_its_field():
+    """A ConstraintUnsupported the routes did not catch first (raised by a backend during the turn) still
+    answers 400 ``unsupported_value`` with its field."""
+    from lmchat.errors import ConstraintUnsupported
+    from lmchat.serve.errors import api_error
+
+    error = api_error(ConstraintUnsupported("the grammar does not parse", field="grammar"))
+    assert (error.status, error.code, error.param) == (400, "unsupported_value", "grammar")

@@ -202,7 +202,8 @@ def check_constraint(backend: Backend, constraint: Constraint | None) -> None:
         return
     if not isinstance(backend, Constrains):
         raise ConstraintUnsupported(f"the {backend.name} backend cannot constrain its answers (JSON, schemas, "
-                                    f"grammars): the embedded llama.cpp backend can", field="response_format")
+                                    f"grammars): the embedded llama.cpp backend can, and the remote backend told "
+                                    f"how its server takes them (its constraints option)", field="response_format")
     backend.check_constraint(constraint)
 
 

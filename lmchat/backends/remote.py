@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import threading
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
@@ -204,8 +205,10 @@ class RemoteBackend:
             return {"json_schema": schema if schema is not None else {"type": "object"}}
         if schema is None:
             return {"response_format": {"type": "json_object"}}
+        # OpenAI's rule for the name (1 to 64 of [A-Za-z0-9_-]), which strict servers enforce
+        name = re.sub(r"[^A-Za-z0-9_-]", "_", constraint.name)[:64] or "answer"
         return {"response_format": {"type": "json_schema", "json_schema": {
-            "name": constraint.name or "answer", "schema": schema, "strict": True}}}
+            "name": name, "schema": schema, "strict": True}}}
 
     # ------------------------------------------------------------------ generation
     def generate(self, request: GenerationRequest) -> Iterator[Chunk]:

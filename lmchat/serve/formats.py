@@ -8,6 +8,7 @@ answered unconstrained. ``strict`` is accepted either way: every constraint is e
 """
 from __future__ import annotations
 
+import string
 from typing import Any
 
 from .. import constraints
@@ -18,8 +19,9 @@ from .errors import ApiError
 from .items import bad
 
 TYPES = ("text", "json_object", "json_schema")
-#: OpenAI's rule for a schema's name
+#: OpenAI's rule for a schema's name: 1 to 64 ASCII letters, digits, '_' or '-'
 MAX_NAME = 64
+NAME_CHARS = frozenset(string.ascii_letters + string.digits + "_-")
 
 
 def chat_constraint(value: Any, backend, field: str = "response_format") -> Constraint | None:
@@ -66,7 +68,7 @@ def _kind(value: Any, field: str) -> str:
 def _from_spec(spec: dict, backend, field: str, root: str, schema_required: bool = False) -> Constraint:
     """A ``json_schema`` format's ``name``, ``schema``, ``strict``, ``description`` (``field`` their parent)."""
     name = spec.get("name")
-    if not isinstance(name, str) or not 1 <= len(name) <= MAX_NAME or not all(c.isalnum() or c in "_-" for c in name):
+    if not isinstance(name, str) or not 1 <= len(name) <= MAX_NAME or not all(c in NAME_CHARS for c in name):
         raise bad(f"{field}.name", f"a name of 1 to {MAX_NAME} letters, digits, '_' or '-' is required")
     if spec.get("strict") is not None and not isinstance(spec["strict"], bool):
         raise bad(f"{field}.strict", "a boolean")
