@@ -71,7 +71,7 @@ class UnknownTemplate(LmchatError, KeyError):
         super().__init__(f"unknown chat template {name!r}{hint} (see `lmchat templates`)")
 
     def __str__(self) -> str:  # KeyError would repr() the message
-        return self.args[0]
+        return str(self.args[0])
 
 
 class ToolsUnsupported(LmchatError, ValueError):
@@ -168,7 +168,7 @@ class StoreCorrupt(StoreError):
 class StoreConflict(StoreError):
     """A compare-and-set save found another version than expected: someone else saved first."""
 
-    def __init__(self, session_id: str, *, expected: int, actual: int):
+    def __init__(self, session_id: str, *, expected: int | None, actual: int):
         self.session_id, self.expected, self.actual = session_id, expected, actual
         super().__init__(
             f"session {session_id} is at version {actual}, not {expected}: it was saved elsewhere in the meantime"
@@ -217,7 +217,7 @@ class SessionNotFound(LmchatError, KeyError):
         super().__init__(f"no session {session_id!r}")
 
     def __str__(self) -> str:  # KeyError would repr() the message
-        return self.args[0]
+        return str(self.args[0])
 
 
 class EngineMismatch(LmchatError, RuntimeError):

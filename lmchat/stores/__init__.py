@@ -7,6 +7,7 @@ one patch per turn, folded into a new base when they outgrow it) and compare-and
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from ..errors import StoreError
 from ..extras import load
@@ -21,7 +22,7 @@ __all__ = ["VERSION_KEY", "MemoryStore", "RecordInfo", "SQLiteStore", "SessionIn
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
-def open_store(spec: str | os.PathLike, **options) -> SessionStore:
+def open_store(spec: str | os.PathLike[str], **options: Any) -> SessionStore:
     """A store from its spec: ``'memory'`` (nothing kept after exit), ``redis://HOST:PORT/DB`` (also
     ``rediss://``, ``unix://``; ``options`` go to :class:`RedisStore`), ``sqlite:PATH`` or a plain path
     (an SQLite file)."""
@@ -31,7 +32,8 @@ def open_store(spec: str | os.PathLike, **options) -> SessionStore:
     if spec == "memory":
         return MemoryStore()
     if spec.startswith(REDIS_SCHEMES):
-        return load("lmchat.stores.redis:RedisStore", "the Redis store", "redis")(spec, **options)
+        store: SessionStore = load("lmchat.stores.redis:RedisStore", "the Redis store", "redis")(spec, **options)
+        return store
     if spec.startswith("sqlite:"):
         path = spec[len("sqlite:"):]
         # sqlite:///abs/path.db (URL style) and sqlite:relative.db both name a file

@@ -19,12 +19,15 @@ owner's sessions. Sessions without it (the REPL's) have the owner ``""``.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import attrs
 
 from ..errors import StoreError
+
+if TYPE_CHECKING:  # no import at run time: the store sits below the session
+    from ..session import Session
 
 #: key that :meth:`SessionStore.load` adds to the returned dict: the stored version
 VERSION_KEY = "store_version"
@@ -71,7 +74,7 @@ class Summary:
         )
 
     @classmethod
-    def of_session(cls, session, owner: str = "", *, turns: int | None = None) -> "Summary":
+    def of_session(cls, session: Session, owner: str = "", *, turns: int | None = None) -> "Summary":
         """The columns of a live :class:`lmchat.Session` after a turn.
 
         ``turns``: the caller's own count, when it keeps one; otherwise
@@ -81,7 +84,7 @@ class Summary:
                    template=str(getattr(session.template, "name", "") or ""), owner=owner)
 
 
-def _title_of_session(session) -> str:
+def _title_of_session(session: Session) -> str:
     # the first user message sits at the start: stop there rather than copy session.messages (O(history))
     chat = getattr(session, "_chat", None)
     messages = chat.messages if chat is not None else session.messages
@@ -166,7 +169,7 @@ def dumps(value: Any, what: str) -> str:
         raise StoreError(f"{what} is not JSON-serialisable: {exc}") from None
 
 
-def title_of(messages) -> str:
+def title_of(messages: Iterable[Any]) -> str:
     """The first user message on one line, shortened: what `/sessions` shows."""
     for m in messages:
         if (type(m) is dict or isinstance(m, Mapping)) and m.get("role") == "user":  # an ABC check costs more

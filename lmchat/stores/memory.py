@@ -80,7 +80,7 @@ class MemoryStore(RecordStore):
             self._check_open()
             row = self._rows.get(session_id)
             current = row.version if row else 0
-            if current != expected:
+            if row is None or current != expected:  # None: 0, and expected is >= 1
                 if row is not None and row.token == token and current == expected + 1:
                     return current, False
                 raise StoreConflict(session_id, expected=expected, actual=current)

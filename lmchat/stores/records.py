@@ -30,9 +30,9 @@ import json
 import logging
 import os
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -62,6 +62,10 @@ class RecordInfo:
     patches: int
     base_chars: int
     patch_chars: int
+
+
+_PROCESS: str  # set by _seed
+_COUNTER: Iterator[int]
 
 
 def _seed() -> None:
@@ -149,7 +153,7 @@ def check_versions(session_id: str, version: Any, base_version: Any, where: str 
                            f"{_short(base_version)}: a version is 1..{MAX_VERSION} and no older than its base")
 
 
-def _apply(session_id: str, version: int, snapshot: dict, patch: Any) -> None:
+def _apply(session_id: str, version: int, snapshot: dict[str, Any], patch: Any) -> None:
     where = f"session {session_id}: the stored patch of version {version}"
     if not isinstance(patch, dict):
         raise StoreCorrupt(f"{where} is not a JSON object")
@@ -241,6 +245,10 @@ class RecordStore:
             _COMPACTING.add((id(self), session_id))
             _COMPACTOR.submit(self._compact_in_background, session_id, version)
         return version
+
+    if TYPE_CHECKING:  # each store's own
+        def save(self, session_dict: Mapping[str, Any], *, expected_version: int | None = None,
+                 token: str | None = None) -> int: ...
 
     async def asave(self, session_dict: Mapping[str, Any], *, expected_version: int | None = None,
                     token: str | None = None) -> int:

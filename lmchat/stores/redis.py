@@ -24,7 +24,7 @@ a redis-py exception.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import redis
@@ -93,7 +93,7 @@ class RedisStore(RecordStore):
     def _patches_key(self, session_id: str) -> str:
         return f"{self.prefix}p:{session_id}"
 
-    def _call(self, what: str, fn, *args, write: bool = False, **kwargs):
+    def _call(self, what: str, fn: Callable[..., Any], *args: Any, write: bool = False, **kwargs: Any) -> Any:
         """Run one Redis operation; every failure becomes a StoreError that names the server."""
         try:
             return fn(*args, **kwargs)
@@ -115,7 +115,8 @@ class RedisStore(RecordStore):
                 f"Redis at {self.spec}: cannot {what}: {exc or type(exc).__name__} (is Redis running?)"
             ) from None
 
-    def _write_args(self, rec_id: str, expected: int | None, token: str, summary: Summary) -> tuple[list, list]:
+    def _write_args(self, rec_id: str, expected: int | None, token: str, summary: Summary
+                    ) -> tuple[list[str], list[Any]]:
         keys = [self._key(rec_id), self._patches_key(rec_id), f"{self.prefix}index",
                 f"{self.prefix}owner:{summary.owner}"]
         ttl_ms = int(self.ttl * 1000) if self.ttl else 0
@@ -160,7 +161,7 @@ class RedisStore(RecordStore):
 
     # ------------------------------------------------------------------ reads
     def _read(self, session_id: str) -> Stored | None:
-        def read():
+        def read() -> list[Any]:
             pipe = self._client.pipeline(transaction=True)  # MULTI/EXEC: the hash and the list of one moment
             pipe.hmget(self._key(session_id), "version", "base_version", "base_tag", "data")
             pipe.lrange(self._patches_key(session_id), 0, -1)
@@ -184,7 +185,7 @@ class RedisStore(RecordStore):
                                f"{value!r:.80}") from None
 
     def records(self, session_id: str) -> RecordInfo | None:
-        def read():
+        def read() -> list[Any]:
             pipe = self._client.pipeline(transaction=True)
             pipe.hmget(self._key(session_id), "version", "base_version", "base_chars", "patch_chars", "data")
             pipe.llen(self._patches_key(session_id))

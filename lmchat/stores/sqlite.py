@@ -139,7 +139,7 @@ class SQLiteStore(RecordStore):
 
     loop_safe = True  # reads are local; writes are queued to the writer thread and awaited
 
-    def __init__(self, path: str | os.PathLike, *, readers: int = 4):
+    def __init__(self, path: str | os.PathLike[str], *, readers: int = 4):
         self.path = os.fspath(path)
         if self.path == ":memory:" or not self.path:
             raise StoreError("SQLiteStore needs a file path (its writer and readers each open it); use MemoryStore")
@@ -259,7 +259,7 @@ class SQLiteStore(RecordStore):
 
     # ------------------------------------------------------------------ reads
     def _read(self, session_id: str) -> Stored | None:
-        def read(conn: sqlite3.Connection):
+        def read(conn: sqlite3.Connection) -> tuple[Any, list[Any]]:
             head = conn.execute("SELECT s.version, b.version, b.tag, b.data FROM sessions s "
                                 "LEFT JOIN bases b ON b.id = s.id WHERE s.id = ?", (session_id,)).fetchone()
             if head is None or head[1] is None:
@@ -288,7 +288,7 @@ class SQLiteStore(RecordStore):
         ).fetchone(), f"read session {session_id}")
         return None if row is None else RecordInfo(*row)
 
-    def _rows(self, sql: str, params: tuple, what: str) -> list[tuple]:
+    def _rows(self, sql: str, params: tuple[Any, ...], what: str) -> list[tuple[Any, ...]]:
         return self._readers.rows(sql, params, what)
 
     def _check_int(self, session_id: str, what: str, value: Any) -> int:
@@ -301,8 +301,9 @@ class SQLiteStore(RecordStore):
         rows = self._rows("SELECT version FROM sessions WHERE id = ?", (session_id,), f"read session {session_id}")
         if not rows:
             return 0
-        check_versions(session_id, rows[0][0], 1, f"{self.path}: ")
-        return rows[0][0]
+        version: int = rows[0][0]
+        check_versions(session_id, version, 1, f"{self.path}: ")
+        return version
 
     def list(self, limit: int = 50, *, owner: str | None = None) -> list[SessionInfo]:
         columns = "SELECT id, title, turns, updated_at, template, version, owner FROM sessions"

@@ -19,9 +19,12 @@ import sqlite3
 import threading
 from concurrent.futures import Future
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import StoreError
+
+#: what a job's function returns, and so its caller
+T = TypeVar("T")
 
 BUSY_SECONDS = 10.0
 #: writes per transaction at most: bounds how long one commit holds the queue up
@@ -74,14 +77,14 @@ class _Job:
     def start(self) -> bool:
         """Whether to run it: not when its caller gave up waiting first (a cancelled task or future)."""
         if self.loop is None:
-            return self.future.set_running_or_notify_cancel()
+            return bool(self.future.set_running_or_notify_cancel())
         return not self.future.cancelled()  # read across threads: at worst it runs for a caller that left
 
 
 def _deliver(outcomes: list[tuple[_Job, Any, BaseException | None]]) -> None:
     """Hand each job its result or error: threads at once, coroutines with one call per loop for the batch
     (one wake-up of the loop, not one per write)."""
-    waiting: dict[asyncio.AbstractEventLoop, list] = {}
+    waiting: dict[asyncio.AbstractEventLoop, list[tuple[Any, Any, BaseException | None]]] = {}
     for job, result, exc in outcomes:
         if job.loop is not None:
             waiting.setdefault(job.loop, []).append((job.future, result, exc))
@@ -95,7 +98,7 @@ def _deliver(outcomes: list[tuple[_Job, Any, BaseException | None]]) -> None:
             loop.call_soon_threadsafe(_settle, settled)
 
 
-def _settle(settled: list) -> None:  # on the waiting loop
+def _settle(settled: list[tuple[Any, Any, BaseException | None]]) -> None:  # on the waiting loop
     for future, result, exc in settled:
         if not future.done():  # a cancelled caller
             if exc is None:
@@ -110,7 +113,7 @@ class Writer:
 
     def __init__(self, path: str, conn: sqlite3.Connection):
         self.path, self._conn = path, conn
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[_Job | object] = queue.SimpleQueue()  # a job, or _STOP
         self._lock = threading.Lock()
         self._closed = False
         self._pid = os.getpid()
@@ -120,13 +123,15 @@ class Writer:
         self._thread = threading.Thread(target=self._run, name=f"lmchat-sqlite-writer:{path}", daemon=True)
         self._thread.start()
 
-    def submit(self, fn: Callable[[sqlite3.Connection], Any], what: str) -> Any:
-        return self._put(_Job(fn, what)).result()
+    def submit(self, fn: Callable[[sqlite3.Connection], T], what: str) -> T:
+        result: T = self._put(_Job(fn, what)).result()
+        return result
 
-    async def run(self, fn: Callable[[sqlite3.Connection], Any], what: str) -> Any:
+    async def run(self, fn: Callable[[sqlite3.Connection], T], what: str) -> T:
         """:meth:`submit` for a coroutine: the write is awaited, the loop never blocked. Cancelled before the
         writer takes it, it is not written."""
-        return await self._put(_Job(fn, what, asyncio.get_running_loop()))
+        result: T = await self._put(_Job(fn, what, asyncio.get_running_loop()))
+        return result
 
     def _put(self, job: _Job) -> Any:
         check_process(self.path, self._pid)
@@ -151,15 +156,15 @@ class Writer:
         stopping = False
         try:
             while not stopping:
-                batch = [self._queue.get()]
-                while len(batch) < MAX_BATCH:
+                taken = [self._queue.get()]
+                while len(taken) < MAX_BATCH:
                     try:
-                        batch.append(self._queue.get_nowait())
+                        taken.append(self._queue.get_nowait())
                     except queue.Empty:
                         break
-                if _STOP in batch:
-                    stopping = True
-                    batch = [job for job in batch if job is not _STOP]
+                stopping = _STOP in taken
+                batch = [job for job in taken if isinstance(job, _Job)]  # all but _STOP
+                del taken
                 if batch:
                     try:
                         self._commit(batch)
@@ -171,7 +176,8 @@ class Writer:
             self._conn.close()
 
     def _commit(self, batch: list[_Job]) -> None:
-        conn, outcomes = self._conn, []
+        conn = self._conn
+        outcomes: list[tuple[_Job, Any, BaseException | None]] = []
         # a write alone in its batch (most of them, unless the server is busy) needs no savepoint: when it fails
         # the whole transaction is rolled back. Each statement is a GIL round trip with the event loop.
         alone = len(batch) == 1
@@ -255,7 +261,7 @@ class Readers:
                     else:
                         self._idle.append(conn)
 
-    def read(self, fn: Callable[[sqlite3.Connection], Any], what: str) -> Any:
+    def read(self, fn: Callable[[sqlite3.Connection], T], what: str) -> T:
         """``fn(conn)`` inside one read transaction: every query of it sees the same state."""
         with self.connection() as conn:
             try:
@@ -267,7 +273,7 @@ class Readers:
             except sqlite3.Error as exc:
                 raise StoreError(f"{self.path}: cannot {what}: {exc}") from None
 
-    def rows(self, sql: str, params: tuple, what: str) -> list[tuple]:
+    def rows(self, sql: str, params: tuple[Any, ...], what: str) -> list[tuple[Any, ...]]:
         """The rows of one query: a single statement is its own read transaction (no BEGIN and COMMIT around
         it, two statements fewer)."""
         with self.connection() as conn:
