@@ -12,9 +12,12 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError, InvalidMessages, TextTooLong, ToolsUnsupported
+
+if TYPE_CHECKING:  # templates validate through this module: no import at run time
+    from .templates.base import BaseTemplate
 
 #: roles some supported family renders; anything else is a client error
 KNOWN_ROLES = frozenset(
@@ -60,7 +63,7 @@ def validate_tools(tools: Any) -> None:
             raise InvalidMessages("parameters must be a JSON schema object", field=f"{where}.function.parameters")
 
 
-def _check_content(message: dict, index: int, max_chars: int | None) -> None:
+def _check_content(message: dict[str, Any], index: int, max_chars: int | None) -> None:
     content = message.get("content")
     if content is None:
         if message["role"] not in ("assistant", "tool"):
@@ -133,7 +136,7 @@ def tool_names(tools: Any) -> list[str]:
             and isinstance(t["function"].get("name"), str)]
 
 
-def _check_tool_calls(message: dict, index: int) -> list[str]:
+def _check_tool_calls(message: dict[str, Any], index: int) -> list[str]:
     calls = message.get("tool_calls")
     if calls is None:
         return []
@@ -152,7 +155,7 @@ def _check_tool_calls(message: dict, index: int) -> list[str]:
     return ids
 
 
-def open_call_ids(history: Sequence[dict], added: Sequence[dict] = ()) -> set[str] | None:
+def open_call_ids(history: Sequence[dict[str, Any]], added: Sequence[dict[str, Any]] = ()) -> set[Any] | None:
     """Ids of the calls the last assistant turn made (of ``history`` then ``added``), or None when no tool call
     is pending. Walks back to the last user or assistant message only: O(turn)."""
     for message in itertools.chain(reversed(added), reversed(history)):
@@ -164,7 +167,7 @@ def open_call_ids(history: Sequence[dict], added: Sequence[dict] = ()) -> set[st
     return None
 
 
-def located(exc: InvalidMessages, start: int, new: Iterable) -> InvalidMessages:
+def located(exc: InvalidMessages, start: int, new: Iterable[Any]) -> InvalidMessages:
     """``exc`` marked with where a request's new messages begin (``start``) and how many there are, which a
     server needs to name the request's own field."""
     if exc.first is None:
@@ -172,7 +175,7 @@ def located(exc: InvalidMessages, start: int, new: Iterable) -> InvalidMessages:
     return exc
 
 
-def validate_messages(history: Sequence[dict], new: Iterable[dict], *, start: int,
+def validate_messages(history: Sequence[dict[str, Any]], new: Iterable[dict[str, Any]], *, start: int,
                       max_chars: int | None = DEFAULT_MAX_CHARS) -> None:
     """Check normalised ``new`` messages appended after ``history`` (indices from ``start``)."""
     try:
@@ -181,8 +184,9 @@ def validate_messages(history: Sequence[dict], new: Iterable[dict], *, start: in
         raise located(exc, start, new)
 
 
-def _validate_messages(history: Sequence[dict], new: Iterable[dict], start: int, max_chars: int | None) -> None:
-    added: list[dict] = []  # history is not copied: a turn is O(turn)
+def _validate_messages(history: Sequence[dict[str, Any]], new: Iterable[dict[str, Any]], start: int,
+                       max_chars: int | None) -> None:
+    added: list[dict[str, Any]] = []  # history is not copied: a turn is O(turn)
     for k, message in enumerate(new):
         index = start + k
         if message["role"] not in KNOWN_ROLES:
@@ -199,7 +203,7 @@ def _validate_messages(history: Sequence[dict], new: Iterable[dict], start: int,
         added.append(message)
 
 
-def injected_specials(messages: Iterable[dict], specials: Iterable[str], start: int,
+def injected_specials(messages: Iterable[dict[str, Any]], specials: Iterable[str], start: int,
                       answer_markup: Iterable[str] = ()) -> None:
     """The ``'reject'`` policy: name the first special-token string typed into a message.
 
@@ -215,7 +219,7 @@ def injected_specials(messages: Iterable[dict], specials: Iterable[str], start: 
         raise located(exc, start, messages)
 
 
-def _injected(messages: Iterable[dict], specials: list[str], start: int, allowed: set[str]) -> None:
+def _injected(messages: Iterable[dict[str, Any]], specials: list[str], start: int, allowed: set[str]) -> None:
     for k, message in enumerate(messages):
         exempt = allowed if message.get("role") == "assistant" else set()
         for field, value in _strings(message):
@@ -244,7 +248,7 @@ def _strings(value: Any, path: str = "") -> Iterable[tuple[str, str]]:
 _MARKER = re.compile(r"<\|[^|<>\s]+\|>|<｜[^｜\s]+｜>|</?s>|<(?:start|end)_of_turn>|\[/?[A-Z_]{3,}\]")
 
 
-def template_markers(template) -> set[str]:
+def template_markers(template: BaseTemplate) -> set[str]:
     """Control strings of a template, for when no tokenizer tells: stop words, eoa, bos, and
     marker-shaped strings (``<|...|>``, ``[INST]``...) in a sample rendering."""
     turns = [{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}, {"role": "user", "content": "u"}]

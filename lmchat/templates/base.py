@@ -15,7 +15,7 @@ query, a system prompt moved to the last user turn) says so by overriding it.
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import attrs
@@ -29,7 +29,7 @@ from .sampling import DEFAULT_SAMPLING, SAMPLING_FIELDS
 
 
 
-def _stop_words(value):
+def _stop_words(value: str | Iterable[str] | None) -> tuple[str, ...] | None:
     if value is None:
         return None
     if isinstance(value, str):
@@ -37,12 +37,12 @@ def _stop_words(value):
     return tuple(value)
 
 
-def stops(*words: str):
+def stops(*words: str) -> Any:  # an attrs field: Any, as attrs.field is
     """Field declaration of a template's default stop words (keeps the converter on override)."""
     return attrs.field(default=words or None, converter=_stop_words)
 
 
-def _capability(instance, attribute, value):
+def _capability(instance: object, attribute: object, value: object) -> None:
     if value not in ("chat", "completion"):
         raise TemplateConfigError(f"must be 'chat' or 'completion', got {value!r}", field="capability")
 
@@ -151,7 +151,7 @@ class BaseTemplate:
         self,
         messages: Sequence[Mapping[str, Any]],
         *,
-        tools: list[dict] | None = None,
+        tools: list[dict[str, Any]] | None = None,
         add_generation_prompt: bool = True,
         date: _dt.date | None = None,
         **template_kwargs: Any,
@@ -171,10 +171,10 @@ class BaseTemplate:
     # ------------------------------------------------------------------ LMDeploy API
     def messages2prompt(
         self,
-        messages,
+        messages: str | Sequence[Mapping[str, Any]],
         sequence_start: bool = True,
         *,
-        tools: list[dict] | None = None,
+        tools: list[dict[str, Any]] | None = None,
         add_generation_prompt: bool | None = None,
         continue_final_message: bool | str = False,
         date: _dt.date | None = None,
@@ -220,7 +220,8 @@ class BaseTemplate:
             return self.messages2prompt(message)
         return self._continuation(message)
 
-    def _continuation(self, messages, *, tools=None, date=None, **template_kwargs) -> str:
+    def _continuation(self, messages: Sequence[Mapping[str, Any]], *, tools: list[dict[str, Any]] | None = None,
+                      date: _dt.date | None = None, **template_kwargs: Any) -> str:
         """What a session that holds one finished exchange receives for ``messages``.
 
         The engine holds the first turn's prompt and an answer as the model
@@ -277,7 +278,8 @@ class BaseTemplate:
             name = data.pop("name")
         except KeyError:
             raise TemplateConfigError("missing", field="name") from None
-        return get_template(name, **data)
+        template: BaseTemplate = get_template(name, **data)
+        return template
 
     def evolve(self, **changes: Any) -> "BaseTemplate":
         """A copy with ``changes``; a field this template would ignore is refused (:mod:`.fields`)."""

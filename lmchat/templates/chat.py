@@ -24,7 +24,7 @@ class Chat:
     """
 
     messages: list[Message]
-    tools: list[dict] | None = None
+    tools: list[dict[str, Any]] | None = None
     add_generation_prompt: bool = True
     date: _dt.date | None = attrs.field(default=None, converter=as_date)
     kwargs: Mapping[str, Any] = attrs.field(factory=dict)
@@ -33,7 +33,8 @@ class Chat:
     def role(self, i: int) -> str | None:
         """Role of message ``i``, or None outside the conversation."""
         if 0 <= i < len(self.messages):
-            return self.messages[i]["role"]
+            role: str = self.messages[i]["role"]
+            return role
         return None
 
     def round(self, i: int) -> int:

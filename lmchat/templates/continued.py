@@ -10,6 +10,7 @@ gives on the official template.
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 from ..errors import InvalidMessages, TemplateConfigError
 from ..messages import REASONING_KEYS
@@ -17,7 +18,7 @@ from ..messages import REASONING_KEYS
 TAG = "CONTINUE_FINAL_MESSAGE_TAG "
 
 
-def tagged(messages: list[dict], field: str) -> tuple[list[dict], str]:
+def tagged(messages: list[dict[str, Any]], field: str) -> tuple[list[dict[str, Any]], str]:
     """A copy of ``messages`` with the tag after the final message's ``field``, and that field's text."""
     messages = copy.deepcopy(messages)
     final = messages[-1]

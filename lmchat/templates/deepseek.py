@@ -11,6 +11,8 @@ message appended later rewrites the start of the prompt.
 """
 from __future__ import annotations
 
+import datetime as _dt
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from ..errors import InvalidMessages
@@ -201,7 +203,7 @@ class DeepSeekV3(BaseTemplate):
         return 0 if _new_system(chat, n_old) else super().rerender_from(chat, n_old)
 
 
-def _calls(chat: Chat, i: int) -> list:
+def _calls(chat: Chat, i: int) -> list[Any]:
     """A message's ``tool_calls`` as the official loop iterates them (empty str/dict: no iteration)."""
     calls: Any = chat.messages[i]["tool_calls"]
     if isinstance(calls, (list, tuple)):
@@ -324,7 +326,8 @@ class DeepSeekR1Distill(DeepSeekV3):
         tail = super().tail(chat)
         return tail + "<think>\n" if tail == self.assistant else tail
 
-    def _continuation(self, messages, *, tools=None, date=None, **template_kwargs) -> str:
+    def _continuation(self, messages: Sequence[Mapping[str, Any]], *, tools: list[dict[str, Any]] | None = None,
+                      date: _dt.date | None = None, **template_kwargs: Any) -> str:
         """LMDeploy's ``deepseek-r1`` template with ``sequence_start=False``, byte for byte.
 
         lmchat's own rule (the rest of the full rendering after the held

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
@@ -23,11 +23,17 @@ from ..messages import normalize_messages
 from .sampling import SAMPLING_FIELDS
 from .chat import Chat
 
+if TYPE_CHECKING:  # base imports this module
+    from .base import BaseTemplate
+
+#: a template class, kept by with_overrides
+T = TypeVar("T", bound="BaseTemplate")
+
 #: fields a session reads rather than the renderer (``lead``) and labels: always accepted
 NOT_RENDERED = frozenset({"lead", "label", "hf_special_tokens"})
 _SENTINEL = "\u2063§"
 
-_PROBES: tuple[tuple[list[dict], bool], ...] = (
+_PROBES: tuple[tuple[list[dict[str, Any]], bool], ...] = (
     ([{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
       {"role": "assistant", "content": "a"}, {"role": "user", "content": "v"}], True),
     ([{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}], False),
@@ -35,8 +41,8 @@ _PROBES: tuple[tuple[list[dict], bool], ...] = (
 )
 
 
-def _renderings(template) -> tuple[str | None, ...]:
-    out = []
+def _renderings(template: BaseTemplate) -> tuple[str | None, ...]:
+    out: list[str | None] = []
     for messages, generation in _PROBES:
         try:
             # a Chat of its own: make_chat would add the default system prompt, which asks what is honoured
@@ -47,7 +53,7 @@ def _renderings(template) -> tuple[str | None, ...]:
 
 
 @functools.lru_cache(maxsize=256)
-def honoured(base) -> frozenset[str]:
+def honoured(base: BaseTemplate) -> frozenset[str]:
     """The string fields of the template ``base`` whose value changes what it renders."""
     reference = _renderings(base)
     found = set()
@@ -56,7 +62,8 @@ def honoured(base) -> frozenset[str]:
         if a.name in SAMPLING_FIELDS or not (value is None or isinstance(value, str)):
             continue
         try:
-            probe = attrs.evolve(base, **{a.name: (value or "") + _SENTINEL})
+            change: dict[str, Any] = {a.name: (value or "") + _SENTINEL}
+            probe = attrs.evolve(base, **change)
         except (TypeError, ValueError):
             continue
         if _renderings(probe) != reference:
@@ -65,12 +72,12 @@ def honoured(base) -> frozenset[str]:
 
 
 @functools.lru_cache(maxsize=256)
-def renders_system(base) -> bool:
+def renders_system(base: BaseTemplate) -> bool:
     """Whether the template renders a conversation that opens with a system message."""
     return _renderings(base)[0] is not None
 
 
-def with_overrides(template, overrides: Mapping[str, Any], source: str | None = None):
+def with_overrides(template: T, overrides: Mapping[str, Any], source: str | None = None) -> T:
     """``template`` with field overrides, every one checked.
 
     An unknown field, a value the field refuses, or a field the template would
@@ -93,7 +100,7 @@ def with_overrides(template, overrides: Mapping[str, Any], source: str | None = 
     return evolved
 
 
-def check_overrides(base, overrides: Mapping[str, Any], source: str | None = None) -> None:
+def check_overrides(base: BaseTemplate, overrides: Mapping[str, Any], source: str | None = None) -> None:
     """Refuse an override of the template ``base`` that it would ignore (its own value is no change)."""
     for key, value in overrides.items():
         if key in SAMPLING_FIELDS or key in NOT_RENDERED or value == getattr(base, key, value):

@@ -56,7 +56,7 @@ class Gemma(AffixTemplate):
         if i == 0 and chat.role(0) == "system":
             raise TemplateRuleError("system-unsupported", "System role not supported", index=0, field="role")
         check_alternation(chat, i)
-        prefix, suffix = self.affixes(chat.role(i))
+        prefix, suffix = self.affixes(chat.messages[i]["role"])
         return f"{prefix}{trimmed(chat.messages[i], 'content')}{suffix}"
 
 
@@ -94,7 +94,7 @@ class Gemma3(Gemma):
             self._system_prefix(chat)  # upstream evaluates it even when no turn follows
             return ""
         check_alternation(chat, i, first)
-        prefix, suffix = self.affixes(chat.role(i))
+        prefix, suffix = self.affixes(chat.messages[i]["role"])
         lead = self._system_prefix(chat) if first and i == first else ""
         return f"{prefix}{lead}{self._content(chat.messages[i], i)}{suffix}"
 

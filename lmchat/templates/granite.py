@@ -10,6 +10,8 @@ with the next turn's delta.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from ..registry import template
 from .base import BaseTemplate, stops
 from .chat import Chat
@@ -40,7 +42,7 @@ HALLUCINATIONS = (
 )
 
 
-def document_text(document) -> str:
+def document_text(document: Any) -> str:
     """What ``{{ document['text'] }}`` prints."""
     return jstr(document["text"]) if isinstance(document, dict) and "text" in document else ""
 

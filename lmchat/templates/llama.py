@@ -10,7 +10,7 @@ and tool schemas, calls and results have their own layout. All of them strip
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 from ..errors import InvalidMessages, TemplateConfigError, TemplateRuleError
@@ -47,7 +47,7 @@ def string(value: Any, i: int, field: str) -> str:
     return value
 
 
-def schemas(tools) -> str:
+def schemas(tools: Iterable[Any]) -> str:
     try:
         return "".join(tojson(t, indent=4) + "\n\n" for t in tools)
     except TypeError as exc:
@@ -61,7 +61,7 @@ def json_of(value: Any, i: int, field: str) -> str:
         raise InvalidMessages(f"not JSON-serialisable: {exc}", index=i, field=field) from None
 
 
-def tool_result(message: dict, i: int) -> str:
+def tool_result(message: dict[str, Any], i: int) -> str:
     """``content | tojson`` when Jinja deems it iterable (strings too, so they get quoted), else ``str()``."""
     if "content" not in message:
         raise InvalidMessages("missing content", index=i, field="content")
@@ -205,10 +205,10 @@ class Llama3_1(Llama3):
         """The official template's fixed default, unless the chat carries a (session) date."""
         return chat.date.strftime("%d %b %Y") if chat.date else "26 Jul 2024"
 
-    def tools(self, chat: Chat):
+    def tools(self, chat: Chat) -> Any:  # custom_tools: what the caller passed, checked where it is used
         return chat.kwargs["custom_tools"] if "custom_tools" in chat.kwargs else chat.tools
 
-    def builtin_tools(self, chat: Chat):
+    def builtin_tools(self, chat: Chat) -> Any:
         return chat.kwargs.get("builtin_tools") if self.builtin_tools_supported else None
 
     def tools_in_user(self, chat: Chat) -> bool:

@@ -27,7 +27,7 @@ VICUNA_META = (
 )
 
 
-def _assistant(instance, attribute, value):
+def _assistant(instance: object, attribute: object, value: str) -> None:
     if not value:
         # LMDeploy's Vicuna cuts the last character of the prompt, meant to be the assistant prefix's own
         raise TemplateConfigError("must not be empty: LMDeploy's vicuna drops its last character from the "
@@ -57,7 +57,7 @@ class LMDeployVicuna(AffixTemplate):
     eoa: str = "</s>"
     stop_words: tuple[str, ...] | None = stops("</s>")
 
-    def __attrs_post_init__(self):
+    def __attrs_post_init__(self) -> None:
         # the character LMDeploy cuts from the generation prompt is the first one the model writes
         object.__setattr__(self, "lead", self.assistant[-1])
 

@@ -108,7 +108,7 @@ class OpenChat(BaseTemplate):
     stop_words: tuple[str, ...] | None = stops("<|end_of_turn|>")
 
     def piece(self, chat: Chat, i: int) -> str:
-        return f"GPT4 Correct {chat.role(i).title()}: {chat.text(i)}{self.eoa}"
+        return f"GPT4 Correct {chat.messages[i]['role'].title()}: {chat.text(i)}{self.eoa}"
 
 
 @template("solar", "solar-instruct")

@@ -128,7 +128,8 @@ class MistralV3(_MistralBase):
             self._check_alternation(chat, i, first)
         role = message["role"]
         if role == "user":
-            listed = chat.tools is not None and message == chat.messages[self._last_user(chat, len(chat.messages))]
+            last = self._last_user(chat, len(chat.messages))  # not None: message i is a user turn
+            listed = chat.tools is not None and last is not None and message == chat.messages[last]
             tools = self._tools(chat) if listed else ""
             system = chat.text(0) + self.eosys if first and i == len(chat.messages) - 1 else ""
             return f"{tools}{self.user}{system}{chat.text(i)}{self.eoh}"
@@ -183,7 +184,7 @@ class MistralV3(_MistralBase):
     def _tools(chat: Chat) -> str:
         """``[AVAILABLE_TOOLS]``: each function's fields but ``return``, strings unescaped as upstream."""
         entries = []
-        for tool in chat.tools:
+        for tool in chat.tools or ():  # called when there are tools
             function = tool.get("function") if isinstance(tool, Mapping) else None
             if not isinstance(function, Mapping):
                 raise InvalidMessages("every tool needs a 'function' object", field="tools")

@@ -31,7 +31,7 @@ TOOLS_OUTRO = (
 )
 
 
-def tools_block(tools: list) -> str:
+def tools_block(tools: list[Any]) -> str:
     return TOOLS_INTRO + "".join("\n" + tojson(t) for t in tools) + TOOLS_OUTRO
 
 
@@ -168,7 +168,7 @@ class Qwen3(_QwenReasoning):
             return tool_result(chat, i, content)
         return ""
 
-    def _answer(self, chat: Chat, i: int, m: dict, content: str) -> str:
+    def _answer(self, chat: Chat, i: int, m: dict[str, Any], content: str) -> str:
         reasoning = m.get("reasoning_content")
         if not isinstance(reasoning, str):
             reasoning = ""
@@ -223,7 +223,7 @@ class QwQ(_QwenReasoning):
             return tool_result(chat, i, jstr(m.get("content", "")))
         return ""
 
-    def _answer(self, chat: Chat, i: int, m: dict) -> str:
+    def _answer(self, chat: Chat, i: int, m: dict[str, Any]) -> str:
         last = i == len(chat.messages) - 1
 
         def content() -> str:  # only evaluated where the official template reads it

@@ -18,13 +18,13 @@ from .chat import Chat
 INTERPRETER_NAMES = ("python", "interpreter")
 
 
-def functions(tools: list) -> list:
+def functions(tools: list[Any]) -> list[Any]:
     """The function schemas of an OpenAI ``tools`` list; entries without the wrapper pass unchanged."""
     return [t["function"] if isinstance(t, dict) and t.get("type") == "function" and "function" in t else t
             for t in tools]
 
 
-def call_function(call: Any, index: int) -> dict:
+def call_function(call: Any, index: int) -> dict[str, Any]:
     """The ``function`` object of an OpenAI tool call (a bare ``{"name", "arguments"}`` is accepted too)."""
     fn = call.get("function", call) if isinstance(call, dict) else None
     if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
@@ -32,7 +32,7 @@ def call_function(call: Any, index: int) -> dict:
     return fn
 
 
-def arguments_of(fn: dict, index: int) -> dict:
+def arguments_of(fn: dict[str, Any], index: int) -> dict[str, Any]:
     """A call's arguments as the object these formats rebuild the call from (OpenAI sends a JSON string, LMDeploy
     also accepts ``parameters``), read as everywhere else (:func:`lmchat.messages.call_arguments`); what is not
     an object is refused: these formats could only render it wrong."""
@@ -53,7 +53,7 @@ def is_interpreter_call(chat: Chat, name: str) -> bool:
     return name in INTERPRETER_NAMES and not declared(chat, name)
 
 
-def interpreter_code(fn: dict, index: int) -> str:
+def interpreter_code(fn: dict[str, Any], index: int) -> str:
     """The code of an interpreter call: its ``code`` argument."""
     code = arguments_of(fn, index).get("code")
     if not isinstance(code, str):
@@ -65,8 +65,9 @@ def answered_call(chat: Chat, i: int) -> str | None:
     """The function name a ``tool`` message answers: its ``name``, else its ``tool_call_id`` looked up
     in the nearest assistant message before it."""
     m = chat.messages[i]
-    if isinstance(m.get("name"), str):
-        return m["name"]
+    name = m.get("name")
+    if isinstance(name, str):
+        return name
     if m.get("tool_call_id") is None:
         return None
     for j in range(i - 1, -1, -1):

@@ -10,6 +10,9 @@ engine drops and the next delta re-injects with ``SEP``.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import attrs
 
 from ..errors import InvalidMessages, TemplateConfigError
@@ -18,10 +21,12 @@ from .base import BaseTemplate
 from .chat import Chat
 
 #: the XTuner keys that are ``str.format`` templates: placeholder required, sample arguments
-FORMATS = {"SYSTEM": ("system", {"system": ""}), "INSTRUCTION": ("input", {"input": "", "round": 1})}
+FORMATS: dict[str, tuple[str, dict[str, Any]]] = {
+    "SYSTEM": ("system", {"system": ""}), "INSTRUCTION": ("input", {"input": "", "round": 1}),
+}
 
 #: XTuner key -> (field, accepted JSON type)
-XTUNER_KEYS = {
+XTUNER_KEYS: dict[str, tuple[str, type]] = {
     "SYSTEM": ("system_format", str),
     "INSTRUCTION": ("instruction", str),
     "SUFFIX": ("suffix", str),
@@ -48,7 +53,7 @@ def check_format(key: str, value: str, source: str | None = None) -> None:
         ) from None
 
 
-def _format_of(key: str):
+def _format_of(key: str) -> Callable[[object, object, str], None]:
     """The validator of the field holding the XTuner format string ``key``."""
     return lambda _instance, _attribute, value: check_format(key, value)
 
@@ -67,7 +72,7 @@ class XTunerTemplate(BaseTemplate):
     sep: str = ""  # SEP
     eos: str = ""  # the tokenizer's eos, appended to answers unless SUFFIX_AS_EOS
 
-    def __attrs_post_init__(self):
+    def __attrs_post_init__(self) -> None:
         # the suffix is what the model emits to end its answer (the engine keeps it); an override
         # of eoa alone is refused (XTuner renders no eoa), so eoa always follows the suffix
         object.__setattr__(self, "eoa", self.suffix)
@@ -95,7 +100,7 @@ class XTunerTemplate(BaseTemplate):
         return ""
 
     @classmethod
-    def from_xtuner(cls, spec: dict, *, source: str | None = None, **fields) -> "XTunerTemplate":
+    def from_xtuner(cls, spec: dict[str, Any], *, source: str | None = None, **fields: Any) -> "XTunerTemplate":
         """Build from an XTuner dict (``SYSTEM``, ``INSTRUCTION``, ...); errors name the key.
 
         ``INSTRUCTION`` is required; the other keys default as in XTuner. The
@@ -104,16 +109,16 @@ class XTunerTemplate(BaseTemplate):
         """
         if "INSTRUCTION" not in spec:
             raise TemplateConfigError("missing (the user turn, with {input})", field="INSTRUCTION", source=source)
-        values = {}
+        values: dict[str, Any] = {}
         for key, value in spec.items():
             if key not in XTUNER_KEYS:
                 known = ", ".join(XTUNER_KEYS)
                 raise TemplateConfigError(f"unknown XTuner template key (known: {known})", field=key, source=source)
             name, kind = XTUNER_KEYS[key]
-            if not isinstance(value, kind) or (kind is list and not all(isinstance(w, str) for w in value)):
+            if not isinstance(value, kind) or (isinstance(value, list) and not all(isinstance(w, str) for w in value)):
                 expected = "a list of strings" if kind is list else kind.__name__
                 raise TemplateConfigError(f"expected {expected}, got {value!r}", field=key, source=source)
-            if key in FORMATS:
+            if key in FORMATS and isinstance(value, str):  # always a str there (XTUNER_KEYS)
                 check_format(key, value, source)
             values[name] = value
         return cls(**values, **fields)
@@ -125,7 +130,7 @@ VICUNA_SYSTEM = (
 )
 
 #: XTuner's own dicts (``PROMPT_TEMPLATE`` in xtuner/utils/templates.py) for the models lmchat registers
-PROMPT_TEMPLATE: dict[str, dict] = {
+PROMPT_TEMPLATE: dict[str, dict[str, Any]] = {
     "default": dict(SYSTEM="<|System|>:{system}\n", INSTRUCTION="<|User|>:{input}\n<|Bot|>:", SEP="\n"),
     "internlm_chat": dict(
         SYSTEM="<|System|>:{system}\n",
@@ -170,7 +175,7 @@ def _register_built_ins() -> None:
     for name, (aliases, eos, doc) in BUILT_INS.items():
         spec = PROMPT_TEMPLATE[name]
         # an XTuner dict names no stop words when answers end with the tokenizer's eos: that is the stop word
-        stop_words = {} if "STOP_WORDS" in spec or not eos else {"stop_words": (eos,)}
+        stop_words: dict[str, Any] = {} if "STOP_WORDS" in spec or not eos else {"stop_words": (eos,)}
         built = XTunerTemplate.from_xtuner(spec, eos=eos, **stop_words)
         register(name, *aliases)(defaults_class(built, f"XTuner_{name}", doc))
 
