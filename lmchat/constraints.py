@@ -22,15 +22,35 @@ MAX_SCHEMA_CHARS = 100_000
 class Constraint:
     """``kind``: ``'json_object'`` (any JSON object), ``'json_schema'`` (``schema``, its canonical JSON text)
     or ``'gbnf'`` (``grammar``, llama.cpp's grammar format, its start rule ``root``); ``name``: the schema's
-    name, for messages."""
+    name, for messages.
+
+    ``after``: where the constrained part starts, the literal marker that ends a reasoning block (``</think>``):
+    the text up to it is free, then whitespace, then the constrained answer. Empty: the whole answer is
+    constrained. ``opens``: the marker that opens the block (``<think>``) when the generation prompt left none
+    open: the block is then optional, the model may answer at once. ``after_max_tokens``: a budget for the
+    free part: past it the marker is forced (the bounded part ends at the marker's first character too, see
+    :func:`lmchat.backends.llamacpp.grammars.lark_of`)."""
 
     kind: Literal["json_object", "json_schema", "gbnf"]
     schema: str | None = None
     grammar: str | None = None
     name: str = ""
+    after: str = ""
+    opens: str = ""
+    after_max_tokens: int | None = None
 
     def schema_dict(self) -> dict[str, Any] | None:
         return None if self.schema is None else json.loads(self.schema)
+
+
+def after_reasoning(constraint: Constraint, close: str, *, opens: str = "",
+                    max_tokens: int | None = None) -> Constraint:
+    """``constraint`` starting after a reasoning block that ``close`` ends (``opens``: see :class:`Constraint`)."""
+    if not close:
+        raise ConstraintUnsupported("the marker that ends the reasoning is empty", field="after")
+    if max_tokens is not None and max_tokens < 1:
+        raise ConstraintUnsupported("the reasoning budget is at least one token", field="after_max_tokens")
+    return attrs.evolve(constraint, after=close, opens=opens, after_max_tokens=max_tokens)
 
 
 def json_object() -> Constraint:

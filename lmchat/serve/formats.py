@@ -15,6 +15,8 @@ from .. import constraints
 from ..backends.base import check_constraint
 from ..constraints import Constraint
 from ..errors import ConstraintUnsupported
+from ..tools.registry import prompt_opens_think, response_format
+from ..tools.think import CLOSE, OPEN
 from .errors import ApiError
 from .items import bad
 
@@ -54,6 +56,17 @@ def text_constraint(text: Any, backend) -> tuple[Constraint | None, dict]:
     echo = {"type": "json_schema", "name": fmt["name"], "schema": fmt["schema"],
             "description": fmt.get("description"), "strict": fmt.get("strict")}
     return constraint, echo
+
+
+def for_template(constraint: Constraint | None, template: Any) -> Constraint | None:
+    """``constraint`` as it applies to an answer of ``template``'s model: after its reasoning block, if it may
+    write one (the reasoning stays free text and is returned as ``reasoning_content``, the answer is
+    constrained). A prompt that leaves ``<think>`` open (QwQ, DeepSeek-R1) starts the answer inside the block;
+    otherwise (Qwen3) the model may open one or answer at once."""
+    if constraint is None or template is None or constraint.after or not response_format(template).reasoning:
+        return constraint
+    opened = prompt_opens_think(template)
+    return constraints.after_reasoning(constraint, CLOSE, opens="" if opened else OPEN)
 
 
 def _kind(value: Any, field: str) -> str:

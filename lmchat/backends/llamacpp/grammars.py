@@ -28,7 +28,40 @@ JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separ
 
 
 def lark_of(constraint: Constraint) -> str:
-    """The constraint as one llguidance Lark grammar."""
+    """The constraint as one llguidance Lark grammar.
+
+    With ``after`` (a reasoning block first), the free part is a lazy lexeme: any text, ended by the first
+    occurrence of the marker, then whitespace, then the answer (a nested grammar). With a budget it is a
+    greedy lexeme of at most that many tokens followed by the marker, which llguidance then forces; a greedy
+    lexeme cannot end where the marker starts (llguidance's lexer does not split back), so that text stops
+    at the first character of the marker (``<``), which the marker then follows.
+    """
+    answer = _answer_lark(constraint)
+    if not constraint.after:
+        return answer
+    close = json.dumps(constraint.after)
+    if constraint.after_max_tokens is None:
+        free = f"think[lazy]: /(?s:.*){_regex_literal(constraint.after)}/\n"
+        block = "think"
+    else:
+        free = f"think[max_tokens={int(constraint.after_max_tokens)}]: /[^{_regex_literal(constraint.after[0])}]*/\n"
+        block = f"think {close}"
+    if constraint.opens:
+        block = f"({json.dumps(constraint.opens)} {block})?"
+    if answer.startswith("start: %json "):
+        inner = "answer: " + answer.removeprefix("start: ")
+    else:
+        inner = f"answer: %lark {{\n{answer}\n}}"
+    return f"start: {block} /[ \\t\\n]*/ answer\n{free}{inner}"
+
+
+def _regex_literal(text: str) -> str:
+    """``text`` matched literally inside a Lark ``/.../`` regex."""
+    return "".join(c if c.isalnum() or c in " _" else "\\x{:02x}".format(ord(c)) if ord(c) < 128
+                   else c for c in text)
+
+
+def _answer_lark(constraint: Constraint) -> str:
     if constraint.kind == "gbnf":
         with needs("constraints on answers", "local"):
             from llguidance.gbnf_to_lark import gbnf_to_lark

