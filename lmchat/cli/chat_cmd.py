@@ -12,6 +12,7 @@ from ..backends.base import BACKEND_ALIASES, engine_id, get_backend
 from ..errors import SessionError, UnknownTemplate
 from ..registry import get_template
 from ..repl.commands import help_lines
+from ..repl import settings
 from ..repl.context import DEFAULT_OVERFLOW, choose_context
 from ..repl.conversation import Conversation
 from ..repl.resuming import find, recap
@@ -68,6 +69,9 @@ def add_arguments(p) -> None:
                         "(default) drops them from the cache and sends the canonical ones, 'reset' resends the "
                         "conversation, 'keep' continues from the engine's own ids (docs/tokens.md); with --resume: "
                         "replaces the stored policy")
+    p.add_argument("--format", metavar="json|SCHEMA_FILE",
+                   help="every answer is a JSON object ('json') or JSON valid against the schema in SCHEMA_FILE "
+                        "(as /set format json | @FILE; 'off' drops a resumed session's); llamacpp and remote backends")
     p.add_argument("--store", metavar="PATH",
                    help="SQLite file of saved sessions (default: <data dir>/sessions.db); 'memory' keeps nothing")
 
@@ -94,6 +98,8 @@ def run(args) -> int:
         options, context = _one_session(args, backend_options(args))
         backend = get_backend(args.backend, **options)
         conv = _open(args, store, backend, template, out)
+        if args.format:
+            _set_format(conv, args.format)
         if one_shot:
             return run_plain(conv, io.StringIO(_one_message(args.prompt)))
         if not interactive:  # a script has its own record of the conversation: no recap on its stderr
@@ -177,6 +183,20 @@ def _open(args, store, backend, template, out) -> Conversation:
     if args.system is not None:
         conv.set_system(args.system)
     return conv
+
+
+def _set_format(conv: Conversation, value: str) -> None:
+    """``--format``: as ``/set format`` (saved with the session); a bad file or a backend that cannot constrain is
+    a usage error, before any turn."""
+    try:
+        if value == "off":
+            conv.overrides.pop("format", None)
+            return
+        fmt = settings.parse("format", value if value == "json" or value.startswith("@") else "@" + value)
+        conv.check_format(fmt)
+    except settings.SettingError as exc:
+        raise UsageError(str(exc).replace("/set format", "--format", 1)) from None
+    conv.overrides["format"] = fmt
 
 
 def _resume_hint(args, conv: Conversation) -> str:

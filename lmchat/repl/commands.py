@@ -133,21 +133,28 @@ def _set(conv, arg):
         return _show_params(conv)
     if name not in settings.SETTINGS or not raw:
         raise CommandError(f"usage: /set NAME VALUE|default, NAME one of {', '.join(settings.SETTINGS)}")
-    if raw == "default":
+    if raw == "default" or raw == settings.OFF.get(name):
         conv.overrides.pop(name, None)
     else:
-        conv.overrides[name] = settings.parse(name, raw)
+        value = settings.parse(name, raw)
+        if name == "format":
+            conv.check_format(value)  # refused now, not at the next turn
+        conv.overrides[name] = value
     conv.session.overflow = conv.overflow
     conv.save()
     conv.out.info(f"{name} = {_setting(conv, name)!r}")
 
 
 def _setting(conv, name: str):
+    if name == "format":
+        return settings.describe_format(conv.overrides.get("format"))
     return conv.overflow if name == "overflow" else getattr(conv.params, name)
 
 
 def _show_params(conv):
-    params = {**attrs.asdict(conv.params), "overflow": conv.overflow}
+    # the constraint is shown as the format that made it (a schema's JSON text would fill the screen)
+    params = {**attrs.asdict(conv.params, recurse=False, filter=lambda a, v: a.name != "constraint"),
+              "overflow": conv.overflow, "format": _setting(conv, "format")}
     lines = [f"{k} = {v!r}{'  (set)' if k in conv.overrides else ''}" for k, v in params.items()]
     conv.out.show("\n".join(lines))
 

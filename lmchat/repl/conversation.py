@@ -15,14 +15,15 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from ..backends.base import Backend, SamplingParams, engine_id, model_sampling
-from ..errors import LmchatError, SessionError, SessionLengthExceeded, StoreConflict
+from ..backends.base import Backend, SamplingParams, check_constraint, engine_id, model_sampling
+from ..errors import ConstraintUnsupported, LmchatError, SessionError, SessionLengthExceeded, StoreConflict
 from ..session import Delta, Session, edits
 from ..stores import VERSION_KEY, SessionStore
 from ..stores.base import Summary
 from ..templates.base import BaseTemplate
 from ..repetition import RepetitionGuard
 from . import settings
+from .settings import SettingError
 from .context import DEFAULT_OVERFLOW, ContextFull, advice, dropped_notice
 from ..turns import Turn
 from .streaming import Outcome, interrupt_flag, stream
@@ -87,6 +88,14 @@ class Conversation:
     def params(self) -> SamplingParams:
         return settings.sampling(self.session.template, {**model_sampling(self.backend), **self.overrides})
 
+    def check_format(self, value) -> None:
+        """Refuse a ``/set format`` value this backend would not enforce (a :class:`.settings.SettingError`, one
+        line): every turn would fail, so the REPL says it at once and keeps the session as it was."""
+        try:
+            check_constraint(self.backend, settings.constraint(value))
+        except ConstraintUnsupported as exc:
+            raise SettingError(f"/set format: {exc.reason}") from None
+
     @property
     def overflow(self) -> str:
         """What a turn that does not fit does: ``/set overflow``, else the REPL's default (see :mod:`.context`)."""
@@ -132,6 +141,9 @@ class Conversation:
             except SessionLengthExceeded as exc:
                 self.discard(sent=False)
                 raise ContextFull(advice(exc, self.overflow)) from None
+            except ConstraintUnsupported as exc:  # a resumed /set format this backend cannot enforce
+                self.discard(sent=False)
+                raise SettingError(f"{exc.reason} (/set format off answers without it)") from None
             except BaseException:
                 self.discard(sent=False)  # nothing was sent
                 raise

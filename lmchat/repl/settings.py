@@ -11,12 +11,14 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import attrs
 
+from .. import constraints
 from ..backends.base import SamplingParams
-from ..errors import LmchatError
+from ..errors import ConstraintUnsupported, LmchatError
 from ..session import OVERFLOW_POLICIES
 
 SNAPSHOT_KEY = "chat"
@@ -63,6 +65,60 @@ def _overflow(raw: Any) -> str:
 _overflow.rule = ("shift (drop the oldest turns from the engine's cache, the system prompt stays), truncate "
                   "(the same, resending the rest) or error (refuse the turn)")
 
+#: a schema file above this size is refused unread (the constraint itself takes 100,000 characters at most)
+MAX_SCHEMA_FILE_BYTES = 1 << 20
+
+
+def _format(raw: Any) -> str | dict:
+    """``json`` (any JSON object), ``@FILE`` (a JSON schema read from FILE) or, as stored, ``{"file", "schema"}``:
+    the schema itself is saved, so a resumed session keeps its format when the file has moved or changed."""
+    if raw == "json":
+        return raw
+    if isinstance(raw, str) and raw.startswith("@") and len(raw) > 1:
+        path = Path(raw[1:]).expanduser()
+        try:
+            with open(path, "rb") as f:
+                data = f.read(MAX_SCHEMA_FILE_BYTES + 1)
+        except OSError as exc:
+            raise SettingError(f"/set format: cannot read {path}: {exc.strerror or exc}") from None
+        if len(data) > MAX_SCHEMA_FILE_BYTES:
+            raise SettingError(f"/set format: {path} is over {MAX_SCHEMA_FILE_BYTES >> 20} MiB, not a schema")
+        try:
+            schema = json.loads(data)
+        except (ValueError, RecursionError) as exc:  # not UTF-8 JSON, or nested too deep for the parser
+            why = "nested too deep" if isinstance(exc, RecursionError) else str(exc)[:200]
+            raise SettingError(f"/set format: {path} is not JSON ({why})") from None
+        raw = {"file": str(path), "schema": schema}
+    if not (isinstance(raw, Mapping) and isinstance(raw.get("file", ""), str) and "schema" in raw):
+        raise ValueError
+    try:
+        constraints.json_schema(raw["schema"])
+    except ConstraintUnsupported as exc:
+        raise SettingError(f"/set format: {raw.get('file') or 'the schema'}: {exc.reason}") from None
+    return {"file": raw.get("file", ""), "schema": raw["schema"]}
+
+
+_format.rule = "json (any JSON object), @FILE (a JSON schema file) or off"
+
+
+def constraint(value: str | dict | None) -> constraints.Constraint | None:
+    """The constraint a ``format`` value puts on every answer (None: none)."""
+    if value is None:
+        return None
+    if value == "json":
+        return constraints.json_object()
+    return constraints.json_schema(value["schema"])
+
+
+def describe_format(value: str | dict | None) -> str:
+    """A ``format`` value in a few words: ``json``, ``@person.json``, ``off``."""
+    if value is None:
+        return "off"
+    if value == "json":
+        return "json"
+    return f"@{Path(value['file']).name}" if value.get("file") else "a JSON schema"
+
+
 _stops.rule = 'a stop word, or a JSON list of them (["###", "User:"]); added to the template\'s'
 
 #: name -> parser (raises ValueError); ``parser.rule`` says what is expected
@@ -75,9 +131,12 @@ SETTINGS: dict[str, Callable[[Any], Any]] = {
     "seed": _number(int, lambda v: v >= 0, ">= 0 (sampling repeats with the same seed)"),
     "stop": _stops,
     "overflow": _overflow,
+    "format": _format,
 }
-#: the settings that are not sampling parameters
-SESSION_SETTINGS = ("overflow",)
+#: the settings that are not sampling parameters (``format`` becomes the sampling's constraint)
+SESSION_SETTINGS = ("overflow", "format")
+#: the value of each setting that means "none" besides ``default`` (``/set format off``)
+OFF = {"format": "off"}
 
 
 def parse(name: str, raw: Any) -> Any:
@@ -85,8 +144,10 @@ def parse(name: str, raw: Any) -> Any:
         raise SettingError(f"unknown setting {name!r} (one of {', '.join(SETTINGS)})")
     try:
         return SETTINGS[name](raw)
+    except SettingError:
+        raise
     except (TypeError, ValueError):
-        raise SettingError(f"/set {name}: expected {SETTINGS[name].rule}, got {raw!r}") from None
+        raise SettingError(f"/set {name}: expected {SETTINGS[name].rule}, got {raw!r:.200}") from None
 
 
 def sampling(template, overrides: Mapping[str, Any]) -> SamplingParams:
@@ -94,7 +155,10 @@ def sampling(template, overrides: Mapping[str, Any]) -> SamplingParams:
     values = {k: v for k, v in overrides.items() if k != "stop" and k not in SESSION_SETTINGS}
     params = SamplingParams.from_template(template, **values)
     extra = overrides.get("stop") or ()
-    return attrs.evolve(params, stop=tuple(dict.fromkeys((*params.stop, *extra)))) if extra else params
+    if extra:
+        params = attrs.evolve(params, stop=tuple(dict.fromkeys((*params.stop, *extra))))
+    fmt = overrides.get("format")
+    return attrs.evolve(params, constraint=constraint(fmt)) if fmt is not None else params
 
 
 def saved(overrides: Mapping[str, Any]) -> dict:

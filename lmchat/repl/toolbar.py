@@ -6,6 +6,8 @@ width: the least useful parts go first when it is narrow.
 """
 from __future__ import annotations
 
+from .settings import describe_format
+
 SEP = " │ "
 
 
@@ -30,8 +32,12 @@ def toolbar_text(conversation, width: int | None = None) -> str:
         value, unit = last.speed
         speed = f"{value:.1f} {unit}"
     names = f"{session.template.name} · {conversation.backend.name}"
+    fmt = getattr(conversation, "overrides", {}).get("format")
+    # the format goes right after the names: a narrow terminal keeps the counts, which change every turn
+    fmt = fmt and f"format: {describe_format(fmt)}"
     candidates = [
-        [used, _with(turn, why), speed, names],
+        [used, _with(turn, why), speed, fmt, names],
+        [used, _with(turn, why), speed, fmt],
         [used, _with(turn, why), speed],
         [used, _with(turn, why)],
         [used, turn],
