@@ -31,7 +31,7 @@ class Constraint:
     free part: past it the marker is forced (the bounded part ends at the marker's first character too, see
     :func:`lmchat.backends.llamacpp.grammars.lark_of`)."""
 
-    kind: Literal["json_object", "json_schema", "gbnf"]
+    kind: Literal["json_object", "json_schema", "gbnf", "lark"]
     schema: str | None = None
     grammar: str | None = None
     name: str = ""

@@ -160,10 +160,14 @@ def test_what_the_checks_let_through(memory_server, state):
     """A choice naming a request's tool, a one-off's usage chunk; the limits are inclusive."""
     with httpx.Client(base_url=memory_server.url, timeout=60) as http:
         named = {"type": "function", "function": {"name": "f"}}
-        ok = http.post("/v1/chat/completions", json={"messages": GOOD[:1], "tools": CHAT_TOOLS, "tool_choice": named,
+        # a valid choice passes the checks; the echo backend then cannot force the call it names (a grammar)
+        forced = http.post("/v1/chat/completions", json={"messages": GOOD[:1], "tools": CHAT_TOOLS,
+                                                         "tool_choice": named, "max_tokens": 1})
+        assert forced.status_code == 400 and forced.json()["error"]["code"] == "unsupported_value", forced.text
+        ok = http.post("/v1/chat/completions", json={"messages": GOOD[:1], "tools": CHAT_TOOLS, "tool_choice": "auto",
                                                      "max_tokens": 1})
         assert ok.status_code == 200, ok.text
-        ok = http.post("/v1/responses", json={"input": "x", "tools": TOOLS, "store": False, "tool_choice": "required",
+        ok = http.post("/v1/responses", json={"input": "x", "tools": TOOLS, "store": False, "tool_choice": "auto",
                                               "instructions": "x" * DEFAULT_MAX_CHARS})
         assert ok.status_code == 200, ok.text
         ok = http.post("/v1/completions", json={"prompt": "hi", "max_tokens": 1, "stream": True,

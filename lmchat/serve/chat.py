@@ -25,7 +25,7 @@ from ..errors import InvalidMessages, SessionLengthExceeded
 from ..validation import check_tool_choice, tool_names
 from .deps import blocking, check_n, new_id, owner
 from .errors import as_sent
-from .formats import chat_constraint, for_template
+from .formats import chat_constraint, for_template, tool_constraint
 from .idempotency import releasing
 from ..manager.history import object_arguments
 from .request_turns import count, run, start_stream
@@ -69,7 +69,10 @@ async def _chat(body: ChatRequest, request: Request, who: str | None, constraint
         session, headers = sid, {"X-Session-Id": sid}
         messages, template = None, await blocking(mgr.template_of, sid, who)
         kwargs.update(history=body.messages, tools=tools)
-    kwargs["params"]["constraint"] = for_template(constraint, template)  # a reasoning block stays free text
+    # a forced tool_choice is a grammar of the template's call syntax (400 where it has none, before the turn)
+    forced = tool_constraint(body.tool_choice, tools, template, mgr.backend, parallel=body.parallel_tool_calls,
+                             response=constraint)
+    kwargs["params"]["constraint"] = for_template(forced or constraint, template)  # reasoning stays free text
     kind = "chat.completion.chunk" if body.stream else "chat.completion"
     meta = Meta(new_id("chatcmpl"), kind, int(time.time()), body.model or request.app.state.model_name)
     parse = body.tool_choice != "none"

@@ -15,6 +15,7 @@ from .. import constraints
 from ..backends.base import check_constraint
 from ..constraints import Constraint
 from ..errors import ConstraintUnsupported
+from ..tools.forcing import forced_calls
 from ..tools.registry import prompt_opens_think, response_format
 from ..tools.think import CLOSE, OPEN
 from .errors import ApiError
@@ -67,6 +68,33 @@ def for_template(constraint: Constraint | None, template: Any) -> Constraint | N
         return constraint
     opened = prompt_opens_think(template)
     return constraints.after_reasoning(constraint, CLOSE, opens="" if opened else OPEN)
+
+
+def tool_constraint(choice: Any, tools: list[dict] | None, template: Any, backend, *, parallel: bool | None,
+                    response: Constraint | None = None, chat: bool = True) -> Constraint | None:
+    """The constraint a forced ``tool_choice`` puts on the answer (already checked against the tools by
+    :func:`lmchat.validation.check_tool_choice`): None for ``auto``/``none``. ``'required'``: a call of any
+    tool; a named function: a call of it; Responses' ``allowed_tools`` in ``required`` mode: of those listed.
+    ``parallel`` (``parallel_tool_calls``, true by default as OpenAI's): one or more calls, else exactly one."""
+    if not tools or choice in (None, "auto", "none"):
+        return None
+    names = None
+    if isinstance(choice, dict):
+        if choice.get("type") == "allowed_tools":
+            if choice.get("mode") != "required":
+                return None
+            names = [t.get("name") for t in choice.get("tools") or [] if isinstance(t, dict)]
+        else:
+            names = [(choice.get("function") or {}).get("name") if chat else choice.get("name")]
+    if response is not None:
+        field = "response_format" if chat else "text.format"
+        raise ApiError(400, f"{field}: a forced tool call (tool_choice) is the whole answer: it cannot be "
+                            f"structured too", param=field, code="unsupported_value")
+    try:
+        constraint = forced_calls(tools, template, names=names, parallel=parallel is not False)
+    except ConstraintUnsupported as exc:
+        raise ApiError(400, f"tool_choice: {exc.reason}", param="tool_choice", code="unsupported_value") from None
+    return _checked(constraint, backend, "tool_choice", "tool_choice")
 
 
 def _kind(value: Any, field: str) -> str:

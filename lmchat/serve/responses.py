@@ -24,7 +24,7 @@ from ..validation import check_tools_supported, validate_tools
 from . import chains
 from .chain_state import Note, SessionState
 from .deps import blocking, owner, text_limit
-from .formats import for_template, text_constraint
+from .formats import for_template, text_constraint, tool_constraint
 from .idempotency import releasing
 from .items import (Serials, answer_items, answer_parts, bad, input_messages, message_item, message_items, page,
                     parse_item_id, parse_response_id, response_id, session_tools)
@@ -65,7 +65,9 @@ async def create_response(body: ResponsesRequest, request: Request, who: str | N
         check_effort(template, want.thinking)
 
     template = mgr.default_template
-    constraint = for_template(constraint, template)  # a reasoning block stays free text
+    forced = tool_constraint(body.tool_choice, tools, template, mgr.backend, parallel=body.parallel_tool_calls,
+                             response=constraint, chat=False)
+    constraint = for_template(forced or constraint, template)  # a reasoning block stays free text
     fields = body.fields(template, text_format)
     model = body.model or state.model_name
     key = request.headers.get("idempotency-key") if body.store else None

@@ -110,6 +110,7 @@ class ChatRequest(_Sampling):
     stream_options: StreamOptions | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: StrictStr | dict[str, Any] | None = None  # checked against the tools (validation.check_tool_choice)
+    parallel_tool_calls: StrictBool | None = None  # a forced tool_choice: one call (false) or one or more
     max_tokens: Count | None = None
     max_completion_tokens: Count | None = None
     n: StrictInt = 1

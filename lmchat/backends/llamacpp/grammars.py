@@ -62,6 +62,8 @@ def _regex_literal(text: str) -> str:
 
 
 def _answer_lark(constraint: Constraint) -> str:
+    if constraint.kind == "lark":
+        return constraint.grammar or ""
     if constraint.kind == "gbnf":
         with needs("constraints on answers", "local"):
             from llguidance.gbnf_to_lark import gbnf_to_lark
@@ -120,6 +122,7 @@ class Grammars:
                 self._tokenizer = lltokenizer_from_vocab(self._vocab, eos_token=self._eog)
         matcher = LLMatcher(self._tokenizer, LLMatcher.grammar_from_lark(lark), log_level=0)
         if matcher.is_error():
-            field = {"gbnf": "grammar", "json_schema": "schema"}.get(constraint.kind, "response_format")
+            field = {"gbnf": "grammar", "json_schema": "schema", "lark": "tool_choice"}.get(constraint.kind,
+                                                                                            "response_format")
             raise ConstraintUnsupported(f"cannot be enforced: {matcher.get_error()}", field=field)
         return matcher
