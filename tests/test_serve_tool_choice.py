@@ -137,3 +137,16 @@ def test_templates_without_a_grammar_and_backends_without_constraints_refuse(tem
         assert client.chat.completions.create(model="echo", messages=ASK, tools=TOOLS).choices
     finally:
         s.stop()
+
+
+def test_the_remote_backend_refuses_a_forced_call_and_passes_a_constraint_after_reasoning_on():
+    from lmchat import ConstraintUnsupported, constraints
+    from lmchat.backends import get_backend
+    from lmchat.tools.forcing import forced_calls
+
+    remote = get_backend("remote", base_url="http://127.0.0.1:9", constraints="response_format")
+    with pytest.raises(ConstraintUnsupported) as err:
+        remote.check_constraint(forced_calls(TOOLS, "qwen2.5"))
+    assert err.value.field == "tool_choice"
+    # where the answer starts is the upstream's business (it knows its model's reasoning): the format goes on
+    remote.check_constraint(constraints.after_reasoning(constraints.json_object(), "</think>"))

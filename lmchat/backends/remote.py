@@ -187,11 +187,11 @@ class RemoteBackend:
     def check_constraint(self, constraint: Constraint) -> None:
         """Refuse a constraint the ``constraints`` dialect cannot send (:class:`~lmchat.backends.base.Constrains`):
         a server that does not know the field would answer unconstrained."""
-        if constraint.after or constraint.kind == "lark":  # no dialect says where an answer starts, nor takes Lark
-            raise ConstraintUnsupported(
-                "the remote backend cannot start a constraint after a reasoning block nor force a tool call "
-                "(no server dialect carries them): the upstream would constrain the whole answer",
-                field="tool_choice" if constraint.kind == "lark" else "response_format")
+        # a constraint's start after a reasoning block (``after``) is not sent: the upstream knows its model's
+        # reasoning (lmchat serve, vLLM with a reasoning parser) and starts it there, or constrains it all
+        if constraint.kind == "lark":  # a forced tool call's grammar: no dialect carries llguidance's Lark
+            raise ConstraintUnsupported("the remote backend cannot force a tool call: no server dialect carries "
+                                        "its grammar", field="tool_choice")
         if constraint.kind not in CONSTRAINT_DIALECTS[self.constraints]:
             what = "GBNF grammars" if constraint.kind == "gbnf" else "JSON constraints"
             raise ConstraintUnsupported(
