@@ -85,3 +85,30 @@ def test_the_server_leaves_the_reasoning_free():
     # the prompt opened <think>: the 40 tokens are reasoning, free prose (constrained, they would be JSON)
     assert r.choices[0].finish_reason == "length"
     assert message["reasoning_content"] and not message["reasoning_content"].lstrip().startswith("{")
+
+
+def test_a_forced_call_follows_the_reasoning(mgr):
+    from lmchat.tools.forcing import forced_calls
+
+    tools = [{"type": "function", "function": {"name": "describe", "parameters": PERSON}}]
+    constraint = constraints.after_reasoning(forced_calls(tools, "qwq", parallel=False), "</think>", max_tokens=30)
+    for seed in range(3):
+        r = mgr.run_turn(mgr.oneoff(tools=tools), ASK, max_new_tokens=300,
+                         params={"temperature": 0.8, "seed": seed, "constraint": constraint})
+        assert r.finish_reason == "stop" and r.parsed.reasoning_content, (seed, r.text)
+        [call] = r.parsed.tool_calls
+        assert call["function"]["name"] == "describe"
+        jsonschema.validate(json.loads(call["function"]["arguments"]), PERSON)
+
+
+def test_a_prompt_that_opens_no_block_lets_the_model_answer_at_once():
+    # Qwen3's prompt opens no <think>: the block is optional, SmolLM2 (which never opens one) answers at once
+    with LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048) as b:
+        qwen3 = SessionManager(b, template="qwen3")
+        constraint = for_template(constraints.json_schema(PERSON), qwen3.default_template)
+        assert constraint.opens == "<think>"
+        for seed in range(3):
+            r = qwen3.run_turn(qwen3.oneoff(), ASK, max_new_tokens=200,
+                               params={"temperature": 0.8, "seed": seed, "constraint": constraint})
+            assert r.finish_reason == "stop", (seed, r.text)
+            jsonschema.validate(json.loads(r.parsed.content), PERSON)
