@@ -50,7 +50,8 @@ def commit_ids(frame: Frame, held: Held, drift: str, answer: str, stop: str,
     return ids_end, before_stop
 
 
-def _drifted(held: Held, drift: str, new: list[int], canonical: list[int] | None, anchor, end: int):
+def _drifted(held: Held, drift: str, new: list[int], canonical: list[int] | None, anchor: tuple[int, int],
+             end: int) -> tuple[list[int], tuple[int, int]]:
     """The engine's ids differ from the canonical encoding: the ids to hold from now on, and the next anchor."""
     if drift == "keep":
         # token-in/token-out: the engine's own ids stay; the next delta is encoded after them

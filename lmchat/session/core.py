@@ -20,7 +20,8 @@ from .. import validation
 from ..errors import SessionError
 from ..messages import Message, flatten_text, normalize_messages
 from ..registry import as_template
-from ..templates.base import BaseTemplate, Chat
+from ..templates.base import BaseTemplate
+from ..templates.chat import Chat
 from ..templates.chat import as_date
 from . import commits, overflow, patches, reopening, snapshot
 from .markers import output_markers, special_strings
@@ -40,7 +41,7 @@ class Session:
         template: BaseTemplate | str,
         *,
         system: str | None = None,
-        tools: list[dict] | None = None,
+        tools: list[dict[str, Any]] | None = None,
         date: _dt.date | None = None,
         session_id: str | None = None,
         template_kwargs: Mapping[str, Any] | None = None,
@@ -82,7 +83,7 @@ class Session:
 
     # ------------------------------------------------------------------ state
     @property
-    def tools(self) -> list[dict] | None:
+    def tools(self) -> list[dict[str, Any]] | None:
         return self._chat.tools
 
     @property
@@ -215,6 +216,7 @@ class Session:
             held = self._held = Held()
         if plan.shift:
             keep, resume = plan.shift
+            assert plan.delta.discard is not None  # a shift discards the dropped turns' ids
             context, (start, count) = held.context, plan.delta.discard
             held.truncate(0)
             held.append(context[:keep] + context[resume:])
@@ -319,7 +321,7 @@ class Session:
         """The snapshot was saved: :meth:`changes` counts from here."""
         self._changes.saved(snapshot.small_values(self))
 
-    def changes(self) -> dict | None:
+    def changes(self) -> dict[str, Any] | None:
         """What changed since :meth:`mark_saved` as a snapshot patch (:mod:`.patches`): O(turn) for a turn.
 
         None when the session was never marked saved (restored, forked, edited:

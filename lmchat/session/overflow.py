@@ -18,7 +18,7 @@ from __future__ import annotations
 import attrs
 
 from ..errors import SessionLengthExceeded
-from ..templates.base import Chat
+from ..templates.chat import Chat
 from .planning import Frame, full_plan
 from .state import Delta, Held, Plan
 from .tokens import encode_prompt
@@ -42,7 +42,11 @@ def fit(frame: Frame, held: Held, plan: Plan, budget: Budget) -> Plan:
     tokens = frame.codec is not None
     size = len(held.ids) if tokens else held.length
     used = 0 if plan.full else plan.delta.discard[0] if plan.delta.discard else size
-    new = len(plan.delta.token_ids) if tokens else len(plan.delta.text)
+    if tokens:
+        assert plan.delta.token_ids is not None  # a plan made with a codec carries its ids
+        new = len(plan.delta.token_ids)
+    else:
+        new = len(plan.delta.text)
     if used + new + budget.max_new_tokens <= budget.session_len:
         return plan
     if budget.policy == "shift" and tokens and not plan.full and held.rewind is None:
@@ -112,7 +116,8 @@ def shift(frame: Frame, held: Held, budget: Budget, used: int, new: int) -> Plan
     spans = codec.spans(template, trial, 0, text, frame.injection)
 
     def ids(a: int, b: int) -> list[int]:
-        return codec.encode(text[a:b], [(s - a, e - a) for s, e in spans if a <= s and e <= b], base=a)[0]
+        encoded: list[int] = codec.encode(text[a:b], [(s - a, e - a) for s, e in spans if a <= s and e <= b], base=a)[0]
+        return encoded
 
     head, tail = ids(0, keep), ids(keep, len(kept))
     full, anchor = codec.encode(text, spans)

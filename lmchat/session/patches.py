@@ -32,25 +32,25 @@ class Changes:
     def __init__(self) -> None:
         self.lows: dict[str, int] | None = None
         #: the small fields' values as last saved, in :data:`SMALL`'s order (a tuple: it is kept per session)
-        self.small: tuple = ()
+        self.small: tuple[Any, ...] = ()
 
     def lower(self, **lows: int) -> None:
         if self.lows is not None:
             for key, low in lows.items():
                 self.lows[key] = min(self.lows.get(key, low), low)
 
-    def saved(self, small: tuple) -> None:
+    def saved(self, small: tuple[Any, ...]) -> None:
         self.lows, self.small = {}, small
 
 
-def make(snapshot_lists: Mapping[str, list], lows: Mapping[str, int], small: Mapping[str, Any]) -> dict:
+def make(snapshot_lists: Mapping[str, list[Any]], lows: Mapping[str, int], small: Mapping[str, Any]) -> dict[str, Any]:
     """A patch from each list's low-water mark (lists not in ``lows`` did not change); it shares nothing
     with the session."""
     lists = {key: [low, json_copy(snapshot_lists[key][low:])] for key, low in lows.items()}
     return {"lists": lists, "set": {k: json_copy(v) for k, v in small.items()}}
 
 
-def apply(snapshot: dict, patch: Mapping[str, Any]) -> dict:
+def apply(snapshot: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
     """``snapshot`` with ``patch`` applied (in place; returned for convenience)."""
     for key, (low, items) in patch.get("lists", {}).items():
         current = snapshot.get(key)
@@ -63,6 +63,6 @@ def apply(snapshot: dict, patch: Mapping[str, Any]) -> dict:
     return snapshot
 
 
-def first_change(old: list, new: list) -> int:
+def first_change(old: list[Any], new: list[Any]) -> int:
     """The first index where ``new`` differs from ``old`` (rare edits only: it walks the lists)."""
     return next((i for i, (a, b) in enumerate(zip(old, new)) if a != b), min(len(old), len(new)))

@@ -11,7 +11,8 @@ from typing import Any
 
 import attrs
 
-from ..templates.base import BaseTemplate, Chat
+from ..templates.base import BaseTemplate
+from ..templates.chat import Chat
 from .state import Delta, Held, Plan
 
 
@@ -45,6 +46,7 @@ def next_plan(frame: Frame, held: Held) -> Plan:
         return full_plan(frame, held, "the new turn changes how the held tokens split (token boundary)")
     if held.rewind is not None:
         start, count = held.rewind
+        assert plan.delta.token_ids is not None  # a rewind is held with a codec only: _with_ids set them
         plan.delta = attrs.evolve(
             plan.delta, token_ids=held.ids[start:] + plan.delta.token_ids, discard=(start, count),
             reason=f"the engine's ids of the last answer differ from its canonical encoding from token {start} "

@@ -9,12 +9,14 @@ a reset carrying the whole open prompt.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 
 from ..errors import SessionError
 from ..messages import normalize_messages
 from ..templates import continued
-from ..templates.base import Chat
+from ..templates.chat import Chat
 from .planning import Frame
 from .state import Delta, Held
 
@@ -34,29 +36,30 @@ def reopen(frame: Frame, held: Held) -> tuple[Delta, Held]:
     end = held.answer_end
     kept = end is not None and not held.needs_reset and held.context[: end[0]] == text
     if kept and codec is not None:
-        kept = end[1] is not None
+        kept = end is not None and end[1] is not None  # end is not None: kept
     del messages[-1]
-    if kept:
-        chars, ids, *anchor = end
+    if kept and end is not None:  # end is not None: kept
+        chars, ids, anchor_chars, anchor_ids = end
         held = attrs.evolve(held, parts=list(held.parts), ids=list(held.ids))
         if codec is None:
             start, count, resend = chars, held.length - chars, None
         else:
+            assert ids is not None  # kept with a codec: the answer's end in ids is known
             engine_len = held.rewind[0] + held.rewind[1] if held.rewind else len(held.ids)
             start = min(held.rewind[0], ids) if held.rewind else ids
             count, resend = engine_len - start, held.ids[start:ids]
             del held.ids[ids:]
-            held.anchor = tuple(anchor)
+            held.anchor = (anchor_chars, anchor_ids)
         held.truncate(chars)
         delta = Delta("", token_ids=resend, discard=(start, count) if count else None,
                       reason="the last answer is reopened: the engine drops what it holds after it" if count else None)
     else:
         why = held.reset_reason if held.needs_reset and held.reset_reason else (
             "the engine's context does not end with the reopened answer as the template renders it")
-        ids, anchor = codec.encode(text, spans) if codec is not None else (None, None)
-        delta = Delta(text, reset=bool(held.parts), sequence_start=True, token_ids=ids,
+        new_ids, new_anchor = codec.encode(text, spans) if codec is not None else (None, None)
+        delta = Delta(text, reset=bool(held.parts), sequence_start=True, token_ids=new_ids,
                       reason=f"reopening the last answer: {why}" if held.parts else None)
-        held = Held(ids=ids or [], anchor=anchor or (0, 0))
+        held = Held(ids=new_ids or [], anchor=new_anchor or (0, 0))
         held.append(text)
         held.offsets, held.tail = offsets[:-2], offsets[-2]
     held.rendered = len(messages)
@@ -64,7 +67,8 @@ def reopen(frame: Frame, held: Held) -> tuple[Delta, Held]:
     return delta, held
 
 
-def _open_rendering(frame: Frame, messages: list[dict]):
+def _open_rendering(frame: Frame, messages: list[dict[str, Any]]
+                    ) -> tuple[Chat, str, list[int], list[tuple[int, int]] | None]:
     """The conversation rendered with its final message open: text, piece offsets, structural spans."""
     tagged, content = continued.tagged(normalize_messages(messages), "content")
     chat = frame.chat

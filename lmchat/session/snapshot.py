@@ -45,7 +45,7 @@ def to_dict(session: "Session") -> dict[str, Any]:
     }
 
 
-def patch(session: "Session") -> dict | None:
+def patch(session: "Session") -> dict[str, Any] | None:
     """What changed since the session was last saved, as a patch (:mod:`.patches`), or None when it never
     was: O(turn) for a turn (the small fields are not taken from :meth:`Held.to_dict`, which copies the
     history; only those that changed are set)."""
@@ -53,14 +53,16 @@ def patch(session: "Session") -> dict | None:
     if lows is None:
         return None
     held = session._held
-    lists = {"messages": session._chat.messages, "context": held.parts, "offsets": held.offsets,
-             "context_ids": held.ids}
+    lists: dict[str, list[Any]] = {"messages": session._chat.messages, "context": held.parts,
+                                   "offsets": held.offsets, "context_ids": held.ids}
     if session._codec is None:
         lows = {k: v for k, v in lows.items() if k != "context_ids"}
     last = session._changes.small
-    changed = {key: list(value) if isinstance(value, tuple) else value
-               for key, value, was in itertools.zip_longest(patches.SMALL, small_values(session), last,
-                                                            fillvalue=_UNSAVED) if value != was}
+    # small_values has one value per key of SMALL; last, none before the first save
+    changed: dict[str, Any] = {
+        key: list(value) if isinstance(value, tuple) else value
+        for key, (value, was) in zip(patches.SMALL, itertools.zip_longest(small_values(session), last,
+                                                                          fillvalue=_UNSAVED)) if value != was}
     return patches.make(lists, lows, changed)
 
 
@@ -69,7 +71,7 @@ _UNSAVED = object()  # no value saved (compares unequal to any)
 _HELD = {key: name for name, key in SMALL_FIELDS}
 
 
-def small_values(session: "Session") -> tuple:
+def small_values(session: "Session") -> tuple[Any, ...]:
     """The small fields (:data:`.patches.SMALL`, in its order) as the session holds them: tuples are shared,
     not copied, so what :meth:`Session.mark_saved` keeps per session costs one tuple."""
     held, opts = session._held, options(session)
@@ -105,7 +107,7 @@ def from_dict(cls: type, data: Mapping[str, Any], tokenizer: Any) -> "Session":
                             ) from None
 
 
-def _restore(cls: type, data: Mapping[str, Any], tokenizer: Any) -> "Session":
+def _restore(cls: type[Session], data: Mapping[str, Any], tokenizer: Any) -> "Session":
     session = cls(
         BaseTemplate.from_dict(data["template"]),
         tools=data.get("tools"),

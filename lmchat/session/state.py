@@ -49,7 +49,7 @@ class Plan:
     shift: tuple[int, int] | None = None  # (keep, resume): the context keeps [:keep] + [resume:]
 
 
-def _snapshot(key: str, **kwargs: Any):
+def _snapshot(key: str, **kwargs: Any) -> Any:  # an attrs field: Any, as attrs.field is
     """A held field, written to snapshots under ``key``."""
     return attrs.field(metadata={"key": key}, **kwargs)
 
@@ -71,7 +71,7 @@ class Held:
     anchor: tuple[int, int] = _snapshot("anchor", default=(0, 0), converter=tuple)  # (chars, ids) after the last marker
     rewind: tuple[int, int] | None = _snapshot("rewind", default=None)  # drift 'rewind': (start, count) to drop
     # the last answer's end before its stop marker: (chars, ids, anchor chars, anchor ids), for reopen()
-    answer_end: tuple[int, int, int, int] | None = _snapshot("answer_end", default=None)
+    answer_end: tuple[int, int | None, int, int] | None = _snapshot("answer_end", default=None)
     reopened: str | None = _snapshot("reopened", default=None)  # content of the answer being continued
     starts: list[int] = attrs.field(factory=list, repr=False)  # offset of each part (derived)
     length: int = attrs.field(default=0, repr=False)  # characters held (derived)
@@ -121,7 +121,7 @@ class Held:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], with_ids: bool) -> "Held":
-        values = {}
+        values: dict[str, Any] = {}
         for a in attrs.fields(cls):
             key = a.metadata.get("key")
             if key is None or data.get(key) is None:

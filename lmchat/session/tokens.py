@@ -29,9 +29,10 @@ import re
 import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast, overload
 
-from ..templates.base import BaseTemplate, Chat
+from ..templates.base import BaseTemplate
+from ..templates.chat import Chat
 from .vocab import HFVocab, Vocabulary
 
 _PUA = "\ue000"
@@ -137,10 +138,11 @@ class TokenCodec:
             return [self.defuse(v, keep) for v in value]
         return value
 
-    def defuse_message(self, message: dict, template: BaseTemplate) -> dict:
+    def defuse_message(self, message: dict[str, Any], template: BaseTemplate) -> dict[str, Any]:
         """A message as :meth:`structural_spans` sees it: an answer keeps its model's output markers."""
         keep = self.output_tokens(template) if message.get("role") == "assistant" else frozenset()
-        return self.defuse(message, keep)
+        defused: dict[str, Any] = self.defuse(message, keep)
+        return defused
 
     def structural_spans(
         self, template: BaseTemplate, chat: Chat, start: int, text: str
@@ -154,7 +156,8 @@ class TokenCodec:
         if self._pattern is None:
             return []
         defused = Chat(
-            _DefusedMessages(chat.messages, self, template),
+            # a read-only view where Chat holds a list: rendering only reads the messages
+            cast("list[dict[str, Any]]", _DefusedMessages(chat.messages, self, template)),
             tools=self.defuse(chat.tools),
             add_generation_prompt=chat.add_generation_prompt,
             date=chat.date,
@@ -165,7 +168,8 @@ class TokenCodec:
             return None
         return self.special_spans(shadow)
 
-    def spans(self, template: BaseTemplate, chat: Chat, start: int, text: str, policy: str = "split"):
+    def spans(self, template: BaseTemplate, chat: Chat, start: int, text: str,
+              policy: str = "split") -> list[tuple[int, int]]:
         """The special-token spans to encode as control ids in ``render_window(chat, start)``.
 
         ``'split'``/``'reject'``: only those the template wrote (and an answer's
@@ -179,19 +183,25 @@ class TokenCodec:
         return self.special_spans(text)
 
 
-class _DefusedMessages(Sequence):
+class _DefusedMessages(Sequence[dict[str, Any]]):
     """A lazy, defused view of a message list (only the messages a window reads are copied)."""
 
-    def __init__(self, messages: list[dict], codec: TokenCodec, template: BaseTemplate):
+    def __init__(self, messages: list[dict[str, Any]], codec: TokenCodec, template: BaseTemplate):
         self._messages = messages
         self._codec = codec
         self._template = template
-        self._cache: dict[int, dict] = {}
+        self._cache: dict[int, dict[str, Any]] = {}
 
     def __len__(self) -> int:
         return len(self._messages)
 
-    def __getitem__(self, i):
+    @overload
+    def __getitem__(self, i: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[dict[str, Any]]: ...
+
+    def __getitem__(self, i: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
         if i < 0:

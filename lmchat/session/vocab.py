@@ -61,7 +61,7 @@ class HFVocab:
             )
         self.tokenizer = tokenizer
         self._parsed = backend
-        self.added: dict[str, int] = {t.content: i for i, t in backend.get_added_tokens_decoder().items()}
+        self.added: Mapping[str, int] = {t.content: i for i, t in backend.get_added_tokens_decoder().items()}
         self.n_tokens = backend.get_vocab_size(with_added_tokens=True)
         spec = json.loads(backend.to_str())
         spec["added_tokens"] = []  # content must never match an added token, special or not
