@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 from collections.abc import Iterator
+from typing import Any
 
 from .errors import MissingExtra
 
@@ -48,7 +49,7 @@ def needs(feature: str, extra: str | None = None) -> Iterator[None]:
         raise MissingExtra(feature, which, root or None) from None
 
 
-def load(target: str, feature: str, extra: str | None = None):
+def load(target: str, feature: str, extra: str | None = None) -> Any:  # whatever the target names
     """The object ``"module:attribute"`` names, imported under :func:`needs`."""
     module, _, attribute = target.partition(":")
     with needs(feature, extra):

@@ -14,19 +14,22 @@ from __future__ import annotations
 import functools
 import importlib
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 from mmengine.registry import Registry  # not `from mmengine import`: that imports torch
 
 from .errors import TemplateConfigError, UnknownTemplate
 
+if TYPE_CHECKING:  # the templates import this module to register
+    from .templates.base import BaseTemplate
+
 CHAT_TEMPLATES = Registry("templates", locations=["lmchat.templates"])
 
 #: alias -> canonical name (LMDeploy's and XTuner's spellings)
 ALIASES: dict[str, str] = {}
 
-T = TypeVar("T", bound=type)
+T = TypeVar("T", bound="type[BaseTemplate]")
 
 
 def register(name: str, *aliases: str, force: bool = False) -> Callable[[T], T]:
@@ -114,18 +117,19 @@ def canonical_name(name: str) -> str:
     return owner
 
 
-def template_class(name: str) -> type:
-    return CHAT_TEMPLATES.module_dict[canonical_name(name)]
+def template_class(name: str) -> type[BaseTemplate]:
+    cls: type[BaseTemplate] = CHAT_TEMPLATES.module_dict[canonical_name(name)]
+    return cls
 
 
-def get_template(name: str, **overrides: Any):
+def get_template(name: str, **overrides: Any) -> BaseTemplate:
     """An instance of the template registered as ``name`` (or an alias), with overrides."""
     from .templates.fields import with_overrides  # importing lmchat.templates registers the built-ins: at call time
 
     return with_overrides(template_class(name)(), overrides)
 
 
-def as_template(template: Any):
+def as_template(template: str | BaseTemplate) -> BaseTemplate:
     """A template instance: ``template`` itself, or a new instance of the template registered under that name
     (what every API that takes a template name or instance works with)."""
     return get_template(template) if isinstance(template, str) else template
