@@ -196,6 +196,7 @@ class StopMatcher:
         return buf[:n]
 
     def _fire(self, text: str) -> str:
+        assert self._candidate is not None  # both callers found one
         start, self.stop = self._candidate
         self.stopped = True
         self._emitted = start
@@ -261,8 +262,10 @@ class StopMatcher:
 
     def _flush_decoder(self) -> str:
         # the stream ends here: what is left decodes as is, replacement characters included
-        prefix_text = self._decode(self._prefix) if self._prefix else ""
-        text = self._decode(self._prefix + self._unread)[len(prefix_text):]
+        decode = self._decode
+        assert decode is not None  # ids are unread only after feed_ids, which sets it
+        prefix_text = decode(self._prefix) if self._prefix else ""
+        text = decode(self._prefix + self._unread)[len(prefix_text):]
         self._groups.append((self._unread, self._pos + len(text)))
         self._unread = []
         return text
