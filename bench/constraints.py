@@ -132,9 +132,9 @@ def validity(mgr, shapes: dict, seeds: int, max_tokens: int) -> dict:
     return out
 
 
-def decode_speed(mgr, question: str, constraint, seed: int, max_tokens: int) -> tuple[float, float]:
+def decode_speed(mgr, question: str, constraint, seed: int, max_tokens: int) -> tuple[float, float, float]:
     """Decode tokens/s (from the first generated token to the last: the prompt's prefill is the same both
-    ways, the answer's length is not) and tokens/s over the whole turn."""
+    ways, the answer's length is not), tokens/s over the whole turn, and seconds to the first token."""
     started = time.perf_counter()
     first = last = None
     count = 0
@@ -146,7 +146,8 @@ def decode_speed(mgr, question: str, constraint, seed: int, max_tokens: int) -> 
             last = now
             count += len(chunk.token_ids)
     whole = count / (time.perf_counter() - started)
-    return (count - 1) / (last - first) if count > 1 and last > first else float("nan"), whole
+    decode = (count - 1) / (last - first) if count > 1 and last > first else float("nan")
+    return decode, whole, (first or time.perf_counter()) - started
 
 
 def cost(mgr, constraint, question: str, runs: int, max_tokens: int) -> dict:
@@ -154,18 +155,22 @@ def cost(mgr, constraint, question: str, runs: int, max_tokens: int) -> dict:
     i for run i of both)."""
     speeds = {"with": [], "without": []}
     whole = {"with": [], "without": []}
+    firsts = {"with": [], "without": []}
     for i in range(runs + 1):
         for how, c in (("with", constraint), ("without", None)) if i % 2 else (("without", None), ("with", constraint)):
-            decode, overall = decode_speed(mgr, question, c, i, max_tokens)
+            decode, overall, first = decode_speed(mgr, question, c, i, max_tokens)
             if i:  # the first pair warms the engine and the grammar cache up
                 speeds[how].append(decode)
                 whole[how].append(overall)
+                firsts[how].append(first)
     medians = {how: statistics.median(s) for how, s in speeds.items()}
     return {"decode_tokens_per_s": {how: [round(x, 1) for x in s] for how, s in speeds.items()},
             "turn_tokens_per_s": {how: [round(x, 1) for x in s] for how, s in whole.items()},
             "median_with": round(medians["with"], 1), "median_without": round(medians["without"], 1),
             "ratio": round(medians["with"] / medians["without"], 3),
-            "turn_ratio": round(statistics.median(whole["with"]) / statistics.median(whole["without"]), 3)}
+            "turn_ratio": round(statistics.median(whole["with"]) / statistics.median(whole["without"]), 3),
+            "first_token_s": {how: [round(x, 3) for x in s] for how, s in firsts.items()},
+            "first_token_median_s": {how: round(statistics.median(s), 3) for how, s in firsts.items()}}
 
 
 def main(argv: list[str]) -> int:
@@ -174,41 +179,54 @@ def main(argv: list[str]) -> int:
     p.add_argument("--runs", type=int, default=7, help="timed runs per side of each cost measure")
     p.add_argument("--max-tokens", type=int, default=300)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--parts", default="compile,validity,cost",
+                   help="which of compile, validity, cost to run (comma-separated; results of a part go to "
+                        "constraints_PART.{json,md})")
     args = p.parse_args(argv)
+    parts = set(args.parts.split(","))
 
     from lmchat import SessionManager, constraints
     from lmchat.backends.llamacpp import LlamaCppBackend
 
     with LlamaCppBackend(threads=args.threads, sessions=1, ctx=4096) as backend:
         mgr = SessionManager(backend)
-        compiled = compile_times(backend, SCHEMAS)  # first: no turn has compiled these yet
+        # first: no turn has compiled these yet
+        compiled = compile_times(backend, SCHEMAS) if "compile" in parts else {}
         shapes = {**SCHEMAS, "json_object": OBJECT}
-        answers = validity(mgr, shapes, args.seeds, args.max_tokens)
+        answers = validity(mgr, shapes, args.seeds, args.max_tokens) if "validity" in parts else {}
         person, person_q = SCHEMAS["enum and bounded integer"]
-        costs = {"json_schema (enum and bounded integer)": cost(mgr, constraints.json_schema(person),
-                                                                prompt(person_q, person), args.runs, args.max_tokens),
-                 "json_object": cost(mgr, constraints.json_object(), prompt(OBJECT[1], None), args.runs,
-                                     args.max_tokens)}
+        costs = {}
+        if "cost" in parts:
+            costs = {"json_schema (enum and bounded integer)": cost(mgr, constraints.json_schema(person),
+                                                                    prompt(person_q, person), args.runs,
+                                                                    args.max_tokens),
+                     "json_object": cost(mgr, constraints.json_object(), prompt(OBJECT[1], None), args.runs,
+                                         args.max_tokens)}
     summary = {name: {how: {"valid": sum(x["valid"] for x in a), "lenient": sum(x["lenient"] for x in a),
                             "answers": len(a)} for how, a in rows.items()} for name, rows in answers.items()}
-    parts = [
-        "(a) answers that parse and validate (lenient: an unconstrained answer's first {...} span counts)",
-        table(["schema", "with the constraint", "without", "without, lenient"],
-              [[n, f"{s['with']['valid']}/{s['with']['answers']}", f"{s['without']['valid']}/{s['without']['answers']}",
-                f"{s['without']['lenient']}/{s['without']['answers']}"] for n, s in summary.items()]),
-        "",
-        "(b) decode tokens/s, runs alternating (median); the ratio over whole turns (prompt included) after it",
-        table(["constraint", "with", "without", "ratio", "whole turns' ratio"],
-              [[n, c["median_with"], c["median_without"], f"{c['ratio']}x", f"{c['turn_ratio']}x"]
-               for n, c in costs.items()]),
-        "",
-        "(c) check_constraint (compile), first time vs cached",
-        table(["schema", "first (ms)", "second (ms)"],
-              [[n, c["first_ms"], c["second_ms"]] for n, c in compiled.items()]),
-    ]
-    out = "\n".join(parts)
+    parts_out = []
+    if answers:
+        parts_out += [
+            "(a) answers that parse and validate (lenient: an unconstrained answer's first {...} span counts)",
+            table(["schema", "with the constraint", "without", "without, lenient"],
+                  [[n, f"{s['with']['valid']}/{s['with']['answers']}",
+                    f"{s['without']['valid']}/{s['without']['answers']}",
+                    f"{s['without']['lenient']}/{s['without']['answers']}"] for n, s in summary.items()]), ""]
+    if costs:
+        parts_out += [
+            "(b) decode tokens/s, runs alternating (median); the ratio over whole turns (prompt included) after it",
+            table(["constraint", "with", "without", "ratio", "whole turns' ratio", "first token with / without (s)"],
+                  [[n, c["median_with"], c["median_without"], f"{c['ratio']}x", f"{c['turn_ratio']}x",
+                    f"{c['first_token_median_s']['with']} / {c['first_token_median_s']['without']}"]
+                   for n, c in costs.items()]), ""]
+    if compiled:
+        parts_out += ["(c) check_constraint (compile), first time vs cached",
+                      table(["schema", "first (ms)", "second (ms)"],
+                            [[n, c["first_ms"], c["second_ms"]] for n, c in compiled.items()])]
+    out = "\n".join(parts_out).strip()
     print(out)
-    path = save("constraints", {"args": vars(args), "summary": summary, "cost": costs, "compile": compiled,
+    name = "constraints" if parts >= {"compile", "validity", "cost"} else "constraints_" + "_".join(sorted(parts))
+    path = save(name, {"args": vars(args), "summary": summary, "cost": costs, "compile": compiled,
                                 "answers": answers})
     path.with_suffix(".md").write_text(out + "\n")
     return 0
