@@ -21,40 +21,10 @@ import json
 import statistics
 import time
 
+from tests.constraint_schemas import SCHEMAS
+
 from .common import save, table
 
-#: schemas of different shapes, with what to ask for (tests/test_constraints.py's)
-SCHEMAS = {
-    "enum and bounded integer": ({
-        "type": "object", "additionalProperties": False, "required": ["name", "age", "colour"],
-        "properties": {"name": {"type": "string"}, "age": {"type": "integer", "minimum": 0, "maximum": 120},
-                       "colour": {"enum": ["red", "green", "blue"]}}},
-        "Describe a person: name, age and favourite colour."),
-    "bounded number": ({
-        "type": "object", "required": ["city", "temperature"], "additionalProperties": False,
-        "properties": {"city": {"type": "string"}, "temperature": {"type": "number", "minimum": -50, "maximum": 60}}},
-        "What is the weather in Paris?"),
-    "array with min and max items": ({
-        "type": "object", "required": ["colours"], "additionalProperties": False,
-        "properties": {"colours": {"type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems": 4}}},
-        "Name some colours."),
-    "nested objects": ({
-        "type": "object", "required": ["book"], "additionalProperties": False,
-        "properties": {"book": {"type": "object", "required": ["title", "author"], "additionalProperties": False,
-                                "properties": {"title": {"type": "string"},
-                                               "author": {"type": "object", "required": ["name"],
-                                                          "properties": {"name": {"type": "string"}}}}}}},
-        "Tell me about a book you like."),
-    "optional fields": ({
-        "type": "object", "required": ["answer"], "additionalProperties": False,
-        "properties": {"answer": {"type": "string"}, "confidence": {"type": "number"},
-                       "sources": {"type": "array", "items": {"type": "string"}}}},
-        "What is the capital of Italy?"),
-    "boolean and string length": ({
-        "type": "object", "required": ["question", "yes"], "additionalProperties": False,
-        "properties": {"question": {"type": "string", "minLength": 3, "maxLength": 40}, "yes": {"type": "boolean"}}},
-        "Is the sky blue?"),
-}
 #: any JSON object: the schema that json_object() enforces, for validating unconstrained answers alike
 OBJECT = ({"type": "object"}, "Describe your favourite animal.")
 SAMPLED = {"temperature": 0.8}

@@ -19,40 +19,9 @@ from lmchat import ConstraintUnsupported, SessionManager, constraints  # noqa: E
 from lmchat.backends import get_backend  # noqa: E402
 from lmchat.backends.llamacpp import LlamaCppBackend  # noqa: E402
 
+from .constraint_schemas import SCHEMAS  # noqa: E402
 from .llama_helpers import THREADS  # noqa: E402
 
-#: schemas of different shapes, with what to ask for
-SCHEMAS = {
-    "enum and bounded integer": ({
-        "type": "object", "additionalProperties": False, "required": ["name", "age", "colour"],
-        "properties": {"name": {"type": "string"}, "age": {"type": "integer", "minimum": 0, "maximum": 120},
-                       "colour": {"enum": ["red", "green", "blue"]}}},
-        "Describe a person: name, age and favourite colour."),
-    "bounded number": ({
-        "type": "object", "required": ["city", "temperature"], "additionalProperties": False,
-        "properties": {"city": {"type": "string"}, "temperature": {"type": "number", "minimum": -50, "maximum": 60}}},
-        "What is the weather in Paris?"),
-    "array with min and max items": ({
-        "type": "object", "required": ["colours"], "additionalProperties": False,
-        "properties": {"colours": {"type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems": 4}}},
-        "Name some colours."),
-    "nested objects": ({
-        "type": "object", "required": ["book"], "additionalProperties": False,
-        "properties": {"book": {"type": "object", "required": ["title", "author"], "additionalProperties": False,
-                                "properties": {"title": {"type": "string"},
-                                               "author": {"type": "object", "required": ["name"],
-                                                          "properties": {"name": {"type": "string"}}}}}}},
-        "Tell me about a book you like."),
-    "optional fields": ({
-        "type": "object", "required": ["answer"], "additionalProperties": False,
-        "properties": {"answer": {"type": "string"}, "confidence": {"type": "number"},
-                       "sources": {"type": "array", "items": {"type": "string"}}}},
-        "What is the capital of Italy?"),
-    "boolean and string length": ({
-        "type": "object", "required": ["question", "yes"], "additionalProperties": False,
-        "properties": {"question": {"type": "string", "minLength": 3, "maxLength": 40}, "yes": {"type": "boolean"}}},
-        "Is the sky blue?"),
-}
 SAMPLED = {"temperature": 0.8}
 
 

@@ -1,0 +1,35 @@
+"""JSON schemas of different shapes, each with a question to ask for it: what tests/test_constraints.py checks
+and ``python -m bench constraints`` measures (enums, bounded numbers, arrays with min and max items, nested
+objects, optional fields, string lengths; additionalProperties false as OpenAI's strict mode requires)."""
+
+SCHEMAS = {
+    "enum and bounded integer": ({
+        "type": "object", "additionalProperties": False, "required": ["name", "age", "colour"],
+        "properties": {"name": {"type": "string"}, "age": {"type": "integer", "minimum": 0, "maximum": 120},
+                       "colour": {"enum": ["red", "green", "blue"]}}},
+        "Describe a person: name, age and favourite colour."),
+    "bounded number": ({
+        "type": "object", "required": ["city", "temperature"], "additionalProperties": False,
+        "properties": {"city": {"type": "string"}, "temperature": {"type": "number", "minimum": -50, "maximum": 60}}},
+        "What is the weather in Paris?"),
+    "array with min and max items": ({
+        "type": "object", "required": ["colours"], "additionalProperties": False,
+        "properties": {"colours": {"type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems": 4}}},
+        "Name some colours."),
+    "nested objects": ({
+        "type": "object", "required": ["book"], "additionalProperties": False,
+        "properties": {"book": {"type": "object", "required": ["title", "author"], "additionalProperties": False,
+                                "properties": {"title": {"type": "string"},
+                                               "author": {"type": "object", "required": ["name"],
+                                                          "properties": {"name": {"type": "string"}}}}}}},
+        "Tell me about a book you like."),
+    "optional fields": ({
+        "type": "object", "required": ["answer"], "additionalProperties": False,
+        "properties": {"answer": {"type": "string"}, "confidence": {"type": "number"},
+                       "sources": {"type": "array", "items": {"type": "string"}}}},
+        "What is the capital of Italy?"),
+    "boolean and string length": ({
+        "type": "object", "required": ["question", "yes"], "additionalProperties": False,
+        "properties": {"question": {"type": "string", "minLength": 3, "maxLength": 40}, "yes": {"type": "boolean"}}},
+        "Is the sky blue?"),
+}
