@@ -7,7 +7,7 @@ compare-and-set) holds where its items are and what the request asked. Beside
 the notes, the session's :class:`~.chain_state.SessionState` (its ``extra``)
 says what kind of session it is, whether its first message is a system prompt
 that is no item, and a conversation's queue and deletions. A branch's
-``origin`` names the items it was forked with (:class:`Names`): they keep the
+``origin`` names the items it was forked with (:class:`.item_names.Names`): they keep the
 ids they had in the chain or conversation they came from, so that a
 response's input items (its whole ancestry) read the same on every branch.
 
@@ -23,7 +23,6 @@ referenced (:class:`~.chain_state.Same`) otherwise.
 """
 from __future__ import annotations
 
-import bisect
 import hashlib
 import time
 import uuid
@@ -36,8 +35,9 @@ from ..manager import OneOff
 from ..manager.table import View
 from ..session import Session
 from ..session.edits import restored
-from .chain_state import CARRIED, Note, Run, Same, SessionState, resolve
+from .chain_state import CARRIED, Note, Same, SessionState, resolve
 from .errors import ApiError
+from .item_names import Names, count_below
 from .items import Serials, conversation_id, parse_conversation_id, parse_response_id, response_id
 
 _SWITCH: dict[str, bool] = {}
@@ -144,59 +144,6 @@ def carried(notes_last: dict | None, key: str, value: Any) -> Any:
     return value
 
 
-# ---------------------------------------------------------------------------------------------- item names
-class Names:
-    """The ids of a session's items: item ``i`` is named ``(sid, serial)``, as :mod:`.items` spells it.
-
-    A branch's first items are copies of its ancestry's, and keep the ids they were returned with: ``origin``
-    lists them as :class:`~.chain_state.Run` s (a conversation's deleted items split its runs). The session's
-    own items follow, numbered by :class:`~.items.Serials`. Stored with the branch, so that its names do not
-    depend on its ancestors still being there, or unchanged.
-    """
-
-    def __init__(self, sid: str, state: SessionState):
-        self.sid, self.origin, self.serials = sid, state.origin, Serials(state.deleted_items)
-        self.removed = self.serials.removed
-        self.starts, self.inherited = [], 0  # where each run starts; how many items the origin names
-        for run in self.origin:
-            self.starts.append(self.inherited)
-            self.inherited += run.count
-
-    def of(self, i: int) -> tuple[str, int]:
-        """(session id, serial) of item ``i``."""
-        if i < self.inherited:
-            j = bisect.bisect_right(self.starts, i) - 1
-            run = self.origin[j]
-            return run.session, run.first_serial + i - self.starts[j]
-        return self.sid, self.serials.serial(i)
-
-    def index(self, sid: str, serial: int) -> int | None:
-        """Where the item ``(sid, serial)`` is (a deleted own item: where the next one is), None: not here."""
-        for start, run in zip(self.starts, self.origin):
-            if run.session == sid and run.first_serial <= serial < run.first_serial + run.count:
-                return start + serial - run.first_serial
-        if sid != self.sid:
-            return None
-        at = count_below(self.removed, serial)
-        return at if at >= self.inherited else None
-
-    def runs(self, n: int) -> tuple[Run, ...]:
-        """The origin of a branch holding the first ``n`` items: runs naming them as they are named here."""
-        runs, i = [], 0
-        for run in self.origin:
-            if i == n:
-                break
-            runs.append(attrs.evolve(run, count=min(run.count, n - i)))
-            i += runs[-1].count
-        while i < n:
-            serial = self.serials.serial(i)
-            later = bisect.bisect_right(self.removed, serial)
-            gap = self.removed[later] - serial if later < len(self.removed) else n - i
-            runs.append(Run(self.sid, serial, min(gap, n - i)))
-            i += runs[-1].count
-        return tuple(runs)
-
-
 # ---------------------------------------------------------------------------------------------- reads
 @attrs.frozen
 class ResponseAt:
@@ -218,11 +165,6 @@ def _last_carried(notes: list) -> dict | None:
         return None
     k = len(notes) - 1
     return {key: resolve(notes, k, key) for key in CARRIED}
-
-
-def count_below(removed, serial: int) -> int:
-    """How many items there are now before ``serial`` (``removed``: the deleted serials, sorted)."""
-    return serial - bisect.bisect_left(removed, serial)
 
 
 def read_response(k: int):

@@ -26,6 +26,7 @@ from .chain_state import Note, SessionState
 from .deps import blocking, owner, text_limit
 from .formats import for_template, text_constraint, tool_constraint
 from .idempotency import releasing
+from .item_names import Names, count_below
 from .items import (Serials, answer_items, answer_parts, bad, input_messages, message_item, message_items, page,
                     parse_item_id, parse_response_id, response_id, session_tools)
 from .request_turns import run
@@ -249,10 +250,10 @@ async def delete_response(rid: str, request: Request, who: str | None = Depends(
 def walk(v, sid: str, lo: int, hi: int, desc: bool, after: str | None):
     """The items of messages ``[lo, hi)`` (item indices: the session's messages after its head, then a
     conversation's queue), in order or reversed, from the message of ``after`` on; named as
-    :class:`~.chains.Names` says (a branch's first items keep their ancestry's ids)."""
+    :class:`~.item_names.Names` says (a branch's first items keep their ancestry's ids)."""
     state = SessionState.from_json(v.extra)
     head, queue = state.head, state.queue
-    names, held = chains.Names(sid, state), v.messages - head
+    names, held = Names(sid, state), v.messages - head
     indices = range(hi - 1, lo - 1, -1) if desc else range(lo, hi)
     if after is not None:
         found = parse_item_id(after)
@@ -290,7 +291,7 @@ async def input_items(rid: str, request: Request, limit: int = Query(20, ge=1, l
             if info is None:
                 return None
             # everything before the response's answer: the session is the response's ancestry up to it
-            hi = chains.count_below(info.state.deleted_items, info.note.end_serial - 1)
+            hi = count_below(info.state.deleted_items, info.note.end_serial - 1)
             return page(walk(v, sid, 0, hi, order == "desc", after), limit, after)
         return read
 
