@@ -1,7 +1,7 @@
 """The backend protocol shared by the REPL and the server."""
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
@@ -151,9 +151,7 @@ class Backend(Protocol):
     model_id: str
     #: a tokenizer sessions should use for token deltas (None: text-only backend)
     tokenizer: Any
-    # optional: ``sampling_defaults``, values its model needs over its template's (see :func:`model_sampling`);
-    # ``agenerate(request)``, the same stream as an async iterator that never blocks the event loop (the
-    # session manager then runs asyncio callers' turns on the loop, without a thread: see docs/manager.md)
+    # optional capabilities: AsyncGenerates, ModelSampling, PrefixCache, Constrains (below)
 
     def generate(self, request: GenerationRequest) -> Iterator[Chunk]: ...
 
@@ -164,6 +162,22 @@ class Backend(Protocol):
         """Forget the cached state of ``session_id``."""
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class AsyncGenerates(Protocol):
+    """A backend that streams to an event loop without blocking it (llamacpp, remote): the session manager then
+    runs asyncio callers' turns on the loop, without a thread (see docs/manager.md)."""
+
+    def agenerate(self, request: GenerationRequest) -> AsyncIterator[Chunk]:
+        """:meth:`Backend.generate`'s stream as an async iterator."""
+
+
+@runtime_checkable
+class ModelSampling(Protocol):
+    """A backend whose model needs sampling values over its template's (a bundled model's, see bundled.py)."""
+
+    sampling_defaults: Mapping[str, Any]
 
 
 @runtime_checkable
@@ -207,9 +221,9 @@ def check_constraint(backend: Backend, constraint: Constraint | None) -> None:
     backend.check_constraint(constraint)
 
 
-def model_sampling(backend: Any) -> dict[str, Any]:
+def model_sampling(backend: Backend) -> dict[str, Any]:
     """What the backend's model needs over its template's sampling values ({} for most)."""
-    return dict(getattr(backend, "sampling_defaults", None) or {})
+    return dict(backend.sampling_defaults or {}) if isinstance(backend, ModelSampling) else {}
 
 
 def engine_id(backend: Backend) -> str:

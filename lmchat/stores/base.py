@@ -95,9 +95,8 @@ def _title_of_session(session: Session) -> str:
 class SessionStore(Protocol):
     #: where the sessions live, as ``open_store`` takes it (a Redis password masked)
     spec: str
-    # optional (RecordStore has them): ``loop_safe``, true when the reads are local and quick, and
-    # ``aappend``/``asave``, the writes awaited on an event loop; the session manager runs turns on
-    # the loop only with a store that has all three
+    # optional capabilities: AsyncStore (the writes awaited on an event loop), Expiring (sessions
+    # that expire)
 
     def save(self, session_dict: Mapping[str, Any], *, expected_version: int | None = None,
              token: str | None = None) -> int:
@@ -126,6 +125,30 @@ class SessionStore(Protocol):
         """Id of the most recently written session."""
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class AsyncStore(Protocol):
+    """A store whose writes can be awaited on an event loop (every :class:`~.records.RecordStore`)."""
+
+    #: its reads are local and quick (SQLite, memory): the session manager then runs asyncio callers' turns on
+    #: the event loop (with a backend that streams asynchronously), where a blocking read would stall it
+    loop_safe: bool
+
+    async def asave(self, session_dict: Mapping[str, Any], *, expected_version: int | None = None,
+                    token: str | None = None) -> int:
+        """``save``, awaited."""
+
+    async def aappend(self, session_id: str, patch: Mapping[str, Any], *, expected_version: int,
+                      summary: Summary, token: str | None = None) -> int:
+        """``append``, awaited."""
+
+
+@runtime_checkable
+class Expiring(Protocol):
+    """A store that forgets a session ``ttl`` seconds after its last write (Redis; None: never)."""
+
+    ttl: float | None
 
 
 @attrs.frozen
