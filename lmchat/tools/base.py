@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from .sink import Sink, openai_id
 
@@ -81,6 +81,14 @@ class Format:
         self.buf = ""
 
 
+class Region(Protocol):
+    """What :meth:`RegionFormat.open` makes: see :class:`RegionFormat`."""
+
+    def feed(self, text: str) -> str | None: ...
+
+    def close(self, marker: str) -> None: ...
+
+
 class RegionFormat(Format):
     """Content with regions between markers; :meth:`open` makes the object that parses a region.
 
@@ -94,16 +102,16 @@ class RegionFormat(Format):
     opens: tuple[str, ...] = ()
     closes: tuple[str, ...] = ()
 
-    def __init_subclass__(cls, **kwargs):
+    def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "markers" not in cls.__dict__:  # a format with markers inside its regions lists them itself
             cls.markers = tuple(dict.fromkeys((*cls.opens, *cls.closes)))
 
     def __init__(self, sink: Sink):
         super().__init__(sink)
-        self.region: Any = None
+        self.region: Region | None = None
 
-    def open(self, marker: str) -> Any:
+    def open(self, marker: str) -> Region | None:
         raise NotImplementedError
 
     def step(self, final: bool) -> None:

@@ -25,23 +25,30 @@ class _Arguments:
         self.lex = JsonLexer()
         self._sent: int | None = None  # position in the lexer's text up to which arguments went out
 
+    @property
+    def _index(self) -> int:
+        """The announced call's index: arguments are sent and a call is closed only once it is announced (a
+        JsonCall's name read; CallSeq closes one without a name as content instead)."""
+        assert self.index is not None, "the call is not announced yet"
+        return self.index
+
     def _send(self, start: int, stop: int) -> None:
         if stop <= start:
             return
         if self._sent is None:
             self._sent = start
         if stop > self._sent:
-            self.sink.args(self.index, self.lex.slice(self._sent, stop))
+            self.sink.args(self._index, self.lex.slice(self._sent, stop))
             self._sent = stop
 
     def _end(self, open_arguments: bool, depth: int) -> None:
         """Close the call: arguments still open are closed after their last complete value."""
         if open_arguments and self._sent is not None:
-            self.sink.args(self.index, self.lex.closing(depth))
+            self.sink.args(self._index, self.lex.closing(depth))
         if not self.lex.done:
             reason = self.lex.error or "the output ends inside the call"
-            self.sink.note(f"{self.sink.label(self.index)}: {reason}; arguments kept up to the last complete value")
-        self.sink.end_call(self.index)
+            self.sink.note(f"{self.sink.label(self._index)}: {reason}; arguments kept up to the last complete value")
+        self.sink.end_call(self._index)
 
 
 class JsonArgs(_Arguments):
@@ -71,7 +78,7 @@ class JsonCall(_Arguments):
         self.problem = ""
         self._seen = 0
         self._name: str | None = None
-        self._id = None
+        self._id: str | None = None
         self._args: tuple[int, int | None] | None = None  # span of the arguments value in the lexer's text
         self._args_settled = False
 
@@ -119,6 +126,6 @@ class JsonCall(_Arguments):
         self._args_settled = True
         try:
             value = json.loads(self.lex.slice(start, end))
-            self.sink.args(self.index, args_json(json.loads(value) if isinstance(value, str) else value))
+            self.sink.args(self._index, args_json(json.loads(value) if isinstance(value, str) else value))
         except (ValueError, RecursionError):
-            self.sink.note(f"{self.sink.label(self.index)}: arguments are not a JSON object; using {{}}")
+            self.sink.note(f"{self.sink.label(self._index)}: arguments are not a JSON object; using {{}}")

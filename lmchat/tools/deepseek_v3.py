@@ -41,6 +41,7 @@ class DeepSeekCall:
             else:
                 return  # nothing yet, or a fence line still arriving
         if self.state == "args":
+            assert self.args is not None, "the head, which makes the arguments, came first"
             n = self.args.feed(self.buf)
             self.buf = self.buf[n:]
             if self.args.lex.done or self.args.lex.error:

@@ -7,6 +7,9 @@ text, so streamed and whole-text parsing cannot disagree.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 import attrs
 
 
@@ -62,14 +65,14 @@ class ParsedResponse:
 
     content: str
     reasoning_content: str | None
-    tool_calls: list[dict]
+    tool_calls: list[dict[str, Any]]
     errors: list[str]
 
 
-def collect(events) -> ParsedResponse:
+def collect(events: Iterable[Event]) -> ParsedResponse:
     """Fold a stream's events into the whole-text result."""
     content, reasoning, errors = [], [], []
-    calls: list[dict] = []
+    calls: list[dict[str, Any]] = []
     arguments: list[list[str]] = []
     for event in events:
         if isinstance(event, ContentDelta):

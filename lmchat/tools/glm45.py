@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 from .base import NAME, RegionFormat
 from .sink import WS, Sink
@@ -18,7 +19,7 @@ PAIR = re.compile(r"\s*<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>",
 NAME_END = re.compile(r"[\n<]")
 
 
-def _value(raw: str, declared) -> object:
+def _value(raw: str, declared: Any) -> object:
     types = [declared] if isinstance(declared, str) else declared if isinstance(declared, list) else []
     if "string" in types:
         return raw
@@ -40,40 +41,43 @@ class Glm45Call:
 
     def feed(self, text: str) -> None:
         self.buf += text
-        if self.index is None:
+        index = self.index
+        if index is None:
             end = NAME_END.search(self.buf)
             if end is None or not NAME.fullmatch(self.buf[:end.start()].strip(WS)):
                 return  # judged at close when no name line comes
-            self._start(self.buf[:end.start()].strip(WS))
+            index = self._start(self.buf[:end.start()].strip(WS))
             self.buf = self.buf[end.start():]
         while m := PAIR.match(self.buf):
             key, raw = m.group(1).strip(WS), m.group(2)
             value = _value(raw, self.sink.property_type(self.name, key))
             piece = json.dumps(key, ensure_ascii=False) + ": " + json.dumps(value, ensure_ascii=False)
-            self.sink.args(self.index, ("{" if not self.pairs else ", ") + piece)
+            self.sink.args(index, ("{" if not self.pairs else ", ") + piece)
             self.pairs += 1
             self.buf = self.buf[m.end():]
         return
 
-    def _start(self, name: str) -> None:
+    def _start(self, name: str) -> int:
         self.name = name
-        self.index = self.sink.start_call(name)
+        self.index = index = self.sink.start_call(name)
+        return index
 
     def close(self, marker: str) -> None:
-        if self.index is None:
+        index = self.index
+        if index is None:
             if not NAME.fullmatch(self.buf.strip(WS)):
                 self.sink.content.write(OPEN + self.buf + marker)
                 self.sink.note("a GLM tool call without a name line; kept as content")
                 return
-            self._start(self.buf.strip(WS))  # a call without arguments
+            index = self._start(self.buf.strip(WS))  # a call without arguments
             self.buf = ""
         if self.pairs:
-            self.sink.args(self.index, "}")
-        self.sink.end_call(self.index)
+            self.sink.args(index, "}")
+        self.sink.end_call(index)
         if self.buf.strip(WS):
             what = ("the output ends inside an argument" if not marker
                     else f"malformed arguments {self.buf.strip()[:20]!r}")
-            self.sink.note(f"{self.sink.label(self.index)}: {what}; kept as content")
+            self.sink.note(f"{self.sink.label(index)}: {what}; kept as content")
             self.sink.content.write(self.buf)
 
 

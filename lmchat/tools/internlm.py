@@ -78,7 +78,7 @@ class InternLM(RegionFormat):
     opens = (PLUGIN, INTERPRETER)
     closes = (END,)
 
-    def open(self, marker: str):
+    def open(self, marker: str) -> CodeRegion | CallRegion:
         if marker == INTERPRETER:
             return CodeRegion(self.sink)
         return CallRegion(self.sink, marker, "object")

@@ -32,7 +32,7 @@ _CLOSER = {"{": "}", "[": "]"}
 class JsonLexer:
     """Consumes one JSON object from successive chunks."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._text = io.StringIO()  # the consumed text, control characters inside strings escaped
         self._len = 0  # (a StringIO so that long arguments arriving in small pieces cost linear time)
         self.done = False

@@ -10,9 +10,10 @@ booleans, None), and anything else (positional arguments, names, calls such as
 from __future__ import annotations
 
 import ast
+from typing import Any
 
 
-def literal_call(code: str, function: str | None = None) -> tuple[str, dict]:
+def literal_call(code: str, function: str | None = None) -> tuple[str, dict[str, Any]]:
     """``(name, kwargs)`` of ``function(k=v, ...)``, or of ``name.call(k=v, ...)`` when ``function`` is None.
 
     Raises ValueError saying why the text is not such a call.
@@ -27,7 +28,7 @@ def literal_call(code: str, function: str | None = None) -> tuple[str, dict]:
     name = _callee(call.func, function)
     if call.args:
         raise ValueError("positional arguments are not accepted (only name=literal)")
-    kwargs = {}
+    kwargs: dict[str, Any] = {}
     for keyword in call.keywords:
         if keyword.arg is None:
             raise ValueError("**arguments are not accepted")

@@ -9,7 +9,7 @@ without a built-in template (``glm45``) are reached through
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -25,6 +25,9 @@ from .internlm import InternLM
 from .llama3_json import Llama3Json
 from .mistral import Granite, Mistral
 from .think import CLOSE, OPEN
+
+if TYPE_CHECKING:  # the templates import this package for their tool formats
+    from ..templates.base import BaseTemplate
 
 FORMATS: dict[str, type[Format]] = {
     "plain": Format,
@@ -48,7 +51,7 @@ class ResponseFormat:
     reasoning: bool = False
 
     @tools.validator
-    def _known(self, attribute, value):
+    def _known(self, attribute: attrs.Attribute[str], value: str) -> None:
         if value not in FORMATS:
             raise ConfigError(f"unknown tool-call format {value!r} (known: {', '.join(FORMATS)})", field="tools")
 
@@ -90,11 +93,11 @@ def prompt_opens_think(template: Any, **template_kwargs: Any) -> bool:
 
 
 @functools.lru_cache(maxsize=256)
-def _opens_think(template: Any, template_kwargs: tuple) -> bool:
+def _opens_think(template: BaseTemplate, template_kwargs: tuple[tuple[str, Any], ...]) -> bool:
     return _renders_open_think(template, dict(template_kwargs))
 
 
-def _renders_open_think(template: Any, template_kwargs: dict) -> bool:
+def _renders_open_think(template: BaseTemplate, template_kwargs: dict[str, Any]) -> bool:
     try:
         prompt = template.messages2prompt([{"role": "user", "content": "."}], **template_kwargs)
     except LmchatError:  # a template that cannot render this conversation does not open a block

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from .base import NAME, Format, cut
-from .sink import WS
+from .sink import WS, Sink
 
 SEP = "<|assistant|>"
 NAME_SO_FAR = re.compile(r"[ \t\r]*[\w.\-:/]*[ \t\r]*")  # a line that may still become a name line
@@ -23,7 +23,7 @@ class SegmentFormat(Format):
     markers = (SEP,)
     verbatim_without_markers = False  # the first line may name a tool
 
-    def __init__(self, sink):
+    def __init__(self, sink: Sink) -> None:
         super().__init__(sink)
         self.state = "meta"  # meta (reading the first line), content, tool
         self.name = ""

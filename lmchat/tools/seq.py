@@ -54,10 +54,10 @@ class CallSeq:
     def close(self, closing: str = "") -> None:
         """The text of the sequence ended (closing marker, or end of answer)."""
         if not self.failed:
-            if self.state == "call" and self._call.index is None:
+            if self.state == "call" and self._current().index is None:
                 self._fail("the output ends before the tool name")
             elif self.state == "call":
-                self._call.close()
+                self._current().close()
                 self.calls += 1
             elif self.state == "begin":
                 self._fail("empty tool call")
@@ -87,8 +87,13 @@ class CallSeq:
             return "elem"
         return "end"
 
+    def _current(self) -> JsonCall:
+        """The call being read (state "call" always has one)."""
+        assert self._call is not None, "no call in state 'call'"
+        return self._call
+
     def _feed_call(self, text: str) -> str:
-        call = self._call
+        call = self._current()
         n = call.feed(text)
         # text before the announcement is part of the call once it is announced
         self.raw = "" if call.index is not None else self.raw + text[:n]

@@ -15,6 +15,7 @@ from typing import Any
 
 from .events import (
     ContentDelta,
+    Event,
     ParseError,
     ReasoningDelta,
     ToolCallArgumentsDelta,
@@ -118,10 +119,12 @@ def schema_problems(schema: Any, args: Any) -> list[str]:
         return []
     if not isinstance(args, dict):
         return ["arguments are not a JSON object"]
-    props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    props = schema.get("properties")
+    props = props if isinstance(props, dict) else {}
     out = [f"missing required argument {k!r}" for k in schema.get("required") or () if k not in args]
     for key, value in args.items():
-        declared = props.get(key, {}).get("type") if isinstance(props.get(key), dict) else None
+        prop = props.get(key)
+        declared = prop.get("type") if isinstance(prop, dict) else None
         types = [declared] if isinstance(declared, str) else declared if isinstance(declared, list) else []
         checks = [_TYPES[t] for t in types if t in _TYPES]
         if checks and not any(check(value) for check in checks):
@@ -133,7 +136,7 @@ class Sink:
     """Collects the events of one answer."""
 
     def __init__(self, tools: Any = None, ids: Callable[[Any], str] = openai_id):
-        self.events: list = []
+        self.events: list[Event] = []
         self.content = Channel(lambda text: self.events.append(ContentDelta(text)))
         self.reasoning = Channel(lambda text: self.events.append(ReasoningDelta(text)))
         self.ids = ids
@@ -141,7 +144,7 @@ class Sink:
         self._names: list[str] = []
         self._args: list[list[str]] = []
 
-    def take(self) -> list:
+    def take(self) -> list[Event]:
         events, self.events = self.events, []
         return events
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .events import ParsedResponse, collect
+from .base import Format
+from .events import Event, ParsedResponse, collect
 from .registry import FORMATS, ResponseFormat, prompt_opens_think, response_format
 from .sink import Sink
 from .think import CLOSE, OPEN, ThinkSplitter
@@ -25,24 +26,25 @@ class ResponseStream:
     decides (QwQ's does).
     """
 
-    def __init__(self, template: Any, *, tools: list | None = None, prompt_opened: bool | None = None):
+    def __init__(self, template: Any, *, tools: list[dict[str, Any]] | None = None,
+                 prompt_opened: bool | None = None) -> None:
         fmt = response_format(template)
         cls = FORMATS[fmt.tools]
         self._sink = Sink(tools, ids=cls.ids)
         self._format = cls(self._sink)
-        self._entry: Any = self._format
+        self._entry: Format | ThinkSplitter = self._format
         if fmt.reasoning:
             opened = prompt_opens_think(template) if prompt_opened is None else prompt_opened
             self._entry = ThinkSplitter(self._sink, self._format, opened)
         self._finished = False
 
-    def feed(self, chunk: str) -> list:
+    def feed(self, chunk: str) -> list[Event]:
         if self._finished:
             raise RuntimeError("feed() after finish(): start a new ResponseStream for the next answer")
         self._entry.feed(chunk)
         return self._sink.take()
 
-    def finish(self) -> list:
+    def finish(self) -> list[Event]:
         """The answer is complete: release what was held back and close what is open."""
         if not self._finished:
             self._finished = True
@@ -53,7 +55,7 @@ class ResponseStream:
 
 
 def parse_response(
-    template: Any, text: str, *, tools: list | None = None, prompt_opened: bool | None = None
+    template: Any, text: str, *, tools: list[dict[str, Any]] | None = None, prompt_opened: bool | None = None
 ) -> ParsedResponse:
     """Split a complete answer into content, reasoning and OpenAI-shaped tool calls.
 
