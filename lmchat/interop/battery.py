@@ -15,6 +15,9 @@ from typing import Any
 
 import attrs
 
+from ..messages import Message
+from ..templates.base import BaseTemplate
+
 DATE = dt.date(2024, 7, 26)
 
 TOOLS = [
@@ -36,23 +39,23 @@ TRICKY = [
 ]
 
 
-def u(content: str) -> dict:
+def u(content: str) -> Message:
     return {"role": "user", "content": content}
 
 
-def a(content: str, **extra: Any) -> dict:
+def a(content: str, **extra: Any) -> Message:
     return {"role": "assistant", "content": content, **extra}
 
 
-def s(content: str) -> dict:
+def s(content: str) -> Message:
     return {"role": "system", "content": content}
 
 
-def call(name: str, arguments, id: str = "call_1") -> dict:
+def call(name: str, arguments: Any, id: str = "call_1") -> dict[str, Any]:
     return {"id": id, "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
-def tool(content: str, id: str = "call_1", name: str = "get_current_weather") -> dict:
+def tool(content: str, id: str = "call_1", name: str = "get_current_weather") -> Message:
     return {"role": "tool", "content": content, "tool_call_id": id, "name": name}
 
 
@@ -100,10 +103,10 @@ class Case:
     """One conversation of the battery with its render options."""
 
     label: str
-    messages: list
-    tools: list | None = None
+    messages: list[Message]
+    tools: list[dict[str, Any]] | None = None
 
-    def options(self) -> dict:
+    def options(self) -> dict[str, Any]:
         return {"tools": self.tools} if self.tools is not None else {}
 
 
@@ -142,7 +145,7 @@ class Difference:
         return "\n".join(lines)
 
 
-def outcome(template, case: Case, add_generation_prompt: bool) -> tuple[bool, str]:
+def outcome(template: BaseTemplate, case: Case, add_generation_prompt: bool) -> tuple[bool, str]:
     """(True, text), or (False, the error message) when the template rejects the conversation."""
     try:
         text = template.messages2prompt(case.messages, add_generation_prompt=add_generation_prompt, date=DATE,
@@ -152,7 +155,8 @@ def outcome(template, case: Case, add_generation_prompt: bool) -> tuple[bool, st
     return True, text
 
 
-def first_difference(reference, candidate, with_tools: bool = False) -> tuple[int, Difference | None]:
+def first_difference(reference: BaseTemplate, candidate: BaseTemplate,
+                     with_tools: bool = False) -> tuple[int, Difference | None]:
     """(number of conversations compared, the first difference or None)."""
     count = 0
     for case in cases(with_tools):

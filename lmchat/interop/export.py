@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import string
+from collections.abc import Iterable
 
 from ..errors import TemplateConfigError
 from ..templates.affix import AffixTemplate
@@ -67,7 +68,11 @@ def export_jinja(template: BaseTemplate) -> str:
     problem = export_problem(template)
     if problem:
         raise TemplateConfigError(problem)
-    body = _xtuner(template) if isinstance(template, XTunerTemplate) else _affix(template)
+    if isinstance(template, XTunerTemplate):
+        body = _xtuner(template)
+    else:
+        assert isinstance(template, AffixTemplate), "export_problem refuses the other templates"
+        body = _affix(template)
     return f"{{#- exported by lmchat from the built-in template {template.name} -#}}\n" + "\n".join(body) + "\n"
 
 
@@ -121,7 +126,7 @@ def _unsupported(t: BaseTemplate) -> str:
     return f"{{{{- raise_exception('role ' ~ message['role'] ~ {reason}) -}}}}"
 
 
-def _role_chain(t: AffixTemplate, roles, content: str) -> list[str]:
+def _role_chain(t: AffixTemplate, roles: Iterable[str], content: str) -> list[str]:
     """``if role == ...`` branches, one per role, each ``prefix + content + suffix`` (left open)."""
     lines = []
     for i, role in enumerate(roles):

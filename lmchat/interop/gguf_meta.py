@@ -24,7 +24,7 @@ class GGUFError(ValueError):
     """Not a GGUF file lmchat can read (another format, a damaged or truncated header, GGUF v1)."""
 
 
-def is_gguf(path: str | os.PathLike) -> bool:
+def is_gguf(path: str | os.PathLike[str]) -> bool:
     """Whether the file starts with the GGUF magic (its name is no evidence: ``my-model.bin`` may be one)."""
     try:
         with open(path, "rb") as f:
@@ -33,7 +33,7 @@ def is_gguf(path: str | os.PathLike) -> bool:
         return False
 
 
-def read_gguf_metadata(path: str | os.PathLike, keys: Iterable[str] | None = None) -> dict[str, object]:
+def read_gguf_metadata(path: str | os.PathLike[str], keys: Iterable[str] | None = None) -> dict[str, object]:
     """The scalar and string values of the file's metadata (arrays are skipped), or only ``keys`` of them
     (short arrays of numbers among them as lists).
 
@@ -56,25 +56,25 @@ def read_gguf_metadata(path: str | os.PathLike, keys: Iterable[str] | None = Non
 class _Reader:
     """A cursor over the mapped bytes, in the file's byte order."""
 
-    def __init__(self, data):
+    def __init__(self, data: mmap.mmap) -> None:
         if data[:4] != MAGIC:
             raise GGUFError("not a GGUF file (no GGUF magic)")
         self.data, self.pos = data, 4
         self.order = "<"
-        version = self.scalar(4)
+        version = self.uint(4)
         if version > 0xFFFF:  # a big-endian file reads as a huge little-endian version
             self.pos, self.order = 4, ">"
-            version = self.scalar(4)
+            version = self.uint(4)
         if version not in (2, 3):  # v1 had 32-bit lengths; no tool has written it since 2023
             raise GGUFError(f"GGUF version {version} is not supported (2 and 3 are)")
 
     def metadata(self, wanted: set[str] | None) -> dict[str, object]:
-        self.scalar(10)  # tensor count: the tensors are not read
+        self.uint(10)  # tensor count: the tensors are not read
         out: dict[str, object] = {}
-        for _ in range(self.scalar(10)):
+        for _ in range(self.uint(10)):
             if wanted is not None and wanted <= out.keys():
                 break
-            key, kind = self.string(), self.scalar(4)
+            key, kind = self.string(), self.uint(4)
             if kind == _ARRAY and wanted is not None and key in wanted:
                 out[key] = self.small_array()
             elif kind == _ARRAY:
@@ -85,14 +85,21 @@ class _Reader:
                 self.skip(kind)
         return out
 
-    def scalar(self, kind: int):
+    def scalar(self, kind: int) -> int | float:
+        """A fixed-size value: a float for kinds 6 and 12, a bool for 7, else an int."""
         fmt = self.order + _SCALARS[kind]
-        (value,) = struct.unpack_from(fmt, self.data, self.pos)
+        value: int | float = struct.unpack_from(fmt, self.data, self.pos)[0]
         self.pos += struct.calcsize(fmt)
         return value
 
+    def uint(self, kind: int) -> int:
+        """A uint32 (kind 4: value types, the version) or a uint64 (kind 10: counts, lengths)."""
+        value = self.scalar(kind)
+        assert isinstance(value, int), kind
+        return value
+
     def string(self) -> str:
-        n = self.scalar(10)
+        n = self.uint(10)
         end = self.pos + n
         if end > len(self.data):
             raise IndexError(f"a string of {n} bytes runs past the end of the file")
@@ -100,7 +107,7 @@ class _Reader:
         self.pos = end
         return text
 
-    def value(self, kind: int):
+    def value(self, kind: int) -> str | int | float:
         if kind == _STRING:
             return self.string()
         if kind not in _SCALARS:
@@ -109,7 +116,7 @@ class _Reader:
 
     def skip(self, kind: int) -> None:
         if kind == _STRING:
-            n = self.scalar(10)  # not `self.pos += self.scalar(10)`: that adds to the position before the length
+            n = self.uint(10)  # not `self.pos += self.uint(10)`: that adds to the position before the length
             self.pos += n
         elif kind == _ARRAY:
             self.skip_array()
@@ -118,10 +125,10 @@ class _Reader:
         else:
             raise GGUFError(f"unknown GGUF value type {kind}")
 
-    def small_array(self) -> list | None:
+    def small_array(self) -> list[int | float] | None:
         """A wanted array of numbers (a value per layer, say) as a list; None for anything longer than
         :data:`SMALL` items or of strings (skipped)."""
-        start, kind, n = self.pos, self.scalar(4), self.scalar(10)
+        start, kind, n = self.pos, self.uint(4), self.uint(10)
         if kind not in _SCALARS or n > SMALL:
             self.pos = start
             self.skip_array()
@@ -129,7 +136,7 @@ class _Reader:
         return [self.scalar(kind) for _ in range(n)]
 
     def skip_array(self) -> None:
-        kind, n = self.scalar(4), self.scalar(10)
+        kind, n = self.uint(4), self.uint(10)
         if kind in _SCALARS:  # fixed-size items: one jump
             self.pos += n * struct.calcsize(_SCALARS[kind])
         else:

@@ -14,7 +14,8 @@ whole conversation and verifies that it extends what the engine holds.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+import os
+from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 import attrs
@@ -32,10 +33,11 @@ SENTINEL = "LMCHAT_SENTINEL_5e1f"
 
 
 # ---------------------------------------------------------------------- field converters
-def _pairs(value) -> tuple[tuple[str, str], ...]:
+def _pairs(value: Any) -> tuple[tuple[str, str], ...]:
     """Mappings, ``[{"name", "template"}]`` lists or pairs as sorted (name, value) pairs, None values dropped."""
     if not value:
         return ()
+    items: Iterable[tuple[Any, Any]]
     if isinstance(value, Mapping):
         items = value.items()
     else:
@@ -87,10 +89,12 @@ class JinjaTemplate(BaseTemplate):
     named_templates: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_pairs)
     special_tokens: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_pairs)
     label: str | None = None  # where the template came from, for messages
-    lead: str | None = None
-    eoa: str | None = None
+    # None (the default) asks for inference from the template: __attrs_post_init__ sets a str before any
+    # reader sees the instance, so BaseTemplate's str holds for every constructed template
+    lead: str | None = None  # type: ignore[assignment]  # None only as a constructor argument (see above)
+    eoa: str | None = None  # type: ignore[assignment]  # None only as a constructor argument (see above)
 
-    def __attrs_post_init__(self):
+    def __attrs_post_init__(self) -> None:
         for source in (self.chat_template, *dict(self.named_templates).values()):
             compile_template(source)  # a syntax error surfaces here, not at the first prompt
         if self.lead is None or self.eoa is None:
@@ -120,14 +124,14 @@ class JinjaTemplate(BaseTemplate):
         return cls(chat_template=text, special_tokens=tokens, label=name, **sampling)
 
     @classmethod
-    def from_pretrained(cls, folder, **overrides: Any) -> "JinjaTemplate":
+    def from_pretrained(cls, folder: str | os.PathLike[str], **overrides: Any) -> "JinjaTemplate":
         """A model folder: tokenizer_config.json, chat_template.jinja/.json, generation_config.json, config.json."""
         from .jinja_files import read_pretrained
 
         return cls(**{**read_pretrained(folder), **overrides})
 
     @classmethod
-    def from_gguf(cls, path, **overrides: Any) -> "JinjaTemplate":
+    def from_gguf(cls, path: str | os.PathLike[str], **overrides: Any) -> "JinjaTemplate":
         """A GGUF file's ``tokenizer.chat_template`` with its bos/eos (needs the ``gguf`` package)."""
         from .jinja_files import read_gguf
 
@@ -148,7 +152,7 @@ class JinjaTemplate(BaseTemplate):
     def name(self) -> str:
         return self.registered_name or self.label or "jinja"
 
-    def select(self, tools) -> str:
+    def select(self, tools: object) -> str:
         """The source transformers would pick: ``tool_use`` when tools are given, else the default."""
         named = dict(self.named_templates)
         if tools is not None and "tool_use" in named:

@@ -14,11 +14,13 @@ from __future__ import annotations
 import contextvars
 import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any, NoReturn
 
 import jinja2
 import jinja2.ext
 import jinja2.nodes
+import jinja2.parser
 import jinja2.utils
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -36,12 +38,12 @@ class GenerationTag(jinja2.ext.Extension):
 
     tags = {"generation"}
 
-    def parse(self, parser):
+    def parse(self, parser: jinja2.parser.Parser) -> jinja2.nodes.Node:
         lineno = next(parser.stream).lineno
         body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
         return jinja2.nodes.CallBlock(self.call_method("_passthrough"), [], [], body).set_lineno(lineno)
 
-    def _passthrough(self, caller):
+    def _passthrough(self, caller: Callable[[], str]) -> str:
         body = caller()
         # while spans are asked for, bracket the body with markers that render_generation_spans removes
         return f"{GEN_OPEN}{body}{GEN_CLOSE}" if _TRACK_GENERATION.get() else body
@@ -54,38 +56,39 @@ _TRACK_GENERATION: contextvars.ContextVar[bool] = contextvars.ContextVar("lmchat
 class _SafeDict:
     """``dict`` for templates: callable, but the real type (and its attributes) stays out of reach."""
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> dict[Any, Any]:
         return dict(*args, **kwargs)
 
-    def fromkeys(self, *args, **kwargs):
+    def fromkeys(self, *args: Any, **kwargs: Any) -> dict[Any, Any]:
         return dict.fromkeys(*args, **kwargs)
 
 
 class _SafeNamespace(jinja2.utils.Namespace):
     """``namespace`` refusing underscore names, which could reach internals (transformers 5.x hardening)."""
 
-    def __init__(*args, **kwargs):  # jinja2's Namespace signature: self travels in args
+    def __init__(*args: Any, **kwargs: Any) -> None:  # jinja2's Namespace signature: self travels in args
         self, rest = args[0], args[1:]
         for key in dict(*rest, **kwargs):
             _SafeNamespace._check(key)
         jinja2.utils.Namespace.__init__(self, dict(*rest, **kwargs))
 
-    def __setitem__(self, name, value):
+    def __setitem__(self, name: str, value: Any) -> None:
         _SafeNamespace._check(name)
         jinja2.utils.Namespace.__setitem__(self, name, value)
 
     @staticmethod
-    def _check(name):
+    def _check(name: object) -> None:
         if isinstance(name, str) and name.startswith("_"):
             raise jinja2.exceptions.SecurityError(
                 f"namespace attribute names may not start with an underscore: {name!r}")
 
 
-def _raise_exception(message):
+def _raise_exception(message: object) -> NoReturn:
     raise TemplateRuleError("template-raise", str(message))
 
 
-def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+def _tojson(x: Any, ensure_ascii: bool = False, indent: int | str | None = None,
+            separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
     return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 

@@ -6,12 +6,16 @@ which fingerprint matching reads too.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import TemplateConfigError
 from ..extras import needs
 from ..jsonfile import read_json
+
+if TYPE_CHECKING:
+    from gguf import GGUFReader
 
 #: generation_config.json keys copied as they are
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "repetition_penalty")
@@ -19,7 +23,7 @@ SAMPLING_KEYS = ("temperature", "top_p", "top_k", "repetition_penalty")
 CONTEXT_KEYS = ("max_position_embeddings", "seq_length", "max_sequence_length", "n_positions")
 
 
-def _json_object(path: Path) -> dict:
+def _json_object(path: Path) -> dict[str, Any]:
     """A folder's JSON file as an object; {} when the folder does not have it."""
     if not path.is_file():
         return {}
@@ -29,16 +33,15 @@ def _json_object(path: Path) -> dict:
     return data
 
 
-def _token_text(value) -> str | None:
+def _token_text(value: Any) -> str | None:
     """A special token as tokenizer_config.json writes it: a string or an AddedToken dict."""
     if isinstance(value, str):
         return value
-    if isinstance(value, dict) and isinstance(value.get("content"), str):
-        return value["content"]
-    return None
+    content = value.get("content") if isinstance(value, dict) else None
+    return content if isinstance(content, str) else None
 
 
-def special_tokens(config: dict) -> dict[str, str]:
+def special_tokens(config: dict[str, Any]) -> dict[str, str]:
     """Every ``*_token`` string of a tokenizer config, as transformers 5.x passes them to templates."""
     tokens = {k: _token_text(v) for k, v in config.items() if k.endswith("_token")}
     extra = config.get("extra_special_tokens")
@@ -62,7 +65,7 @@ def named_templates(value: Any, source: str) -> dict[str, str]:
                               field="chat_template", source=source)
 
 
-def shipped_templates(folder: Path, config: dict | None = None) -> tuple[str, dict[str, str]] | None:
+def shipped_templates(folder: Path, config: dict[str, Any] | None = None) -> tuple[str, dict[str, str]] | None:
     """``(file, name -> source)`` of the chat templates a model folder ships (a single one is 'default'), or None.
 
     transformers' precedence: separate template files (``chat_template.jinja``
@@ -87,7 +90,7 @@ def shipped_templates(folder: Path, config: dict | None = None) -> tuple[str, di
     return None
 
 
-def _token_ids(folder: Path, config: dict) -> dict[int, str]:
+def _token_ids(folder: Path, config: dict[str, Any]) -> dict[int, str]:
     """Token id -> text for the added tokens, which is where eos ids resolve."""
     table = {int(k): _token_text(v) for k, v in (config.get("added_tokens_decoder") or {}).items()}
     tokenizer = folder / "tokenizer.json"
@@ -97,16 +100,17 @@ def _token_ids(folder: Path, config: dict) -> dict[int, str]:
     return {k: v for k, v in table.items() if isinstance(v, str)}
 
 
-def _as_list(value) -> list:
+def _as_list(value: Any) -> list[Any]:
     if value is None:
         return []
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
-def _sampling(folder: Path, config: dict, tokens: dict[str, str]) -> dict[str, Any]:
+def _sampling(folder: Path, config: dict[str, Any], tokens: dict[str, str]) -> dict[str, Any]:
     gen = _json_object(folder / "generation_config.json")
     model = _json_object(folder / "config.json")
-    text_model = model.get("text_config") if isinstance(model.get("text_config"), dict) else {}
+    text_model = model.get("text_config")
+    text_model = text_model if isinstance(text_model, dict) else {}
     out: dict[str, Any] = {k: gen[k] for k in SAMPLING_KEYS if gen.get(k) is not None}
     context = [gen.get("max_length")] + [m.get(k) for k in CONTEXT_KEYS for m in (model, text_model)]
     session_len = next((c for c in context if isinstance(c, int) and c > 0), None)
@@ -122,7 +126,7 @@ def _sampling(folder: Path, config: dict, tokens: dict[str, str]) -> dict[str, A
     return out
 
 
-def read_pretrained(folder) -> dict[str, Any]:
+def read_pretrained(folder: str | os.PathLike[str]) -> dict[str, Any]:
     """JinjaTemplate fields from a Hugging Face model (or tokenizer) folder."""
     folder = Path(folder)
     if not folder.is_dir():
@@ -146,14 +150,14 @@ def read_pretrained(folder) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------- GGUF
-def _gguf_value(reader, key: str):
+def _gguf_value(reader: GGUFReader, key: str) -> Any:
     field = reader.fields.get(key)
     if field is None:
         return None
     return field.contents()
 
 
-def read_gguf(path) -> dict[str, Any]:
+def read_gguf(path: str | os.PathLike[str]) -> dict[str, Any]:
     """JinjaTemplate fields from GGUF metadata (``tokenizer.chat_template[.NAME]``, bos/eos ids)."""
     with needs("reading GGUF files", "jinja"):
         from gguf import GGUFReader

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -31,6 +31,9 @@ from ..templates.fields import with_overrides
 from ..templates.lmdeploy_twins import LMDEPLOY_TWINS
 from ..templates.xtuner import XTUNER_KEYS, XTunerTemplate
 from .jinja_files import named_templates
+
+if TYPE_CHECKING:  # imported when a Jinja template is loaded (it pulls in jinja2)
+    from .jinja import JinjaTemplate
 
 #: LMDeploy ``ChatTemplateConfig`` field -> accepted JSON type (float fields take integers too)
 LMDEPLOY_FIELDS: dict[str, type] = {
@@ -90,7 +93,7 @@ def _plain_class(model_name: str) -> type:
     )
 
 
-def template_from_lmdeploy_config(data: dict, source: str | None = None) -> BaseTemplate:
+def template_from_lmdeploy_config(data: dict[str, Any], source: str | None = None) -> BaseTemplate:
     """An LMDeploy ``ChatTemplateConfig`` as a frozen template.
 
     As in LMDeploy, ``model_name`` names the registered template (or alias)
@@ -120,6 +123,7 @@ def template_from_lmdeploy_config(data: dict, source: str | None = None) -> Base
     if fields.get("capability", "chat") not in ("chat", "completion"):
         reason = f"must be 'chat' or 'completion', got {fields['capability']!r}"
         raise TemplateConfigError(reason, field="capability", source=source)
+    cls: type[BaseTemplate]
     if model_name in LMDEPLOY_TWINS:
         # LMDeploy's template of this name, not lmchat's XTuner one: the config was written for LMDeploy
         cls = LMDEPLOY_TWINS[model_name]
@@ -139,7 +143,7 @@ def template_from_lmdeploy_config(data: dict, source: str | None = None) -> Base
     return with_overrides(cls(), fields, source)
 
 
-def template_from_xtuner(data: dict, source: str | None = None) -> XTunerTemplate:
+def template_from_xtuner(data: dict[str, Any], source: str | None = None) -> XTunerTemplate:
     """An XTuner template dict (``SYSTEM``, ``INSTRUCTION``, ``SUFFIX``, ...) as a frozen template."""
     if not isinstance(data, dict):
         raise TemplateConfigError(f"expected a JSON object, got {type(data).__name__}", source=source)
@@ -160,7 +164,7 @@ def _from_json(path: str) -> BaseTemplate:
     return template_from_lmdeploy_config(data, source=path)
 
 
-def _jinja():
+def _jinja() -> type[JinjaTemplate]:
     """The Jinja template class, imported only when a Jinja template is loaded (it pulls in jinja2)."""
     from .jinja import JinjaTemplate
 
@@ -169,6 +173,7 @@ def _jinja():
 
 def load_template_path(path: str, **overrides: Any) -> BaseTemplate:
     """The template a file or model folder describes (see the module docstring), with overrides."""
+    template: BaseTemplate
     if os.path.isdir(path):
         template = _jinja().from_pretrained(path)
     elif not os.path.exists(path):

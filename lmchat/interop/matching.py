@@ -30,6 +30,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import attrs
 
@@ -202,8 +203,9 @@ def _explain_folder(path_or_id: str, path: str) -> Match:
         components[1:1] = _parts("config.json _name_or_path", origin, "/")
     evidence: list[str] = []
     candidates = None
-    file, templates = shipped_templates(Path(path)) or (None, {})
-    if "default" in templates:
+    shipped = shipped_templates(Path(path))
+    if shipped is not None and "default" in shipped[1]:
+        file, templates = shipped
         hint = f"lmchat render --chat-template {path_or_id} renders it as shipped"
         candidates = _fingerprinted(file, templates["default"], evidence, hint)
     arch = _architecture(config)
@@ -223,7 +225,8 @@ def _fingerprinted(where: str, text: str, evidence: list[str], hint: str) -> lis
     return None
 
 
-def _narrowed(candidates, arch, evidence: list[str], source: str) -> list[str] | None:
+def _narrowed(candidates: list[str] | None, arch: tuple[str, tuple[str, ...]] | None, evidence: list[str],
+              source: str) -> list[str] | None:
     """Several fingerprint candidates narrowed to the architecture's family (when that leaves any)."""
     if not candidates or len(candidates) < 2 or arch is None:
         return candidates
@@ -240,7 +243,7 @@ def _parts(where: str, text: str, sep: str) -> list[tuple[str, str]]:
     return [(where, part) for part in text.split(sep) if part][::-1]
 
 
-def _architecture(config: dict, label: str | None = None) -> tuple[str, tuple[str, ...]] | None:
+def _architecture(config: dict[str, Any], label: str | None = None) -> tuple[str, tuple[str, ...]] | None:
     """``(what config.json says, the templates of that family)`` for a known architecture (``label``: how
     to name the ``model_type`` value when it came from elsewhere)."""
     keys = [("model_type", config.get("model_type"))]
@@ -256,7 +259,8 @@ def _architecture(config: dict, label: str | None = None) -> tuple[str, tuple[st
     return None
 
 
-def _decide(model, components, candidates, evidence, arch=None) -> Match:
+def _decide(model: str, components: list[tuple[str, str]], candidates: list[str] | None, evidence: list[str],
+            arch: tuple[str, tuple[str, ...]] | None = None) -> Match:
     """One template from the stronger evidence so far plus the name rules, or a ModelMatchError."""
     if candidates and len(candidates) == 1:
         return Match(candidates[0], tuple(evidence))

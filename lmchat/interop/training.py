@@ -12,31 +12,39 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from ..registry import as_template
 from ..session.tokens import codec_for
 from ..templates.base import BaseTemplate
+from ..templates.chat import Chat
+from ..templates.xtuner import XTunerTemplate
 
 IGNORE_INDEX = -100
 
 
+@runtime_checkable
+class GenerationSpans(Protocol):
+    """A template that marks its trained spans itself (a Jinja template's ``{% generation %}`` blocks)."""
+
+    def generation_spans(self, chat: Chat) -> tuple[str, list[tuple[int, int]]] | None: ...
+
+
 def answer_end(template: BaseTemplate) -> str:
     """The end marker a model learns to emit after an answer."""
-    suffix = getattr(template, "suffix", None)  # XTuner: SUFFIX, then the eos unless SUFFIX_AS_EOS
-    if suffix is not None:
-        return suffix + ("" if template.suffix_as_eos else template.eos)
+    if isinstance(template, XTunerTemplate):  # SUFFIX, then the eos unless SUFFIX_AS_EOS
+        return template.suffix + ("" if template.suffix_as_eos else template.eos)
     if template.eoa:
         return template.eoa
     return template.stop_words[0] if template.stop_words else ""
 
 
-def trained_spans(template: BaseTemplate, chat) -> tuple[str, list[tuple[int, int]]]:
+def trained_spans(template: BaseTemplate, chat: Chat) -> tuple[str, list[tuple[int, int]]]:
     """The rendering (no generation prompt) and the character spans a model is trained on.
 
     A Jinja template with ``{% generation %}`` blocks says so itself, as transformers reads it.
     """
-    marked = getattr(template, "generation_spans", lambda chat: None)(chat)
+    marked = template.generation_spans(chat) if isinstance(template, GenerationSpans) else None
     if marked is not None:
         return marked
     text, offsets = template.render_window(chat, 0)
@@ -64,7 +72,7 @@ def encode_for_training(
     tokenizer: Any,
     max_length: int | None = None,
     *,
-    tools: list[dict] | None = None,
+    tools: list[dict[str, Any]] | None = None,
     date: _dt.date | None = None,
     **template_kwargs: Any,
 ) -> dict[str, list[int]]:
