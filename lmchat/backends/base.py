@@ -10,6 +10,7 @@ from ..constraints import Constraint
 from ..errors import ConfigError, ConstraintUnsupported
 from ..extras import load
 from ..session import Delta, Session
+from ..templates.base import BaseTemplate
 from ..templates.sampling import DEFAULT_SAMPLING
 
 #: backend name -> "module:factory" (imported only when chosen)
@@ -40,8 +41,8 @@ class SamplingParams:
     constraint: Constraint | None = None
 
     @classmethod
-    def from_template(cls, template, **overrides: Any) -> "SamplingParams":
-        base = {
+    def from_template(cls, template: BaseTemplate, **overrides: Any) -> "SamplingParams":
+        base: dict[str, Any] = {
             "temperature": template.temperature,
             "top_p": template.top_p,
             "top_k": template.top_k,
@@ -238,4 +239,5 @@ def get_backend(name: str, **options: Any) -> Backend:
         target = BACKENDS[name]
     except KeyError:
         raise ConfigError(f"unknown backend {name!r} (known: {', '.join(BACKENDS)})", field="backend") from None
-    return load(target, f"the {name} backend", BACKEND_EXTRAS.get(name))(**options)
+    backend: Backend = load(target, f"the {name} backend", BACKEND_EXTRAS.get(name))(**options)
+    return backend

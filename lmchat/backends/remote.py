@@ -149,7 +149,7 @@ class RemoteBackend:
         if not self._ids:
             log.info("%s refused a prompt of token ids (%s): prompts go as text", self.url, self.probe_result)
 
-    def payload(self, request: GenerationRequest) -> dict:
+    def payload(self, request: GenerationRequest) -> dict[str, Any]:
         """The JSON body sent for ``request``."""
         p = request.params
         prompt = request.prompt()
@@ -292,14 +292,14 @@ class _Answer:
         self.url = url
         self.matcher = StopMatcher(stop)
         self.finish: str | None = None
-        self.found: dict = {}
+        self.found: dict[str, Any] = {}
         self.server_stop: Any = None
 
     @property
     def stopped(self) -> bool:
         return self.matcher.stopped
 
-    def feed(self, event: dict) -> list[Chunk]:
+    def feed(self, event: dict[str, Any]) -> list[Chunk]:
         self.found = counts(event) or self.found
         chunks = []
         for choice in event.get("choices") or ():

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncGenerator, Generator, Iterator, Mapping
+from typing import Any
 
 import httpx
 
@@ -11,8 +12,8 @@ from ..errors import BackendError
 from .cancel import Flag
 
 
-def events(client: httpx.Client, url: str, body: dict, headers: Mapping[str, str],
-           cancelled: Flag) -> Iterator[dict | None]:
+def events(client: httpx.Client, url: str, body: dict[str, Any], headers: Mapping[str, str],
+           cancelled: Flag) -> Generator[dict[str, Any] | None, None, None]:
     """The server's SSE events as dicts; None once cancelled (closing the stream aborts the request).
 
     Every failure is a :class:`BackendError` naming ``url``: an HTTP error status with the server's
@@ -34,8 +35,8 @@ def events(client: httpx.Client, url: str, body: dict, headers: Mapping[str, str
                     return
 
 
-async def aevents(client: httpx.AsyncClient, url: str, body: dict, headers: Mapping[str, str],
-                  cancelled: Flag) -> AsyncIterator[dict | None]:
+async def aevents(client: httpx.AsyncClient, url: str, body: dict[str, Any], headers: Mapping[str, str],
+                  cancelled: Flag) -> AsyncGenerator[dict[str, Any] | None, None]:
     """:func:`events` over an asynchronous client."""
     call = _Call(url)
     with call.failures():
@@ -53,11 +54,11 @@ async def aevents(client: httpx.AsyncClient, url: str, body: dict, headers: Mapp
                         return
 
 
-_DONE: dict = {}  # the end of the stream (`data: [DONE]`)
-_SKIP: dict = {}  # a line that is no event: a comment, an event name, a keep-alive
+_DONE: dict[str, Any] = {}  # the end of the stream (`data: [DONE]`)
+_SKIP: dict[str, Any] = {}  # a line that is no event: a comment, an event name, a keep-alive
 
 
-def _item(url: str, line: str, status: int, cancelled: Flag) -> dict | None:
+def _item(url: str, line: str, status: int, cancelled: Flag) -> dict[str, Any] | None:
     """What one SSE line gives: its event, None once cancelled, :data:`_DONE` or :data:`_SKIP`."""
     if cancelled.is_set():
         return None
@@ -67,7 +68,7 @@ def _item(url: str, line: str, status: int, cancelled: Flag) -> dict | None:
     if data == "[DONE]":
         return _DONE
     try:
-        event = json.loads(data)
+        event: dict[str, Any] = json.loads(data)
     except json.JSONDecodeError:
         raise BackendError(f"{url} sent a stream event that is not JSON: {data[:200]!r}", url=url,
                            status=status) from None
@@ -103,13 +104,13 @@ def _refused(url: str, status: int, body: bytes, reason: str) -> None:
     raise BackendError(f"{url} answered HTTP {status}: {text[:500] or reason}", url=url, status=status)
 
 
-def _message(error) -> str:
+def _message(error: object) -> str:
     if isinstance(error, dict):
         return str(error.get("message") or error)[:500]
     return str(error)[:500]
 
 
-def counts(event: dict) -> dict | None:
+def counts(event: dict[str, Any]) -> dict[str, Any] | None:
     """prefilled/reused from llama.cpp's ``timings`` or OpenAI-style ``usage`` (vLLM: cached_tokens).
 
     llama-cpp-python's server reports neither in a stream: its turns show 0/0.
