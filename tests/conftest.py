@@ -75,17 +75,6 @@ def memory_app():
     app.stop()
 
 
-@pytest.fixture(scope="module")
-def memory_server():
-    """``lmchat serve --backend echo`` + ``MEMORY``, a real process (``Server``); one for a test module."""
-    pytest.importorskip("fastapi")
-    from .serve_helpers import Server
-
-    s = Server(*MEMORY)
-    yield s
-    s.stop()
-
-
 @pytest.fixture
 def app_client():
     """A fresh ``memory_app`` per test, as its TestClient (an httpx client whose requests call the app: no

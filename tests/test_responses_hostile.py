@@ -9,16 +9,14 @@ import pytest
 pytest.importorskip("fastapi")
 openai = pytest.importorskip("openai")
 
-import httpx  # noqa: E402
-
 
 TOOLS = [{"type": "function", "name": "f", "parameters": {"type": "object", "properties": {}}}]
 
 
 @pytest.fixture(scope="module")
-def state(memory_server):
+def state(memory_app):
     """A chain of two responses and a conversation with a queued item and an answered one."""
-    client = openai.OpenAI(base_url=f"{memory_server.url}/v1", api_key="x", max_retries=0)
+    client = memory_app.openai()
     first = client.responses.create(model="m", input="one", tools=TOOLS)
     second = client.responses.create(model="m", input="two", tools=TOOLS, previous_response_id=first.id)
     conv = client.conversations.create(items=[{"role": "user", "content": "hello"}])
@@ -29,7 +27,7 @@ def state(memory_server):
 
 
 def stored(server, state) -> dict:
-    with httpx.Client(base_url=f"{server.url}/v1", timeout=30) as api:
+    with server.client(base="/v1") as api:
         return {
             "sessions": api.get("/sessions").json(),
             "chain": api.get(f"/sessions/{state['sid']}/export").json(),
@@ -107,13 +105,13 @@ def cases(state) -> list[tuple[str, str, object, int, str]]:
     ]
 
 
-def test_every_malformed_request_gets_a_4xx_with_a_code_and_changes_nothing(memory_server, state):
-    before = stored(memory_server, state)
-    with httpx.Client(base_url=memory_server.url, timeout=30) as http:
+def test_every_malformed_request_gets_a_4xx_with_a_code_and_changes_nothing(memory_app, state):
+    before = stored(memory_app, state)
+    with memory_app.client() as http:
         for method, path, body, status, code in cases(state):
             content = body if isinstance(body, bytes) else None if body is None else json.dumps(body).encode()
             r = http.request(method, path, content=content, headers={"Content-Type": "application/json"})
             assert r.status_code == status, (method, path, body, r.text)
             error = r.json()["error"]
             assert error["code"] == code and error["message"] and error["type"], (path, body, error)
-    assert stored(memory_server, state) == before
+    assert stored(memory_app, state) == before

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 
-import httpx
 import pytest
 
 pytest.importorskip("fastapi")
@@ -16,7 +15,7 @@ from lmchat.serve.errors import ApiError  # noqa: E402
 from lmchat.serve.responses_model import check_effort  # noqa: E402
 from lmchat.validation import DEFAULT_MAX_CHARS, MAX_MESSAGES  # noqa: E402
 
-from .serve_helpers import Server  # noqa: E402
+from .serve_helpers import InProcess  # noqa: E402
 
 SID = "target"
 GOOD = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hello"},
@@ -28,9 +27,9 @@ SESSION_LEN = 300  # the overflow server's, in characters (the echo backend has 
 
 
 @pytest.fixture(scope="module")
-def state(memory_server):
+def state(memory_app):
     """A chat session, a chain of two responses and a conversation."""
-    with httpx.Client(base_url=memory_server.url, timeout=60) as http:
+    with memory_app.client(timeout=60) as http:
         for n in (1, 3):
             r = http.post("/v1/chat/completions", json={"messages": GOOD[:n], "session_id": SID})
             assert r.status_code == 200, r.text
@@ -43,7 +42,7 @@ def state(memory_server):
 
 
 def stored(server, state) -> dict:
-    with httpx.Client(base_url=f"{server.url}/v1", timeout=60) as api:
+    with server.client(base="/v1", timeout=60) as api:
         return {"sessions": api.get("/sessions").json(), "chat": api.get(f"/sessions/{SID}/export").json(),
                 "chain": api.get(f"/sessions/{state['sid']}/export").json(),
                 "response": api.get(f"/responses/{state['response']}").json(),
@@ -143,22 +142,22 @@ LABELS = sorted(cases({"response": "", "sid": "", "conversation": ""}))
 
 
 @pytest.mark.parametrize("label", LABELS)
-def test_a_bad_field_is_refused_alike_on_every_route_naming_it_and_nothing_changes(memory_server, state, label):
+def test_a_bad_field_is_refused_alike_on_every_route_naming_it_and_nothing_changes(memory_app, state, label):
     path, body, param, code = cases(state)[label]
-    before = stored(memory_server, state)
-    with httpx.Client(base_url=memory_server.url, timeout=60) as http:
+    before = stored(memory_app, state)
+    with memory_app.client(timeout=60) as http:
         r = http.post(path, content=json.dumps(body), headers={"Content-Type": "application/json"})
     assert r.status_code == 400, (label, r.status_code, r.text[:300])
     error = r.json()["error"]
     assert set(error) == {"message", "type", "param", "code"}, (label, error)
     assert (error["type"], error["param"], error["code"]) == ("invalid_request_error", param, code), (label, error)
     assert error["message"].startswith(param) or f"'{param}'" in error["message"], (label, error)
-    assert stored(memory_server, state) == before, label
+    assert stored(memory_app, state) == before, label
 
 
-def test_what_the_checks_let_through(memory_server, state):
+def test_what_the_checks_let_through(memory_app, state):
     """A choice naming a request's tool, a one-off's usage chunk; the limits are inclusive."""
-    with httpx.Client(base_url=memory_server.url, timeout=60) as http:
+    with memory_app.client(timeout=60) as http:
         named = {"type": "function", "function": {"name": "f"}}
         # a valid choice passes the checks; the echo backend then cannot force the call it names (a grammar)
         forced = http.post("/v1/chat/completions", json={"messages": GOOD[:1], "tools": CHAT_TOOLS,
@@ -177,7 +176,7 @@ def test_what_the_checks_let_through(memory_server, state):
 
 @pytest.fixture(scope="module")
 def small():
-    s = Server("--template", "qwen2.5", "--store", "memory", "--backend-option", "prefix=",
+    s = InProcess("--template", "qwen2.5", "--store", "memory", "--backend-option", "prefix=",
                "--session-len", str(SESSION_LEN))
     yield s
     s.stop()
@@ -198,7 +197,7 @@ OVERFLOWS = {
 @pytest.mark.parametrize("label", sorted(OVERFLOWS))
 def test_a_prompt_that_does_not_fit_is_context_length_exceeded_on_every_route(small, label):
     path, body, param = OVERFLOWS[label]
-    with httpx.Client(base_url=small.url, timeout=60) as http:
+    with small.client(timeout=60) as http:
         before = http.get("/v1/sessions").json()
         r = http.post(path, json=body)
         assert r.status_code == 400, (label, r.status_code, r.text[:300])
