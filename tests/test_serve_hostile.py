@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("fastapi")
 
-from .serve_helpers import Server  # noqa: E402
+from .serve_helpers import InProcess  # noqa: E402
 
 KEY = "hostile-key"
 SID = "target"
@@ -87,7 +87,7 @@ CASES = {
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     db = tmp_path_factory.mktemp("hostile") / "sessions.db"
-    s = Server("--template", "qwen2.5", "--store", f"sqlite:{db}", "--backend-option", "prefix=",
+    s = InProcess("--template", "qwen2.5", "--store", f"sqlite:{db}", "--backend-option", "prefix=",
                "--max-body-bytes", "2000000", keys=(KEY,))
     yield s
     s.stop()
@@ -95,7 +95,7 @@ def server(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def client(server):
-    with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {KEY}"}, timeout=60) as c:
+    with server.client(KEY, timeout=60) as c:
         first = c.post("/v1/chat/completions", json={"messages": GOOD[:1], "session_id": SID})
         assert first.status_code == 200, first.text
         second = c.post("/v1/chat/completions", json={"messages": GOOD, "session_id": SID})
