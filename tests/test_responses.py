@@ -14,7 +14,7 @@ openai = pytest.importorskip("openai")
 import httpx  # noqa: E402
 from openai.types.responses import Response, ResponseItemList  # noqa: E402
 
-from .serve_helpers import Server  # noqa: E402
+from .serve_helpers import InProcess  # noqa: E402
 
 K1, K2 = "sk-one", "sk-two"
 TOOLS = [{"type": "function", "name": "get_weather", "description": "The weather in a city",
@@ -24,7 +24,7 @@ CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</
 
 @pytest.fixture(scope="module")
 def server():
-    s = Server("--template", "qwen2.5", "--store", "memory", "--backend-option", "prefix=", "--session-len", "3000",
+    s = InProcess("--template", "qwen2.5", "--store", "memory", "--backend-option", "prefix=", "--session-len", "3000",
                keys=(K1, K2))
     yield s
     s.stop()
@@ -32,11 +32,11 @@ def server():
 
 @pytest.fixture
 def client(server):
-    return openai.OpenAI(base_url=f"{server.url}/v1", api_key=K1, max_retries=0)
+    return server.openai(K1)
 
 
 def http(server, key: str = K1) -> httpx.Client:
-    return httpx.Client(base_url=f"{server.url}/v1", headers={"Authorization": f"Bearer {key}"}, timeout=30)
+    return server.client(key, base="/v1")
 
 
 def session_of(response_id: str) -> str:
@@ -120,7 +120,7 @@ def test_a_retry_with_the_same_idempotency_key_answers_the_stored_response(serve
     other = create("chain-3", input="second", previous_response_id=first.id)
     assert session_of(other.id) != session_of(first.id)
     # another API key's chain of the same key is its own
-    theirs = openai.OpenAI(base_url=f"{server.url}/v1", api_key=K2, max_retries=0).responses.create(
+    theirs = server.openai(K2).responses.create(
         model="m", input="mine", extra_headers={"Idempotency-Key": "chain-1"})
     assert theirs.output_text == "mine" and theirs.id != first.id
 
@@ -244,7 +244,7 @@ def test_deleted_responses_are_gone_and_a_chain_without_any_leaves_with_them(ser
 def test_another_key_sees_no_response_and_no_conversation(server, client):
     r = client.responses.create(model="m", input="mine")
     conv = client.conversations.create()
-    other = openai.OpenAI(base_url=f"{server.url}/v1", api_key=K2, max_retries=0)
+    other = server.openai(K2)
     with http(server, K2) as api:
         theirs = api.get(f"/responses/{r.id}")
         missing = api.get(f"/responses/resp_{'0' * 32}_0")
@@ -276,8 +276,8 @@ def test_truncation_disabled_refuses_an_overflow_and_auto_drops_old_turns(client
 
 @pytest.fixture(scope="module")
 def qwen3():
-    s = Server("--template", "qwen3", "--store", "memory", "--backend-option", "prefix=")
-    yield openai.OpenAI(base_url=f"{s.url}/v1", api_key="x", max_retries=0)
+    s = InProcess("--template", "qwen3", "--store", "memory", "--backend-option", "prefix=")
+    yield s.openai()
     s.stop()
 
 
