@@ -15,7 +15,7 @@ openai = pytest.importorskip("openai")
 import httpx  # noqa: E402
 from openai.types.responses import ResponseItemList  # noqa: E402
 
-from .serve_helpers import Server  # noqa: E402
+from .serve_helpers import InProcess  # noqa: E402
 
 KEY = "sk-items"
 ECHO = ("--template", "qwen2.5", "--backend-option", "prefix=", "--session-len", "6000")
@@ -26,18 +26,18 @@ CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</
 
 @pytest.fixture(scope="module")
 def server():
-    s = Server(*ECHO, "--store", "memory", keys=(KEY,))
+    s = InProcess(*ECHO, "--store", "memory", keys=(KEY,))
     yield s
     s.stop()
 
 
 @pytest.fixture
 def client(server):
-    return openai.OpenAI(base_url=f"{server.url}/v1", api_key=KEY, max_retries=0)
+    return server.openai(KEY)
 
 
 def http(server) -> httpx.Client:
-    return httpx.Client(base_url=f"{server.url}/v1", headers={"Authorization": f"Bearer {KEY}"}, timeout=30)
+    return server.client(KEY, base="/v1")
 
 
 def listed(client, rid: str) -> list:
@@ -186,9 +186,9 @@ def test_the_list_is_the_same_after_a_restart_on_the_same_sqlite_file(tmp_path):
     def everything(c, ids) -> list:
         return [[i.model_dump() for i in c.responses.input_items.list(rid, order="asc", limit=100)] for rid in ids]
 
-    first = Server(*args, keys=(KEY,))
+    first = InProcess(*args, keys=(KEY,))
     try:
-        c = openai.OpenAI(base_url=f"{first.url}/v1", api_key=KEY, max_retries=0)
+        c = first.openai(KEY)
         one = c.responses.create(model="m", input="one")
         two = c.responses.create(model="m", input="two", previous_response_id=one.id)
         three = c.responses.create(model="m", input="three", previous_response_id=two.id)
@@ -200,9 +200,9 @@ def test_the_list_is_the_same_after_a_restart_on_the_same_sqlite_file(tmp_path):
     finally:
         first.stop()
     assert [len(items) for items in before] == [1, 3, 5, 3, 2]
-    second = Server(*args, keys=(KEY,))
+    second = InProcess(*args, keys=(KEY,))
     try:
-        c = openai.OpenAI(base_url=f"{second.url}/v1", api_key=KEY, max_retries=0)
+        c = second.openai(KEY)
         assert everything(c, ids) == before
     finally:
         second.stop()

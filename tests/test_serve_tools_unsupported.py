@@ -13,9 +13,7 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 openai = pytest.importorskip("openai")
 
-import httpx  # noqa: E402
-
-from .serve_helpers import Server  # noqa: E402
+from .serve_helpers import InProcess  # noqa: E402
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
@@ -25,20 +23,20 @@ HI = [{"role": "user", "content": "hi"}]
 
 @pytest.fixture(scope="module")
 def smollm2():
-    s = Server("--template", "smollm2", "--backend-option", "prefix=")
+    s = InProcess("--template", "smollm2", "--backend-option", "prefix=")
     yield s
     s.stop()
 
 
 @pytest.fixture(scope="module")
 def qwen():
-    s = Server("--template", "qwen2.5", "--backend-option", "prefix=")
+    s = InProcess("--template", "qwen2.5", "--backend-option", "prefix=")
     yield s
     s.stop()
 
 
 def client(server) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    return server.openai("unused")
 
 
 def refused(exc: pytest.ExceptionInfo) -> None:
@@ -75,14 +73,14 @@ def test_responses_refuse_tools(smollm2):
     with pytest.raises(openai.BadRequestError) as exc:  # a chain continued with tools
         c.responses.create(model="m", input="again", tools=FLAT, previous_response_id=first.id)
     refused(exc)
-    with httpx.Client(base_url=smollm2.url, timeout=30) as h:
+    with smollm2.client() as h:
         conversation = h.post("/v1/conversations", json={}).json()["id"]
         r = h.post("/v1/responses", json={"model": "m", "input": "hi", "tools": FLAT, "conversation": conversation})
         assert r.status_code == 400 and r.json()["error"]["param"] == "tools", r.text
 
 
 def test_sessions_refuse_tools(smollm2):
-    with httpx.Client(base_url=smollm2.url, timeout=30) as h:
+    with smollm2.client() as h:
         r = h.post("/v1/sessions", json={"session_id": "s-tools", "tools": TOOLS})
         assert r.status_code == 400, r.text
         error = r.json()["error"]
@@ -95,7 +93,7 @@ def test_a_template_with_tool_syntax_takes_them(qwen):
     c = client(qwen)
     assert c.chat.completions.create(model="m", messages=HI, tools=TOOLS).choices
     assert c.responses.create(model="m", input="hi", tools=FLAT).id
-    with httpx.Client(base_url=qwen.url, timeout=30) as h:
+    with qwen.client() as h:
         r = h.post("/v1/sessions", json={"session_id": "q-tools", "tools": TOOLS})
         assert r.status_code == 201 and r.json()["tools"] == TOOLS, r.text
 
