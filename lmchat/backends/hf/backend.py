@@ -14,18 +14,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from ...errors import ModelMatchError
 from ...logs import quiet_transformers_handler
 from ...interop.matching import match_template
 from ...session.tokens import codec_for
 from ...stops import StopMatcher
-from ..base import Chunk, GenerationRequest
+from ..base import Chunk, GenerationRequest, SamplingParams
 from ..cancel import Cancels, Flag
 from ..bundled import bundled_sampling, default_gguf
 from .convert import cache_root, ensure_converted, quiet_transformers
-from .kvcache import KVStore
+from .kvcache import KVStore, Slot
 from .sampling import Sampler
 
 #: prompt ids per forward pass: bounds the attention scores' memory on long prompts
@@ -53,7 +53,7 @@ class HFBackend:
         dtype: str | torch.dtype = "float32",
         template: str | None = None,
         shift: str = "rotate",
-    ):
+    ) -> None:
         source = Path(model).expanduser() if model else default_gguf()
         if not source.exists():
             raise FileNotFoundError(2, "no such model file or folder", str(source))
@@ -61,7 +61,9 @@ class HFBackend:
         dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
         quiet_transformers_handler()
         with quiet_transformers():
-            self.model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype).to(device).eval()
+            loaded = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype)
+            # transformers wraps PreTrainedModel.to in functools.wraps, which typeshed types as an unbound callable
+            self.model: PreTrainedModel = loaded.to(device).eval()  # type: ignore[arg-type]
             self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
         self.model_id = source.name
         self.sampling_defaults = bundled_sampling(source if model else None)  # see bundled.py
@@ -99,7 +101,7 @@ class HFBackend:
     def cancel(self, session_id: str) -> None:
         self._cancels.cancel(session_id)
 
-    def _target(self, slot, request: GenerationRequest) -> list[int]:
+    def _target(self, slot: Slot, request: GenerationRequest) -> list[int]:
         """The ids the cache must hold once the delta is consumed.
 
         O(turn) when the cache holds what the session says it holds (its own
@@ -120,7 +122,7 @@ class HFBackend:
         self.caches.clear()
 
     # ------------------------------------------------------------------ internals
-    def _forward(self, slot, ids: list[int], cancelled: Flag | None = None) -> torch.Tensor | None:
+    def _forward(self, slot: Slot, ids: list[int], cancelled: Flag | None = None) -> torch.Tensor | None:
         """Feed ``ids`` through the model into the slot's cache; the logits after the last one.
 
         A cancel stops a long prefill between passes (None: what was fed stays cached, ids and all).
@@ -143,7 +145,8 @@ class HFBackend:
             logits = out.logits[0, -1]
         return logits
 
-    def _decode(self, slot, logits, params, ids, cancelled, counts) -> Iterator[Chunk]:
+    def _decode(self, slot: Slot, logits: torch.Tensor | None, params: SamplingParams, ids: list[int],
+                cancelled: Flag, counts: dict[str, int]) -> Iterator[Chunk]:
         # the stops of the session's template and of the request, never those of a template this backend
         # matched for its model (a session may use another); the model's own end-of-sequence ids end it too
         stop_ids = self.eos_ids | {self.codec.special[w] for w in params.stop if w in self.codec.special}
@@ -155,6 +158,7 @@ class HFBackend:
             if cancelled.is_set():
                 finish = "cancelled"
                 break
+            assert logits is not None, "no logits only after a cancel (checked above)"
             token = sampler(logits)
             result = matcher.feed_ids([token], self.codec.decode)
             if result.stopped:
@@ -172,7 +176,7 @@ class HFBackend:
         text += matcher.finish()
         yield Chunk(
             text=text, token_ids=tuple(matcher.kept_ids[kept:]), finish_reason=finish,
-            stop=matcher.stop if finish == "stop" else None, **counts,
+            stop=matcher.stop if finish == "stop" else None, prefilled=counts["prefilled"], reused=counts["reused"],
         )
 
 
@@ -186,7 +190,7 @@ def _match(source: Path, folder: Path) -> str:
         return match_template(str(folder))
 
 
-def cache_keyword(model) -> str:
+def cache_keyword(model: PreTrainedModel) -> str:
     """What the model's forward calls its KV cache: ``cache`` in recent transformers (5.24 warns that
     ``past_key_values`` goes in 5.40), ``past_key_values`` in earlier ones and in models not moved yet."""
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"

@@ -16,13 +16,14 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 #: written last: a folder without it is an interrupted conversion
 MARKER = "lmchat-converted.json"
 
 
-def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
+def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     """``cache_dir``, else ``$LMCHAT_CACHE_DIR``, else the platform's user cache dir for lmchat."""
     if cache_dir:
         return Path(cache_dir)
@@ -41,7 +42,7 @@ def converted_folder(gguf: Path, root: Path) -> Path:
 
 
 @contextlib.contextmanager
-def quiet_transformers():
+def quiet_transformers() -> Iterator[None]:
     """Hide transformers' own tqdm bars and info logs while loading (the REPL owns the terminal)."""
     from transformers.utils import logging
 

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from typing import Protocol
 
 import attrs
 import torch
 from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer
+from transformers import PretrainedConfig, PreTrainedModel
+from transformers.cache_utils import CacheLayerMixin, DynamicLayer
 from transformers.models.llama.modeling_llama import rotate_half
 
 from ...errors import BackendError, ConfigError
@@ -36,22 +38,20 @@ class Slot:
     busy: bool = False
     nbytes: int = 0
 
-    def clear(self, config) -> None:
+    def clear(self, config: PretrainedConfig) -> None:
         self.cache = DynamicCache(config=config)
         self.ids = []
         self.unfed = []
 
     def measure(self) -> int:
-        self.nbytes = sum(
-            layer.keys.nbytes + layer.values.nbytes for layer in self.cache.layers if layer.is_initialized
-        )
+        self.nbytes = sum(_layer_bytes(layer) for layer in self.cache.layers)
         return self.nbytes
 
 
 class KVStore:
     """Slots by session id; least recently used ones are evicted beyond ``budget_bytes``."""
 
-    def __init__(self, model, budget_bytes: int, shift: str = "rotate"):
+    def __init__(self, model: PreTrainedModel, budget_bytes: int, shift: str = "rotate") -> None:
         if shift not in ("rotate", "recompute"):
             raise ConfigError(f"must be 'rotate' or 'recompute', got {shift!r}", field="shift")
         self.model = model
@@ -150,9 +150,11 @@ class KVStore:
             self.crop(slot, min(start, len(slot.ids)))
             return
         rotary = _rotary(self.model)
+        assert rotary is not None, "a 'rotate' shift is chosen only for a model _rotary knows"
         cos = sin = None
         for layer in slot.cache.layers:
-            keys, values = layer.keys, layer.values
+            assert isinstance(layer, DynamicLayer), "_plain says every layer is one"
+            keys, values = _keys_values(layer)
             tail = keys[..., start + count:, :]
             if cos is None:
                 position = torch.tensor([[-count]], device=keys.device)
@@ -169,11 +171,34 @@ def _plain(cache: DynamicCache) -> bool:
     return all(type(layer) is DynamicLayer for layer in cache.layers)
 
 
-def _rotary(model):
+class Rotary(Protocol):
+    """A Llama-layout rotary embedding module (``LlamaRotaryEmbedding`` and its copies): the cos and sin of
+    ``position_ids``' angles, in ``x``'s dtype, scaled by ``attention_scaling``."""
+
+    attention_scaling: float
+    inv_freq: torch.Tensor
+
+    def __call__(self, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+def _keys_values(layer: object) -> tuple[torch.Tensor, torch.Tensor]:
+    """An initialized attention layer's keys and values: every layer of the caches here is taken to be one."""
+    assert isinstance(layer, CacheLayerMixin) and layer.keys is not None and layer.values is not None, (
+        f"{type(layer).__name__}: a cache layer without keys and values")
+    return layer.keys, layer.values
+
+
+def _layer_bytes(layer: object) -> int:
+    """What a layer's keys and values take (0 before its first update)."""
+    assert isinstance(layer, CacheLayerMixin), f"{type(layer).__name__}: a cache layer without keys and values"
+    return sum(t.nbytes for t in _keys_values(layer)) if layer.is_initialized else 0
+
+
+def _rotary(model: PreTrainedModel) -> Rotary | None:
     """The model's rotary embedding module when a shift is a plain extra rotation of the keys, else None."""
     config = model.config
     rope = getattr(config, "rope_parameters", None) or {}
-    rotary = getattr(getattr(model, "model", None), "rotary_emb", None)
+    rotary: Rotary | None = getattr(getattr(model, "model", None), "rotary_emb", None)
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     if config.model_type not in ROTATE_HALF_MODELS or rope.get("rope_type", "default") not in LINEAR_ROPE:
         return None
