@@ -7,6 +7,9 @@ for its turn only. The SQLite file is watched from a connection of its own
 (``PRAGMA data_version`` changes with every commit of another connection, so
 a create and a delete that leave no row are still seen); Redis by its own
 count of the commands it ran (``INFO commandstats``).
+
+The command's app in this process (``InProcess``); the clients that leave a stream or give up waiting, against a
+real server process (``Server``: a TestClient cancels a request where a server sees a disconnect).
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ openai = pytest.importorskip("openai")
 
 import httpx  # noqa: E402
 
-from .serve_helpers import Server, lines  # noqa: E402
+from .serve_helpers import InProcess, Server, lines  # noqa: E402
 from .test_manager_oneoff import FileChanges  # noqa: E402
 
 K1, K2 = "sk-one", "sk-two"
@@ -36,21 +39,36 @@ def db(tmp_path_factory):
     return tmp_path_factory.mktemp("oneoff") / "sessions.db"
 
 
+ARGS = ("--backend-option", "delay=0.005", "--max-active", "3")
+
+
 @pytest.fixture(scope="module")
 def server(db):
-    s = Server(*ECHO, "--store", f"sqlite:{db}", "--backend-option", "delay=0.005", "--max-active", "3",
-               keys=(K1, K2))
+    s = InProcess(*ECHO, "--store", f"sqlite:{db}", *ARGS, keys=(K1, K2))
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def process_db(tmp_path_factory):
+    return tmp_path_factory.mktemp("oneoff-process") / "sessions.db"
+
+
+@pytest.fixture(scope="module")
+def process(process_db):
+    """The same server, a real process: for the clients that leave (the socket closes) or give up waiting."""
+    s = Server(*ECHO, "--store", f"sqlite:{process_db}", *ARGS, keys=(K1, K2))
     yield s
     s.stop()
 
 
 @pytest.fixture
 def client(server):
-    return openai.OpenAI(base_url=f"{server.url}/v1", api_key=K1, max_retries=0)
+    return server.openai(K1)
 
 
 def http(server, key: str = K1, timeout: float = 30) -> httpx.Client:
-    return httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {key}"}, timeout=timeout)
+    return server.client(key, timeout=timeout)
 
 
 def load(server) -> dict:
@@ -136,7 +154,8 @@ def test_a_store_false_response_is_never_found(server, client):
         assert c.get("/v1/sessions").json()["data"] == before
 
 
-def test_oneoffs_that_fail_or_are_left_leave_nothing(server, client, db):
+def test_oneoffs_that_fail_or_are_left_leave_nothing(process, process_db):
+    server, db, client = process, process_db, process.openai(K1)
     changes = FileChanges(db)
     in_memory = load(server)["sessions_in_memory"]
     with pytest.raises(openai.BadRequestError) as e:  # a bad message
@@ -179,7 +198,7 @@ def test_concurrent_oneoffs_of_one_key_get_their_own_answers(server, db):
     answers: dict[int, str] = {}
 
     def ask(n: int) -> None:
-        c = openai.OpenAI(base_url=f"{server.url}/v1", api_key=K1, max_retries=2)
+        c = server.openai(K1, max_retries=2)
         messages = [{"role": "system", "content": f"You are number {n}."},
                     {"role": "user", "content": f"question {n} " + "word " * 20}]
         if n % 2:
@@ -202,9 +221,9 @@ def test_concurrent_oneoffs_of_one_key_get_their_own_answers(server, db):
 def test_stateless_requests_send_redis_no_command(redis_server):
     redis = pytest.importorskip("redis")
     probe = redis.Redis.from_url(redis_server.url)
-    s = Server(*ECHO, "--store", redis_server.url)
+    s = InProcess(*ECHO, "--store", redis_server.url)
     try:
-        client = openai.OpenAI(base_url=f"{s.url}/v1", api_key="unused", max_retries=0)
+        client = s.openai("unused")
         kept = client.responses.create(model="m", input="A stored chain.")
 
         def commands() -> dict[str, int]:
