@@ -11,7 +11,6 @@ import json
 import sqlite3
 import time
 
-import httpx
 import pytest
 
 from lmchat import Session
@@ -139,7 +138,7 @@ def test_a_redis_session_key_of_another_type_is_store_corrupt_and_can_be_deleted
         store.close()
 
 
-# ---------------------------------------------------------------------- through `lmchat serve`
+# ---------------------------------------------------------------------- through `lmchat serve`'s app (in this process)
 def _routes(sid: str) -> list[tuple[str, str, dict | None]]:
     return [
         ("GET", f"/v1/sessions/{sid}", None),
@@ -154,25 +153,25 @@ def _routes(sid: str) -> list[tuple[str, str, dict | None]]:
 def _check_server(store_spec: str, damage, env: dict | None = None) -> None:
     pytest.importorskip("fastapi")
     pytest.importorskip("uvicorn")
-    from .serve_helpers import Server
+    from .serve_helpers import InProcess
 
     args = ("--template", "qwen2.5", "--store", store_spec)
     sids = {how: f"damaged-{n}" for n, how in enumerate(DAMAGE)}
-    server = Server(*args, env=env)
+    server = InProcess(*args, env=env)
     try:
         for sid in sids.values():
-            r = httpx.post(f"{server.url}/v1/chat/interactive", timeout=30,
-                           json={"session_id": sid, "prompt": "hi", "interactive_mode": True})
+            r = server.client().post("/v1/chat/interactive",
+                                     json={"session_id": sid, "prompt": "hi", "interactive_mode": True})
             assert r.status_code == 200, r.text
-        sound = httpx.post(f"{server.url}/v1/sessions", json={"session_id": "sound"}, timeout=30)
+        sound = server.client().post("/v1/sessions", json={"session_id": "sound"})
         assert sound.status_code == 201, sound.text
     finally:
         server.stop()
     for how, sid in sids.items():
         damage(sid, how)
-    server = Server(*args, env=env)  # a new process: nothing of the sessions in its memory
+    server = InProcess(*args, env=env)  # a new app after the first's shutdown: nothing of the sessions in its memory
     try:
-        with httpx.Client(base_url=server.url, timeout=30) as client:
+        with server.client() as client:
             for how, sid in sids.items():
                 for method, path, body in _routes(sid):
                     started = time.monotonic()
