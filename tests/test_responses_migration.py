@@ -22,7 +22,7 @@ import httpx  # noqa: E402
 from lmchat.serve.chain_state import FORMAT, Cut, Note, Run, Same, SessionState  # noqa: E402
 from lmchat.stores.sqlite import SQLiteStore  # noqa: E402
 
-from .serve_helpers import Server  # noqa: E402
+from .serve_helpers import InProcess, Server  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 #: the last commit that wrote format 1 (the release before typed state)
@@ -61,16 +61,17 @@ def working_directory(path: Path):
 
 @contextlib.contextmanager
 def serving(store: Path, source: Path | None = None):
-    """A server on the SQLite file ``store``, from ``source``'s package (None: this tree's)."""
-    env = {}
-    if source is not None:
+    """A server on the SQLite file ``store``, from ``source``'s package: a process; None: this tree's, its app in
+    this process."""
+    server: Server | InProcess
+    if source is None:
+        server = InProcess(*ARGS, "--store", f"sqlite:{store}", keys=(KEY,))
+    else:
         # ``python -m`` puts the working directory first on the path: there, the old package is the one imported
-        env["PYTHONPATH"] = str(source)
-    with working_directory(source or ROOT):
-        server = Server(*ARGS, "--store", f"sqlite:{store}", keys=(KEY,), env=env)
+        with working_directory(source):
+            server = Server(*ARGS, "--store", f"sqlite:{store}", keys=(KEY,), env={"PYTHONPATH": str(source)})
     try:
-        with httpx.Client(base_url=f"{server.url}/v1", headers={"Authorization": f"Bearer {KEY}"},
-                          timeout=30) as api:
+        with server.client(KEY, base="/v1") as api:
             yield api
     finally:
         server.stop()
