@@ -65,7 +65,8 @@ class InProcess(Clients):
     there (``pytest -s``). ``http`` is the TestClient (``http.app.state.manager``: the manager); ``stop`` runs
     the app's shutdown (the manager closes, as on SIGTERM). A client that leaves a stream cancels the request's
     task (TestClient) where a server would see a disconnect, and there are no timeouts: what depends on those,
-    or on the process, stays with ``Server``."""
+    or on the process, stays with ``Server``. An exception the app leaves unanswered is raised in the test, where
+    a server would answer 500."""
 
     url = "http://testserver"
 
@@ -114,8 +115,10 @@ class ToApp(httpx.BaseTransport):
         self.app_client = app_client
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
+        # a body sent in chunks (no Content-Length) goes on in chunks; any other as it is
+        chunked = "transfer-encoding" in request.headers
         sent = self.app_client.build_request(request.method, str(request.url), headers=request.headers.raw,
-                                             content=(chunk for chunk in request.stream))
+                                             content=(c for c in request.stream) if chunked else request.read())
         response = self.app_client.send(sent, stream=True)
         return httpx.Response(response.status_code, headers=response.headers.raw, stream=_Body(response))
 
