@@ -12,16 +12,21 @@ import logging
 import threading
 from collections import deque
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from ...errors import BackendError
 from ...extras import needs
 
+if TYPE_CHECKING:
+    from llama_cpp.llama_cpp import llama_model_p, llama_model_params
+
 log = logging.getLogger("lmchat.llamacpp")
 
-_LIB = None
+_LIB: ModuleType | None = None
 _LOCK = threading.Lock()
-_CALLBACK = None  # the ctypes callbacks must outlive every call into the library
-_PROGRESS = None
+_CALLBACK: Any = None  # the ctypes callbacks must outlive every call into the library
+_PROGRESS: Any = None  # (ctypes function pointers: typeshed names their class only privately)
 #: ggml levels: 1 debug, 2 info, 3 warn, 4 error, 5 continuation. Logged at INFO (silent by default: the
 #: REPL owns the terminal); error lines also go into the messages of BackendError
 _LEVELS = {3: logging.INFO, 4: logging.INFO}
@@ -29,16 +34,19 @@ _last_level = [0]
 _errors: deque[str] = deque(maxlen=4)  # the last error lines, for the messages of BackendError
 
 
-def lib():
-    """``llama_cpp.llama_cpp``, initialised once (backend, quiet logging)."""
+def lib() -> ModuleType:
+    """``llama_cpp.llama_cpp``, initialised once (backend, quiet logging).
+
+    Typed as a module, whose attributes mypy reads as Any: llama-cpp-python annotates its functions, but its
+    ctypes structures only in part and some wrongly (``llama_batch.pos`` as two-dimensional), so callers
+    annotate what they keep of it (pointers, counts) rather than check each call against the bindings."""
     global _LIB, _CALLBACK, _PROGRESS
     with _LOCK:
         if _LIB is None:
             with needs("the llamacpp backend", "local"):
                 import llama_cpp.llama_cpp as L
 
-            @L.llama_log_callback
-            def _log(level, text, _user):
+            def _log(level: int, text: bytes | None, _user: object) -> None:
                 level = _last_level[0] if level == 5 else level
                 _last_level[0] = level
                 if level in _LEVELS and text:
@@ -47,11 +55,11 @@ def lib():
                     if level == 4 and line:
                         _errors.append(line)
 
-            @L.llama_progress_callback
-            def _progress(_fraction, _user):  # the default one prints dots on stderr
+            def _progress(_fraction: float, _user: object) -> bool:  # the default one prints dots on stderr
                 return True
 
-            _CALLBACK, _PROGRESS = _log, _progress
+            # not decorators: ctypes' CFUNCTYPE classes are untyped, which would make the functions untyped
+            _CALLBACK, _PROGRESS = L.llama_log_callback(_log), L.llama_progress_callback(_progress)
             L.llama_log_set(_CALLBACK, ctypes.c_void_p(0))
             L.llama_backend_init()
             _LIB = L
@@ -67,34 +75,34 @@ def gpu_offload() -> bool:
     return bool(lib().llama_supports_gpu_offload())
 
 
-def load_model(path: Path, gpu_layers: int = 0):
+def load_model(path: Path, gpu_layers: int = 0) -> llama_model_p:
     """A ``llama_model *`` for the GGUF at ``path`` (memory-mapped), ``gpu_layers`` of its layers offloaded
     (:data:`ALL_LAYERS`: all of them; 0: CPU only; without :func:`gpu_offload` llama.cpp ignores it)."""
     L = lib()
     params = model_params(L, gpu_layers)
     params.progress_callback = _PROGRESS
     _errors.clear()
-    model = L.llama_model_load_from_file(str(path).encode(), params)
+    model: llama_model_p | None = L.llama_model_load_from_file(str(path).encode(), params)
     if not model:
         raise BackendError(f"llama.cpp could not load {path}: {last_error() or 'not a GGUF model file?'}")
     return model
 
 
-def model_params(L, gpu_layers: int = 0):
+def model_params(L: ModuleType, gpu_layers: int = 0) -> llama_model_params:
     """llama.cpp's default model parameters, ``gpu_layers`` layers offloaded (0: the CPU only), less what
     crashes it (see :func:`amx_active`)."""
-    params = L.llama_model_default_params()
+    params: llama_model_params = L.llama_model_default_params()
     params.n_gpu_layers = int(gpu_layers)
     return _safe(L, params)
 
 
-def _safe(L, params):
+def _safe(L: ModuleType, params: llama_model_params) -> llama_model_params:
     if amx_active(L) and any(name == "use_extra_bufts" for name, *_ in params._fields_):
         params.use_extra_bufts = False
     return params
 
 
-def amx_active(L) -> bool:
+def amx_active(L: ModuleType) -> bool:
     """Whether llama.cpp's CPU backend was built with Intel AMX and runs on a CPU that has it.
 
     There it repacks the weights into an "AMX" buffer, and its AMX matrix product then crashes the process
@@ -122,7 +130,7 @@ def last_error() -> str:
     return "; ".join(_errors)
 
 
-def meta(model, key: str) -> str | None:
+def meta(model: llama_model_p, key: str) -> str | None:
     """A GGUF metadata value as text (None when absent)."""
     L = lib()
     size = 256

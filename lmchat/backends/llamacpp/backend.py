@@ -5,6 +5,7 @@ import logging
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
 from ...constraints import Constraint
 from ...errors import BackendError, ConfigError, ModelMatchError, TemplateConfigError
@@ -17,6 +18,9 @@ from .engine import Engine
 from .kvfiles import DiskTier
 from .kvformat import model_identity
 from .vocab import LlamaVocab
+
+if TYPE_CHECKING:
+    from llama_cpp.llama_cpp import llama_model_p
 
 #: tokens per resident sequence when ``ctx`` is not given (capped by the model's training context)
 DEFAULT_SEQ_TOKENS = 4096
@@ -70,7 +74,7 @@ class LlamaCppBackend:
         kv_dir: str | Path | None = None,
         kv_disk_mb: float = DEFAULT_DISK_MB,
         gpu_layers: int | str = "auto",
-    ):
+    ) -> None:
         path = Path(model).expanduser() if model else default_gguf()
         if not path.is_file():
             raise BackendError(f"no such model file: {path}" + (" (a folder: give the .gguf file inside it)"
@@ -91,11 +95,11 @@ class LlamaCppBackend:
         #: sampling values for this model over its template's (the bundled model's weights have some, under any
         #: file name: see bundled.py)
         self.sampling_defaults = bundled_sampling(path if model else None)
-        self._model = load_model(path, (ALL_LAYERS if requested == "auto" else requested) if offload else 0)
+        layers = requested if isinstance(requested, int) else ALL_LAYERS  # "auto": every layer
+        self._model: llama_model_p | None = load_model(path, layers if offload else 0)
         try:
             #: the layers offloaded to the GPU (0: the CPU only); a model has n_layer + 1 (its output layer)
-            self.gpu_layers = 0 if not offload else min(int(L.llama_model_n_layer(self._model)) + 1,
-                                                        ALL_LAYERS if requested == "auto" else requested)
+            self.gpu_layers = 0 if not offload else min(int(L.llama_model_n_layer(self._model)) + 1, layers)
             self.tokenizer = LlamaVocab(self._model)
             self.n_ctx_train = int(L.llama_model_n_ctx_train(self._model))
             ctx = int(ctx) if ctx else int(sessions) * min(DEFAULT_SEQ_TOKENS, self.n_ctx_train or DEFAULT_SEQ_TOKENS)
@@ -108,9 +112,9 @@ class LlamaCppBackend:
             if kv_dir is not None and kv_disk_mb > 0:
                 disk = DiskTier(Path(kv_dir).expanduser(), int(kv_disk_mb * 2**20),
                                 _identity(path, flash_attn=flash_attn, gpu_layers=self.gpu_layers))
-            self.engine = Engine(self._model, self.tokenizer, n_ctx=ctx, n_seq=int(sessions), threads=self.threads,
-                                 host_bytes=int(host_cache_mb * 2**20), flash_attn=flash_attn,
-                                 prefill_chunk=prefill_chunk, disk=disk)
+            self.engine: Engine | None = Engine(
+                self._model, self.tokenizer, n_ctx=ctx, n_seq=int(sessions), threads=self.threads,
+                host_bytes=int(host_cache_mb * 2**20), flash_attn=flash_attn, prefill_chunk=prefill_chunk, disk=disk)
         except BaseException:
             L.llama_model_free(self._model)
             raise
@@ -138,13 +142,13 @@ class LlamaCppBackend:
                     pass
 
     def cancel(self, session_id: str) -> None:
-        self.engine.cancel(session_id)
+        self._engine().cancel(session_id)
 
     def drop(self, session_id: str) -> None:
-        self.engine.drop(session_id)
+        self._engine().drop(session_id)
 
     def close(self) -> None:
-        engine = getattr(self, "engine", None)
+        engine: Engine | None = getattr(self, "engine", None)
         if engine is None:
             return
         self.engine = None
@@ -157,17 +161,19 @@ class LlamaCppBackend:
     # ------------------------------------------------------------------ inspection
     def where(self, session_id: str) -> str | None:
         """Where the session's KV is: 'resident' (a llama.cpp sequence), 'host' (saved), None (nowhere)."""
-        return self._engine().call(lambda: self.engine.where(session_id))
+        engine = self._engine()
+        return engine.call(lambda: engine.where(session_id))
 
     def held_ids(self, session_id: str) -> list[int] | None:
         """The ids whose keys and values the engine holds for the session (None: nothing)."""
-        return self._engine().call(lambda: self.engine.held_ids(session_id))
+        engine = self._engine()
+        return engine.call(lambda: engine.held_ids(session_id))
 
-    def cached(self, session_id: str, ids) -> tuple[int, str | None]:
+    def cached(self, session_id: str, ids: Sequence[int]) -> tuple[int, str | None]:
         """How many leading ``ids`` the next turn of ``session_id`` would reuse, and from which tier
         (:class:`~lmchat.backends.base.PrefixCache`)."""
-        ids = list(ids)
-        return self._engine().call(lambda: self.engine.cached(session_id, ids))
+        listed, engine = list(ids), self._engine()
+        return engine.call(lambda: engine.cached(session_id, listed))
 
     def awaiting_tools(self, session_id: str) -> None:
         """The session's answer called tools: its KV is evicted after every other idle state's for
@@ -188,17 +194,20 @@ class LlamaCppBackend:
     def reset_prefix_cache(self, disk: bool = False) -> int:
         """Forget the prefixes the engine keeps for nobody in particular (dropped sessions' KV, one-off
         requests'), and with ``disk`` its KV files too; sessions keep theirs. Returns how many went."""
-        return self._engine().call(lambda: self.engine.reset_prefix_cache(disk))
+        engine = self._engine()
+        return engine.call(lambda: engine.reset_prefix_cache(disk))
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         """Every KV tier's entries, tokens and bytes; prompt tokens by where they came from; misses by
         reason; evictions and restores (docs/backends.md, "Where a session's KV lives")."""
-        return self._engine().call(lambda: self.engine.stats())
+        engine = self._engine()
+        return engine.call(lambda: engine.stats())
 
     def _engine(self) -> Engine:
-        if getattr(self, "engine", None) is None:
+        engine: Engine | None = getattr(self, "engine", None)  # not set when __init__ failed
+        if engine is None:
             raise BackendError("the llamacpp backend is closed")
-        return self.engine
+        return engine
 
     def __del__(self) -> None:  # an unclosed backend: stop its scheduler thread and free the context
         try:
@@ -209,11 +218,11 @@ class LlamaCppBackend:
     def __enter__(self) -> "LlamaCppBackend":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-def _identity(path: Path, *, flash_attn: bool, gpu_layers: int = 0) -> dict:
+def _identity(path: Path, *, flash_attn: bool, gpu_layers: int = 0) -> dict[str, Any]:
     """What a KV file must have been made with to be loaded here: the same weights, the same llama.cpp
     (its state format), the same cache layout.
 
@@ -229,7 +238,7 @@ def _identity(path: Path, *, flash_attn: bool, gpu_layers: int = 0) -> dict:
     return identity
 
 
-def _gpu_layers(value) -> int | str:
+def _gpu_layers(value: object) -> int | Literal["auto"]:
     """``value`` as ``gpu_layers``: ``"auto"`` or an int >= 0 (a ConfigError naming the field otherwise)."""
     if value == "auto":
         return "auto"
@@ -247,7 +256,7 @@ def _cpus() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _match(path: Path, model) -> str:
+def _match(path: Path, model: llama_model_p) -> str:
     """The built-in template matched from the GGUF (its embedded template, metadata, file name: explain_gguf),
     else the GGUF's own chat template (registered)."""
     # the metadata llama.cpp already parsed: matching it needs no second read of the file
@@ -267,8 +276,9 @@ def _match(path: Path, model) -> str:
     if not source and not named:
         raise BackendError(f"no built-in chat template matches {path.name} ({reason}) and the GGUF has no "
                            f"tokenizer.chat_template: pass template=NAME")
-    fields = {"chat_template": source, "named_templates": named, "special_tokens": _special_tokens(model),
-              "label": meta(model, "general.name") or path.stem}
+    fields: dict[str, Any] = {"chat_template": source, "named_templates": named,
+                              "special_tokens": _special_tokens(model),
+                              "label": meta(model, "general.name") or path.stem}
     train = int(lib().llama_model_n_ctx_train(model))
     if train > 0:
         fields["session_len"] = train
@@ -282,7 +292,7 @@ def _match(path: Path, model) -> str:
     return name
 
 
-def _special_tokens(model) -> dict[str, str]:
+def _special_tokens(model: llama_model_p) -> dict[str, str]:
     """bos/eos/unk/pad token texts, as the GGUF names them."""
     L = lib()
     vocab = L.llama_model_get_vocab(model)

@@ -42,6 +42,8 @@ import threading
 import time
 import weakref
 from collections import Counter, deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import attrs
 
@@ -58,8 +60,14 @@ from .sampler import Sampler
 from .sequences import HostCache, SequencePool, SessionState
 from .inspection import Inspection
 from .steps import Steps
+from .vocab import LlamaVocab
 
-_CLOSE = object()
+if TYPE_CHECKING:
+    from llama_cpp.llama_cpp import llama_model_p
+
+T = TypeVar("T")
+#: the close request on the command queue (compared by identity; a tuple as the other commands are)
+_CLOSE: tuple[str] = ("close",)
 
 _ENGINES: "weakref.WeakSet[Engine]" = weakref.WeakSet()
 
@@ -74,7 +82,7 @@ def _close_all() -> None:
 @attrs.define(eq=False)
 class Job:
     request: GenerationRequest
-    out: queue.SimpleQueue = attrs.field(factory=queue.SimpleQueue)
+    out: queue.SimpleQueue[Chunk | BaseException] = attrs.field(factory=queue.SimpleQueue)
     cancelled: threading.Event = attrs.field(factory=threading.Event)
     state: SessionState | None = None
     todo: list[int] = attrs.field(factory=list)  # prompt ids to prefill
@@ -95,13 +103,19 @@ class Job:
     def session_id(self) -> str:
         return self.request.session_id
 
+    @property
+    def admitted(self) -> SessionState:
+        """Its state, which :meth:`Engine._admit` sets before anything else reads it."""
+        assert self.state is not None, "the job is not admitted yet"
+        return self.state
+
 
 class Engine(Steps, PrefixReuse, Inspection):
     """A llama context with ``n_seq`` resident sequences of ``n_ctx // n_seq`` tokens each, and its scheduler."""
 
-    def __init__(self, model, vocab, *, n_ctx: int, n_seq: int, threads: int, host_bytes: int,
-                 n_batch: int = 512, prefill_chunk: int = 256, flash_attn: bool = False,
-                 disk: DiskTier | None = None):
+    def __init__(self, model: llama_model_p, vocab: LlamaVocab, *, n_ctx: int, n_seq: int, threads: int,
+                 host_bytes: int, n_batch: int = 512, prefill_chunk: int = 256, flash_attn: bool = False,
+                 disk: DiskTier | None = None) -> None:
         L = self._L = lib()
         params = L.llama_context_default_params()
         params.n_ctx = n_ctx
@@ -138,7 +152,8 @@ class Engine(Steps, PrefixReuse, Inspection):
         self.misses: Counter[str] = Counter()  # held prefixes not used, by reason
         self.settled = 0  # decoded ids prefilled again by spare capacity (steps.py)
         self._ticks = itertools.count(1)
-        self._commands: queue.SimpleQueue = queue.SimpleQueue()
+        # a Job, _CLOSE, or (name, *arguments): drop, expect, rewind, call
+        self._commands: queue.SimpleQueue[Job | tuple[Any, ...]] = queue.SimpleQueue()
         self._waiting: deque[Job] = deque()
         self._active: list[Job] = []
         self._running: dict[str, Job] = {}  # session id -> job, read by cancel() from any thread
@@ -178,14 +193,14 @@ class Engine(Steps, PrefixReuse, Inspection):
         """The session's last answer met retokenization drift: see :meth:`.steps.Steps._rewind`."""
         self._commands.put(("rewind", session_id, start, count, canonical))
 
-    def call(self, fn):
+    def call(self, fn: Callable[[], T]) -> T:
         """Run ``fn()`` on the scheduler thread (which owns the context) and return its result."""
-        box: queue.SimpleQueue = queue.SimpleQueue()
+        box: queue.SimpleQueue[tuple[Literal[True], T] | tuple[Literal[False], BaseException]] = queue.SimpleQueue()
         self._commands.put(("call", fn, box))
-        ok, value = box.get()
-        if not ok:
-            raise value
-        return value
+        result = box.get()
+        if not result[0]:
+            raise result[1]
+        return result[1]
 
     def close(self) -> None:
         with self._lock:
@@ -300,13 +315,13 @@ class Engine(Steps, PrefixReuse, Inspection):
             victim = self.pool.victim()
             if victim is None:
                 return False
-            seq = victim.seq
+            seq = victim.resident_seq
             self._spill(self.pool.evict(victim))
         self.pool.attach(state, seq)
         return True
 
     def _start(self, job: Job) -> None:
-        request, state = job.request, job.state
+        request, state = job.request, job.admitted
         params = request.params
         try:
             job.todo = plan_turn(self.pool, state, request, self.vocab, job.target if job.adopted else None)
@@ -327,6 +342,7 @@ class Engine(Steps, PrefixReuse, Inspection):
         job.reused = len(state.ids)
         self.index.put(state)
         if job.reused:
+            assert job.cached_from is not None, "ids held before the delta came from somewhere (above, or _reuse)"
             self.served[job.cached_from] += job.reused
         self.served["prefilled"] += len(job.todo)
         stop_ids = set(self.vocab.eog_ids)

@@ -16,10 +16,16 @@ import json
 import threading
 import warnings
 from collections import OrderedDict
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from ...constraints import Constraint
 from ...errors import ConstraintUnsupported
 from ...extras import needs
+
+if TYPE_CHECKING:
+    from llama_cpp.llama_cpp import llama_vocab_p
+    from llguidance import LLMatcher, LLTokenizer
 
 #: compiled grammars kept per engine (an agent reuses a handful of schemas)
 KEPT = 64
@@ -72,25 +78,29 @@ def _answer_lark(constraint: Constraint) -> str:
             return gbnf_to_lark(constraint.grammar or "")
         except Exception as exc:  # the converter's own parse errors, of any type
             raise ConstraintUnsupported(f"the grammar does not parse: {exc}", field="grammar") from None
-    schema = json.loads(constraint.schema) if constraint.kind == "json_schema" else {"type": "object"}
+    if constraint.kind == "json_schema":
+        assert constraint.schema is not None, "a json_schema constraint carries its schema"
+        schema = json.loads(constraint.schema)
+    else:
+        schema = {"type": "object"}
     return f"start: %json {json.dumps({**schema, 'x-guidance': JSON_OPTIONS})}"
 
 
 class Grammars:
     """The compiled constraints of one vocabulary, least recently used dropped past :data:`KEPT`."""
 
-    def __init__(self, vocab, eog_ids) -> None:
+    def __init__(self, vocab: llama_vocab_p, eog_ids: Iterable[int]) -> None:
         self._vocab = vocab
         self._eog = sorted(eog_ids)
-        self._tokenizer = None
-        self._kept: OrderedDict[str, object] = OrderedDict()
+        self._tokenizer: LLTokenizer | None = None
+        self._kept: OrderedDict[str, LLMatcher] = OrderedDict()
         self._lock = threading.Lock()  # checked on the caller's thread, copied on the scheduler's
 
     def check(self, constraint: Constraint) -> None:
         """Raise :class:`ConstraintUnsupported` if ``constraint`` cannot be enforced (compiling it if new)."""
         self._prototype(constraint)
 
-    def matcher(self, constraint: Constraint):
+    def matcher(self, constraint: Constraint) -> LLMatcher:
         """A fresh ``LLMatcher`` for one answer."""
         return self._prototype(constraint).deep_copy()
 
@@ -98,7 +108,7 @@ class Grammars:
         with self._lock:
             self._kept.clear()
 
-    def _prototype(self, constraint: Constraint):
+    def _prototype(self, constraint: Constraint) -> LLMatcher:
         lark = lark_of(constraint)
         with self._lock:
             proto = self._kept.get(lark)
@@ -111,16 +121,17 @@ class Grammars:
                 self._kept.popitem(last=False)
             return proto
 
-    def _compile(self, lark: str, constraint: Constraint):
+    def _compile(self, lark: str, constraint: Constraint) -> LLMatcher:
         with needs("constraints on answers", "local"):
             from llguidance import LLMatcher
             from llguidance.llamacpp import lltokenizer_from_vocab
 
-        if self._tokenizer is None:
+        tokenizer = self._tokenizer
+        if tokenizer is None:
             with warnings.catch_warnings():  # it reads each token's attributes through a deprecated alias
                 warnings.simplefilter("ignore", DeprecationWarning)
-                self._tokenizer = lltokenizer_from_vocab(self._vocab, eos_token=self._eog)
-        matcher = LLMatcher(self._tokenizer, LLMatcher.grammar_from_lark(lark), log_level=0)
+                tokenizer = self._tokenizer = lltokenizer_from_vocab(self._vocab, eos_token=self._eog)
+        matcher = LLMatcher(tokenizer, LLMatcher.grammar_from_lark(lark), log_level=0)
         if matcher.is_error():
             field = {"gbnf": "grammar", "json_schema": "schema", "lark": "tool_choice"}.get(constraint.kind,
                                                                                             "response_format")

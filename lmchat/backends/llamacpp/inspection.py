@@ -3,8 +3,12 @@ invariants checked against llama.cpp, every tier's counts. Scheduler thread only
 ``Engine.call``), which owns the context."""
 from __future__ import annotations
 
+from typing import Any
 
-class Inspection:
+from .state import EngineState
+
+
+class Inspection(EngineState):
     """The :class:`.engine.Engine`'s read-only views (it sets the attributes used here)."""
 
     def where(self, session_id: str) -> str | None:
@@ -28,7 +32,7 @@ class Inspection:
         """The engine's invariants, checked against llama.cpp (empty when they hold): every resident
         sequence holds exactly the positions of its ids, every saved state's ids are whole, nothing is
         served past its exact ids, the host cache is within its budget."""
-        out = []
+        out: list[str] = []
         mem = self.pool.mem
         for seq, state in enumerate(self.pool.owner):
             if state is None:
@@ -49,7 +53,7 @@ class Inspection:
             out.append(f"disk tier {self.disk.nbytes} bytes > budget {self.disk.budget}")
         return out
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         """Counts and sizes of every tier (the scheduler thread's view: call it there)."""
         resident = [s for s in self.pool.owner if s is not None]
         held = sum(len(s.ids) for s in resident)

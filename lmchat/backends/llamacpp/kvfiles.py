@@ -18,6 +18,7 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import attrs
 
@@ -52,7 +53,7 @@ class DiskEntry:
 class DiskTier:
     """KV files under ``directory``, at most ``budget`` bytes of them (least recently used go first)."""
 
-    def __init__(self, directory: str | Path, budget: int, identity: dict):
+    def __init__(self, directory: str | Path, budget: int, identity: dict[str, Any]) -> None:
         self.directory = Path(directory)
         self.budget = int(budget)
         self.identity = identity
@@ -63,7 +64,7 @@ class DiskTier:
         self.ignored: Counter[str] = Counter()  # files found at start and not indexed, by reason
         self.foreign: list[DiskEntry] = []  # files of another model or other parameters: indexed, never loaded
         self._ticks = itertools.count(1)
-        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()  # ("write", ...), ("unlink", name)
         self._idle = threading.Condition()
         self._pending = 0
         self.problem: str | None = None  # why the directory cannot be used, if it cannot
@@ -199,7 +200,7 @@ class DiskTier:
         self._thread.join()
 
     # ------------------------------------------------------------------ the writer thread
-    def _submit(self, job) -> None:
+    def _submit(self, job: tuple[Any, ...]) -> None:
         with self._idle:
             self._pending += 1
         self._jobs.put(job)
@@ -227,6 +228,7 @@ class DiskTier:
                 f.write(HEAD.pack(MAGIC, VERSION, len(header)))
                 f.write(header)
                 f.write(raw_ids)
+                assert entry.blob is not None, "an entry is written once, then forgets its blob"
                 f.write(entry.blob)
             os.replace(tmp, path)
         except OSError as exc:

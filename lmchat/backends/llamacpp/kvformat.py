@@ -31,7 +31,9 @@ import os
 import struct
 import sys
 from array import array
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 MAGIC = b"LMCHATKV"
 VERSION = 1
@@ -48,14 +50,14 @@ class KVFileRejected(Exception):
         self.kind = kind
 
 
-def digest(ids_bytes: bytes, state: bytes | bytearray | memoryview) -> str:
+def digest(ids_bytes: bytes | memoryview, state: bytes | bytearray | memoryview) -> str:
     h = hashlib.blake2b(digest_size=16)
     h.update(ids_bytes)
     h.update(state)
     return h.hexdigest()
 
 
-def ids_bytes(ids) -> bytes:
+def ids_bytes(ids: Iterable[int]) -> bytes:
     data = array("I", ids)
     if data.itemsize != 4:  # pragma: no cover - every platform CPython runs on has a 4-byte unsigned int
         raise RuntimeError("array('I') is not 32 bits here")
@@ -64,7 +66,7 @@ def ids_bytes(ids) -> bytes:
     return data.tobytes()
 
 
-def model_identity(path: Path) -> dict:
+def model_identity(path: Path) -> dict[str, Any]:
     """What names a model file's weights, whatever the file is called."""
     size = path.stat().st_size
     h = hashlib.blake2b(digest_size=16)
@@ -75,7 +77,7 @@ def model_identity(path: Path) -> dict:
     return {"model_bytes": size, "model_digest": h.hexdigest()}
 
 
-def read_head(path: Path) -> tuple[dict, list[int]]:
+def read_head(path: Path) -> tuple[dict[str, Any], list[int]]:
     """A file's header and ids, checked for shape and size (not the digest: that needs the whole file)."""
     try:
         with open(path, "rb") as f:
@@ -95,7 +97,7 @@ def read_head(path: Path) -> tuple[dict, list[int]]:
     return header, _ids(raw)
 
 
-def parse(data: bytes, name: str) -> tuple[dict, list[int], memoryview]:
+def parse(data: bytes, name: str) -> tuple[dict[str, Any], list[int], memoryview]:
     """Header, ids and state of a whole file, its digest checked."""
     if len(data) < HEAD.size:
         raise KVFileRejected(f"KV file {name} is truncated")
@@ -116,16 +118,15 @@ def parse(data: bytes, name: str) -> tuple[dict, list[int], memoryview]:
     return header, _ids(data[start:end]), view[end:]
 
 
-def _header(raw: bytes) -> dict:
+def _header(raw: bytes) -> dict[str, Any]:
     try:
         header = json.loads(raw)
-        ok = (isinstance(header, dict) and isinstance(header.get("n_ids"), int) and header["n_ids"] >= 0
-              and isinstance(header.get("exact"), int) and 0 <= header["exact"] <= header["n_ids"]
-              and isinstance(header.get("state_bytes"), int) and header["state_bytes"] >= 0
-              and isinstance(header.get("blake2b"), str) and "identity" in header)
     except ValueError:
-        ok = False
-    if not ok:
+        header = None
+    if not (isinstance(header, dict) and isinstance(header.get("n_ids"), int) and header["n_ids"] >= 0
+            and isinstance(header.get("exact"), int) and 0 <= header["exact"] <= header["n_ids"]
+            and isinstance(header.get("state_bytes"), int) and header["state_bytes"] >= 0
+            and isinstance(header.get("blake2b"), str) and "identity" in header):
         raise KVFileRejected("its header is not valid")
     return header
 
@@ -138,6 +139,6 @@ def _ids(raw: bytes) -> list[int]:
     return data.tolist()
 
 
-def difference(theirs: dict, ours: dict) -> str:
+def difference(theirs: Any, ours: dict[str, Any]) -> str:  # theirs: a file's, whatever it holds
     keys = sorted(k for k in {*theirs, *ours} if theirs.get(k) != ours.get(k)) if isinstance(theirs, dict) else []
     return ", ".join(f"{k}: {theirs.get(k)!r} here {ours.get(k)!r}" for k in keys) or "unreadable identity"

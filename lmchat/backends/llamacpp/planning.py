@@ -5,9 +5,10 @@ from ...errors import BackendError
 from ..base import GenerationRequest
 from .prefix import common_prefix
 from .sequences import SequencePool, SessionState
+from .vocab import LlamaVocab
 
 
-def plan_turn(pool: SequencePool, state: SessionState, request: GenerationRequest, vocab,
+def plan_turn(pool: SequencePool, state: SessionState, request: GenerationRequest, vocab: LlamaVocab,
               adopted: list[int] | None = None) -> list[int]:
     """Apply the delta's reset or discard to the sequence; the ids left to prefill.
 
@@ -79,7 +80,7 @@ def _todo(pool: SequencePool, state: SessionState, target: list[int]) -> list[in
     return todo
 
 
-def prompt_ids(request: GenerationRequest, vocab) -> list[int]:
+def prompt_ids(request: GenerationRequest, vocab: LlamaVocab) -> list[int]:
     """The whole prompt of the turn as ids: the delta's when it is the whole prompt, else the session's
     context (a session without a tokenizer: its text encoded with special parsing on, as llama.cpp reads a
     prompt)."""

@@ -16,16 +16,17 @@ from .kvformat import KVFileRejected
 from .planning import prompt_ids
 from .prefix import BLOCK, common_prefix
 from .sequences import SessionState
+from .state import EngineState
 
 if TYPE_CHECKING:
     from .engine import Job
 
 log = logging.getLogger("lmchat.llamacpp")
 #: the cheaper a tier is to start from, the lower: ties between holders of one prefix go to the cheapest
-_RANK = {"session": 0, "resident": 1, "host": 2, "disk": 3}
+_RANK: dict[str | None, int] = {"session": 0, "resident": 1, "host": 2, "disk": 3}
 
 
-class PrefixReuse:
+class PrefixReuse(EngineState):
     """What :class:`.engine.Engine` does as a prefix cache (its ``pool``, ``index``, ``orphans``, ``disk``)."""
 
     def _persist(self) -> None:
@@ -64,7 +65,7 @@ class PrefixReuse:
     def _prompt(self, job: Job) -> list[int] | None:
         """The whole prompt of a job whose state holds nothing (None: one that holds something, or a request
         that cannot give it: :meth:`_start` reports that)."""
-        state = job.state
+        state = job.admitted
         if state.ids or state.blob is not None:
             return None
         if job.target is None:
@@ -85,8 +86,8 @@ class PrefixReuse:
         for other in self._active:
             if other.fed >= len(other.todo):
                 continue
-            done = len(other.state.ids)
-            ahead = other.state.ids + other.todo[other.fed:]
+            done = len(other.admitted.ids)
+            ahead = other.admitted.ids + other.todo[other.fed:]
             if common_prefix(ahead, target, 0, len(target) - 1) >= max(done + BLOCK, BLOCK):
                 return True
         return False
@@ -97,7 +98,7 @@ class PrefixReuse:
         target = self._prompt(job) if self.orphans else None
         if target is None:
             return False
-        state = job.state
+        state = job.admitted
         donor, n, _ = self.index.longest(target, usable=lambda e: isinstance(e, SessionState) and e.orphan
                                          and e.seq is not None and not e.busy)
         if donor is None or donor.exact - n >= BLOCK:  # it holds more than this prompt needs: copy it later
@@ -124,7 +125,7 @@ class PrefixReuse:
     def _reuse(self, job: Job) -> None:
         """Start the sequence from the longest exact prefix of its prompt held elsewhere, when that saves
         prefilling at least a block (and a sixteenth of what must be loaded for it)."""
-        state = job.state
+        state = job.admitted
         for _ in range(4):  # a file that fails its checks leaves the next best holder
             have = len(state.ids)
             if len(job.todo) < BLOCK:
@@ -145,11 +146,12 @@ class PrefixReuse:
             job.todo = target[n:]
             return
 
-    def _load(self, state: SessionState, donor, prefix: list[int]) -> None:
+    def _load(self, state: SessionState, donor: SessionState | DiskEntry, prefix: list[int]) -> None:
         """Make ``state``'s sequence hold ``prefix``, the first ids of what ``donor`` holds, from its KV;
         :class:`KVFileRejected` if it cannot (the sequence is then empty)."""
         pool = self.pool
         if isinstance(donor, DiskEntry):
+            assert self.disk is not None, "a KV file is indexed only with a disk tier"
             try:
                 blob = self.disk.read(donor, prefix)
             except KVFileRejected:
@@ -161,8 +163,8 @@ class PrefixReuse:
                 raise KVFileRejected(f"llama.cpp did not restore KV file {donor.name} as written", "refused")
             self.disk.touch(donor)
         else:
-            blob = donor.blob if donor.seq is None else pool.save(donor.seq)
-            if blob is None or not pool.load(state, blob, len(donor.ids)):
+            copied = donor.blob if donor.seq is None else pool.save(donor.seq)
+            if copied is None or not pool.load(state, copied, len(donor.ids)):
                 raise KVFileRejected("the KV of another sequence could not be copied", "copy failed")
         state.ids = list(donor.ids)
         pool.truncate(state, len(prefix))
@@ -204,11 +206,11 @@ class PrefixReuse:
         return n
 
 
-def _usable(entry) -> bool:
+def _usable(entry: SessionState | DiskEntry) -> bool:
     if isinstance(entry, DiskEntry):
         return entry.why_not is None and not entry.gone
     return entry.tier is not None
 
 
-def _rank(entry) -> int:
+def _rank(entry: SessionState | DiskEntry) -> int:
     return _RANK.get(entry.tier, len(_RANK))

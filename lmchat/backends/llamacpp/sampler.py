@@ -19,14 +19,20 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..base import SamplingParams
 from ._lib import lib
 
+if TYPE_CHECKING:
+    from llama_cpp.llama_cpp import llama_context_p
+    from llguidance import LLMatcher
+
 class Sampler:
     """Owns a ``llama_sampler`` chain; :meth:`free` releases it (the scheduler calls it when the answer ends)."""
 
-    def __init__(self, params: SamplingParams, n_vocab: int, context: Sequence[int], guide=None):
+    def __init__(self, params: SamplingParams, n_vocab: int, context: Sequence[int],
+                 guide: LLMatcher | None = None) -> None:
         L = self._L = lib()
         chain = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
         self._chain = chain
@@ -38,7 +44,7 @@ class Sampler:
                 L.llama_sampler_accept(chain, token)
         self._guide = guide  # an llguidance matcher, or None
         self._n_vocab = n_vocab
-        self._cells = None  # the candidates' array, allocated at the first constrained draw
+        self._cells: Any = None  # the candidates' ctypes array, allocated at the first constrained draw
         if params.greedy:
             L.llama_sampler_chain_add(chain, L.llama_sampler_init_greedy())
             return
@@ -50,7 +56,7 @@ class Sampler:
         seed = L.LLAMA_DEFAULT_SEED if params.seed is None else int(params.seed) & 0xFFFFFFFF
         L.llama_sampler_chain_add(chain, L.llama_sampler_init_dist(seed))
 
-    def sample(self, ctx, index: int) -> int:
+    def sample(self, ctx: llama_context_p, index: int) -> int:
         """The next id from the logits of batch position ``index`` (the chain records it for the penalty)."""
         if self._guide is None:
             return int(self._L.llama_sampler_sample(self._chain, ctx, index))
@@ -62,7 +68,7 @@ class Sampler:
         self._L.llama_sampler_accept(self._chain, token)
         return token
 
-    def _draw(self, logits, constrained: bool) -> int:
+    def _draw(self, logits: ctypes._Pointer[ctypes.c_float], constrained: bool) -> int:
         """What ``llama_sampler_sample`` does, without recording the token (the constraint checks it first)."""
         import numpy as np  # llama-cpp-python's own dependency
 
@@ -77,6 +83,7 @@ class Sampler:
         view["logit"] = np.ctypeslib.as_array(logits, (n,))
         view["p"] = 0.0
         if constrained:
+            assert self._guide is not None, "only a guided sampler draws constrained"
             self._guide.unsafe_compute_mask_ptr(self._mask.ctypes.data, self._mask.nbytes)
             allowed = np.unpackbits(self._mask.view(np.uint8), bitorder="little")[:n]
             view["logit"][allowed == 0] = -np.inf

@@ -14,10 +14,14 @@ from __future__ import annotations
 import ctypes
 import time
 from collections import OrderedDict
+from typing import TYPE_CHECKING
 
 import attrs
 
 from ._lib import lib
+
+if TYPE_CHECKING:
+    from llama_cpp.llama_cpp import llama_context_p, llama_memory_t
 
 
 @attrs.define(eq=False)
@@ -71,10 +75,16 @@ class SessionState:
         self.version += 1
 
     @property
+    def resident_seq(self) -> int:
+        """Its sequence id, where it is known to be resident (it owns a sequence of the pool)."""
+        assert self.seq is not None, f"state {self.session_id!r} is not resident"
+        return self.seq
+
+    @property
     def busy(self) -> bool:
         return self.job is not None
 
-    def eviction_rank(self, now: float) -> tuple:
+    def eviction_rank(self, now: float) -> tuple[bool, bool, int]:
         """Lowest goes first: an orphan, then a session nobody waits for, the least recently used first;
         a session whose client is running the tools its answer called comes last (until it is overdue)."""
         return (not self.orphan, self.expected_until > now, self.tick)
@@ -87,7 +97,7 @@ class SessionState:
 class HostCache:
     """Saved sequence states, bounded by ``budget`` bytes, pushed out by :meth:`SessionState.eviction_rank`."""
 
-    def __init__(self, budget: int):
+    def __init__(self, budget: int) -> None:
         self.budget = budget
         self.nbytes = 0
         self._states: OrderedDict[SessionState, None] = OrderedDict()
@@ -96,17 +106,20 @@ class HostCache:
     def put(self, state: SessionState) -> list[SessionState]:
         """Keep ``state`` (its ``blob`` set); returns the states pushed out to stay within budget (maybe
         itself), their blobs and ids still set: the caller moves them to disk or forgets them."""
-        if len(state.blob) > self.budget:  # larger than the whole budget: out at once rather than everything else
+        blob = state.blob
+        assert blob is not None, "put with its blob set"
+        if len(blob) > self.budget:  # larger than the whole budget: out at once rather than everything else
             self.dropped += 1
             return [state]
         self._states[state] = None
-        self.nbytes += len(state.blob)
+        self.nbytes += len(blob)
         self.saved += 1
         gone = []
         now = time.monotonic()
         while self.nbytes > self.budget and self._states:
             old = min(self._states, key=lambda s: s.eviction_rank(now))
             del self._states[old]
+            assert old.blob is not None, "every state kept here has its blob"
             self.nbytes -= len(old.blob)
             gone.append(old)
             self.dropped += 1
@@ -118,6 +131,7 @@ class HostCache:
             return None
         del self._states[state]
         blob, state.blob = state.blob, None
+        assert blob is not None, "every state kept here has its blob"
         self.nbytes -= len(blob)
         return blob
 
@@ -131,10 +145,10 @@ class HostCache:
 class SequencePool:
     """The context's sequence ids, lent to sessions; state moves between the context and the host cache."""
 
-    def __init__(self, ctx, n_seq: int, host: HostCache):
+    def __init__(self, ctx: llama_context_p, n_seq: int, host: HostCache) -> None:
         self._L = lib()
         self.ctx = ctx
-        self.mem = self._L.llama_get_memory(ctx)
+        self.mem: llama_memory_t = self._L.llama_get_memory(ctx)
         self.can_shift = bool(self._L.llama_memory_can_shift(self.mem))
         self.host = host
         self.owner: list[SessionState | None] = [None] * n_seq
@@ -204,6 +218,7 @@ class SequencePool:
         """Save ``state``'s sequence to the host cache and free it; returns the states pushed out of the
         host cache for room (their blobs and ids still set), maybe ``state`` itself."""
         seq = state.seq
+        assert seq is not None, "only a resident state is evicted"
         blob = self.save(seq) if state.ids else None
         self._L.llama_memory_seq_rm(self.mem, seq, -1, -1)
         self.owner[seq] = None
@@ -220,6 +235,7 @@ class SequencePool:
         if state.seq is not None:
             self._L.llama_memory_seq_rm(self.mem, state.seq, -1, -1)
             self.owner[state.seq] = None
+        assert donor.seq is not None, "a donor is resident"
         state.seq, donor.seq = donor.seq, None
         self.owner[state.seq] = state
         state.reset()

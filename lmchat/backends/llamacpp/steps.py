@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 from ...errors import BackendError
 from ..base import Chunk
 from ._lib import last_error
+from .state import EngineState
 
 if TYPE_CHECKING:
     from .engine import Job
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
 SETTLE_CHUNK = 64
 
 
-class Steps:
+class Steps(EngineState):
     """The :class:`.engine.Engine`'s work on its scheduler thread between two looks at its command queue."""
 
     def _step(self) -> None:
@@ -57,7 +58,7 @@ class Steps:
             if job.cancelled.is_set():
                 self._finish(job, "cancelled")
         # by sequence id: llama.cpp puts adjacent sequences in one micro-batch
-        decoding = sorted((j for j in self._active if j.token is not None), key=lambda j: j.state.seq)
+        decoding = sorted((j for j in self._active if j.token is not None), key=lambda j: j.admitted.resident_seq)
         if decoding:
             self._decode(decoding)
         budget = self.prefill_chunk if decoding else self.n_batch
@@ -72,20 +73,23 @@ class Steps:
     def _decode(self, jobs: list[Job]) -> None:
         n = 0
         for job in jobs:
-            n = self._put(n, job.token, len(job.state.ids), job.state.seq, True)
+            state, token = job.admitted, job.token
+            assert token is not None, "a decoding job has its next token"
+            n = self._put(n, token, len(state.ids), state.resident_seq, True)
         if not self._run(n, jobs):
             return
         for i, job in enumerate(jobs):
-            state = job.state
+            state, token = job.admitted, job.token
+            assert token is not None, "a decoding job has its next token"
             if state.decoded_at is None:
                 state.decoded_at = len(state.ids)
-            state.ids.append(job.token)
+            state.ids.append(token)
             job.token = None
             self._sample(job, i)
 
     def _prefill(self, job: Job, budget: int) -> int:
         """Feed the next chunk of ``job``'s prompt, in a ``llama_decode`` of its own; the number of ids fed."""
-        state, todo = job.state, job.todo
+        state, todo = job.admitted, job.todo
         left = len(todo) - job.fed
         take = min(left, budget)
         if left - take == 1:  # never a lone last id (see the module docstring)
@@ -93,7 +97,7 @@ class Steps:
         last = take == left
         n = 0
         for i in range(take):
-            n = self._put(n, todo[job.fed + i], len(state.ids) + i, state.seq, last and i == take - 1)
+            n = self._put(n, todo[job.fed + i], len(state.ids) + i, state.resident_seq, last and i == take - 1)
         if self._run(n, [job]):
             state.ids.extend(todo[job.fed:job.fed + take])
             job.fed += take
@@ -141,7 +145,7 @@ class Steps:
         del state.ids[start:]  # the sequence holds exactly its ids at every step (a failed batch clears it)
         n = 0
         for pos in range(start, end):
-            n = self._put(n, ids[pos], pos, state.seq, False)
+            n = self._put(n, ids[pos], pos, state.resident_seq, False)
         if not self._run(n, []):
             self.pool.clear(state)  # what the failed batch wrote is unknown
             return
@@ -173,7 +177,7 @@ class Steps:
         if rc == 0:
             return True
         for job in jobs:  # what the failed batch wrote is unknown: those sequences start over next turn
-            self.pool.clear(job.state)
+            self.pool.clear(job.admitted)
             self._fail(job, BackendError(f"llama_decode failed ({rc}): "
                                          f"{last_error() or 'see the lmchat.llamacpp log'}"))
         return False
@@ -187,18 +191,21 @@ class Steps:
         return n + 1
 
     def _sample(self, job: Job, index: int) -> None:
-        token = job.sampler.sample(self.ctx, index)
+        sampler, matcher, ctx = job.sampler, job.matcher, self.ctx
+        assert sampler is not None and matcher is not None, "set by Engine._start"
+        assert ctx is not None, "freed only once the scheduler stops"
+        token = sampler.sample(ctx, index)
         job.generated += 1
-        result = job.matcher.feed_ids([token], self.vocab.decode)
+        result = matcher.feed_ids([token], self.vocab.decode)
         if result.stopped:
             job.token = token  # the end marker (or the token holding a stop string): never fed
             self._finish(job, "stop", result.text)
             return
-        new = job.matcher.kept_ids[job.kept:]
+        new = matcher.kept_ids[job.kept:]
         if result.text or new:
             job.kept += len(new)
             job.out.put(Chunk(text=result.text, token_ids=tuple(new)))
         job.token = token
-        if job.generated >= job.request.params.max_new_tokens or len(job.state.ids) >= self.n_ctx_seq:
+        if job.generated >= job.request.params.max_new_tokens or len(job.admitted.ids) >= self.n_ctx_seq:
             self._finish(job, "length")
 

@@ -27,18 +27,22 @@ from __future__ import annotations
 import ctypes
 import re
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from ...errors import BackendError
 from ._lib import lib
+
+if TYPE_CHECKING:
+    from llama_cpp.llama_cpp import llama_model_p, llama_vocab_p
 
 
 class LlamaVocab:
     """A llama.cpp vocabulary (``llama_vocab *`` of a loaded model) as lmchat's vocabulary adapter."""
 
-    def __init__(self, model):
+    def __init__(self, model: llama_model_p) -> None:
         L = self._L = lib()
-        self._vocab = L.llama_model_get_vocab(model)
-        self.n_tokens = L.llama_vocab_n_tokens(self._vocab)
+        self._vocab: llama_vocab_p | None = L.llama_model_get_vocab(model)
+        self.n_tokens: int = L.llama_vocab_n_tokens(self._vocab)
         control = L.LLAMA_TOKEN_ATTR_CONTROL
         user = L.LLAMA_TOKEN_ATTR_USER_DEFINED
         added: dict[str, int] = {}
@@ -55,8 +59,8 @@ class LlamaVocab:
         self.added: Mapping[str, int] = added
         #: ids that end generation (end of text, end of turn...)
         self.eog_ids = frozenset(i for i in added.values() if L.llama_vocab_is_eog(self._vocab, i))
-        self.bos_id = L.llama_vocab_bos(self._vocab)
-        self.eos_id = L.llama_vocab_eos(self._vocab)
+        self.bos_id: int = L.llama_vocab_bos(self._vocab)
+        self.eos_id: int = L.llama_vocab_eos(self._vocab)
         self._user_ids = frozenset(user_defined.values())
         self._user_pattern = (
             re.compile("|".join(re.escape(t) for t in sorted(user_defined, key=len, reverse=True)))
@@ -139,7 +143,7 @@ class LlamaVocab:
         (a session may outlive its backend, e.g. across a restart)."""
         self._vocab = None
 
-    def _live(self):
+    def _live(self) -> llama_vocab_p:
         if self._vocab is None:
             raise BackendError("this tokenizer's llamacpp backend is closed: load the session with the new "
                                "backend's tokenizer (Session.from_dict(data, tokenizer=backend.tokenizer))")
@@ -153,7 +157,8 @@ class LlamaVocab:
             arr = (self._L.llama_token * size)()
             n = self._L.llama_tokenize(vocab, data, len(data), arr, size, False, special)
             if n >= 0:
-                return arr[:n]
+                ids: list[int] = arr[:n]
+                return ids
             size = -n
 
     def _piece(self, token: int, *, special: bool) -> bytes:
