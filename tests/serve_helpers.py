@@ -144,22 +144,31 @@ class Service:
     ready_path = "/health"
     ready_seconds: float = READY_SECONDS
 
-    def start(self, command: list[str], env: dict, preexec_fn=None) -> None:
+    def start(self, command: list[str], env: dict, preexec_fn=None, wait: bool = True) -> None:
+        """Start the process; ``wait``: until it answers (else ``ready`` waits: the process gets ready meanwhile)."""
         self.log = tempfile.NamedTemporaryFile("w+", prefix=f"{self.name}-", suffix=".log", delete=False)
         self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, env=env,
                                      preexec_fn=preexec_fn)
-        deadline = time.monotonic() + self.ready_seconds
-        while time.monotonic() < deadline:
+        self._deadline = time.monotonic() + self.ready_seconds
+        self._ready = False
+        if wait:
+            self.ready()
+
+    def ready(self):
+        """Wait until the process answers ``ready_path`` (at once the second time); returns the service."""
+        while not self._ready:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n{self.output()[-3000:]}")
             try:
-                if httpx.get(self.url + self.ready_path, timeout=2).status_code == 200:
-                    return
+                self._ready = httpx.get(self.url + self.ready_path, timeout=2).status_code == 200
             except httpx.TransportError:
                 pass
-            time.sleep(0.05)
-        self.stop()
-        raise RuntimeError(f"{self.name} did not answer within {self.ready_seconds:g}s")
+            if not self._ready and time.monotonic() > self._deadline:
+                self.stop()
+                raise RuntimeError(f"{self.name} did not answer within {self.ready_seconds:g}s")
+            if not self._ready:
+                time.sleep(0.05)
+        return self
 
     def output(self) -> str:
         self.log.flush()
@@ -186,11 +195,13 @@ class Service:
 
 
 class Server(Service, Clients):
-    """``lmchat serve --backend echo ARGS`` in a subprocess; ``url`` once it answers ``/health``."""
+    """``lmchat serve --backend echo ARGS`` in a subprocess; ``url`` once it answers ``/health`` (``wait=False``:
+    once ``ready`` returns)."""
 
     name = "lmchat-serve"
 
-    def __init__(self, *args: str, keys: tuple[str, ...] = (), env: dict | None = None, max_fds: int | None = None):
+    def __init__(self, *args: str, keys: tuple[str, ...] = (), env: dict | None = None, max_fds: int | None = None,
+                 wait: bool = True):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         # its stores and KV files in a folder of its own unless the test gives one (a restart: the same one)
@@ -202,7 +213,7 @@ class Server(Service, Clients):
         command = [sys.executable, "-m", "lmchat", "serve", "--backend", "echo", "--port", str(self.port),
                    "--log-level", "warning", *args]
         limit = None if max_fds is None else (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (max_fds, max_fds)))
-        self.start(command, env, limit)
+        self.start(command, env, limit, wait)
 
     def stop(self) -> None:
         super().stop()

@@ -25,18 +25,25 @@ def deepseek(db) -> tuple[str, ...]:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    s = InProcess(*deepseek(tmp_path_factory.mktemp("interactive") / "sessions.db"))
+def launched(tmp_path_factory):
+    """The same server, a real process: for the clients that leave (the socket closes) or give up waiting. Started
+    with the module and waited for by the first test that needs it (``process``): it loads its tokenizer while this
+    process loads its own and the other tests run."""
+    s = Server(*deepseek(tmp_path_factory.mktemp("interactive-process") / "sessions.db"), wait=False)
     yield s
     s.stop()
 
 
 @pytest.fixture(scope="module")
-def process(tmp_path_factory):
-    """The same server, a real process: for the clients that leave (the socket closes) or give up waiting."""
-    s = Server(*deepseek(tmp_path_factory.mktemp("interactive-process") / "sessions.db"))
+def server(tmp_path_factory, launched):
+    s = InProcess(*deepseek(tmp_path_factory.mktemp("interactive") / "sessions.db"))
     yield s
     s.stop()
+
+
+@pytest.fixture
+def process(launched):
+    return launched.ready()
 
 
 @pytest.fixture

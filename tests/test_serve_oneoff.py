@@ -43,23 +43,29 @@ ARGS = ("--backend-option", "delay=0.005", "--max-active", "3")
 
 
 @pytest.fixture(scope="module")
-def server(db):
-    s = InProcess(*ECHO, "--store", f"sqlite:{db}", *ARGS, keys=(K1, K2))
-    yield s
-    s.stop()
-
-
-@pytest.fixture(scope="module")
 def process_db(tmp_path_factory):
     return tmp_path_factory.mktemp("oneoff-process") / "sessions.db"
 
 
 @pytest.fixture(scope="module")
-def process(process_db):
-    """The same server, a real process: for the clients that leave (the socket closes) or give up waiting."""
-    s = Server(*ECHO, "--store", f"sqlite:{process_db}", *ARGS, keys=(K1, K2))
+def launched(process_db):
+    """The same server, a real process: for the clients that leave (the socket closes) or give up waiting. Started
+    with the module, waited for by the test that needs it (``process``): it gets ready while the others run."""
+    s = Server(*ECHO, "--store", f"sqlite:{process_db}", *ARGS, keys=(K1, K2), wait=False)
     yield s
     s.stop()
+
+
+@pytest.fixture(scope="module")
+def server(db, launched):
+    s = InProcess(*ECHO, "--store", f"sqlite:{db}", *ARGS, keys=(K1, K2))
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def process(launched):
+    return launched.ready()
 
 
 @pytest.fixture
