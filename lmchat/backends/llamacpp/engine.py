@@ -52,7 +52,7 @@ from ...stops import StopMatcher
 from ..base import Chunk, GenerationRequest
 from ._lib import lib
 from .grammars import Grammars
-from .kvfiles import DiskTier
+from .kvfiles import DiskEntry, DiskTier
 from .planning import plan_turn
 from .prefix import PrefixIndex
 from .reuse import PrefixReuse
@@ -143,7 +143,7 @@ class Engine(Steps, PrefixReuse, Inspection):
         self.pool = SequencePool(self.ctx, n_seq, self.host)
         self.sessions: dict[str, SessionState] = {}
         self.orphans: set[SessionState] = set()  # dropped sessions' states, kept as prefixes
-        self.index = PrefixIndex()
+        self.index: PrefixIndex[SessionState | DiskEntry] = PrefixIndex()
         self.disk = disk
         if disk is not None:
             for entry in [*disk.entries.values(), *disk.foreign]:

@@ -9,7 +9,7 @@ the way: the entry's ids are then compared with the prompt id by id, and the
 common prefix is extended past the last whole block, so a match is exact by
 construction and a stale or colliding entry is simply not used.
 
-Entries are any objects with ``ids`` (the ids whose keys and values they
+Entries are any objects with (:class:`Indexed`) ``ids`` (the ids whose keys and values they
 hold, position by position), ``exact`` (how many leading ids hold what a
 fresh prefill computes: a context shift rotates the keys after the ids it
 removed, and those may serve their own session but nobody else) and
@@ -22,10 +22,26 @@ at lookup, and the entry is forgotten then.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Generic, Protocol, TypeVar
 
 #: ids per indexed block: a smaller block finds longer prefixes, a larger one costs fewer hashes
 BLOCK = 32
+
+
+class Indexed(Protocol):
+    """What the index reads of an entry (see the module docstring); entries are compared by identity."""
+
+    @property
+    def ids(self) -> Sequence[int]: ...
+
+    @property
+    def exact(self) -> int: ...
+
+    @property
+    def version(self) -> int: ...
+
+
+E = TypeVar("E", bound=Indexed)
 
 
 def block_keys(ids: Sequence[int], limit: int | None = None, keys: list[int] | None = None) -> list[int]:
@@ -56,14 +72,14 @@ def common_prefix(a: Sequence[int], b: Sequence[int], start: int = 0, end: int |
     return lo
 
 
-class PrefixIndex:
+class PrefixIndex(Generic[E]):
     """Entries by the block prefixes of their ids; :meth:`longest` finds the best for a prompt."""
 
     def __init__(self) -> None:
-        self._blocks: dict[int, set[Any]] = {}
-        self._keys: dict[Any, tuple[int, list[int]]] = {}  # entry -> (its version then, the keys it is under)
+        self._blocks: dict[int, set[E]] = {}
+        self._keys: dict[E, tuple[int, list[int]]] = {}  # entry -> (its version then, the keys it is under)
 
-    def put(self, entry: Any) -> None:
+    def put(self, entry: E) -> None:
         """Index ``entry`` under its current ids: only their new blocks if its version is the one indexed."""
         known = self._keys.get(entry)
         if known is not None and known[0] != entry.version:
@@ -78,7 +94,7 @@ class PrefixIndex:
         for key in keys[have:]:
             self._blocks.setdefault(key, set()).add(entry)
 
-    def remove(self, entry: Any) -> None:
+    def remove(self, entry: E) -> None:
         for key in self._keys.pop(entry, (0, ()))[1]:
             holders = self._blocks.get(key)
             if holders is not None:
@@ -86,12 +102,14 @@ class PrefixIndex:
                 if not holders:
                     del self._blocks[key]
 
-    def longest(self, ids: Sequence[int], *, exclude: Any = None, usable: Callable[[Any], bool] = lambda e: True,
-                rank: Callable[[Any], int] = lambda e: 0) -> tuple[Any, int, Any]:
+    def longest(self, ids: Sequence[int], *, exclude: E | None = None, usable: Callable[[E], bool] = lambda e: True,
+                rank: Callable[[E], int] = lambda e: 0) -> tuple[E | None, int, E | None]:
         """``(entry, n, blocked)``: the usable entry sharing the longest prefix with ``ids`` and that length
         (``(None, 0, ...)``: none holds a whole block of it), ties to the lowest ``rank`` (the cheapest
         tier to load from); ``blocked``: an entry ``usable`` refused that shares more (it says why not)."""
-        best, best_n, best_depth, blocked, blocked_n = None, 0, 0, None, 0
+        best: E | None = None
+        blocked: E | None = None
+        best_n = best_depth = blocked_n = 0
         for entry, depth in self._candidates(ids):
             if depth < best_depth:  # shallower entries were indexed with fewer blocks of this prompt
                 break
@@ -111,10 +129,10 @@ class PrefixIndex:
                 best, best_n, best_depth = entry, n, depth
         return best, best_n, blocked if blocked_n > best_n else None
 
-    def _candidates(self, ids: Sequence[int]) -> Iterable[tuple[Any, int]]:
+    def _candidates(self, ids: Sequence[int]) -> Iterable[tuple[E, int]]:
         """Entries at the deepest block of ``ids`` any entry holds, then those one level up, and so on: a
         deeper candidate that fails its id check leaves the shallower ones."""
-        chain: list[set[Any]] = []
+        chain: list[set[E]] = []
         for key in block_keys(ids):
             holders = self._blocks.get(key)
             if not holders:
@@ -130,5 +148,5 @@ class PrefixIndex:
     def __len__(self) -> int:
         return len(self._keys)
 
-    def __contains__(self, entry: Any) -> bool:
+    def __contains__(self, entry: object) -> bool:
         return entry in self._keys

@@ -103,6 +103,7 @@ class PrefixReuse(EngineState):
                                          and e.seq is not None and not e.busy)
         if donor is None or donor.exact - n >= BLOCK:  # it holds more than this prompt needs: copy it later
             return False
+        assert isinstance(donor, SessionState), "usable above takes only states"
         self.index.remove(donor)
         self.orphans.discard(donor)
         self.pool.move(donor, state)
@@ -134,6 +135,8 @@ class PrefixReuse(EngineState):
             donor, n, blocked = self.index.longest(target, exclude=state, usable=_usable, rank=_rank)
             n = min(n, len(target) - 1)
             if blocked is not None:
+                # _usable refuses a state only once it lost its tier, and that reset its ids: none matches
+                assert isinstance(blocked, DiskEntry), "only a KV file is indexed and refused"
                 self._missed(job, blocked.why_not, blocked.miss_kind)
             if donor is None or n - have < max(BLOCK, len(donor.ids) // 16):
                 return
@@ -171,7 +174,7 @@ class PrefixReuse(EngineState):
         if len(state.ids) != len(prefix):
             raise KVFileRejected("this model's memory cannot be cut back to a shared prefix", "cannot cut")
 
-    def _missed(self, job: Job, reason: str, kind: str) -> None:
+    def _missed(self, job: Job, reason: str | None, kind: str) -> None:
         job.miss = reason
         self.misses[kind] += 1
         log.info("session %s: %s; prefilling instead", job.session_id, reason)

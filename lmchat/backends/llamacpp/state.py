@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
     from .engine import Job
     from .grammars import Grammars
-    from .kvfiles import DiskTier
+    from .kvfiles import DiskEntry, DiskTier
     from .prefix import PrefixIndex
     from .sequences import HostCache, SequencePool, SessionState
     from .vocab import LlamaVocab
@@ -37,7 +37,7 @@ class EngineState:
     pool: SequencePool
     sessions: dict[str, SessionState]
     orphans: set[SessionState]
-    index: PrefixIndex
+    index: PrefixIndex[SessionState | DiskEntry]
     disk: DiskTier | None
     served: Counter[str]
     misses: Counter[str]
