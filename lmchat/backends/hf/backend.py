@@ -158,7 +158,7 @@ class HFBackend:
             if cancelled.is_set():
                 finish = "cancelled"
                 break
-            assert logits is not None, "no logits only after a cancel (checked above)"
+            assert logits is not None, "no logits: a cancelled prefill (checked above) or an empty prompt"
             token = sampler(logits)
             result = matcher.feed_ids([token], self.codec.decode)
             if result.stopped:
