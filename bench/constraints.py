@@ -24,6 +24,7 @@ import time
 from tests.constraint_schemas import SCHEMAS
 
 from .common import save, table
+from lmchat.manager import TurnRequest
 
 #: any JSON object: the schema that json_object() enforces, for validating unconstrained answers alike
 OBJECT = ({"type": "object"}, "Describe your favourite animal.")
@@ -94,8 +95,9 @@ def validity(mgr, shapes: dict, seeds: int, max_tokens: int) -> dict:
         rows = {"with": [], "without": []}
         for seed in range(seeds):
             for how, constraint in (("with", made), ("without", None)):
-                r = mgr.run_turn(mgr.oneoff(), [{"role": "user", "content": text}], max_new_tokens=max_tokens,
-                                 params={**SAMPLED, "seed": seed, "constraint": constraint})
+                r = mgr.run_turn(TurnRequest(mgr.oneoff(), [{"role": "user", "content": text}],
+                                             max_new_tokens=max_tokens,
+                                             params={**SAMPLED, "seed": seed, "constraint": constraint}))
                 rows[how].append({"seed": seed, "text": r.text, "finish": r.finish_reason, **check(r.text, schema)})
         out[name] = rows
         print(name, {how: f"{sum(x['valid'] for x in a)}/{len(a)}" for how, a in rows.items()}, flush=True)
@@ -108,8 +110,9 @@ def decode_speed(mgr, question: str, constraint, seed: int, max_tokens: int) -> 
     started = time.perf_counter()
     first = last = None
     count = 0
-    for chunk in mgr.stream_turn(mgr.oneoff(), [{"role": "user", "content": question}], max_new_tokens=max_tokens,
-                                 params={**SAMPLED, "seed": seed, "constraint": constraint}):
+    ask = TurnRequest(mgr.oneoff(), [{"role": "user", "content": question}], max_new_tokens=max_tokens,
+                      params={**SAMPLED, "seed": seed, "constraint": constraint})
+    for chunk in mgr.stream_turn(ask):
         if chunk.token_ids:
             now = time.perf_counter()
             first = first or now

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from .common import save, table
+from lmchat.manager import TurnRequest
 
 #: (question, a regular expression a right answer matches, case-insensitive)
 QUESTIONS = [
@@ -96,8 +97,8 @@ def main(argv: list[str]) -> int:
             for seed in range(args.seeds):
                 for name, (_, mgr, sampling) in loaded.items():
                     started = time.perf_counter()
-                    r = mgr.run_turn(mgr.oneoff(), [{"role": "user", "content": question}],
-                                     max_new_tokens=args.max_tokens, params={"seed": seed, **sampling})
+                    r = mgr.run_turn(TurnRequest(mgr.oneoff(), [{"role": "user", "content": question}],
+                                     max_new_tokens=args.max_tokens, params={"seed": seed, **sampling}))
                     rows[name].append({"question": question, "seed": seed, "text": r.text,
                                        "right": right(r.text, pattern),
                                        "ended": r.finish_reason == "stop", "tokens": len(r.token_ids),

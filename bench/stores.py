@@ -43,6 +43,7 @@ from lmchat import Session, SessionManager
 from lmchat.backends.echo import EchoBackend
 from lmchat.stores import MemoryStore, SQLiteStore, Summary
 from lmchat.stores.base import record
+from lmchat.manager import TurnRequest
 
 from .common import save, table
 
@@ -163,7 +164,7 @@ def manager_turns_per_second(turns: int = 2000) -> float:
     ids = [mgr.create() for _ in range(20)]
     start = time.perf_counter()
     for i in range(turns):
-        mgr.run_turn(ids[i % len(ids)], [{"role": "user", "content": f"question {i}"}])
+        mgr.run_turn(TurnRequest(ids[i % len(ids)], [{"role": "user", "content": f"question {i}"}]))
     return turns / (time.perf_counter() - start)
 
 
@@ -180,7 +181,7 @@ def manager_turn_costs(long: int, samples: int) -> dict | None:
                          session_defaults={"session_len": 10**9})
 
     def turn(sid: str, i: int) -> None:
-        mgr.run_turn(sid, [{"role": "user", "content": f"Question number {i}: what is {i} + {i}?"}])
+        mgr.run_turn(TurnRequest(sid, [{"role": "user", "content": f"Question number {i}: what is {i} + {i}?"}]))
 
     first = {"short": 10, "long": long}
     for sid, turns in first.items():
@@ -202,14 +203,15 @@ def bytes_per_idle_session(count: int, turns: int, folder: str) -> float:
     """Python memory the manager holds per idle session (an SQLite store: its pages are not Python's)."""
     mgr = SessionManager(EchoBackend(), template="qwen2.5", store=SQLiteStore(f"{folder}/idle.db"),
                          max_sessions=count + 1)
-    mgr.run_turn(mgr.create(), [{"role": "user", "content": "warm-up"}])  # caches, registries
+    mgr.run_turn(TurnRequest(mgr.create(), [{"role": "user", "content": "warm-up"}]))  # caches, registries
     gc.collect()
     tracemalloc.start()
     before = tracemalloc.take_snapshot()
     for n in range(count):
         sid = mgr.create(owner="key")
         for i in range(turns):
-            mgr.run_turn(sid, [{"role": "user", "content": f"Question number {i}: what is {i} + {i}?"}], owner="key")
+            question = f"Question number {i}: what is {i} + {i}?"
+            mgr.run_turn(TurnRequest(sid, [{"role": "user", "content": question}], owner="key"))
     mgr.backend.close()  # the echo backend's own copy of each context is the engine's memory, not ours
     gc.collect()
     after = tracemalloc.take_snapshot()

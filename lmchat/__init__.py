@@ -28,7 +28,7 @@ __version__ = "0.1.0"
 
 def __getattr__(name: str):
     # the manager pulls in the backend protocol and the stores: loaded on first use only
-    if name in ("SessionManager", "TurnResult"):
+    if name in ("OneOff", "SessionManager", "TurnRequest", "TurnResult", "TurnStream"):
         from . import manager
 
         return getattr(manager, name)
@@ -45,6 +45,7 @@ __all__ = [
     "JinjaTemplate",
     "LmchatError",
     "ModelMatchError",
+    "OneOff",
     "ResponseStream",
     "Session",
     "SessionError",
@@ -57,7 +58,9 @@ __all__ = [
     "ConstraintUnsupported",
     "MissingExtra",
     "TemplateRuleError",
+    "TurnRequest",
     "TurnResult",
+    "TurnStream",
     "UnknownTemplate",
     "encode_for_training",
     "get_template",

@@ -78,19 +78,19 @@ def test_result_only_hands_over_the_result_alone(pool):
     assert CountingPump.wakes == 1
 
 
-def test_result_awaits_what_the_generator_returned(pool):
+def test_result_only_hands_over_what_the_generator_returned(pool):
     async def main():
         CountingPump.wakes = 0
-        return await CountingPump(lambda: produce(500), pool, loop=asyncio.get_running_loop(),
-                                  result_only=True).result()
+        return await collect(CountingPump(lambda: produce(500), pool, loop=asyncio.get_running_loop(),
+                                          result_only=True))
 
-    assert asyncio.run(main()) == "made 500"
+    assert asyncio.run(main()) == [Done("made 500")]
     assert CountingPump.wakes == 1
 
 
-def test_result_raises_the_workers_error(pool):
+def test_result_only_raises_the_workers_error(pool):
     async def main():
-        return await Pump(failing, pool, loop=asyncio.get_running_loop(), result_only=True).result()
+        return await collect(Pump(failing, pool, loop=asyncio.get_running_loop(), result_only=True))
 
     with pytest.raises(ValueError, match="broken generator"):
         asyncio.run(main())

@@ -18,6 +18,7 @@ jsonschema = pytest.importorskip("jsonschema")
 from lmchat import ConstraintUnsupported, SessionManager, constraints  # noqa: E402
 from lmchat.backends import get_backend  # noqa: E402
 from lmchat.backends.llamacpp import LlamaCppBackend  # noqa: E402
+from lmchat.manager import TurnRequest  # noqa: E402
 
 from .constraint_schemas import SCHEMAS  # noqa: E402
 from .llama_helpers import THREADS  # noqa: E402
@@ -32,8 +33,8 @@ def mgr():
 
 
 def ask(mgr, question, constraint, **params):
-    return mgr.run_turn(mgr.oneoff(), [{"role": "user", "content": question}],
-                        params={**SAMPLED, **params, "constraint": constraint}, max_new_tokens=300)
+    return mgr.run_turn(TurnRequest(mgr.oneoff(), [{"role": "user", "content": question}],
+                        params={**SAMPLED, **params, "constraint": constraint}, max_new_tokens=300))
 
 
 @pytest.mark.parametrize("shape", SCHEMAS)
@@ -85,10 +86,11 @@ def test_malformed_constraints_are_refused_when_made(make, field):
 ])
 def test_unenforceable_constraints_are_refused_before_the_session_changes(mgr, constraint, field):
     sid = f"refused-{field}"
-    mgr.run_turn(sid, [{"role": "user", "content": "Hi!"}], create=True, max_new_tokens=8)
+    mgr.run_turn(TurnRequest(sid, [{"role": "user", "content": "Hi!"}], create=True, max_new_tokens=8))
     before = mgr.get(sid).to_dict()
     with pytest.raises(ConstraintUnsupported) as err:
-        mgr.run_turn(sid, [{"role": "user", "content": "Describe a cat."}], params={"constraint": constraint})
+        mgr.run_turn(TurnRequest(sid, [{"role": "user", "content": "Describe a cat."}],
+                                 params={"constraint": constraint}))
     assert err.value.field == field
     assert mgr.get(sid).to_dict() == before
 
@@ -96,6 +98,6 @@ def test_unenforceable_constraints_are_refused_before_the_session_changes(mgr, c
 def test_a_backend_that_cannot_constrain_refuses_rather_than_ignores():
     mgr = SessionManager(get_backend("echo"), template="smollm2")
     with pytest.raises(ConstraintUnsupported, match="cannot constrain") as err:
-        mgr.run_turn(mgr.oneoff(), [{"role": "user", "content": "Hi"}],
-                     params={"constraint": constraints.json_object()})
+        mgr.run_turn(TurnRequest(mgr.oneoff(), [{"role": "user", "content": "Hi"}],
+                     params={"constraint": constraints.json_object()}))
     assert err.value.field == "response_format"

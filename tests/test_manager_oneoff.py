@@ -25,6 +25,7 @@ from lmchat.errors import (BackendError, CapacityExceeded, ConfigError, InvalidM
 from lmchat.manager import OneOff
 from lmchat.manager.ids import owner_key, store_key
 from lmchat.stores import MemoryStore, SQLiteStore
+from lmchat.manager import TurnRequest
 
 
 def user(text: str) -> list[dict]:
@@ -154,17 +155,17 @@ def on_loop_of(path: str) -> bool:
 def turn(mgr: SessionManager, path: str, session, messages, **kwargs) -> tuple[str, str]:
     """One turn along ``path``: (the answer, its finish reason)."""
     if path == "stream_turn":
-        chunks = list(mgr.stream_turn(session, messages, **kwargs))
+        chunks = list(mgr.stream_turn(TurnRequest(session, messages, **kwargs)))
         return "".join(c.text for c in chunks), chunks[-1].finish_reason
     if path == "run_turn":
-        result = mgr.run_turn(session, messages, **kwargs)
+        result = mgr.run_turn(TurnRequest(session, messages, **kwargs))
         return result.text, result.finish_reason
     if path.startswith("arun_turn"):
-        result = asyncio.run(mgr.arun_turn(session, messages, **kwargs))
+        result = asyncio.run(mgr.arun_turn(TurnRequest(session, messages, **kwargs)))
         return result.text, result.finish_reason
 
     async def streamed():
-        return [c async for c in mgr.astream_turn(session, messages, **kwargs)]
+        return [c async for c in mgr.astream_turn(TurnRequest(session, messages, **kwargs))]
 
     chunks = asyncio.run(streamed())
     return "".join(c.text for c in chunks), chunks[-1].finish_reason
@@ -188,10 +189,10 @@ def gone(mgr: SessionManager, oneoff: OneOff, owner: str | None = None) -> None:
     """Nothing of the one-off is left: not in memory, not holding capacity, dropped by the engine, not found."""
     metrics = mgr.metrics()
     assert metrics["sessions_active"] == 0
-    assert mgr._table.entries() == [e for e in mgr._table.entries() if e is not oneoff.entry]
+    assert mgr._sessions.table.entries() == [e for e in mgr._sessions.table.entries() if e is not oneoff.entry]
     assert oneoff.entry.key in mgr.backend.dropped
     with pytest.raises(SessionNotFound):  # it ran its one turn: it names nothing any more
-        mgr.run_turn(oneoff, user("again"), owner=owner)
+        mgr.run_turn(TurnRequest(oneoff, user("again"), owner=owner))
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -213,7 +214,7 @@ def test_a_oneoff_turn_answers_and_the_store_sees_nothing(tallied_store, tmp_pat
     if changes:
         assert changes.rows() == rows
     # the probes are not blind: a stored session's turn is seen by both
-    mgr.run_turn("kept", user("hi"))
+    mgr.run_turn(TurnRequest("kept", user("hi")))
     assert tallied_store.calls["append"] + tallied_store.calls["aappend"] == 1
     if changes:
         assert changes.changed() and tallied_store.group_commits != writes
@@ -224,7 +225,7 @@ def test_a_oneoff_copy_of_a_stored_session_only_reads_it(tallied_store, tmp_path
     mgr = manager(tallied_store, on_loop_of(path))
     sid = mgr.create("chain", owner="alice", system="Be brief.")
     for word in ("one", "two", "three"):
-        mgr.run_turn(sid, user(word), owner="alice")
+        mgr.run_turn(TurnRequest(sid, user(word), owner="alice"))
     before = tallied_store.load(store_key(sid, owner_key("alice")))
     tallied_store.calls.clear()
     changes, writes = probes(tallied_store, tmp_path)
@@ -263,11 +264,11 @@ def test_a_oneoff_that_fails_leaves_nothing(tallied_store, tmp_path, path, how):
     with pytest.raises(error):
         turn(mgr, path, oneoff, messages, owner="alice")
     untouched(tallied_store, changes, writes)
-    assert mgr.metrics()["sessions_active"] == 0 and mgr._table.entries() == []
+    assert mgr.metrics()["sessions_active"] == 0 and mgr._sessions.table.entries() == []
     assert set(mgr.metrics()["errors"]) <= {error.__name__}  # (asyncio's capacity refusals are not counted)
     if how != "capacity":  # (asyncio's refusal comes before the turn begins on the one-off: nothing holds it)
         with pytest.raises(SessionNotFound):  # gone: a one-off runs one turn, even one refused once begun
-            mgr.run_turn(oneoff, user("again"), owner="alice")
+            mgr.run_turn(TurnRequest(oneoff, user("again"), owner="alice"))
     if how == "engine fails":  # the engine got the prompt: it is told to drop the session
         assert oneoff.entry.key in backend.dropped
     # the manager is as before: the next one-off runs (where the manager's limits let any turn run)
@@ -293,12 +294,12 @@ def test_a_oneoff_whose_consumer_leaves_or_is_cancelled_leaves_nothing(tallied_s
 
     async def main():
         left = mgr.oneoff("alice")  # the client disconnects mid-stream: its response closes the stream
-        stream = mgr.astream_turn(left, user(words), owner="alice")
+        stream = mgr.astream_turn(TurnRequest(left, user(words), owner="alice"))
         assert (await stream.__anext__()).text
         await stream.aclose()
         await settled(left)
         task_of = mgr.oneoff("alice")  # the request's task is cancelled mid-answer
-        task = asyncio.ensure_future(mgr.arun_turn(task_of, user(words), owner="alice"))
+        task = asyncio.ensure_future(mgr.arun_turn(TurnRequest(task_of, user(words), owner="alice")))
         await asyncio.sleep(0.05)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -306,7 +307,7 @@ def test_a_oneoff_whose_consumer_leaves_or_is_cancelled_leaves_nothing(tallied_s
         await settled(task_of)
         cancelled = mgr.oneoff("alice")  # cancel(): the stream ends with what was generated
         chunks = []
-        async for chunk in mgr.astream_turn(cancelled, user(words), owner="alice"):
+        async for chunk in mgr.astream_turn(TurnRequest(cancelled, user(words), owner="alice")):
             chunks.append(chunk)
             if len(chunks) == 2:
                 with pytest.raises(SessionNotFound):  # only its owner can
@@ -322,12 +323,12 @@ def test_a_oneoff_whose_consumer_leaves_or_is_cancelled_leaves_nothing(tallied_s
     untouched(tallied_store, changes, writes)
     # and from a thread: the stream closed mid-answer (or dropped)
     oneoff = mgr.oneoff("alice")
-    stream = mgr.stream_turn(oneoff, user(words), owner="alice")
+    stream = mgr.stream_turn(TurnRequest(oneoff, user(words), owner="alice"))
     assert next(stream).text
     stream.close()
     gone(mgr, oneoff, "alice")
     untouched(tallied_store, changes, writes)
-    assert mgr._table.entries() == []
+    assert mgr._sessions.table.entries() == []
 
 
 @pytest.mark.parametrize("on_loop", [True, False], ids=["on-loop", "pool"])
@@ -341,7 +342,7 @@ def test_concurrent_oneoffs_of_one_owner_do_not_interfere(tallied_store, tmp_pat
 
     async def one(n: int) -> str:
         oneoff = mgr.oneoff("alice", system=f"You are number {n}.")
-        text = (await mgr.arun_turn(oneoff, user(f"question {n} " + "word " * 10), owner="alice")).text
+        text = (await mgr.arun_turn(TurnRequest(oneoff, user(f"question {n} " + "word " * 10), owner="alice"))).text
         assert oneoff.entry.session.messages[0]["content"] == f"You are number {n}."
         return text
 
@@ -366,7 +367,7 @@ def test_concurrent_oneoffs_of_one_owner_do_not_interfere(tallied_store, tmp_pat
     results: dict[int, str] = {}
 
     def worker(n: int):
-        results[n] = mgr.run_turn(mgr.oneoff("alice"), user(f"thread {n}"), owner="alice").text
+        results[n] = mgr.run_turn(TurnRequest(mgr.oneoff("alice"), user(f"thread {n}"), owner="alice")).text
 
     threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
     for t in threads:
@@ -378,14 +379,14 @@ def test_concurrent_oneoffs_of_one_owner_do_not_interfere(tallied_store, tmp_pat
     metrics = mgr.metrics()
     assert metrics["sessions_in_memory"] == 2 and metrics["sessions_evicted_total"] == 0
     assert metrics["sessions_active"] == 0 and metrics["turns_total"] == 24
-    assert [e.key for e in mgr._table.entries()] == [store_key(s, owner_key("alice")) for s in ("a", "b")]
+    assert [e.key for e in mgr._sessions.table.entries()] == [store_key(s, owner_key("alice")) for s in ("a", "b")]
 
 
 def test_a_oneoff_is_invisible_and_apart_from_any_stored_session(tallied_store, tmp_path):
     mgr = manager(tallied_store, False, Dropping(delay=0.01), max_sessions=1, idle_ttl=0.01)
     changes, writes = probes(tallied_store, tmp_path)
     oneoff = mgr.oneoff("alice")
-    stream = mgr.stream_turn(oneoff, user("one two three four five six"), owner="alice")
+    stream = mgr.stream_turn(TurnRequest(oneoff, user("one two three four five six"), owner="alice"))
     first = next(stream).text  # mid-turn
     sid = oneoff.session_id
     for owner in ("alice", "mallory", None):  # nobody finds it, lists it, ends it or continues it
@@ -396,14 +397,14 @@ def test_a_oneoff_is_invisible_and_apart_from_any_stored_session(tallied_store, 
         with pytest.raises(SessionNotFound):
             mgr.cancel(sid, owner)
     with pytest.raises(SessionNotFound):  # another owner cannot run it, even holding it
-        mgr.run_turn(oneoff, user("mine now"), owner="mallory")
+        mgr.run_turn(TurnRequest(oneoff, user("mine now"), owner="mallory"))
     with pytest.raises(SessionBusy):  # its owner cannot run it twice at once
-        mgr.run_turn(oneoff, user("twice"), owner="alice")
+        mgr.run_turn(TurnRequest(oneoff, user("twice"), owner="alice"))
     assert set(tallied_store.calls) == {"load", "list"}  # the look-ups above read the store for the id: it has nothing
     tallied_store.calls.clear()
     untouched(tallied_store, changes, writes)
     # a stored session made under its id (a store=false response shows it) is another one, in the engine too
-    assert mgr.run_turn(sid, user("stored"), owner="alice", create=True).text == "echo: stored"
+    assert mgr.run_turn(TurnRequest(sid, user("stored"), owner="alice", create=True)).text == "echo: stored"
     assert store_key(sid, owner_key("alice")) != oneoff.entry.key
     for _ in range(3):  # stored sessions fill the table past max_sessions and expire: the one-off runs on
         mgr.create(owner="alice")
@@ -418,7 +419,7 @@ def test_close_cancels_a_running_oneoff(tmp_path):
     store = TalliedSQLite(tmp_path / "s.db")
     mgr = manager(store, False, Dropping(delay=0.05))
     oneoff = mgr.oneoff()
-    stream = mgr.stream_turn(oneoff, user(" ".join(["word"] * 200)))
+    stream = mgr.stream_turn(TurnRequest(oneoff, user(" ".join(["word"] * 200))))
     assert next(stream).text
     done = []
     thread = threading.Thread(target=lambda: done.extend(stream))
@@ -447,8 +448,8 @@ def test_oneoffs_on_redis_send_it_no_command(redis_server):
         oneoff = mgr.oneoff()
         assert turn(mgr, path, oneoff, user("hi"))[0] == "echo: hi"
     with pytest.raises(InvalidMessages):
-        mgr.run_turn(mgr.oneoff(), [{"role": "robot", "content": "hi"}])
+        mgr.run_turn(TurnRequest(mgr.oneoff(), [{"role": "robot", "content": "hi"}]))
     assert commands() == before
-    mgr.run_turn("kept", user("hi"))  # the probe is not blind: a stored turn is seen
+    mgr.run_turn(TurnRequest("kept", user("hi")))  # the probe is not blind: a stored turn is seen
     assert commands() != before
     mgr.close()

@@ -30,6 +30,7 @@ from lmchat.backends.llamacpp import LlamaCppBackend  # noqa: E402
 from lmchat.errors import BackendError  # noqa: E402
 from lmchat.backends.llamacpp.kvformat import SUFFIX  # noqa: E402
 from lmchat.backends.llamacpp.prefix import BLOCK, common_prefix  # noqa: E402
+from lmchat.manager import TurnRequest
 
 from .backend_turns import commit  # noqa: E402
 from .llama_helpers import (  # noqa: E402
@@ -480,15 +481,16 @@ def test_a_session_running_its_tools_is_evicted_last(answer):
         ask = {"params": {"temperature": 0, "repetition_penalty": 1.0}, "max_new_tokens": 40, "create": True,
                "tools": TOOLS}
         prompt = f"Repeat exactly, and nothing else:\n{CALL}" if answer == "a tool call" else "Hi!"
-        first = mgr.run_turn("agent", [{"role": "user", "content": prompt}], **ask)
+        first = mgr.run_turn(TurnRequest("agent", [{"role": "user", "content": prompt}], **ask))
         assert bool(first.parsed.tool_calls) == (answer == "a tool call"), first.text
-        mgr.run_turn("other", [{"role": "user", "content": "Name three colours."}], **ask)
+        mgr.run_turn(TurnRequest("other", [{"role": "user", "content": "Name three colours."}], **ask))
         # a third session needs a sequence: the least recently used idle one goes, unless its client is
         # running the tools its answer called
-        mgr.run_turn("third", [{"role": "user", "content": "What is 2 + 2?"}], **ask)
+        mgr.run_turn(TurnRequest("third", [{"role": "user", "content": "What is 2 + 2?"}], **ask))
         gone = "other" if answer == "a tool call" else "agent"
         assert b.where(gone) == "host" and b.where({"agent": "other", "other": "agent"}[gone]) == "resident"
         if answer == "a tool call":  # the tool's result comes back: the agent's turn continues its sequence
-            result = mgr.run_turn("agent", [{"role": "tool", "tool_call_id": first.parsed.tool_calls[0]["id"],
-                                             "content": "18 degrees, sunny"}], **ask)
+            call_id = first.parsed.tool_calls[0]["id"]
+            result = mgr.run_turn(TurnRequest("agent", [{"role": "tool", "tool_call_id": call_id,
+                                                         "content": "18 degrees, sunny"}], **ask))
             assert result.cached_from == "session" and result.reused >= first.prompt_tokens - 1

@@ -31,6 +31,7 @@ from lmchat.backends import GenerationRequest, SamplingParams, get_backend  # no
 from lmchat import constraints  # noqa: E402
 from lmchat.errors import BackendError, ConfigError, ConstraintUnsupported  # noqa: E402
 from lmchat.stores import open_store  # noqa: E402
+from lmchat.manager import TurnRequest  # noqa: E402
 
 from .backend_turns import commit  # noqa: E402
 from .serve_helpers import Server  # noqa: E402
@@ -232,7 +233,7 @@ def test_a_dialect_refuses_what_it_cannot_send_before_the_turn(upstream, dialect
     mgr = lmchat.SessionManager(backend, template="smollm2")
     sid = mgr.create()
     with pytest.raises(ConstraintUnsupported, match=f"constraints='{dialect}'") as err:
-        mgr.run_turn(sid, [{"role": "user", "content": "Hi"}], params={"constraint": made})
+        mgr.run_turn(TurnRequest(sid, [{"role": "user", "content": "Hi"}], params={"constraint": made}))
     assert err.value.field == "response_format" and mgr.get(sid).messages == []
     mgr.close()
 

@@ -9,6 +9,7 @@ from lmchat.backends import get_backend
 from lmchat.errors import SessionBusy, SessionMoved, SessionNotFound
 from lmchat.session.edits import restored
 from lmchat.stores import MemoryStore
+from lmchat.manager import TurnRequest
 
 
 def manager(store=None) -> SessionManager:
@@ -17,8 +18,9 @@ def manager(store=None) -> SessionManager:
 
 def test_a_replaced_history_is_answered_from_the_new_conversation():
     mgr = manager()
-    assert mgr.run_turn("s", history=[{"role": "user", "content": "first conversation"}]).text == "first conversation"
-    result = mgr.run_turn("s", history=[{"role": "user", "content": "another one"}])
+    first = mgr.run_turn(TurnRequest("s", history=[{"role": "user", "content": "first conversation"}]))
+    assert first.text == "first conversation"
+    result = mgr.run_turn(TurnRequest("s", history=[{"role": "user", "content": "another one"}]))
     assert result.text == "another one"
     assert [m["content"] for m in mgr.get("s").messages] == ["another one", "another one"]
 
@@ -36,9 +38,9 @@ def test_notes_and_extra_are_saved_with_the_turn_and_reloaded(tmp_path):
     path = tmp_path / "s.db"
     mgr = manager(SQLiteStore(path))
     sid = mgr.create(owner="k", extra={"kind": "test"})
-    mgr.run_turn(sid, [{"role": "user", "content": "one"}], owner="k", note={"n": 1})
-    mgr.run_turn(sid, [{"role": "user", "content": "two"}], owner="k")  # no note
-    mgr.run_turn(sid, [{"role": "user", "content": "three"}], owner="k", note={"n": 3})
+    mgr.run_turn(TurnRequest(sid, [{"role": "user", "content": "one"}], owner="k", note={"n": 1}))
+    mgr.run_turn(TurnRequest(sid, [{"role": "user", "content": "two"}], owner="k"))  # no note
+    mgr.run_turn(TurnRequest(sid, [{"role": "user", "content": "three"}], owner="k", note={"n": 3}))
     mgr.close()
     again = manager(SQLiteStore(path))
     view = again.inspect(sid, lambda v: v, owner="k")
@@ -55,26 +57,26 @@ def test_expect_runs_a_turn_only_on_the_version_read():
     mgr = manager()
     sid = mgr.create()
     version = mgr.inspect(sid, lambda v: v.version)
-    mgr.run_turn(sid, [{"role": "user", "content": "one"}], expect=version)
+    mgr.run_turn(TurnRequest(sid, [{"role": "user", "content": "one"}], expect=version))
     with pytest.raises(SessionMoved):
-        mgr.run_turn(sid, [{"role": "user", "content": "two"}], expect=version)
+        mgr.run_turn(TurnRequest(sid, [{"role": "user", "content": "two"}], expect=version))
     assert mgr.get(sid).turns == 1
-    mgr.run_turn(sid, [{"role": "user", "content": "two"}], expect=version + 1)
+    mgr.run_turn(TurnRequest(sid, [{"role": "user", "content": "two"}], expect=version + 1))
 
 
 def test_an_edit_replaces_the_session_only_when_its_turn_starts():
     store = MemoryStore()
     mgr = manager(store)
     sid = mgr.create(system="first")
-    mgr.run_turn(sid, [{"role": "user", "content": "one"}])
+    mgr.run_turn(TurnRequest(sid, [{"role": "user", "content": "one"}]))
     before = store.load(sid)
     with pytest.raises(Exception):  # an unknown role: the turn does not start
-        mgr.run_turn(sid, [{"role": "robot", "content": "x"}],
-                     edit=lambda v: (with_system(v, "second"), {"edited": True}))
+        mgr.run_turn(TurnRequest(sid, [{"role": "robot", "content": "x"}],
+                     edit=lambda v: (with_system(v, "second"), {"edited": True})))
     assert mgr.get(sid).messages[0]["content"] == "first" and store.load(sid) == before
     assert mgr.inspect(sid, lambda v: v.extra) == {}
-    result = mgr.run_turn(sid, [{"role": "user", "content": "two"}],
-                          edit=lambda v: (with_system(v, "second"), {"edited": True}))
+    result = mgr.run_turn(TurnRequest(sid, [{"role": "user", "content": "two"}],
+                          edit=lambda v: (with_system(v, "second"), {"edited": True})))
     assert result.cache_miss_reason == "the system prompt changed"
     assert mgr.get(sid).messages[0]["content"] == "second"
     assert store.load(sid)["extra"] == {"edited": True}
@@ -84,11 +86,11 @@ def test_fork_at_a_message_keeps_the_conversation_up_to_it_and_not_the_notes():
     mgr = manager()
     sid = mgr.create(extra={"kind": "parent"})
     for word in ("one", "two", "three"):
-        mgr.run_turn(sid, [{"role": "user", "content": word}], note={"w": word})
+        mgr.run_turn(TurnRequest(sid, [{"role": "user", "content": word}], note={"w": word}))
     branch = mgr.fork(sid, at=4, extra={"kind": "branch"})  # one, answer, two, answer
     view = mgr.inspect(branch, lambda v: v)
     assert view.messages == 4 and view.notes == [] and view.extra == {"kind": "branch"}
-    result = mgr.run_turn(branch, [{"role": "user", "content": "four"}])
+    result = mgr.run_turn(TurnRequest(branch, [{"role": "user", "content": "four"}]))
     assert result.reused == 0 and "forked from session" in result.cache_miss_reason and "at message 4" in \
         result.cache_miss_reason
     assert [m["content"] for m in mgr.get(branch).messages] == ["one", "one", "two", "two", "four", "four"]
@@ -103,7 +105,7 @@ def test_update_changes_extra_or_the_session_between_turns_and_waits_for_no_turn
     assert mgr.update(sid, lambda v: None) == version  # nothing to change: nothing saved
     with pytest.raises(SessionMoved):
         mgr.update(sid, lambda v: (None, {}), expect=version - 1)
-    stream = mgr.stream_turn(sid, [{"role": "user", "content": "a turn in progress"}])
+    stream = mgr.stream_turn(TurnRequest(sid, [{"role": "user", "content": "a turn in progress"}]))
     with pytest.raises(SessionBusy):
         mgr.update(sid, lambda v: (None, {}))
     # mid-turn, inspect reads the last commit from the store

@@ -22,6 +22,7 @@ openai = pytest.importorskip("openai")
 import httpx  # noqa: E402
 
 from .serve_helpers import Server, lines  # noqa: E402
+from lmchat.manager import TurnRequest  # noqa: E402
 
 KEYS = tuple(f"sk-{n}" for n in range(64))
 _next_key = itertools.count()
@@ -229,17 +230,18 @@ def test_a_turn_asking_for_another_kind_of_session_changes_nothing():
     store = MemoryStore()
     mgr = SessionManager(get_backend("echo", prefix=""), template="qwen2.5", store=store)
     sid = mgr.create(extra={"kind": "responses"})
-    mgr.run_turn(sid, [{"role": "user", "content": "one"}], note={"n": 0}, kind="responses")
+    mgr.run_turn(TurnRequest(sid, [{"role": "user", "content": "one"}], note={"n": 0}, kind="responses"))
     before = store.load(sid)
     for kind in (None, "conversation"):
         with pytest.raises(SessionKindMismatch, match="Responses API"):
-            mgr.run_turn(sid, [{"role": "user", "content": "two"}], kind=kind)
+            mgr.run_turn(TurnRequest(sid, [{"role": "user", "content": "two"}], kind=kind))
     with pytest.raises(SessionKindMismatch):
-        mgr.run_turn(sid, history=[{"role": "user", "content": "another conversation"}], kind=None)
+        mgr.run_turn(TurnRequest(sid, history=[{"role": "user", "content": "another conversation"}], kind=None))
     assert store.load(sid) == before and mgr.get(sid).turns == 1
-    mgr.run_turn(sid, [{"role": "user", "content": "two"}])  # no kind asked: any session (the manager's default)
+    # no kind asked: any session (the manager's default)
+    mgr.run_turn(TurnRequest(sid, [{"role": "user", "content": "two"}]))
     plain = mgr.create()
-    assert mgr.run_turn(plain, [{"role": "user", "content": "x"}], kind=None).text == "x"
+    assert mgr.run_turn(TurnRequest(plain, [{"role": "user", "content": "x"}], kind=None)).text == "x"
 
 
 def test_inflight_waits_for_the_holder_then_gives_up_with_request_in_progress():

@@ -10,6 +10,7 @@ import json
 
 import httpx
 import pytest
+from lmchat.manager import TurnRequest
 
 pytest.importorskip("fastapi")
 openai = pytest.importorskip("openai")
@@ -189,9 +190,9 @@ def test_a_remote_backend_sends_the_format_to_an_upstream_that_takes_it(server):
                          template="smollm2")
     try:
         for seed in SEEDS:
-            r = mgr.run_turn(mgr.oneoff(), ask("person"), max_new_tokens=160,
+            r = mgr.run_turn(TurnRequest(mgr.oneoff(), ask("person"), max_new_tokens=160,
                              params={"temperature": 0.8, "seed": seed,
-                                     "constraint": constraints.json_schema(PERSON, name="person")})
+                                     "constraint": constraints.json_schema(PERSON, name="person")}))
             assert r.finish_reason == "stop", r.text
             jsonschema.validate(json.loads(r.text), PERSON)
     finally:

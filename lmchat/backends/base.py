@@ -1,7 +1,7 @@
 """The backend protocol shared by the REPL and the server."""
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
@@ -152,7 +152,8 @@ class Backend(Protocol):
     model_id: str
     #: a tokenizer sessions should use for token deltas (None: text-only backend)
     tokenizer: Any
-    # optional capabilities: AsyncGenerates, ModelSampling, PrefixCache, Constrains (below)
+    # optional capabilities, each a protocol below: AsyncGenerates, ModelSampling, PrefixCache, Constrains,
+    # ModelTemplate, SessionLimit, PromptFormat (test them with isinstance, never getattr)
 
     def generate(self, request: GenerationRequest) -> Iterator[Chunk]: ...
 
@@ -170,8 +171,8 @@ class AsyncGenerates(Protocol):
     """A backend that streams to an event loop without blocking it (llamacpp, remote): the session manager then
     runs asyncio callers' turns on the loop, without a thread (see docs/manager.md)."""
 
-    def agenerate(self, request: GenerationRequest) -> AsyncIterator[Chunk]:
-        """:meth:`Backend.generate`'s stream as an async iterator."""
+    def agenerate(self, request: GenerationRequest) -> AsyncGenerator[Chunk, None]:
+        """:meth:`Backend.generate`'s stream as an async generator (closed early when a turn is abandoned)."""
 
 
 @runtime_checkable
@@ -209,6 +210,39 @@ class Constrains(Protocol):
 
     def check_constraint(self, constraint: Constraint) -> None:
         """Raise :class:`~lmchat.errors.ConstraintUnsupported` if it cannot enforce ``constraint``."""
+
+
+@runtime_checkable
+class ModelTemplate(Protocol):
+    """A backend whose model says which chat template it needs (llamacpp, hf: matched from the model's files), so
+    the CLI and the server need no ``--template``, and a resumed session moves to it on another engine."""
+
+    @property
+    def template_name(self) -> str | None:
+        """A registered template's name, for new sessions (the backend never uses it itself; None: no suggestion)."""
+
+
+@runtime_checkable
+class SessionLimit(Protocol):
+    """A backend that holds at most so many tokens per session (llamacpp: its context per sequence): callers give
+    sessions a ``session_len`` no larger, so the session's overflow policy acts before the engine would refuse."""
+
+    @property
+    def session_len(self) -> int | None:
+        """The most tokens one session can hold (None or 0: no limit of the engine's)."""
+
+
+@runtime_checkable
+class PromptFormat(Protocol):
+    """A backend that sends prompts upstream as token ids or as text (remote): a text prompt is tokenized again by
+    the server, special strings included, so callers refuse messages that hold them when it is text."""
+
+    @property
+    def prompt_mode(self) -> str:
+        """``'ids'`` or ``'text'``: what requests carry now, without I/O (not settled yet: ``'text'``)."""
+
+    def resolve_prompt_format(self) -> str:
+        """:attr:`prompt_mode`, once settled (it may ask the server first, once)."""
 
 
 def check_constraint(backend: Backend, constraint: Constraint | None) -> None:

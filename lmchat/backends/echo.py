@@ -17,7 +17,7 @@ import asyncio
 import re
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncGenerator, Iterator, Sequence
 from typing import Any, Literal, overload
 
 from ..session.tokens import codec_for
@@ -56,7 +56,7 @@ class EchoBackend:
             else:
                 yield chunk
 
-    async def agenerate(self, request: GenerationRequest) -> AsyncIterator[Chunk]:
+    async def agenerate(self, request: GenerationRequest) -> AsyncGenerator[Chunk, None]:
         """:meth:`generate` for an asyncio caller (the session manager's turns run on the loop then)."""
         for chunk in self._answer(request, waits=bool(self.delay)):
             if chunk is None:

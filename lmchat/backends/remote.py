@@ -33,7 +33,7 @@ import contextlib
 import logging
 import re
 import threading
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -233,7 +233,7 @@ class RemoteBackend:
             finally:
                 stream.close()  # closes the HTTP stream when we stop first (stop word, cancel, consumer gone)
 
-    async def agenerate(self, request: GenerationRequest) -> AsyncIterator[Chunk]:
+    async def agenerate(self, request: GenerationRequest) -> AsyncGenerator[Chunk, None]:
         """:meth:`generate` over an asynchronous client, for the session manager's turns on the event loop
         (the one probe of ``'auto'`` runs in a worker thread)."""
         if self._ids is None:

@@ -1,12 +1,14 @@
 """Many sessions over one backend and one store, for servers: see ``docs/manager.md``.
 
-:class:`SessionManager` runs turns end to end (delta, generation, commit,
+:class:`SessionManager` runs turns (each a :class:`TurnRequest`) end to end (delta, generation, commit,
 compare-and-set save), one at a time per session, within capacity limits,
 from threads or asyncio; :class:`TurnResult` is a collected turn;
 :class:`OneOff` a session for one turn that the store never sees.
 """
 from .core import SessionManager
 from .oneoff import OneOff
+from .request import ANY_KIND, TurnRequest
+from .turn_calls import TurnStream
 from ..turns.turn import TurnResult
 
-__all__ = ["OneOff", "SessionManager", "TurnResult"]
+__all__ = ["ANY_KIND", "OneOff", "SessionManager", "TurnRequest", "TurnResult", "TurnStream"]

@@ -8,33 +8,35 @@ turn it already ran, and frees the session and the capacity at the end.
 """
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncGenerator, Callable, Generator, Iterator, Mapping
+from typing import Any, cast
 
 import attrs
 
-from ..backends.base import Backend, Chunk, SamplingParams, model_sampling
+from ..backends.base import Backend, Chunk, SamplingParams
 from ..errors import ConfigError, SessionKindMismatch, SessionMoved
 from ..messages import normalize_messages
 from ..session import Delta, Session
 from ..turns.bridge import Done
-from ..turns.turn import Turn, result_of
+from ..turns.turn import AsyncTurn, Turn, TurnResult, result_of
 from ..validation import check_tools_supported, validate_messages, validate_tools
 from . import history as hist
+from .capacity import Capacity
+from .request import AnyKind, TurnRequest
+from .sessions import StoredSessions
 from .table import Entry, view
-
-if TYPE_CHECKING:
-    from .core import SessionManager
 
 
 class Claim:
     """A claimed entry as the turn protocol's owner: the turn's saves go to the store, its end frees the session
-    (:class:`~.oneoff.OneOff` is a session whose turn saves nothing and ends it)."""
+    and the capacity (:class:`~.oneoff.OneOff` is a session whose turn saves nothing and ends it)."""
 
-    def __init__(self, mgr: SessionManager, entry: Entry, idempotency_key: str | None = None):
-        self.mgr, self.entry, self.idempotency_key = mgr, entry, idempotency_key
-        self.note: dict | None = None  # what the turn notes with its counts (stream_turn(note=))
+    def __init__(self, sessions: StoredSessions, capacity: Capacity, entry: Entry):
+        self.sessions, self.capacity, self.entry = sessions, capacity, entry
+        self.idempotency_key: str | None = None  # the turn's (TurnRequest.idempotency_key), saved with it
+        self.note: dict[str, Any] | None = None  # what the turn notes with its counts (TurnRequest.note)
 
     @property
     def session(self) -> Session:
@@ -42,15 +44,15 @@ class Claim:
 
     @property
     def backend(self) -> Backend:
-        return self.mgr.backend
+        return self.sessions.backend
 
-    def save(self, record: dict) -> None:
-        self.mgr.save(self.entry, *self._keyed(record))
+    def save(self, record: dict[str, Any]) -> None:
+        self.sessions.save(self.entry, *self._keyed(record))
 
-    async def asave(self, record: dict) -> None:
-        await self.mgr.asave(self.entry, *self._keyed(record))
+    async def asave(self, record: dict[str, Any]) -> None:
+        await self.sessions.asave(self.entry, *self._keyed(record))
 
-    def _keyed(self, record: dict) -> tuple[dict, dict | None]:
+    def _keyed(self, record: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
         """The record with the turn's key, and the note that goes with it."""
         note = None
         if self.note is not None:  # the counts, and the answer's length instead of its text (the session has it)
@@ -59,89 +61,84 @@ class Claim:
         return {**record, "key": self.idempotency_key}, note
 
     def discard(self, *, sent: bool) -> None:
-        self.mgr.discard(self.entry, drop_backend=sent)
+        self.sessions.discard(self.entry, drop_backend=sent)
 
     def unclaim(self) -> None:
         """Free the session (its turn is over, or never started)."""
-        self.mgr.unclaim(self.entry)
+        self.sessions.unclaim(self.entry)
 
     def release(self) -> None:
         """The turn is over (committed or not): free the session and the capacity."""
         self.unclaim()
-        self.mgr.unreserve()
+        self.capacity.release()
 
     def cancel_requested(self) -> bool:
         return self.entry.cancel_requested
 
     def failed(self, error: BaseException) -> None:
-        self.mgr._metrics.error(error)
+        self.sessions.metrics.error(error)
 
 
-def sampling(session: Session, params, stop, max_new_tokens, model: dict | None = None) -> SamplingParams:
+def sampling(session: Session, request: TurnRequest, model: Mapping[str, Any]) -> SamplingParams:
     """The turn's sampling: the template's values, the model's (``model``), the session's budget, then the
     request's."""
+    params = request.params
     if isinstance(params, SamplingParams):
         base = params
     else:
         given = {k: v for k, v in (params or {}).items() if v is not None}
-        overrides = {**(model or {}), "max_new_tokens": session.max_new_tokens or None, **given}
+        overrides = {**model, "max_new_tokens": session.max_new_tokens or None, **given}
         try:
             base = SamplingParams.from_template(session.template, **overrides)
         except TypeError as exc:
             raise ConfigError(f"unknown sampling parameter: {exc}", field="params") from None
     changes: dict[str, Any] = {}
-    if stop:
-        extra = (stop,) if isinstance(stop, str) else tuple(stop)
-        changes["stop"] = tuple(dict.fromkeys(base.stop + extra))
-    if max_new_tokens is not None:
-        changes["max_new_tokens"] = max_new_tokens
+    if request.stop:
+        changes["stop"] = tuple(dict.fromkeys(base.stop + request.stop))
+    if request.max_new_tokens is not None:
+        changes["max_new_tokens"] = request.max_new_tokens
     return attrs.evolve(base, **changes) if changes else base  # evolve rebuilds and re-validates
 
 
-def start_turn(claim: Claim, messages: Iterable[Mapping[str, Any]] | None, params, stop, max_new_tokens,
-             history: list[Mapping[str, Any]] | None, tools: list[dict] | None,
-             idempotency_key: str | None, expect: int | None = None, edit: Callable | None = None,
-             note: dict | None = None, on_loop: bool = False, result_only: bool = False, kind: Any = ...
-             ) -> Iterator[Chunk] | AsyncIterator[Any]:
-    """The primed stream of one turn on the claimed session (see :meth:`SessionManager.stream_turn`);
-    ``on_loop``: an async iterator to prime at once (``await anext``), its last item :class:`Done`
-    (``result_only``: the answer's chunks before it are left out)."""
-    mgr, entry = claim.mgr, claim.entry
-    claim.idempotency_key, claim.note = idempotency_key, note
+@attrs.frozen
+class _Fresh:
+    """A turn to run: how it computes its delta, and its sampling."""
+
+    start: Callable[[], Delta]
+    params: SamplingParams
+
+
+def start_turn(claim: Claim, request: TurnRequest, model: Mapping[str, Any]) -> Iterator[Chunk]:
+    """The primed stream of one turn on the claimed session (see :class:`~.request.TurnRequest`): its chunks,
+    and the :class:`TurnResult` it returns."""
+    with _starting(claim):
+        plan = _plan(claim, request, model)
+        if isinstance(plan, dict):
+            stream = _replay(claim, plan)
+        else:
+            stream = _run(claim, Turn(claim, plan.start, plan.params, parse=True, key=claim.entry.key))
+        next(stream)  # primed: closing or dropping it now always runs its cleanup
+        return cast(Iterator[Chunk], stream)  # its one None is consumed
+
+
+def astart_turn(claim: Claim, request: TurnRequest, model: Mapping[str, Any], result_only: bool
+                ) -> AsyncGenerator[Chunk | Done | None, None]:
+    """:func:`start_turn` on the event loop: an async iterator to prime at once (``await anext``), its last item
+    :class:`Done` (``result_only``: the answer's chunks before it are left out)."""
+    with _starting(claim):
+        plan = _plan(claim, request, model)
+        if isinstance(plan, dict):
+            return _areplay(claim, plan)
+        return _arun(claim, AsyncTurn(claim, plan.start, plan.params, parse=True, key=claim.entry.key), result_only)
+
+
+@contextlib.contextmanager
+def _starting(claim: Claim) -> Iterator[None]:
+    """What a turn that fails to start undoes: an edit it would have started from, a prompt appended, the claim."""
+    entry = claim.entry
     before = (entry.session, entry.extra)
     try:
-        last = entry.last_turn
-        held = (entry.extra or {}).get("kind")
-        if kind is not ... and held != kind:  # another API's records describe this session: it must not change
-            raise SessionKindMismatch(entry.session.session_id, kind=held, wanted=kind)
-        if expect is not None and entry.version != expect:
-            raise SessionMoved(entry.key, expected=expect, actual=entry.version)
-        if idempotency_key is not None and last and last.get("key") == idempotency_key:
-            if on_loop:
-                return _areplay(claim, last)
-            stream = _replay(claim, last)
-        else:
-            if edit is not None:  # replaced only if the turn starts (restored below otherwise)
-                session, extra = edit(view(entry)) or (None, None)
-                entry.session = entry.session if session is None else session
-                entry.extra = entry.extra if extra is None else extra
-                if session is not None:
-                    entry.digests = []
-            sent = _validated(history, tools, entry.session) if history is not None else None
-            turn_params = sampling(entry.session, params, stop, max_new_tokens, model_sampling(mgr.backend))
-            budget = turn_params.max_new_tokens
-
-            def start() -> Delta:
-                if sent is not None:
-                    return _from_history(mgr, entry, sent, tools, budget)
-                return entry.session.extend(messages or (), max_new_tokens=budget)
-
-            turn = Turn(claim, start, turn_params, parse=True, key=entry.key)
-            if on_loop:
-                return _arun(claim, turn, result_only)
-            stream = _run(claim, turn)
-        next(stream)  # primed: closing or dropping it now always runs its cleanup
-        return stream
+        yield
     except BaseException:
         if entry.session is not before[0] or entry.extra is not before[1]:  # an edit the turn did not start from
             entry.session, entry.extra = before
@@ -152,7 +149,38 @@ def start_turn(claim: Claim, messages: Iterable[Mapping[str, Any]] | None, param
         raise
 
 
-def _run(claim: Claim, turn: Turn) -> Iterator[Chunk | None]:
+def _plan(claim: Claim, request: TurnRequest, model: Mapping[str, Any]) -> dict[str, Any] | _Fresh:
+    """The turn's checks, then what it runs: the record of the turn a retry names, or a fresh turn."""
+    entry = claim.entry
+    claim.idempotency_key, claim.note = request.idempotency_key, request.note
+    held = (entry.extra or {}).get("kind")
+    if not isinstance(request.kind, AnyKind) and held != request.kind:  # another API's records describe it
+        raise SessionKindMismatch(entry.session.session_id, kind=held, wanted=request.kind)
+    if request.expect is not None and entry.version != request.expect:
+        raise SessionMoved(entry.key, expected=request.expect, actual=entry.version)
+    last = entry.last_turn
+    if request.idempotency_key is not None and last and last.get("key") == request.idempotency_key:
+        return last
+    if request.edit is not None:  # replaced only if the turn starts (restored by _starting otherwise)
+        session, extra = request.edit(view(entry)) or (None, None)
+        entry.session = entry.session if session is None else session
+        entry.extra = entry.extra if extra is None else extra
+        if session is not None:
+            entry.digests = []
+    history, tools, messages = request.history, request.tools, request.messages
+    sent = _validated(history, tools, entry.session) if history is not None else None
+    params = sampling(entry.session, request, model)
+    budget = params.max_new_tokens
+
+    def start() -> Delta:
+        if sent is not None:
+            return _from_history(claim.sessions, entry, sent, tools, budget)
+        return entry.session.extend(messages or (), max_new_tokens=budget)
+
+    return _Fresh(start, params)
+
+
+def _run(claim: Claim, turn: Turn) -> Generator[Chunk | None, None, TurnResult]:
     try:
         inner = turn.run()
         yield next(inner)  # primed
@@ -166,11 +194,11 @@ def _run(claim: Claim, turn: Turn) -> Iterator[Chunk | None]:
         claim.release()
 
 
-async def _arun(claim: Claim, turn: Turn, result_only: bool) -> AsyncIterator[Any]:
+async def _arun(claim: Claim, turn: AsyncTurn, result_only: bool) -> AsyncGenerator[Chunk | Done | None, None]:
     """:func:`_run` on the event loop: None (primed), the chunks, then :class:`Done` once the session is
     released."""
     turn.when_finished = claim.release  # an abandoned turn frees the session once it is saved
-    items = turn.arun(chunks=not result_only)
+    items = turn.run(chunks=not result_only)
     try:
         async for item in items:
             if isinstance(item, Done):
@@ -193,14 +221,15 @@ async def _arun(claim: Claim, turn: Turn, result_only: bool) -> AsyncIterator[An
     yield done
 
 
-def _finished(claim: Claim, turn: Turn) -> None:
+def _finished(claim: Claim, turn: Turn | AsyncTurn) -> None:
     final = turn.final
-    claim.mgr._metrics.turn(time.monotonic() - turn.started, final.prefilled, final.reused)
+    assert final is not None  # a finished turn has its last chunk
+    claim.sessions.metrics.turn(time.monotonic() - turn.started, final.prefilled, final.reused)
     if turn.delta.reset or turn.delta.dropped:
         claim.entry.digests.clear()  # the session's messages are not the ones digested any more
 
 
-def _replay(claim: Claim, record: dict) -> Iterator[Chunk | None]:
+def _replay(claim: Claim, record: dict[str, Any]) -> Generator[Chunk | None, None, TurnResult]:
     """A retried request: the turn it names is already committed; its result, again."""
     try:
         yield None
@@ -215,7 +244,7 @@ def _replay(claim: Claim, record: dict) -> Iterator[Chunk | None]:
         claim.release()
 
 
-async def _areplay(claim: Claim, record: dict) -> AsyncIterator[Any]:
+async def _areplay(claim: Claim, record: dict[str, Any]) -> AsyncGenerator[Chunk | Done | None, None]:
     """:func:`_replay` on the event loop."""
     replay = _replay(claim, record)
     try:
@@ -231,7 +260,8 @@ async def _areplay(claim: Claim, record: dict) -> AsyncIterator[Any]:
     yield Done(result)
 
 
-def _validated(history: list[Mapping[str, Any]], tools: list[dict] | None, session: Session) -> list[dict]:
+def _validated(history: list[Mapping[str, Any]], tools: list[dict[str, Any]] | None, session: Session
+               ) -> list[dict[str, Any]]:
     """The resent conversation, normalised and checked before anything is touched."""
     validate_tools(tools)
     check_tools_supported(session.template, tools)
@@ -240,8 +270,8 @@ def _validated(history: list[Mapping[str, Any]], tools: list[dict] | None, sessi
     return sent
 
 
-def _from_history(mgr: SessionManager, entry: Entry, sent: list[dict], tools: list[dict] | None,
-                  budget: int) -> Delta:
+def _from_history(sessions: StoredSessions, entry: Entry, sent: list[dict[str, Any]],
+                  tools: list[dict[str, Any]] | None, budget: int) -> Delta:
     """The delta for a resent conversation: what the session lacks, or the conversation replacing it."""
     session = entry.session
     held = _digests(entry)
@@ -253,7 +283,7 @@ def _from_history(mgr: SessionManager, entry: Entry, sent: list[dict], tools: li
     if k is not None:
         return session.extend(sent[k:], max_new_tokens=budget)
     # another conversation under this id (edited, regenerated, new tools): it replaces the session
-    fresh = mgr.new_session(session.session_id, tools=tools, template=session.template)
+    fresh = sessions.new_session(session.session_id, tools=tools, template=session.template)
     delta = fresh.extend(sent, max_new_tokens=budget)  # may raise: the session stays as it was
     entry.session = fresh
     entry.digests = []

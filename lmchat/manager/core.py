@@ -20,33 +20,38 @@ turn that the store never sees, for requests that name no session.
 from __future__ import annotations
 
 import asyncio
-import threading
+import contextlib
 import time
-from concurrent.futures import ThreadPoolExecutor
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from typing import Any, TypeVar
 
-from ..backends.base import Backend, PrefixCache
+from ..backends.base import AsyncGenerates, Backend, Chunk, GenerationRequest, PrefixCache, model_sampling
 from ..errors import ConfigError, SessionBusy, SessionNotFound
 from ..registry import as_template
 from ..session import Session
 from ..session.edits import restored
 from ..session.state import Held
-from ..stores import MemoryStore, SessionInfo, SessionStore
+from ..stores import AsyncStore, Expiring, MemoryStore, SessionInfo, SessionStore
 from ..templates.base import BaseTemplate
+from ..turns.bridge import Done, Pump
+from ..turns.turn import TurnResult
 from ..validation import check_tools_supported
+from .capacity import Capacity
 from .ids import checked_id, oneoff_key, owner_key, public_id, store_key
 from .metrics import Metrics
 from .oneoff import OneOff
-from .sessions import Sessions
-from .table import Entry, Table
-from .turn_calls import TurnCalls
+from .request import Edit, TurnRequest
+from .sessions import StoredSessions
+from .table import Entry, View
+from .turn_calls import AsyncTurns, LoopTurns, PoolTurns, TurnCalls, TurnStream
 
 #: Session keyword arguments a manager applies to all its sessions
 SESSION_DEFAULTS = ("session_len", "overflow", "max_new_tokens", "injection", "max_message_chars", "drift")
 
+T = TypeVar("T")
 
-class SessionManager(TurnCalls, Sessions):
+
+class SessionManager:
     """See ``docs/manager.md``. Thread-safe; the ``a*`` methods serve asyncio callers."""
 
     def __init__(
@@ -60,9 +65,9 @@ class SessionManager(TurnCalls, Sessions):
         #: which another engine then refuses to continue (None: not checked)
         self.engine = engine
         self.template = template
-        self.store = MemoryStore() if store is None else store
+        self.store: SessionStore = MemoryStore() if store is None else store
         if store_ttl is not None:
-            if not hasattr(self.store, "ttl"):
+            if not isinstance(self.store, Expiring):
                 raise ConfigError(f"{type(self.store).__name__} cannot expire sessions (RedisStore can)",
                                   field="store_ttl")
             self.store.ttl = store_ttl
@@ -72,26 +77,78 @@ class SessionManager(TurnCalls, Sessions):
         if unknown:
             raise ConfigError(f"unknown {unknown} (known: {', '.join(SESSION_DEFAULTS)})", field="session_defaults")
         Session(template, **self.session_defaults)  # bad defaults fail here, not on the first request
-        able = (callable(getattr(backend, "agenerate", None)) and getattr(self.store, "loop_safe", False)
-                and all(callable(getattr(self.store, m, None)) for m in ("aappend", "asave")))
+        able = isinstance(backend, AsyncGenerates) and isinstance(self.store, AsyncStore) and self.store.loop_safe
         if on_loop and not able:
             raise ConfigError(f"turns run on the event loop only with a backend that has agenerate() and a store "
                               f"whose reads are local ({type(backend).__name__}, {type(self.store).__name__})",
                               field="on_loop")
-        #: asyncio callers' turns run on their event loop, without a worker thread (see :meth:`turn_items`)
+        #: asyncio callers' turns run on their event loop, without a worker thread (decided here, once)
         self.on_loop = able if on_loop is None else on_loop
         self.max_active = max_active
-        self._table = Table(max_sessions, idle_ttl, self._evicted)
         self._metrics = Metrics()
-        self._lock = threading.Lock()
-        self._active = 0
-        # one worker per turn that may run, and a few for the ones finishing: reserved before submitting,
-        # so a turn never waits in the pool's queue
-        self.pool = ThreadPoolExecutor(max_active + 4, thread_name_prefix="lmchat-turn")
+        self._sessions = StoredSessions(self.store, backend, self.tokenizer, engine, self.new_session, self._metrics,
+                                        max_sessions, idle_ttl)
+        self._capacity = Capacity(max_active)
+        self._turns = TurnCalls(self._sessions, self._capacity, model_sampling(backend), self.cancel)
+        self._async_turns: AsyncTurns = LoopTurns(self._turns) if self.on_loop else PoolTurns(self._turns)
+
+    # ------------------------------------------------------------------ turns
+    def stream_turn(self, request: TurnRequest) -> Iterator[Chunk]:
+        """Run one turn (see :class:`TurnRequest`): its answer's chunks; the generator returns the
+        :class:`TurnResult` once the turn is committed and saved. Errors that stop the turn from starting
+        (``SessionNotFound``, ``SessionBusy``, ``CapacityExceeded``, ``InvalidMessages``,
+        ``SessionLengthExceeded``...) raise here, before the iterator is returned, and leave the stored session
+        as it was. Closing the iterator early cancels the turn; its partial answer is committed and saved."""
+        return self._turns.stream(request)
+
+    def run_turn(self, request: TurnRequest) -> TurnResult:
+        """:meth:`stream_turn`, collected."""
+        stream = self.stream_turn(request)
+        while True:
+            try:
+                next(stream)
+            except StopIteration as done:
+                result: TurnResult = done.value
+                return result
+
+    def astream_turn(self, request: TurnRequest) -> TurnStream:
+        """:meth:`stream_turn` for an asyncio caller: ``async for chunk in mgr.astream_turn(request)``, then the
+        stream's ``result`` (``await stream.start()`` first: what stops the turn from starting raises there). On
+        the event loop when :attr:`on_loop`, else in a pool worker."""
+        return TurnStream(self._async_turns.items(request))
+
+    async def arun_turn(self, request: TurnRequest) -> TurnResult:
+        """:meth:`astream_turn`, collected (in a pool worker, only the result crosses to the loop)."""
+        async with contextlib.aclosing(self._async_turns.items(request, result_only=True)) as items:
+            async for item in items:
+                if isinstance(item, Done):
+                    result: TurnResult = item.value
+                    return result
+        raise AssertionError("a turn ends with Done")
+
+    async def agenerate(self, request: GenerationRequest) -> AsyncIterator[Chunk]:
+        """A raw generation (no template, no session: ``/v1/completions``), for an asyncio caller: counted
+        against ``max_active`` like a turn, in a worker of the pool; leaving early cancels it, and the backend
+        forgets ``request.session_id`` either way."""
+        self._turns.reserve()
+        backend = self.backend
+
+        def produce() -> Iterator[Chunk]:
+            try:
+                yield from backend.generate(request)
+            finally:
+                backend.drop(request.session_id)
+                self._capacity.release()
+
+        items = Pump(produce, self._capacity.pool, on_abandon=lambda: backend.cancel(request.session_id),
+                     loop=asyncio.get_running_loop())
+        async for item in items.items():
+            if not isinstance(item, Done):
+                yield item
 
     # ------------------------------------------------------------------ sessions
-    def new_session(self, session_id: str | None = None, system: str | None = None, tools: list[dict] | None = None,
-                    template: str | BaseTemplate | None = None) -> Session:
+    def new_session(self, session_id: str | None = None, system: str | None = None,
+                    tools: list[dict[str, Any]] | None = None, template: str | BaseTemplate | None = None) -> Session:
         """A session with this manager's defaults (not stored: :meth:`create` stores one)."""
         session = Session(template or self.template, system=system, tools=tools, session_id=checked_id(session_id),
                           tokenizer=self.tokenizer, **self.session_defaults)
@@ -99,17 +156,17 @@ class SessionManager(TurnCalls, Sessions):
         return session
 
     def create(self, session_id: str | None = None, owner: str | None = None, system: str | None = None,
-               tools: list[dict] | None = None, template: str | BaseTemplate | None = None,
-               extra: dict | None = None) -> str:
+               tools: list[dict[str, Any]] | None = None, template: str | BaseTemplate | None = None,
+               extra: dict[str, Any] | None = None) -> str:
         """A new, saved session; returns its id (``SessionExists`` when the owner has one by that id).
         ``extra``: JSON the manager keeps beside the session (see :meth:`update`)."""
         with self._metrics.counting():
-            return self._add(self.new_session(session_id, system, tools, template), owner_key(owner), extra)
+            return self._sessions.add(self.new_session(session_id, system, tools, template), owner_key(owner), extra)
 
     def get(self, session_id: str, owner: str | None = None) -> Session:
         """A copy of the session as last committed (mid-turn: the state before the turn)."""
         with self._metrics.counting():
-            return self._snapshot(session_id, owner_key(owner))
+            return self._sessions.snapshot(session_id, owner_key(owner))
 
     @property
     def default_template(self) -> BaseTemplate:
@@ -119,44 +176,44 @@ class SessionManager(TurnCalls, Sessions):
     def template_of(self, session_id: str, owner: str | None = None) -> BaseTemplate:
         """The template the session renders with (the manager's for a session not created yet)."""
         try:
-            return self._lookup(session_id, owner_key(owner)).session.template
+            return self._sessions.lookup(session_id, owner_key(owner)).session.template
         except SessionNotFound:
             return self.default_template
 
     def find(self, session_id: str, owner: str | None = None) -> Session | None:
         """Like :meth:`get`, but None when there is no such session (a miss is not an error)."""
         try:
-            return self._snapshot(session_id, owner_key(owner))
+            return self._sessions.snapshot(session_id, owner_key(owner))
         except SessionNotFound:
             return None
 
     def end(self, session_id: str, owner: str | None = None) -> None:
         """Delete the session from memory and the store; the backend forgets it."""
         with self._metrics.counting():
-            entry = self._lookup(session_id, owner_key(owner))
+            entry = self._sessions.lookup(session_id, owner_key(owner))
             with entry.lock:
                 if entry.running:
                     raise SessionBusy(session_id)
                 entry.running = True  # no turn starts while the session is deleted
             try:
                 self.store.delete(entry.key)
-                self._table.remove(entry)
+                self._sessions.table.remove(entry)
             finally:
                 with entry.lock:
                     entry.running = False
             self.backend.drop(entry.key)
 
     def fork(self, session_id: str, new_id: str | None = None, owner: str | None = None, at: int | None = None,
-             extra: dict | None = None) -> str:
+             extra: dict[str, Any] | None = None) -> str:
         """The conversation as last committed, under a new id (its first delta resets); ``at``: only its
         first ``at`` messages (a branch from an earlier turn); ``extra`` as in :meth:`create` (the
         parent's extra and notes are not copied)."""
         with self._metrics.counting():
-            return self._add(self._forked(session_id, new_id, owner_key(owner), at), owner_key(owner), extra)
+            return self._sessions.add(self._forked(session_id, new_id, owner_key(owner), at), owner_key(owner), extra)
 
-    def oneoff(self, owner: str | None = None, system: str | None = None, tools: list[dict] | None = None,
-               template: str | BaseTemplate | None = None, extra: dict | None = None, parent: str | None = None,
-               at: int | None = None) -> OneOff:
+    def oneoff(self, owner: str | None = None, system: str | None = None, tools: list[dict[str, Any]] | None = None,
+               template: str | BaseTemplate | None = None, extra: dict[str, Any] | None = None,
+               parent: str | None = None, at: int | None = None) -> OneOff:
         """A session for one turn, held in this manager's memory only: pass it to a turn method (and to
         :meth:`cancel`) in place of a session id. The store never writes, reads or deletes anything of it, no
         look-up or list finds it, and once its turn ends, however it ends, it is forgotten and the backend
@@ -171,12 +228,12 @@ class SessionManager(TurnCalls, Sessions):
                 raise ConfigError("a copy of a session keeps its system prompt, tools and template", field="parent")
             else:
                 session = self._forked(parent, None, okey, at)
-            return OneOff(self, Entry(oneoff_key(session.session_id, okey), session, 0, okey,
-                                      extra=dict(extra or {})))
+            entry = Entry(oneoff_key(session.session_id, okey), session, 0, okey, extra=dict(extra or {}))
+            return OneOff(self._sessions, self._capacity, entry)
 
     def _forked(self, session_id: str, new_id: str | None, owner: str, at: int | None) -> Session:
         """The session as last committed, under ``new_id`` (None: a random one), cut at ``at`` (see :meth:`fork`)."""
-        data = self._snapshot(session_id, owner).to_dict()
+        data = self._sessions.snapshot(session_id, owner).to_dict()
         reason = f"forked from session {session_id}"
         if at is not None:
             if not 0 <= at <= len(data["messages"]):
@@ -186,6 +243,27 @@ class SessionManager(TurnCalls, Sessions):
             reason += f" at message {at}"
         data["session_id"] = checked_id(new_id)
         return restored(data, self.tokenizer, reason)
+
+    def inspect(self, session_id: str, read: Callable[[View], T], owner: str | None = None) -> T:
+        """``read(view)`` on the session as last committed, with its ``extra`` and notes (see :class:`View`).
+
+        An idle session in memory is read in place, under its lock (``read`` must be quick and change
+        nothing: O(what it reads), not a copy of the history); one mid-turn, or saved since by another
+        replica, is read from a copy loaded from the store.
+        """
+        return self._sessions.inspect(session_id, read, owner_key(owner))
+
+    def update(self, session_id: str, change: Edit, owner: str | None = None, expect: int | None = None) -> int:
+        """Change a session between turns: ``change(view)`` returns replacements of the session and its
+        ``extra`` (either one None to keep it), or None to change nothing.
+
+        Claimed like a turn (``SessionBusy`` while one runs), fresh from the store, saved with
+        compare-and-set (``expect`` as in :class:`TurnRequest`); a failed save leaves the session as it
+        was stored. A replaced session is saved whole and its first delta should reset (make it with
+        :func:`lmchat.session.edits.restored`); ``extra`` alone is a patch where the store appends.
+        Returns the session's version afterwards.
+        """
+        return self._sessions.update(session_id, change, owner_key(owner), expect)
 
     def list(self, owner: str | None = None, limit: int = 100) -> list[SessionInfo]:
         """The owner's sessions in the store, most recently saved first."""
@@ -197,7 +275,9 @@ class SessionManager(TurnCalls, Sessions):
     def cancel(self, session_id: str | OneOff, owner: str | None = None) -> bool:
         """Stop the turn running on this replica for the session (or the one-off); False when none runs here."""
         with self._metrics.counting():
-            entry = self._entry_of(session_id, owner_key(owner))
+            okey = owner_key(owner)
+            entry = session_id.entry_for(okey) if isinstance(session_id, OneOff) else self._sessions.lookup(
+                session_id, okey)
             if not entry.running:
                 return False
             entry.cancel_requested = True
@@ -212,10 +292,11 @@ class SessionManager(TurnCalls, Sessions):
         milliseconds late), or still holds it after ``timeout``. A server calls it when a turn finds the session
         busy: a client that left a turn and sends the next one at once then waits for the partial answer
         instead of getting ``SessionBusy``."""
+        entry: Entry | None
         if isinstance(session_id, OneOff):
             entry = session_id.entry_for(owner_key(owner))
         else:
-            entry = self._table.get(store_key(session_id, owner_key(owner)))
+            entry = self._sessions.table.get(store_key(session_id, owner_key(owner)))
         begun = time.monotonic()
         while entry is not None and entry.running:
             waited = time.monotonic() - begun
@@ -225,25 +306,24 @@ class SessionManager(TurnCalls, Sessions):
         return True
 
     # ------------------------------------------------------------------ service
-    def metrics(self) -> dict:
-        self._table.sweep()
-        with self._lock:
-            active = self._active
-        out = {"sessions_in_memory": len(self._table), "sessions_active": active, **self._metrics.snapshot()}
+    def metrics(self) -> dict[str, Any]:
+        self._sessions.table.sweep()
+        active = self._capacity.active
+        out = {"sessions_in_memory": len(self._sessions.table), "sessions_active": active, **self._metrics.snapshot()}
         if isinstance(self.backend, PrefixCache):
             out["kv"] = self.backend.stats()
         return out
 
     def close(self, grace: float = 5.0) -> None:
         """Cancel running turns, give them ``grace`` seconds to save, then close the store and the backend."""
-        for entry in self._table.entries():
+        for entry in self._sessions.table.entries():
             if entry.running:
                 entry.cancel_requested = True
                 self.backend.cancel(entry.key)
         deadline = time.monotonic() + grace
-        while self._active and time.monotonic() < deadline:
+        while self._capacity.active and time.monotonic() < deadline:
             time.sleep(0.01)
-        self.pool.shutdown(wait=False, cancel_futures=True)
+        self._capacity.close()
         self.store.close()
         self.backend.close()
 

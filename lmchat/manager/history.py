@@ -35,8 +35,10 @@ def digest(message: Mapping[str, Any], template: Any = None, tools: Any = None) 
     return hashlib.sha256(json.dumps(visible, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:32]
 
 
-def _call(call: Mapping[str, Any]) -> list:
-    function = call.get("function") if isinstance(call.get("function"), Mapping) else {}
+def _call(call: Mapping[str, Any]) -> list[Any]:
+    function = call.get("function")
+    if not isinstance(function, Mapping):
+        function = {}
     return [function.get("name"), call_arguments(function.get("arguments"))]
 
 
@@ -51,7 +53,7 @@ def new_messages(held: list[str], sent: list[str]) -> int | None:
     return None
 
 
-def object_arguments(messages: list[dict]) -> list[dict]:
+def object_arguments(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """OpenAI messages as templates expect them: tool call arguments as objects
     (:func:`lmchat.messages.call_arguments`), not JSON text."""
     out = []

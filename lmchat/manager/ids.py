@@ -1,6 +1,8 @@
 """Session ids, owners, store keys, and what a save writes."""
 from __future__ import annotations
 
+from typing import Any
+
 import hashlib
 import re
 import uuid
@@ -49,8 +51,8 @@ def public_id(key: str) -> str:
     return key.rpartition("/")[2]
 
 
-def dump(session: Session, key: str, owner: str, engine: str | None = None, extra: dict | None = None,
-         notes: list | None = None) -> dict:
+def dump(session: Session, key: str, owner: str, engine: str | None = None, extra: dict[str, Any] | None = None,
+         notes: list[Any] | None = None) -> dict[str, Any]:
     """What a whole save writes: the session's snapshot under its key, who may see it, its engine, and
     the caller's ``extra`` and ``notes`` (kept only when there are any)."""
     data = session.to_dict()

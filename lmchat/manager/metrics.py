@@ -1,9 +1,12 @@
 """Counters and a latency histogram for :meth:`SessionManager.metrics` (Prometheus-shaped, no dependency)."""
 from __future__ import annotations
 
+from typing import Any
+
 import bisect
 import threading
 from collections import Counter
+from types import TracebackType
 
 from ..errors import LmchatError
 
@@ -44,7 +47,7 @@ class Metrics:
             self._buckets[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
             self._latency_sum += seconds
 
-    def snapshot(self) -> dict:
+    def snapshot(self) -> dict[str, Any]:
         """Totals, errors by type, and the histogram as cumulative ``[le, count]`` pairs (``le`` "+Inf" last)."""
         with self._lock:
             cumulative, total = [], 0
@@ -74,7 +77,6 @@ class _Counting:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind, exc, tb) -> bool:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         if exc is not None and isinstance(exc, LmchatError):
             self.metrics.error(exc)
-        return False

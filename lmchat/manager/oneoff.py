@@ -16,6 +16,8 @@ the client's next request).
 """
 from __future__ import annotations
 
+from typing import Any
+
 from ..errors import SessionBusy, SessionNotFound
 from .table import Entry
 from .claims import Claim
@@ -24,10 +26,10 @@ from .claims import Claim
 class OneOff(Claim):
     """A session that lives for one turn, in its manager's memory only (see :meth:`SessionManager.oneoff`).
 
-    Pass it to the manager's turn methods (``stream_turn``, ``astream_turn``, ``arun_turn``, ``turn_items``...)
-    and to ``cancel`` in place of a session id. It runs one turn: the turn begins on it (:meth:`begin`: ``owner``
-    must be its creator's, else ``SessionNotFound``), saves nothing, and ends it however it ends, refused or
-    failed too; a later turn gets ``SessionNotFound``. Made and never begun on (or refused for capacity before
+    Pass it as a :class:`~.request.TurnRequest`'s ``session`` and to ``cancel`` in place of a session id. It
+    runs one turn: the turn begins on it (:meth:`begin`: ``owner`` must be its creator's, else
+    ``SessionNotFound``), saves nothing, and ends it however it ends, refused or failed too; a later turn gets
+    ``SessionNotFound``. Made and never begun on (or refused for capacity before
     its turn began), it holds nothing and needs no clean-up.
     """
 
@@ -52,12 +54,12 @@ class OneOff(Claim):
             if entry.running:
                 raise SessionBusy(self.session_id)
             entry.running = True
-        self.mgr._table.hold(entry)  # SessionManager.close cancels its turn too
+        self.sessions.table.hold(entry)  # SessionManager.close cancels its turn too
 
-    def save(self, record: dict) -> None:
+    def save(self, record: dict[str, Any]) -> None:
         """Nothing to save: the session ends with its turn."""
 
-    async def asave(self, record: dict) -> None:
+    async def asave(self, record: dict[str, Any]) -> None:
         """Nothing to save: the session ends with its turn."""
 
     def discard(self, *, sent: bool) -> None:
@@ -69,9 +71,9 @@ class OneOff(Claim):
         with entry.lock:
             entry.running = entry.cancel_requested = False
             entry.evicted = True
-        self.mgr._table.let_go(entry)
+        self.sessions.table.let_go(entry)
 
     def release(self) -> None:
         """The turn is over: the session is gone, its capacity freed, and the engine drops what it holds of it."""
         super().release()
-        self.mgr.backend.drop(self.entry.key)
+        self.sessions.backend.drop(self.entry.key)

@@ -10,46 +10,46 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
-from ..errors import (CapacityExceeded, EngineMismatch, LmchatError, SessionBusy, SessionExists, SessionMoved,
-                      SessionNotFound, StoreConflict)
+from ..backends.base import Backend
+from ..errors import (EngineMismatch, LmchatError, SessionBusy, SessionExists, SessionMoved, SessionNotFound,
+                      StoreConflict)
 from ..session import Session
-from ..stores import VERSION_KEY, Summary
-from .ids import dump, owner_key, store_key
-from .table import Entry, View, view
+from ..stores import VERSION_KEY, AsyncStore, SessionStore, Summary
+from ..templates.base import BaseTemplate
+from .ids import dump, store_key
+from .metrics import Metrics
+from .request import Edit
+from .table import Entry, Table, View, view
+
+T = TypeVar("T")
 
 
-class Sessions:
-    """What :class:`~.core.SessionManager` builds on (it sets the attributes used here)."""
+class NewSession(Protocol):
+    """Makes a session with the manager's defaults (:meth:`SessionManager.new_session`)."""
 
-    backend: Any
-    store: Any
-    engine: str | None
-    tokenizer: Any
-    max_active: int
-    _table: Any
-    _metrics: Any
-    _lock: threading.Lock
-    _active: int
+    def __call__(self, session_id: str | None = None, system: str | None = None,
+                 tools: list[dict[str, Any]] | None = None, template: str | BaseTemplate | None = None) -> Session: ...
 
-    def new_session(self, session_id: str | None = None, **kwargs: Any) -> Session:
-        raise NotImplementedError  # the manager's, with its defaults
 
-    def reserve(self) -> None:
-        """Count one more turn (or one-off generation) running; ``CapacityExceeded`` at ``max_active``."""
-        with self._lock:
-            if self._active >= self.max_active:
-                raise CapacityExceeded(self.max_active)
-            self._active += 1
+class StoredSessions:
+    """A manager's sessions: the in-memory table over the store, and the claims turns and edits take on them.
 
-    def unreserve(self) -> None:
-        with self._lock:
-            self._active -= 1
+    ``new_session(session_id, tools, template)`` makes a session with the manager's defaults (a turn that
+    creates its session calls it); an evicted session's cache is dropped from ``backend``.
+    """
 
-    def _add(self, session: Session, owner: str, extra: dict | None = None) -> str:
+    def __init__(self, store: SessionStore, backend: Backend, tokenizer: Any, engine: str | None,
+                 new_session: NewSession, metrics: Metrics, max_sessions: int, idle_ttl: float | None):
+        self.store, self.backend, self.tokenizer, self.engine = store, backend, tokenizer, engine
+        self.new_session, self.metrics = new_session, metrics
+        self.table = Table(max_sessions, idle_ttl, self._evicted)
+        #: the store's writes awaited on an event loop, when it has them (turns on the loop need them)
+        self.async_store = store if isinstance(store, AsyncStore) else None
+
+    def add(self, session: Session, owner: str, extra: dict[str, Any] | None = None) -> str:
         key = self._new_key(session, owner)
         try:
             version = self.store.save(dump(session, key, owner, self.engine, extra), expected_version=0)
@@ -57,19 +57,19 @@ class Sessions:
             raise SessionExists(session.session_id) from None
         return self._added(key, session, version, owner, extra)
 
-    async def _awarm(self, session_id: str, owner: str, create: bool = False) -> int | None:
+    async def awarm(self, session_id: str, owner: str, create: bool = False) -> int | None:
         """Load a session that is not in memory, or that another replica saved since, in a worker thread, for a
         turn on the event loop: the store's read, the fold of its records and the restore are O(session), and
         the loop serves other turns meanwhile. Returns the version the entry is known to hold as stored (the
-        turn's :meth:`_acquire` then skips its own check), or None. What fails here fails again, and is
+        turn's :meth:`acquire` then skips its own check), or None. What fails here fails again, and is
         reported, when the turn looks the session up. ``create``: a session the store does not hold has nothing
         to load (its turn creates it)."""
         key = store_key(session_id, owner)
-        entry = self._table.get(key)
+        entry = self.table.get(key)
         with contextlib.suppress(LmchatError):
             if entry is None:
                 if not create or self.store.version(key) != 0:
-                    await asyncio.to_thread(self._lookup, session_id, owner)
+                    await asyncio.to_thread(self.lookup, session_id, owner)
                 return None
             version = self.store.version(key)
             if version == entry.version:
@@ -90,44 +90,29 @@ class Sessions:
 
     def _new_key(self, session: Session, owner: str) -> str:
         key = store_key(session.session_id, owner)
-        if self._table.get(key) is not None:
+        if self.table.get(key) is not None:
             raise SessionExists(session.session_id)
         return key
 
-    def _added(self, key: str, session: Session, version: int, owner: str, extra: dict | None) -> str:
+    def _added(self, key: str, session: Session, version: int, owner: str, extra: dict[str, Any] | None) -> str:
         session.mark_saved()
-        self._table.add(Entry(key, session, version, owner, extra=dict(extra or {})))
+        self.table.add(Entry(key, session, version, owner, extra=dict(extra or {})))
         return session.session_id
 
-    def inspect(self, session_id: str, read: Callable[[View], Any], owner: str | None = None) -> Any:
-        """``read(view)`` on the session as last committed, with its ``extra`` and notes (see :class:`View`).
-
-        An idle session in memory is read in place, under its lock (``read`` must be quick and change
-        nothing: O(what it reads), not a copy of the history); one mid-turn, or saved since by another
-        replica, is read from a copy loaded from the store.
-        """
-        owner = owner_key(owner)
-        entry = self._lookup(session_id, owner)
+    def inspect(self, session_id: str, read: Callable[[View], T], owner: str) -> T:
+        """``SessionManager.inspect`` (``owner``: an owner key)."""
+        entry = self.lookup(session_id, owner)
         with entry.lock:
             idle = not entry.running and not entry.evicted
-            result = read(view(entry)) if idle else None
-            version = entry.version
+            if idle:
+                result, version = read(view(entry)), entry.version
         if idle and self.store.version(entry.key) == version:
             return result
         return read(view(self._entry(entry.key, self._load(entry.key, session_id, owner), session_id, owner)))
 
-    def update(self, session_id: str, change: Callable[[View], tuple[Session | None, dict | None] | None],
-               owner: str | None = None, expect: int | None = None) -> int:
-        """Change a session between turns: ``change(view)`` returns replacements of the session and its
-        ``extra`` (either one None to keep it), or None to change nothing.
-
-        Claimed like a turn (``SessionBusy`` while one runs), fresh from the store, saved with
-        compare-and-set (``expect`` as in :meth:`stream_turn`); a failed save leaves the session as it
-        was stored. A replaced session is saved whole and its first delta should reset (make it with
-        :func:`lmchat.session.edits.restored`); ``extra`` alone is a patch where the store appends.
-        Returns the session's version afterwards.
-        """
-        entry = self._acquire(session_id, owner_key(owner), False, None)
+    def update(self, session_id: str, change: Edit, owner: str, expect: int | None = None) -> int:
+        """``SessionManager.update`` (``owner``: an owner key)."""
+        entry = self.acquire(session_id, owner, False, None)
         try:
             if expect is not None and entry.version != expect:
                 raise SessionMoved(session_id, expected=expect, actual=entry.version)
@@ -147,10 +132,10 @@ class Sessions:
         finally:
             with entry.lock:
                 entry.running = False
-            self._table.touch(entry)
+            self.table.touch(entry)
 
-    def _snapshot(self, session_id: str, owner: str) -> Session:
-        entry = self._lookup(session_id, owner)
+    def snapshot(self, session_id: str, owner: str) -> Session:
+        entry = self.lookup(session_id, owner)
         with entry.lock:  # an idle session is not mutated while this copies it
             idle = not entry.running and not entry.evicted
             data, version = (entry.session.to_dict(), entry.version) if idle else (None, 0)
@@ -159,42 +144,42 @@ class Sessions:
         data = self._load(entry.key, session_id, owner)  # mid-turn or stale: the store has the last commit
         return self._restore(data, session_id)
 
-    def _load(self, key: str, session_id: str, owner: str) -> dict:
+    def _load(self, key: str, session_id: str, owner: str) -> dict[str, Any]:
         data = self.store.load(key)
         if data is None or (data.get("owner") or "") != owner:
             raise SessionNotFound(session_id)
         return data
 
-    def _lookup(self, session_id: str, owner: str) -> Entry:
+    def lookup(self, session_id: str, owner: str) -> Entry:
         key = store_key(session_id, owner)
-        entry = self._table.get(key)
+        entry = self.table.get(key)
         if entry is None:
             data = self._load(key, session_id, owner)
-            self._metrics.add(sessions_loaded_total=1)
-            entry = self._table.add(self._entry(key, data, session_id, owner))
+            self.metrics.add(sessions_loaded_total=1)
+            entry = self.table.add(self._entry(key, data, session_id, owner))
         if entry.owner != owner:
             raise SessionNotFound(session_id)
         return entry
 
-    def _entry(self, key: str, data: dict, session_id: str, owner: str) -> Entry:
+    def _entry(self, key: str, data: dict[str, Any], session_id: str, owner: str) -> Entry:
         session = self._restore(data, session_id)
         session.mark_saved()
         return Entry(key, session, data[VERSION_KEY], owner, last_turn=data.get("last_turn"),
                      extra=data.get("extra") or {}, notes=data.get("notes") or [])
 
-    def _acquire(self, session_id: str, owner: str, create: bool, tools: list[dict] | None,
+    def acquire(self, session_id: str, owner: str, create: bool, tools: list[dict[str, Any]] | None,
                  fresh: int | None = None) -> Entry:
         """The session's entry, claimed (``running``) and fresh from the store; created when asked (see
-        :meth:`_claim_new`). ``fresh``: the stored version :meth:`_awarm` just read (no other read when the entry
+        :meth:`claim_new`). ``fresh``: the stored version :meth:`awarm` just read (no other read when the entry
         still holds it)."""
         key = store_key(session_id, owner)
         while True:
-            if create and self._table.get(key) is None and self.store.version(key) == 0:
-                entry = self._claim_new(key, session_id, owner, tools)
+            if create and self.table.get(key) is None and self.store.version(key) == 0:
+                entry = self.claim_new(key, session_id, owner, tools)
                 if entry is not None:
                     return entry
             try:
-                entry = self._lookup(session_id, owner)
+                entry = self.lookup(session_id, owner)
             except SessionNotFound:
                 if create and self.store.version(key) == 0:
                     continue  # a session created by a turn that failed, gone since the check: create it anew
@@ -215,7 +200,7 @@ class Sessions:
             raise
         return entry
 
-    def _claim_new(self, key: str, session_id: str, owner: str, tools: list[dict] | None) -> Entry | None:
+    def claim_new(self, key: str, session_id: str, owner: str, tools: list[dict[str, Any]] | None) -> Entry | None:
         """A session that its first turn creates, claimed for that turn; None when another request added one
         first.
 
@@ -226,7 +211,7 @@ class Sessions:
         (:meth:`unclaim`).
         """
         entry = Entry(key, self.new_session(session_id, tools=tools), 0, owner, running=True)
-        return entry if self._table.add(entry) is entry else None
+        return entry if self.table.add(entry) is entry else None
 
     def _freshen(self, entry: Entry, version: int, session_id: str, owner: str) -> None:
         """Reload a claimed entry whose stored ``version`` differs from its own: another replica saved (or
@@ -235,9 +220,9 @@ class Sessions:
             return
         data = self.store.load(entry.key)
         if data is None or (data.get("owner") or "") != owner:
-            self._table.remove(entry)
+            self.table.remove(entry)
             raise SessionNotFound(session_id)
-        self._metrics.add(sessions_loaded_total=1)
+        self.metrics.add(sessions_loaded_total=1)
         fresh = self._entry(entry.key, data, session_id, owner)
         entry.session, entry.version, entry.last_turn, entry.digests = (
             fresh.session, fresh.version, fresh.last_turn, [])
@@ -251,38 +236,41 @@ class Sessions:
             if never_saved:
                 entry.evicted = True  # a request that looked it up meanwhile looks again (and may create it)
         if never_saved:
-            self._table.remove(entry)
+            self.table.remove(entry)
         else:
-            self._table.touch(entry)
+            self.table.touch(entry)
 
-    def save(self, entry: Entry, record: dict | None = None, note: dict | None = None) -> None:
+    def save(self, entry: Entry, record: dict[str, Any] | None = None, note: dict[str, Any] | None = None) -> None:
         """Save the entry's session after a turn: its patch when the store appends, else a whole snapshot.
 
         ``note`` is appended to the entry's notes in the same save; the entry's ``extra`` is written too.
         """
-        snapshot, patch, token = self._writes(entry, record, note)
-        if patch is None:
-            entry.version = self.store.save(snapshot, expected_version=entry.version, token=token)
+        is_patch, data, token = self._writes(entry, record, note)
+        if not is_patch:
+            entry.version = self.store.save(data, expected_version=entry.version, token=token)
         else:
-            entry.version = self.store.append(entry.key, patch, expected_version=entry.version,
+            entry.version = self.store.append(entry.key, data, expected_version=entry.version,
                                               summary=Summary.of_session(entry.session, entry.owner), token=token)
         entry.session.mark_saved()
 
-    async def asave(self, entry: Entry, record: dict | None = None, note: dict | None = None) -> None:
+    async def asave(self, entry: Entry, record: dict[str, Any] | None = None,
+                    note: dict[str, Any] | None = None) -> None:
         """:meth:`save` on the event loop: the store's write is awaited (``aappend``, ``asave``)."""
-        snapshot, patch, token = self._writes(entry, record, note)
-        if patch is None:
-            entry.version = await self.store.asave(snapshot, expected_version=entry.version, token=token)
+        store = self.async_store
+        if store is None:
+            raise TypeError(f"{type(self.store).__name__} has no writes to await (aappend, asave)")
+        is_patch, data, token = self._writes(entry, record, note)
+        if not is_patch:
+            entry.version = await store.asave(data, expected_version=entry.version, token=token)
         else:
-            entry.version = await self.store.aappend(entry.key, patch, expected_version=entry.version,
-                                                     summary=Summary.of_session(entry.session, entry.owner),
-                                                     token=token)
+            entry.version = await store.aappend(entry.key, data, expected_version=entry.version,
+                                                summary=Summary.of_session(entry.session, entry.owner), token=token)
         entry.session.mark_saved()
 
-    def _writes(self, entry: Entry, record: dict | None, note: dict | None) -> tuple[dict | None, dict | None,
-                                                                                      str | None]:
-        """What saving the entry writes: (a whole snapshot, None) or (None, the turn's patch), and the turn's
-        Idempotency-Key (a retried write is recognised by it)."""
+    def _writes(self, entry: Entry, record: dict[str, Any] | None, note: dict[str, Any] | None
+                ) -> tuple[bool, dict[str, Any], str | None]:
+        """What saving the entry writes: whether it is the turn's patch (else a whole snapshot), the patch or
+        the snapshot, and the turn's Idempotency-Key (a retried write is recognised by it)."""
         session = entry.session
         patch = session.changes()
         token = (record or {}).get("key")
@@ -292,22 +280,22 @@ class Sessions:
         if patch is None:
             data = dump(session, entry.key, entry.owner, self.engine, entry.extra, entry.notes)
             data["last_turn"] = record
-            return data, None, token
+            return False, data, token
         patch["set"]["last_turn"] = record
         if entry.extra:
             patch["set"]["extra"] = entry.extra
         if note is not None:
             patch["lists"]["notes"] = [len(entry.notes) - 1, [note]]
-        return None, patch, token
+        return True, patch, token
 
     def discard(self, entry: Entry, *, drop_backend: bool) -> None:
         """Forget the in-memory copy (the caller's turn owns it): the next use reloads the last commit."""
-        self._table.remove(entry)
+        self.table.remove(entry)
         if drop_backend:
             self.backend.drop(entry.key)
 
     def _evicted(self, entries: list[Entry]) -> None:
-        self._metrics.add(sessions_evicted_total=len(entries))
+        self.metrics.add(sessions_evicted_total=len(entries))
         for entry in entries:
             self.backend.drop(entry.key)  # an idle session's cache is freed with it
 

@@ -8,6 +8,8 @@ just before checks under the same lock before it claims the session.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import threading
 import time
 from collections import OrderedDict
@@ -34,13 +36,13 @@ class Entry:
     cancel_requested: bool = False
     last_used: float = attrs.field(factory=time.monotonic)
     #: the last turn's idempotency key and result (a retried turn returns it instead of running again)
-    last_turn: dict | None = None
+    last_turn: dict[str, Any] | None = None
     #: a digest of each message as a client sees it, for matching resent histories (filled lazily)
     digests: list[str] = attrs.field(factory=list)
     #: the caller's JSON kept with the session (snapshot key ``extra``), see ``SessionManager.update``
-    extra: dict = attrs.field(factory=dict)
-    #: one JSON note per noted turn (snapshot key ``notes``, appended with the turn), see ``stream_turn(note=)``
-    notes: list = attrs.field(factory=list)
+    extra: dict[str, Any] = attrs.field(factory=dict)
+    #: one JSON note per noted turn (snapshot key ``notes``, appended with the turn), see ``TurnRequest.note``
+    notes: list[Any] = attrs.field(factory=list)
 
 
 @attrs.frozen
@@ -51,8 +53,8 @@ class View:
     """
 
     session: Session
-    extra: dict
-    notes: list
+    extra: dict[str, Any]
+    notes: list[Any]
     version: int  # the store version this state is
 
     @property
@@ -60,7 +62,7 @@ class View:
         """How many messages the session holds (O(1), where ``len(session.messages)`` copies them)."""
         return len(self.session._chat.messages)
 
-    def slice(self, start: int, stop: int | None = None) -> list[dict]:
+    def slice(self, start: int, stop: int | None = None) -> list[dict[str, Any]]:
         """Copies of messages ``[start:stop]`` (O(stop - start), where ``session.messages`` copies them all)."""
         return [dict(m) for m in self.session._chat.messages[start:stop]]
 

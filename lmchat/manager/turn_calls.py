@@ -1,189 +1,199 @@
-"""The session manager's turn calls: sync, on an asyncio loop, or in a pool worker for an asyncio caller.
+"""The session manager's turns: claimed, then run in the caller's thread, on its event loop, or in a pool worker.
 
-Every variant ends in :meth:`TurnCalls._turn`: claim the session (or the one-off), reserve capacity, then
-:func:`.claims.start_turn`. :class:`~.core.SessionManager` is the class to use.
+A synchronous caller's turn runs in its thread (:meth:`TurnCalls.stream`). An asyncio caller's runs where the
+manager decided once, when it was made, from what its backend and store declare: on the loop
+(:class:`LoopTurns`) when the backend streams asynchronously (:class:`~lmchat.backends.AsyncGenerates`) and the
+store's writes can be awaited and its reads are local (:class:`~lmchat.stores.AsyncStore`, ``loop_safe``);
+else in a pool worker (:class:`PoolTurns`). Both give the same items: the answer's chunks, then
+:class:`~lmchat.turns.Done` with the result.
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
-from typing import Any
+from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
+from typing import Any, Protocol
 
-from ..backends.base import Chunk, SamplingParams
+from ..backends.base import Chunk
 from ..errors import CapacityExceeded, SessionNotFound
-from ..session import Session
 from ..turns.bridge import Done, Pump
 from ..turns.turn import TurnResult
-from .claims import Claim, start_turn
+from .capacity import Capacity
+from .claims import Claim, astart_turn, start_turn
 from .ids import owner_key
 from .oneoff import OneOff
-from .sessions import Sessions
-from .table import Entry, View
+from .request import TurnRequest
+from .sessions import StoredSessions
 
 
-class TurnCalls(Sessions):
-    """:class:`~.core.SessionManager`'s turns (it sets ``pool``, ``on_loop`` and ``cancel``)."""
+class TurnCalls:
+    """Claims a turn's session and capacity, then starts the turn (``model``: the backend's sampling values over
+    the template's; ``cancel(session, owner)``: the manager's :meth:`~.core.SessionManager.cancel`)."""
 
-    pool: Any
-    on_loop: bool
+    def __init__(self, sessions: StoredSessions, capacity: Capacity, model: Mapping[str, Any],
+                 cancel: Callable[[str | OneOff, str | None], bool]):
+        self.sessions, self.capacity, self.model, self._cancel = sessions, capacity, model, cancel
 
-    def stream_turn(self, session_id: str | OneOff, messages: Iterable[Mapping[str, Any]] | None = None,
-                    params: SamplingParams | Mapping[str, Any] | None = None, owner: str | None = None,
-                    stop: str | Iterable[str] | None = None, max_new_tokens: int | None = None,
-                    create: bool = False, history: list[Mapping[str, Any]] | None = None,
-                    tools: list[dict] | None = None, idempotency_key: str | None = None,
-                    reserved: bool = False, expect: int | None = None,
-                    edit: Callable[[View], tuple[Session | None, dict | None] | None] | None = None,
-                    note: dict | None = None, kind: Any = ...) -> Iterator[Chunk]:
-        """Run one turn: append ``messages``, stream the answer, commit and save it.
+    def stream(self, request: TurnRequest, *, reserved: bool = False) -> Iterator[Chunk]:
+        """The turn, primed, in the caller's thread: its chunks, and the :class:`TurnResult` it returns. What stops
+        it from starting raises here. ``reserved``: its capacity is reserved already."""
+        with self.sessions.metrics.counting():
+            return start_turn(self.claim(request, reserved=reserved), request, self.model)
 
-        ``session_id``: a session's id, or a :class:`OneOff` (:meth:`oneoff`), whose turn saves nothing.
-        ``history`` instead of ``messages``: the whole conversation as an OpenAI
-        client resends it (with its ``tools``); the turn is what the session
-        does not hold yet, or the session is replaced by it (see
-        :mod:`.history`); a missing session is created. ``create``: a session
-        id that names no session creates it (LMDeploy clients choose their
-        ids). ``idempotency_key``: a retry of the turn that last committed
-        with this key returns that turn's result instead of running again.
-        ``expect``: run only on this store version of the session, else
-        ``SessionMoved`` (a caller that read the session decides from a state
-        that is still the session's). ``edit(view)``: the session (and
-        ``extra``) the turn starts from, as replacements, either one None to
-        keep it (e.g. a copy with another system prompt, made with
-        :func:`lmchat.session.edits.restored`, so that its delta resets):
-        they replace the session only if the turn starts, and are saved with
-        it. ``note``: a JSON object appended to the session's notes when the
-        turn is saved, in the same compare-and-set, with the turn's counts
-        under ``"turn"`` (:func:`lmchat.turns.turn.record_of` with ``chars``, the
-        answer's length, instead of its text). ``kind``: the session's
-        ``extra["kind"]`` the turn requires (None: a session with no kind, as
-        chat completions and the interactive API make); a session of another
-        kind raises ``SessionKindMismatch`` and nothing changes (the default,
-        ``...``: any session).
-        Errors that stop the turn from starting (``SessionNotFound``,
-        ``SessionBusy``, ``CapacityExceeded``, ``InvalidMessages``,
-        ``SessionLengthExceeded``) raise here, before the iterator is
-        returned, and leave the stored session as it was.
-        """
-        return self._turn(session_id, messages, params=params, owner=owner, stop=stop,
-                          max_new_tokens=max_new_tokens, create=create, history=history, tools=tools,
-                          idempotency_key=idempotency_key, reserved=reserved, expect=expect, edit=edit, note=note,
-                          kind=kind)
-
-    def _turn(self, session_id: str | OneOff, messages: Iterable[Mapping[str, Any]] | None, *, params=None,
-              owner: str | None = None, stop=None, max_new_tokens: int | None = None, create: bool = False,
-              history: list[Mapping[str, Any]] | None = None, tools: list[dict] | None = None,
-              idempotency_key: str | None = None, reserved: bool = False, expect: int | None = None,
-              edit: Callable | None = None, note: dict | None = None, on_loop: bool = False,
-              result_only: bool = False, fresh: int | None = None, kind: Any = ...) -> Any:
-        """:meth:`stream_turn`; ``on_loop``: the turn as an async iterator to prime at once (see
-        :meth:`turn_items`; ``result_only``: without the answer's chunks; ``fresh``: see :meth:`_acquire`)."""
-        with self._metrics.counting():
+    def claim(self, request: TurnRequest, *, reserved: bool, fresh: int | None = None) -> Claim:
+        """The turn's hold on its session, and its capacity (reserved here unless ``reserved``): a busy session
+        says so first, then capacity, before any work. ``fresh``: see :meth:`StoredSessions.acquire`."""
+        try:
+            claim = self._hold(request, fresh)
+        except BaseException:
+            if reserved:
+                self.capacity.release()
+            raise
+        if not reserved:
             try:
-                claim = self._claim(session_id, owner_key(owner), create or history is not None, tools, fresh)
-            except BaseException:
-                if reserved:
-                    self.unreserve()
+                self.capacity.reserve()
+            except CapacityExceeded:
+                claim.unclaim()
                 raise
-            if not reserved:  # a busy session says so first; then capacity, before any work
-                try:
-                    self.reserve()
-                except CapacityExceeded:
-                    claim.unclaim()
-                    raise
-            return start_turn(claim, messages, params, stop, max_new_tokens, history, tools,
-                            idempotency_key, expect, edit, note, on_loop, result_only, kind)
+        return claim
 
-    def _claim(self, session_id: str | OneOff, owner: str, create: bool, tools: list[dict] | None,
-               fresh: int | None) -> Claim:
-        """The turn's hold on its session: the one-off itself, claimed, or the stored session's entry, claimed
-        and fresh from the store (:meth:`_acquire`)."""
-        if isinstance(session_id, OneOff):
-            session_id.begin(owner)
-            return session_id
-        return Claim(self, self._acquire(session_id, owner, create, tools, fresh))
+    def _hold(self, request: TurnRequest, fresh: int | None) -> Claim:
+        """The one-off itself, claimed, or the stored session's entry, claimed and fresh from the store."""
+        owner = owner_key(request.owner)
+        if isinstance(request.session, OneOff):
+            request.session.begin(owner)
+            return request.session
+        entry = self.sessions.acquire(request.session, owner, request.creates, request.tools, fresh)
+        return Claim(self.sessions, self.capacity, entry)
 
-    def _entry_of(self, session_id: str | OneOff, owner: str) -> Entry:
-        """The one-off's entry (its owner's only), or the stored session's (:meth:`_lookup`)."""
-        if isinstance(session_id, OneOff):
-            return session_id.entry_for(owner)
-        return self._lookup(session_id, owner)
+    def reserve(self) -> None:
+        """Capacity for an asyncio caller's turn, at once (a load from the store is work); a refusal is counted."""
+        with self.sessions.metrics.counting():
+            self.capacity.reserve()
 
-    def run_turn(self, session_id: str | OneOff, messages: Iterable[Mapping[str, Any]] | None = None,
-                 **kwargs: Any) -> TurnResult:
-        """:meth:`stream_turn`, collected."""
-        stream = self.stream_turn(session_id, messages, **kwargs)
-        while True:
-            try:
-                next(stream)
-            except StopIteration as done:
-                return done.value
+    def cancel_quietly(self, request: TurnRequest) -> None:
+        """Stop the turn whose consumer left (it may be over already)."""
+        with contextlib.suppress(SessionNotFound):
+            self._cancel(request.session, request.owner)
 
-    def turn_items(self, session_id: str | OneOff, messages: Iterable[Mapping[str, Any]] | None,
-                   kwargs: dict[str, Any]) -> AsyncIterator[Any]:
-        """A turn for an asyncio caller: its chunks, then :class:`Done` with its result (what stops the turn
-        from starting raises at the first item). On the loop when :attr:`on_loop` (the backend streams
-        asynchronously, ``agenerate``, and the store's reads are local, ``loop_safe``), else in a pool
-        worker; leaving early cancels the turn, whose partial answer is committed."""
-        if self.on_loop:
-            return self._loop_items(session_id, messages, kwargs)
-        return self.pump(session_id, messages, kwargs).items()
 
-    async def _loop_items(self, session_id: str | OneOff, messages: Iterable[Mapping[str, Any]] | None,
-                          kwargs: dict[str, Any], result_only: bool = False) -> AsyncIterator[Any]:
-        owner = owner_key(kwargs.get("owner"))
-        self.reserve()  # capacity first: a load is work
+class AsyncTurns(Protocol):
+    """Where an asyncio caller's turns run (:class:`LoopTurns` or :class:`PoolTurns`)."""
+
+    def items(self, request: TurnRequest, result_only: bool = False) -> AsyncGenerator[Chunk | Done, None]:
+        """The turn's chunks (none when ``result_only``), then :class:`Done` with its :class:`TurnResult`; what
+        stops it from starting raises at the first item; leaving early cancels the turn, whose partial answer is
+        committed."""
+
+
+class LoopTurns:
+    """Turns on the caller's event loop: the store's loads in a worker thread, the rest awaited on the loop."""
+
+    def __init__(self, calls: TurnCalls):
+        self.calls = calls
+
+    async def items(self, request: TurnRequest, result_only: bool = False) -> AsyncGenerator[Chunk | Done, None]:
+        calls = self.calls
+        calls.reserve()
         fresh = None
-        if not isinstance(session_id, OneOff):  # a one-off has nothing to load
+        if not isinstance(request.session, OneOff):  # a one-off has nothing to load
             try:
-                fresh = await self._awarm(session_id, owner,
-                                          kwargs.get("create") or kwargs.get("history") is not None)
+                fresh = await calls.sessions.awarm(request.session, owner_key(request.owner), request.creates)
             except BaseException:  # cancelled while the session loaded
-                self.unreserve()
+                calls.capacity.release()
                 raise
-        stream = self._turn(session_id, messages, reserved=True, on_loop=True, result_only=result_only, fresh=fresh,
-                            **kwargs)
+        with calls.sessions.metrics.counting():
+            stream = astart_turn(calls.claim(request, reserved=True, fresh=fresh), request, calls.model,
+                                 result_only)
         try:
             await stream.__anext__()  # primed: from here on, closing it runs its cleanup
             async for item in stream:
-                yield item
+                if item is not None:
+                    yield item
         finally:
             await stream.aclose()
 
-    def pump(self, session_id: str | OneOff, messages: Iterable[Mapping[str, Any]] | None, kwargs: dict[str, Any],
-             result_only: bool = False) -> Pump:
-        """A turn running in a pool worker, for an asyncio caller (capacity is checked here, at once);
-        ``result_only``: its chunks stay in the worker, only the result crosses to the loop."""
-        self.reserve()
-        owner = kwargs.get("owner")
-        return Pump(lambda: self.stream_turn(session_id, messages, reserved=True, **kwargs), self.pool,
-                    on_abandon=lambda: self._cancel_quietly(session_id, owner), loop=asyncio.get_running_loop(),
-                    result_only=result_only)
 
-    async def astream_turn(self, session_id: str | OneOff, messages: Iterable[Mapping[str, Any]] | None = None,
-                           **kwargs: Any):
-        """``async for chunk in mgr.astream_turn(...)`` (see :meth:`turn_items`)."""
-        items = self.turn_items(session_id, messages, kwargs)
+class PoolTurns:
+    """Turns in a worker of the manager's pool, for a backend or a store that would block the loop."""
+
+    def __init__(self, calls: TurnCalls):
+        self.calls = calls
+
+    def items(self, request: TurnRequest, result_only: bool = False) -> AsyncGenerator[Chunk | Done, None]:
+        calls = self.calls
+        calls.reserve()
+        return Pump(lambda: calls.stream(request, reserved=True), calls.capacity.pool,
+                    on_abandon=lambda: calls.cancel_quietly(request), loop=asyncio.get_running_loop(),
+                    result_only=result_only).items()
+
+
+class TurnStream:
+    """An asyncio caller's turn (``SessionManager.astream_turn``): ``async for chunk in stream``, then
+    :attr:`result`.
+
+    :meth:`start` waits for the first chunk: what stops the turn from starting (an unknown or busy session,
+    capacity, bad messages, overflow) raises there, while a server can still answer with an HTTP status. The
+    last chunk (with ``finish_reason``) comes once the turn has saved and released its session: a client that
+    sends its next turn on seeing it never finds the session busy. Leaving early (:meth:`aclose`, or the task
+    being cancelled) cancels the turn; its partial answer is committed.
+    """
+
+    def __init__(self, items: AsyncGenerator[Chunk | Done, None]):
+        self._items = items
+        self._started = False
+        self._first: Chunk | None = None
+        self._result: TurnResult | None = None
+
+    async def start(self) -> TurnStream:
+        """Wait for the first chunk (once); returns the stream."""
+        if not self._started:
+            self._started = True
+            try:
+                self._first = await self._following()
+            except BaseException:
+                await self._items.aclose()
+                raise
+        return self
+
+    @property
+    def result(self) -> TurnResult:
+        """The finished turn (once the stream is exhausted)."""
+        if self._result is None:
+            raise RuntimeError("the turn has not finished: iterate over its stream first")
+        return self._result
+
+    def __aiter__(self) -> TurnStream:
+        return self
+
+    async def __anext__(self) -> Chunk:
+        if not self._started:
+            await self.start()
+        chunk, self._first = self._first, None
+        if chunk is None:
+            chunk = await self._following()
+        if chunk is None:
+            raise StopAsyncIteration
+        return chunk
+
+    async def aclose(self) -> None:
+        """Leave the turn (it is cancelled, and its partial answer committed, unless it has finished). A stream
+        dropped without it is closed too, when collected."""
+        await self._items.aclose()
+
+    async def _following(self) -> Chunk | None:
+        """The next chunk; None once the turn is done (its result kept)."""
+        if self._result is not None:
+            return None
         try:
-            async for item in items:
-                if not isinstance(item, Done):
-                    yield item
-        finally:
-            await items.aclose()
-
-    async def arun_turn(self, session_id: str | OneOff, messages: Iterable[Mapping[str, Any]] | None = None,
-                        **kwargs: Any) -> TurnResult:
-        """:meth:`stream_turn`, collected (see :meth:`turn_items`; in a pool worker, only the result crosses
-        to the loop)."""
-        if not self.on_loop:
-            return await self.pump(session_id, messages, kwargs, result_only=True).result()
-        async with contextlib.aclosing(self._loop_items(session_id, messages, kwargs, result_only=True)) as items:
-            async for item in items:
-                if isinstance(item, Done):
-                    return item.value
-        raise AssertionError("a turn ends with Done")
-
-    def _cancel_quietly(self, session_id: str | OneOff, owner: str | None) -> None:
-        with contextlib.suppress(SessionNotFound):
-            self.cancel(session_id, owner)
+            item = await self._items.__anext__()
+        except StopAsyncIteration:
+            return None
+        if isinstance(item, Done):
+            self._result = item.value
+            return None
+        if item.finish_reason is not None:  # the last chunk: handed on once the turn has released the session
+            done = await self._items.__anext__()
+            assert isinstance(done, Done)  # every turn's items end so
+            self._result = done.value
+        return item

@@ -6,9 +6,9 @@ With one (header ``X-Session-Id``, else body ``session_id``, else
 ``user``) the session persists, and a client resending its history only
 costs the new messages (:mod:`lmchat.manager.history`). Tool calls are parsed from the
 model's output in its template's syntax and returned as ``tool_calls``
-(``tool_choice: "none"`` returns the raw text instead; the model cannot be
-forced to call a tool, so ``"required"`` and named choices parse like
-``"auto"``, but they must name the request's tools). An error in a message
+(``tool_choice: "none"`` returns the raw text instead; ``"required"`` and a
+named function force a call in the template's syntax, as a grammar, where the
+engine constrains: :mod:`.formats`). An error in a message
 names the request's ``messages[k]``, whatever the session held before.
 """
 from __future__ import annotations
@@ -27,6 +27,7 @@ from .deps import blocking, check_n, new_id, owner
 from .errors import as_sent
 from .formats import chat_constraint, for_template, tool_constraint
 from .idempotency import releasing
+from ..manager import OneOff, TurnRequest
 from ..manager.history import object_arguments
 from .request_turns import count, run, start_stream
 from .schemas import ChatRequest
@@ -58,21 +59,22 @@ async def _chat(body: ChatRequest, request: Request, who: str | None, constraint
     sid = request.headers.get("x-session-id") or body.session_id or body.user
     tools = body.tools or None
     key = request.headers.get("idempotency-key")
-    # kind None: a session of the Responses or Conversations API is refused (its records would break)
-    kwargs: dict[str, Any] = {"params": {**body.sampling(), "constraint": constraint}, "stop": body.stop,
-                              "max_new_tokens": body.max_completion_tokens or body.max_tokens,
-                              "idempotency_key": key, "kind": None}
     if sid is None:  # a one-off: in memory for this turn only, the store never sees it (nothing blocks here)
-        session, headers = mgr.oneoff(who, tools=tools), {}
-        messages, template = object_arguments(body.messages), mgr.default_template
+        session: str | OneOff = mgr.oneoff(who, tools=tools)
+        headers: dict[str, str] = {}
+        messages, history, template = object_arguments(body.messages), None, mgr.default_template
     else:  # the manager matches the resent history with the session (validated before anything changes)
         session, headers = sid, {"X-Session-Id": sid}
-        messages, template = None, await blocking(mgr.template_of, sid, who)
-        kwargs.update(history=body.messages, tools=tools)
+        messages, history, template = None, body.messages, await blocking(mgr.template_of, sid, who)
     # a forced tool_choice is a grammar of the template's call syntax (400 where it has none, before the turn)
     forced = tool_constraint(body.tool_choice, tools, template, mgr.backend, parallel=body.parallel_tool_calls,
                              response=constraint)
-    kwargs["params"]["constraint"] = for_template(forced or constraint, template)  # reasoning stays free text
+    # kind None: a session of the Responses or Conversations API is refused (its records would break)
+    turn = TurnRequest(
+        session, messages, history=history, tools=tools if history is not None else None,
+        params={**body.sampling(), "constraint": for_template(forced or constraint, template)},  # reasoning: free
+        stop=body.stop, max_new_tokens=body.max_completion_tokens or body.max_tokens, owner=who,
+        idempotency_key=key, kind=None)
     kind = "chat.completion.chunk" if body.stream else "chat.completion"
     meta = Meta(new_id("chatcmpl"), kind, int(time.time()), body.model or request.app.state.model_name)
     parse = body.tool_choice != "none"
@@ -80,7 +82,7 @@ async def _chat(body: ChatRequest, request: Request, who: str | None, constraint
     release = await request.app.state.inflight.hold(who, key if sid is not None else None)
     if body.stream:
         try:
-            chunks = await start_stream(mgr, session, messages, receive=request.receive, owner=who, **kwargs)
+            chunks = await start_stream(mgr, turn, request.receive)
         except BaseException:
             release()
             raise
@@ -91,7 +93,7 @@ async def _chat(body: ChatRequest, request: Request, who: str | None, constraint
         )
         return StreamingResponse(releasing(events, release), media_type="text/event-stream", headers=headers)
     try:
-        result = await run(request.receive, mgr, session, messages, owner=who, **kwargs)
+        result = await run(mgr, turn, request.receive)
     finally:
         release()
     parsed = result.parsed

@@ -8,13 +8,12 @@ it) is fed as those ids, without a round trip through text: a client that
 keeps the ids a previous answer came with (RL rollouts, agents replaying a
 trajectory) gets the engine's prefix cache on exactly them. These
 requests count against the manager's ``max_active`` like turns, and run in
-its worker pool. A prompt that does not fit with its ``max_tokens`` in the
+its worker pool (``SessionManager.agenerate``). A prompt that does not fit with its ``max_tokens`` in the
 context a session may hold is refused before the engine sees it, as a chat
 turn is (400 ``context_length_exceeded``), not left to fail in the engine.
 """
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 
@@ -25,11 +24,10 @@ from ..backends.base import Chunk, GenerationRequest, Prompt, SamplingParams
 from ..errors import SessionLengthExceeded
 from ..manager.ids import oneoff_key
 from ..session import Delta
-from ..turns.bridge import Done, Pump
 from .deps import cancel_on_disconnect, check_n, new_id, owner
 from .errors import ApiError
 from .formats import chat_constraint
-from .request_turns import count, primed
+from .request_turns import count
 from .schemas import CompletionRequest
 from .sse import Meta, completion_events, usage
 
@@ -58,7 +56,7 @@ async def completions(body: CompletionRequest, request: Request, who: str | None
     generation = _request(mgr, prompt, body)
     meta = Meta(new_id("cmpl"), "text_completion", int(time.time()), body.model or state.model_name)
     counter = lambda chars, ids: count(mgr.backend.tokenizer, chars, ids)  # noqa: E731
-    chunks = generate(mgr, generation)
+    chunks = mgr.agenerate(generation)
     if body.stream:
         chunks = await primed(chunks)
         include_usage = body.stream_options is not None and body.stream_options.include_usage
@@ -128,20 +126,22 @@ def _checked_ids(ids: list[int], n_tokens: int) -> list[int]:
     return ids
 
 
-async def generate(mgr, request: GenerationRequest) -> AsyncIterator[Chunk]:
-    """The backend's chunks, generated in a worker of the manager's pool (a turn's worth of capacity);
-    leaving early cancels the generation, and the backend forgets the one-off session either way."""
-    mgr.reserve()
-    backend = mgr.backend
+async def primed(chunks: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
+    """``chunks`` once its first chunk has come: what fails before it (capacity, the engine refusing the
+    prompt) is still an HTTP error. A disconnect cancels the response task: closing ``chunks`` cancels the
+    generation."""
+    try:
+        first = await chunks.__anext__()
+    except BaseException:
+        await chunks.aclose()
+        raise
 
-    def produce():
+    async def stream() -> AsyncIterator[Chunk]:
         try:
-            yield from backend.generate(request)
+            yield first
+            async for chunk in chunks:
+                yield chunk
         finally:
-            backend.drop(request.session_id)
-            mgr.unreserve()
+            await chunks.aclose()
 
-    async for item in Pump(produce, mgr.pool, on_abandon=lambda: backend.cancel(request.session_id),
-                           loop=asyncio.get_running_loop()).items():
-        if not isinstance(item, Done):
-            yield item
+    return stream()

@@ -26,7 +26,7 @@ from typing import Any
 
 from ..backends.base import Chunk
 from ..errors import InvalidMessages, LmchatError, SessionLengthExceeded
-from ..manager import OneOff
+from ..manager import OneOff, TurnRequest
 from . import asgi
 from .deps import blocking, cancel_on_disconnect
 from .errors import ApiError, api_error, as_sent
@@ -93,26 +93,26 @@ class Interactive:
             to_end = end
         stop = None if isinstance(body.stop, bool) else body.stop
         # kind None: a session of the Responses or Conversations API is refused (its records would break)
-        kwargs: dict[str, Any] = {"params": body.sampling(), "stop": stop, "kind": None,
-                                  "max_new_tokens": body.request_output_len, "idempotency_key": key}
+        turn = TurnRequest(session, messages, params=body.sampling(), stop=stop, owner=who, create=True,
+                           max_new_tokens=body.request_output_len, idempotency_key=key, kind=None)
         # a stored turn with a key: its retry waits for it, then is answered the saved turn (a one-off saves nothing)
         release = await self.state.inflight.hold(who, None if isinstance(session, OneOff) else key)
         try:
-            await self._answer(mgr, session, sid, who, messages, body, kwargs, to_end, receive, send, created)
+            await self._answer(mgr, turn, sid, body, to_end, receive, send, created)
         except InvalidMessages as exc:  # named as the client sent it: prompt, or prompt[k] of a list
             raise as_sent(exc, len(messages), lambda k, field: _prompt_param(body.prompt, kept, k, field)) from None
         finally:
             release()
 
-    async def _answer(self, mgr, session, sid: str, who: str | None, messages: list, body: InteractiveRequest,
-                      kwargs: dict, to_end: bool, receive, send, created: bool = False) -> None:
+    async def _answer(self, mgr, turn: TurnRequest, sid: str, body: InteractiveRequest, to_end: bool, receive, send,
+                      created: bool = False) -> None:
         end = not body.interactive_mode
+        session, who = turn.session, turn.owner
         try:
             if body.stream:
-                chunks = await start_stream(mgr, session, messages, receive=receive, owner=who, create=True,
-                                            **kwargs)
+                chunks = await start_stream(mgr, turn, receive)
             else:
-                result = await run(receive, mgr, session, messages, owner=who, create=True, **kwargs)
+                result = await run(mgr, turn, receive)
         except LmchatError as exc:
             if created:  # refused before it started: the session made for it goes now (no turn holds it)
                 with contextlib.suppress(LmchatError):

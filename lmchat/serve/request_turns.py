@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from ..backends.base import Chunk
 from ..errors import LmchatError, SessionBusy
-from ..manager import OneOff, SessionManager, TurnResult
+from ..manager import SessionManager, TurnRequest, TurnResult, TurnStream
 from .deps import cancel_on_disconnect
 
 T = TypeVar("T")
@@ -28,7 +27,7 @@ T = TypeVar("T")
 STOPPING_SECONDS = 5.0
 
 
-async def patient(mgr: SessionManager, session_id: str | OneOff, owner: str | None, receive: Callable,
+async def patient(mgr: SessionManager, request: TurnRequest, receive: Callable[[], Awaitable[Any]],
                   start: Callable[[], Awaitable[T]]) -> T:
     """``start()``; when the session is busy with a turn that is stopping, again once that turn has saved,
     unless the client (``receive``: the request's) left during the wait: nobody would read the answer."""
@@ -36,51 +35,25 @@ async def patient(mgr: SessionManager, session_id: str | OneOff, owner: str | No
         return await start()
     except SessionBusy:
         async with cancel_on_disconnect(receive, lambda: None) as watch:
-            stopped = await mgr.await_stopped(session_id, owner, STOPPING_SECONDS)
+            stopped = await mgr.await_stopped(request.session, request.owner, STOPPING_SECONDS)
         if not stopped or watch.left:
             raise
     return await start()
 
 
-async def start_stream(mgr: SessionManager, session_id: str | OneOff, messages: Iterable[dict], *, receive: Callable,
-                       **kwargs: Any) -> AsyncIterator[Chunk]:
-    """The turn's chunks, once the first one is there (so the turn has started); ``receive``: the request's."""
-    return await patient(mgr, session_id, kwargs.get("owner"), receive,
-                         lambda: primed(mgr.astream_turn(session_id, messages, **kwargs)))
+async def start_stream(mgr: SessionManager, request: TurnRequest, receive: Callable[[], Awaitable[Any]]
+                       ) -> TurnStream:
+    """The turn's stream, once its first chunk is there (so the turn has started, and what stopped it from
+    starting is still an HTTP error); ``receive``: the request's. A disconnect cancels the response task, which
+    leaves the stream: the manager cancels the turn and commits its partial answer."""
+    return await patient(mgr, request, receive, lambda: mgr.astream_turn(request).start())
 
 
-async def primed(chunks: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
-    """``chunks`` once its first chunk has come: what fails before it is still an HTTP error."""
-    try:
-        first = await chunks.__anext__()
-    except BaseException:
-        await chunks.aclose()
-        raise
-
-    async def stream() -> AsyncIterator[Chunk]:
-        # a disconnect cancels the response task: closing `chunks` abandons the turn, which the
-        # manager cancels and commits
-        pending = first
-        try:
-            async for chunk in chunks:
-                yield pending
-                pending = chunk
-        finally:
-            await chunks.aclose()
-        # the last chunk goes out only once the iterator is exhausted, i.e. the turn has released
-        # the session: a client that sends its next turn on seeing it never finds the session busy
-        yield pending
-
-    return stream()
-
-
-async def run(receive: Callable, mgr: SessionManager, session_id: str | OneOff, messages: Iterable[dict], *,
-              owner: str | None, **kwargs: Any) -> TurnResult:
+async def run(mgr: SessionManager, request: TurnRequest, receive: Callable[[], Awaitable[Any]]) -> TurnResult:
     """The whole turn; the client leaving mid-way (``receive``: the request's) cancels it (the partial
     answer is committed)."""
-    async with cancel_on_disconnect(receive, lambda: mgr.cancel(session_id, owner)):
-        return await patient(mgr, session_id, owner, receive,
-                             lambda: mgr.arun_turn(session_id, messages, owner=owner, **kwargs))
+    async with cancel_on_disconnect(receive, lambda: mgr.cancel(request.session, request.owner)):
+        return await patient(mgr, request, receive, lambda: mgr.arun_turn(request))
 
 
 def count(tokenizer: Any, n_chars: int, n_ids: int) -> int:

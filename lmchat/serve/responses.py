@@ -19,6 +19,7 @@ import attrs
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from ..manager import TurnRequest
 from ..errors import InvalidMessages, LmchatError, SessionBusy, SessionLengthExceeded, SessionMoved, SessionNotFound
 from ..validation import check_tools_supported, validate_tools
 from . import chains
@@ -31,7 +32,7 @@ from .items import (Serials, answer_items, answer_parts, bad, input_messages, me
                     parse_item_id, parse_response_id, response_id, session_tools)
 from .request_turns import run
 from .responses_model import ResponsesRequest, check_effort, input_error, response_object, turn_of
-from .responses_sse import Events, response_events, started
+from .responses_sse import Events, response_events
 
 router = APIRouter()
 #: how often a request re-plans when the session moved under it (another request extended it first)
@@ -127,16 +128,17 @@ async def _start(request: Request, mgr, who, body: ResponsesRequest, conversatio
         turn_messages = plan.queued + messages
         note, whole = chains.note_for(plan, len(messages), model=model, previous=previous, want=want,
                                       request=fields, idempotency_key=key)
-        kwargs = {"params": {"temperature": body.temperature, "top_p": body.top_p, "constraint": constraint},
-                  "max_new_tokens": body.max_output_tokens, "owner": who, "expect": plan.expect, "note": note,
-                  "edit": chains.edit_for(want, mgr.tokenizer, bool(plan.queued)),
-                  "kind": "responses" if plan.conversation is None else "conversation"}
+        turn = TurnRequest(
+            plan.target, turn_messages, owner=who, expect=plan.expect, note=note,
+            params={"temperature": body.temperature, "top_p": body.top_p, "constraint": constraint},
+            max_new_tokens=body.max_output_tokens, edit=chains.edit_for(want, mgr.tokenizer, bool(plan.queued)),
+            kind="responses" if plan.conversation is None else "conversation")
         try:
             if not turn_messages:
                 raise bad("input", "nothing to answer: the input is empty")
             if body.stream:
-                return plan, whole, await started(mgr.turn_items(plan.target, turn_messages, kwargs))
-            return plan, whole, await run(request.receive, mgr, plan.target, turn_messages, **kwargs)
+                return plan, whole, await mgr.astream_turn(turn).start()
+            return plan, whole, await run(mgr, turn, request.receive)
         except SessionMoved:  # another request changed the session since it was read: decide again
             await _drop(mgr, plan, who)
             if attempt == ATTEMPTS - 1:

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..errors import LmchatError
 from ..tools import ContentDelta, ReasoningDelta, ResponseStream
-from ..turns.bridge import Done
+from ..manager import TurnStream
 from .errors import api_error
 from .items import arguments_text, call_item, message_item, reasoning_item
 from .responses_model import failed
@@ -36,29 +36,10 @@ class Events:
         return f"event: {kind}\ndata: {json.dumps(payload, ensure_ascii=False)}\n\n"
 
 
-async def started(items: AsyncIterator[Any]) -> AsyncIterator[Any]:
-    """``items`` (a pump's) once its first item has come: what fails before it is still an HTTP error."""
-    try:
-        first = await items.__anext__()
-    except BaseException:
-        await items.aclose()
-        raise
-
-    async def stream() -> AsyncIterator[Any]:
-        try:
-            yield first
-            async for item in items:
-                yield item
-        finally:
-            await items.aclose()
-
-    return stream()
-
-
-async def response_events(items: AsyncIterator[Any], base: dict, *, sid: str, serial: int, template: Any,
+async def response_events(turn: TurnStream, base: dict, *, sid: str, serial: int, template: Any,
                           tools: list | None, parse: bool, finish: Callable[[Any, list[dict]], dict]
                           ) -> AsyncIterator[str]:
-    """The events of one response. ``items``: the turn's chunks, then its :class:`Done`; ``base``: the
+    """The events of one response. ``turn``: the turn's stream, started; ``base``: the
     response object in progress; ``serial``: the answer's item serial; ``finish(result, output)``: the
     finished response object."""
     event = Events()
@@ -125,18 +106,14 @@ async def response_events(items: AsyncIterator[Any], base: dict, *, sid: str, se
     yield event("response.created", response=base)
     yield event("response.in_progress", response=base)
     try:
-        async for item in items:
-            if isinstance(item, Done):
-                result = item.value
-                break
+        async for chunk in turn:
             if parser is None:
-                parsed = [ContentDelta(item.text)]
+                parsed = [ContentDelta(chunk.text)]
             else:
-                parsed = parser.feed(item.text) + (parser.finish() if item.finish_reason else [])
+                parsed = parser.feed(chunk.text) + (parser.finish() if chunk.finish_reason else [])
             for line in deltas(parsed):
                 yield line
-        else:  # pragma: no cover - a pump always ends with Done or raises
-            return
+        result = turn.result
         status = "completed" if result.finish_reason == "stop" else "incomplete"
         calls = result.parsed.tool_calls if parse and result.finish_reason == "stop" else []
         if not calls and not any(it["type"] == "message" for it in output):  # no text, no call: an empty message

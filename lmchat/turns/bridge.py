@@ -25,7 +25,7 @@ import queue
 import threading
 from collections import deque
 from concurrent.futures import Executor
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator
 from typing import Any
 
 import attrs
@@ -60,7 +60,7 @@ class Pump:
         self._pending: deque[Any] = deque()  # an asyncio consumer's items (deque appends are thread-safe)
         self._wake_lock = threading.Lock()
         self._wake_scheduled = False
-        self._ready = asyncio.Event() if loop is not None else None
+        self._ready = asyncio.Event()  # an asyncio consumer's (bound to a loop only once awaited)
         self._result_only = result_only
         self._on_abandon = on_abandon
         # flags one thread sets and the other reads (never waited on: plain attributes, atomic under the GIL)
@@ -128,23 +128,11 @@ class Pump:
         """The next item (a thread consumer); ``queue.Empty`` after ``timeout`` seconds without one."""
         return self._take(self._queue.get(timeout=timeout))
 
-    async def items(self) -> AsyncIterator[Any]:
+    async def items(self) -> AsyncGenerator[Any, None]:
         """Every item, :class:`Done` last (an asyncio consumer); leaving early abandons the pump."""
         try:
             while not self.finished:
                 yield await self._next()
-        finally:
-            if not self.finished:
-                self.abandon()
-
-    async def result(self) -> Any:
-        """What the generator returned (an asyncio consumer of a ``result_only`` pump); a cancelled
-        caller abandons the pump."""
-        try:
-            while True:
-                item = await self._next()
-                if isinstance(item, Done):
-                    return item.value
         finally:
             if not self.finished:
                 self.abandon()

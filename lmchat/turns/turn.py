@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, Callable, Generator
 from typing import Any, Protocol
 
 import attrs
 
-from ..backends.base import Backend, Chunk, GenerationRequest, PrefixCache, SamplingParams, check_constraint
+from ..backends.base import (AsyncGenerates, Backend, Chunk, GenerationRequest, PrefixCache, SamplingParams,
+                             check_constraint)
 from ..messages import with_object_arguments
 from ..repetition import RepetitionGuard
 from ..session import Delta, Session
@@ -63,18 +64,14 @@ class TurnResult:
     cached_from: str | None = None
 
 
-class Owner(Protocol):
-    """Whoever holds the session a turn runs on: the REPL's conversation, the manager's entry."""
+class Holder(Protocol):
+    """Whoever holds the session a turn runs on: the REPL's conversation, the manager's claim."""
 
-    session: Session
-    backend: Backend
+    @property
+    def session(self) -> Session: ...
 
-    def save(self, record: dict) -> None:
-        """Save the committed turn (compare-and-set); a failure raises. ``record`` sums the turn up
-        (text, finish reason, counts) for an owner that replays retried turns."""
-
-    async def asave(self, record: dict) -> None:
-        """:meth:`save` on an event loop (only :meth:`Turn.arun` calls it)."""
+    @property
+    def backend(self) -> Backend: ...
 
     def discard(self, *, sent: bool) -> None:
         """The turn did not commit: go back to the session as last saved (``sent``: the engine got the delta)."""
@@ -86,14 +83,30 @@ class Owner(Protocol):
         """A turn failed where nobody is left to tell (an abandoned stream): count it."""
 
 
-#: the tasks finishing abandoned turns (:meth:`Turn.arun`): collected mid-way, a turn would never free its session
-_FINISHING: set[asyncio.Task] = set()
+class Owner(Holder, Protocol):
+    """The holder of a :class:`Turn`'s session."""
+
+    def save(self, record: dict[str, Any]) -> None:
+        """Save the committed turn (compare-and-set); a failure raises. ``record`` sums the turn up
+        (text, finish reason, counts) for an owner that replays retried turns."""
 
 
-class Turn:
-    """One turn on a session its owner holds: built with its delta, then :meth:`run` streams, commits, saves."""
+class AsyncOwner(Holder, Protocol):
+    """The holder of an :class:`AsyncTurn`'s session."""
 
-    def __init__(self, owner: Owner, start: Callable[[], Delta], params: SamplingParams, *,
+    async def asave(self, record: dict[str, Any]) -> None:
+        """:meth:`Owner.save`, awaited on the event loop."""
+
+
+#: the tasks finishing abandoned turns (:meth:`AsyncTurn.run`): collected mid-way, a turn would never free its session
+_FINISHING: set[asyncio.Task[None]] = set()
+
+
+class _Turn:
+    """What :class:`Turn` and :class:`AsyncTurn` share: built with its delta (once its owner holds the session),
+    then ``run`` streams, commits and saves."""
+
+    def __init__(self, owner: Holder, start: Callable[[], Delta], params: SamplingParams, *,
                  parse: bool = False, guard: RepetitionGuard | None = None, key: str | None = None):
         self.owner = owner
         check_constraint(owner.backend, params.constraint)  # before start() changes the session
@@ -109,15 +122,76 @@ class Turn:
         self.ids: list[int] = []
         self.final: Chunk | None = None
         self.first_chunk: float | None = None  # when output began (generation speed)
-        #: the task finishing an abandoned turn on an event loop (see :meth:`arun`), and what it calls last
-        self.finishing: asyncio.Task | None = None
-        self.when_finished: Callable[[], Any] | None = None
 
     @property
     def session_id(self) -> str:
         return self.request.session_id
 
-    def run(self) -> Iterator[Chunk | None]:
+    def _take(self, chunk: Chunk) -> bool:
+        """Record ``chunk``; whether it goes to the consumer now (the last one waits for the save)."""
+        self._record(chunk)
+        # repeated: the backend may have registered the generation late
+        if self.owner.cancel_requested() or (self.guard is not None and self.guard.tripped):
+            self.owner.backend.cancel(self.session_id)
+        return chunk.finish_reason is None and bool(chunk.text or chunk.token_ids)
+
+    def _failed(self, exc: BaseException) -> None:
+        """The engine or the store failed while an abandoned turn stopped: nobody is left to tell."""
+        self.owner.discard(sent=True)
+        self.owner.failed(exc)
+
+    def _record(self, chunk: Chunk) -> None:
+        if self.first_chunk is None and (chunk.text or chunk.token_ids):
+            self.first_chunk = time.monotonic()
+        self.texts.append(chunk.text)
+        self.ids.extend(chunk.token_ids)
+        if self.guard is not None and chunk.text:
+            self.guard.feed(chunk.text)
+        if chunk.finish_reason is not None:
+            self.final = chunk
+
+    def _commit(self) -> TurnResult:
+        """Commit what the engine holds (an end marker only when the model emitted one); the owner saves it."""
+        session, final = self.owner.session, self.final
+        if final is None:  # a stream cut short (cancelled, or a backend that ended without its last chunk)
+            final = Chunk(finish_reason="cancelled")
+        if self.guard is not None and self.guard.tripped and final.finish_reason == "cancelled":
+            final = attrs.evolve(final, finish_reason="repetition")
+        finish_reason = final.finish_reason or "cancelled"  # self.final is a chunk with one
+        text = "".join(self.texts)
+        parsed = parse_response(session.template, text, tools=session.tools) if self.parse else None
+        fields: dict[str, Any] = {}
+        if parsed is not None and finish_reason == "stop" and parsed.tool_calls:
+            # the conversation keeps the parsed calls, so tool results can answer their ids;
+            # the context keeps the raw text, as the engine holds it
+            fields = {"content": parsed.content, "tool_calls": with_object_arguments(parsed.tool_calls)}
+            if parsed.reasoning_content is not None:
+                fields["reasoning_content"] = parsed.reasoning_content
+        commit_generation(session, Generation(text, tuple(self.ids), finish_reason, final.stop), **fields)
+        after_commit(self.owner.backend, self.request.session_id, session, tools_called=bool(fields))
+        reason = final.cache_miss_reason or self.delta.reason  # the engine's own reason is the more precise
+        if final.cache_miss_reason != reason:  # most turns miss nothing: no copy (evolve is slow)
+            final = attrs.evolve(final, cache_miss_reason=reason)
+        self.final = final
+        result = TurnResult(
+            text=text, token_ids=tuple(self.ids), finish_reason=finish_reason, stop=final.stop,
+            prompt_tokens=self.prompt_tokens, prefilled=final.prefilled, reused=final.reused,
+            history_tokens=self.history, parsed=parsed, cache_miss_reason=reason, cached_from=final.cached_from,
+        )
+        return result
+
+
+
+class Turn(_Turn):
+    """One turn, for a caller in a thread (the REPL, a manager's synchronous callers, its pool workers)."""
+
+    owner: Owner
+
+    def __init__(self, owner: Owner, start: Callable[[], Delta], params: SamplingParams, *,
+                 parse: bool = False, guard: RepetitionGuard | None = None, key: str | None = None):
+        super().__init__(owner, start, params, parse=parse, guard=guard, key=key)
+
+    def run(self) -> Generator[Chunk | None, None, TurnResult]:
         """Yields None once (primed), then the answer's chunks; returns the :class:`TurnResult`."""
         backend = self.owner.backend
         stage = "primed"
@@ -154,8 +228,21 @@ class Turn:
             self.owner.discard(sent=True)
             raise
 
-    async def arun(self, chunks: bool = True) -> AsyncIterator[Chunk | Done | None]:
-        """:meth:`run` on an event loop, over the backend's ``agenerate`` and the owner's ``asave``:
+
+class AsyncTurn(_Turn):
+    """One turn on an event loop, over a backend that streams asynchronously (:class:`AsyncGenerates`)."""
+
+    owner: AsyncOwner
+
+    def __init__(self, owner: AsyncOwner, start: Callable[[], Delta], params: SamplingParams, *,
+                 parse: bool = False, guard: RepetitionGuard | None = None, key: str | None = None):
+        super().__init__(owner, start, params, parse=parse, guard=guard, key=key)
+        #: the task finishing an abandoned turn (see :meth:`run`), and what it calls last
+        self.finishing: asyncio.Task[None] | None = None
+        self.when_finished: Callable[[], Any] | None = None
+
+    async def run(self, chunks: bool = True) -> AsyncGenerator[Chunk | Done | None, None]:
+        """:meth:`Turn.run` on an event loop, over the backend's ``agenerate`` and the owner's ``asave``:
         None once (primed), the answer's chunks (``chunks=False``: the last one only), then :class:`Done`
         with the result.
 
@@ -166,6 +253,8 @@ class Turn:
         of the task that is in it.
         """
         backend = self.owner.backend
+        if not isinstance(backend, AsyncGenerates):
+            raise TypeError(f"{type(backend).__name__} cannot stream to an event loop (no agenerate)")
         stage = "primed"
         try:
             yield None
@@ -200,7 +289,7 @@ class Turn:
             self.owner.discard(sent=True)
             raise
 
-    async def _finish_abandoned(self, stream: AsyncIterator[Chunk]) -> None:
+    async def _finish_abandoned(self, stream: AsyncGenerator[Chunk, None]) -> None:
         try:
             async for chunk in stream:  # an engine that was cancelled mid-await has ended already
                 self._record(chunk)
@@ -216,60 +305,8 @@ class Turn:
                 if self.when_finished is not None:
                     self.when_finished()
 
-    def _take(self, chunk: Chunk) -> bool:
-        """Record ``chunk``; whether it goes to the consumer now (the last one waits for the save)."""
-        self._record(chunk)
-        # repeated: the backend may have registered the generation late
-        if self.owner.cancel_requested() or (self.guard is not None and self.guard.tripped):
-            self.owner.backend.cancel(self.session_id)
-        return chunk.finish_reason is None and bool(chunk.text or chunk.token_ids)
 
-    def _failed(self, exc: Exception) -> None:
-        """The engine or the store failed while an abandoned turn stopped: nobody is left to tell."""
-        self.owner.discard(sent=True)
-        self.owner.failed(exc)
-
-    def _record(self, chunk: Chunk) -> None:
-        if self.first_chunk is None and (chunk.text or chunk.token_ids):
-            self.first_chunk = time.monotonic()
-        self.texts.append(chunk.text)
-        self.ids.extend(chunk.token_ids)
-        if self.guard is not None and chunk.text:
-            self.guard.feed(chunk.text)
-        if chunk.finish_reason is not None:
-            self.final = chunk
-
-    def _commit(self) -> TurnResult:
-        """Commit what the engine holds (an end marker only when the model emitted one); the owner saves it."""
-        session, final = self.owner.session, self.final
-        if final is None:  # a stream cut short (cancelled, or a backend that ended without its last chunk)
-            final = Chunk(finish_reason="cancelled")
-        if self.guard is not None and self.guard.tripped and final.finish_reason == "cancelled":
-            final = attrs.evolve(final, finish_reason="repetition")
-        text = "".join(self.texts)
-        parsed = parse_response(session.template, text, tools=session.tools) if self.parse else None
-        fields: dict[str, Any] = {}
-        if parsed is not None and final.finish_reason == "stop" and parsed.tool_calls:
-            # the conversation keeps the parsed calls, so tool results can answer their ids;
-            # the context keeps the raw text, as the engine holds it
-            fields = {"content": parsed.content, "tool_calls": with_object_arguments(parsed.tool_calls)}
-            if parsed.reasoning_content is not None:
-                fields["reasoning_content"] = parsed.reasoning_content
-        commit_generation(session, Generation(text, tuple(self.ids), final.finish_reason, final.stop), **fields)
-        after_commit(self.owner.backend, self.request.session_id, session, tools_called=bool(fields))
-        reason = final.cache_miss_reason or self.delta.reason  # the engine's own reason is the more precise
-        if final.cache_miss_reason != reason:  # most turns miss nothing: no copy (evolve is slow)
-            final = attrs.evolve(final, cache_miss_reason=reason)
-        self.final = final
-        result = TurnResult(
-            text=text, token_ids=tuple(self.ids), finish_reason=final.finish_reason, stop=final.stop,
-            prompt_tokens=self.prompt_tokens, prefilled=final.prefilled, reused=final.reused,
-            history_tokens=self.history, parsed=parsed, cache_miss_reason=reason, cached_from=final.cached_from,
-        )
-        return result
-
-
-def record_of(result: TurnResult) -> dict:
+def record_of(result: TurnResult) -> dict[str, Any]:
     """A turn's result as JSON, without its ids and parse (:func:`result_of` rebuilds them)."""
     return {"text": result.text, "finish_reason": result.finish_reason, "stop": result.stop,
             "prompt_tokens": result.prompt_tokens, "prefilled": result.prefilled, "reused": result.reused,
@@ -277,7 +314,7 @@ def record_of(result: TurnResult) -> dict:
             "cache_miss_reason": result.cache_miss_reason, "cached_from": result.cached_from}
 
 
-def result_of(record: dict, template: Any, tools: Any) -> TurnResult:
+def result_of(record: dict[str, Any], template: Any, tools: Any) -> TurnResult:
     """The result of a turn that already ran, from its :func:`record_of` (a retried request)."""
     return TurnResult(
         text=record["text"], token_ids=(), finish_reason=record["finish_reason"], stop=record.get("stop"),

@@ -1,0 +1,93 @@
+"""One turn, asked for: what every turn method of the session manager takes, from the route down to the turn.
+
+A :class:`TurnRequest` is built once, where the request is read (an HTTP
+route, a caller's code), and carried unchanged to where each of its fields
+is used; no layer in between unpacks it into parameters or a kwargs dict.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from ..backends.base import SamplingParams
+from ..errors import ConfigError
+from ..session import Session
+from .table import View
+
+if TYPE_CHECKING:
+    from .oneoff import OneOff
+
+
+class AnyKind:
+    """:attr:`TurnRequest.kind`'s default: a turn on a session of any kind."""
+
+    def __repr__(self) -> str:
+        return "ANY_KIND"
+
+
+#: see :attr:`TurnRequest.kind`
+ANY_KIND = AnyKind()
+
+#: what an :attr:`TurnRequest.edit` returns: replacements of the session and its ``extra`` (None keeps one), or None
+Edit = Callable[[View], tuple[Session | None, dict[str, Any] | None] | None]
+
+
+def _messages(value: Iterable[Mapping[str, Any]] | None) -> tuple[Mapping[str, Any], ...] | None:
+    return None if value is None else tuple(value)
+
+
+def _stop(value: str | Iterable[str] | None) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    return (value,) if isinstance(value, str) else tuple(value)
+
+
+@attrs.frozen
+class TurnRequest:
+    """One turn: append ``messages`` to ``session``, stream the answer, commit and save it.
+
+    ``session``: a session's id, or a :class:`~.oneoff.OneOff` (``SessionManager.oneoff``), whose turn saves
+    nothing. ``history`` instead of ``messages``: the whole conversation as an OpenAI client resends it (with
+    its ``tools``); the turn is what the session does not hold yet, or the session is replaced by it (see
+    :mod:`.history`); a missing session is created. ``params``: sampling over the template's (a mapping of
+    :class:`SamplingParams` fields, or the whole of them); ``stop`` adds stop strings; ``max_new_tokens``: the
+    answer's budget. ``owner``: whose session (see :mod:`lmchat.manager.core`). ``create``: a session id that
+    names no session creates it (LMDeploy clients choose their ids). ``idempotency_key``: a retry of the turn
+    that last committed with this key returns that turn's result instead of running again. ``expect``: run only
+    on this store version of the session, else ``SessionMoved`` (a caller that read the session decides from a
+    state that is still the session's). ``edit(view)``: the session (and ``extra``) the turn starts from, as
+    replacements, either one None to keep it (e.g. a copy with another system prompt, made with
+    :func:`lmchat.session.edits.restored`, so that its delta resets): they replace the session only if the
+    turn starts, and are saved with it. ``note``: a JSON object appended to the session's notes when the turn
+    is saved, in the same compare-and-set, with the turn's counts under ``"turn"`` (:func:`lmchat.turns.turn.
+    record_of` with ``chars``, the answer's length, instead of its text). ``kind``: the session's
+    ``extra["kind"]`` the turn requires (None: a session with no kind, as chat completions and the interactive
+    API make); a session of another kind raises ``SessionKindMismatch`` and nothing changes (the default,
+    :data:`ANY_KIND`: any session).
+    """
+
+    session: str | OneOff
+    messages: tuple[Mapping[str, Any], ...] | None = attrs.field(default=None, converter=_messages)
+    history: list[Mapping[str, Any]] | None = attrs.field(default=None, kw_only=True)
+    tools: list[dict[str, Any]] | None = attrs.field(default=None, kw_only=True)
+    params: SamplingParams | Mapping[str, Any] | None = attrs.field(default=None, kw_only=True)
+    stop: tuple[str, ...] = attrs.field(default=(), converter=_stop, kw_only=True)
+    max_new_tokens: int | None = attrs.field(default=None, kw_only=True)
+    owner: str | None = attrs.field(default=None, kw_only=True)
+    create: bool = attrs.field(default=False, kw_only=True)
+    idempotency_key: str | None = attrs.field(default=None, kw_only=True)
+    expect: int | None = attrs.field(default=None, kw_only=True)
+    edit: Edit | None = attrs.field(default=None, kw_only=True)
+    note: dict[str, Any] | None = attrs.field(default=None, kw_only=True)
+    kind: str | None | AnyKind = attrs.field(default=ANY_KIND, kw_only=True)
+
+    def __attrs_post_init__(self) -> None:
+        if self.messages is not None and self.history is not None:
+            raise ConfigError("a turn takes new messages or the whole history, not both", field="history")
+
+    @property
+    def creates(self) -> bool:
+        """Whether a session id that names no session is created by this turn (``create``, or a history)."""
+        return self.create or self.history is not None
