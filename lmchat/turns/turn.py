@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncGenerator, Callable, Generator
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 import attrs
 
@@ -102,11 +102,14 @@ class AsyncOwner(Holder, Protocol):
 _FINISHING: set[asyncio.Task[None]] = set()
 
 
-class _Turn:
+H = TypeVar("H", bound=Holder)
+
+
+class _Turn(Generic[H]):
     """What :class:`Turn` and :class:`AsyncTurn` share: built with its delta (once its owner holds the session),
     then ``run`` streams, commits and saves."""
 
-    def __init__(self, owner: Holder, start: Callable[[], Delta], params: SamplingParams, *,
+    def __init__(self, owner: H, start: Callable[[], Delta], params: SamplingParams, *,
                  parse: bool = False, guard: RepetitionGuard | None = None, key: str | None = None):
         self.owner = owner
         check_constraint(owner.backend, params.constraint)  # before start() changes the session
@@ -182,14 +185,8 @@ class _Turn:
 
 
 
-class Turn(_Turn):
+class Turn(_Turn[Owner]):
     """One turn, for a caller in a thread (the REPL, a manager's synchronous callers, its pool workers)."""
-
-    owner: Owner
-
-    def __init__(self, owner: Owner, start: Callable[[], Delta], params: SamplingParams, *,
-                 parse: bool = False, guard: RepetitionGuard | None = None, key: str | None = None):
-        super().__init__(owner, start, params, parse=parse, guard=guard, key=key)
 
     def run(self) -> Generator[Chunk | None, None, TurnResult]:
         """Yields None once (primed), then the answer's chunks; returns the :class:`TurnResult`."""
@@ -229,10 +226,8 @@ class Turn(_Turn):
             raise
 
 
-class AsyncTurn(_Turn):
+class AsyncTurn(_Turn[AsyncOwner]):
     """One turn on an event loop, over a backend that streams asynchronously (:class:`AsyncGenerates`)."""
-
-    owner: AsyncOwner
 
     def __init__(self, owner: AsyncOwner, start: Callable[[], Delta], params: SamplingParams, *,
                  parse: bool = False, guard: RepetitionGuard | None = None, key: str | None = None):
