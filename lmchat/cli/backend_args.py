@@ -6,7 +6,7 @@ import json
 import logging
 import sys
 
-from ..backends.base import BACKEND_ALIASES, BACKENDS
+from ..backends.base import BACKEND_ALIASES, BACKENDS, PromptFormat, SessionLimit
 from .main import UsageError
 
 PROMPT_FORMATS = ("auto", "ids", "text")  # lmchat.backends.remote's, without importing httpx here
@@ -145,7 +145,7 @@ def _tokenizer(path: str):
 
 def session_len(template, backend, requested: int | None = None) -> int | None:
     """A session's length: what was asked, else the template's, never more than the backend can hold."""
-    limit = getattr(backend, "session_len", None)
+    limit = backend.session_len if isinstance(backend, SessionLimit) else None
     value = requested or template.session_len
     return min(value, limit) if limit else requested
 
@@ -157,7 +157,6 @@ def injection_policy(backend, args) -> str | None:
     ``<|im_end|>`` would become a control token there. Token-id prompts never are. None: keep
     the sessions' default (or stored) policy.
     """
-    resolve = getattr(backend, "resolve_prompt_format", None)
-    if resolve is None or getattr(args, "allow_special_text", False):
+    if not isinstance(backend, PromptFormat) or getattr(args, "allow_special_text", False):
         return None
-    return "reject" if resolve() == "text" else None
+    return "reject" if backend.resolve_prompt_format() == "text" else None

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from .. import logs
-from ..backends.base import BACKEND_ALIASES, engine_id, get_backend
+from ..backends.base import BACKEND_ALIASES, ModelTemplate, SessionLimit, engine_id, get_backend
 from ..errors import SessionError, UnknownTemplate
 from ..registry import get_template
 from ..repl.commands import help_lines
@@ -143,7 +143,7 @@ def _one_session(args, options: dict) -> tuple[dict, str | None]:
 
 def _open(args, store, backend, template, out) -> Conversation:
     """A new session, or the stored one ``--resume`` names (its first delta resets: the cache is gone)."""
-    tokenizer = getattr(backend, "tokenizer", None)  # token deltas whenever the backend has one
+    tokenizer = backend.tokenizer  # token deltas whenever the backend has one (None: a text-only backend)
     injection = injection_policy(backend, args)  # 'reject' when prompts go upstream as text
     if injection:
         out.info("prompts go to the server as text: messages holding the template's special strings are refused "
@@ -152,7 +152,8 @@ def _open(args, store, backend, template, out) -> Conversation:
         if template is None:
             template = _backend_template(backend, args.backend)
         session = Session(template, system=args.system, tokenizer=tokenizer, drift=args.drift or "rewind",
-                          session_len=getattr(backend, "session_len", None), overflow=DEFAULT_OVERFLOW,
+                          session_len=backend.session_len if isinstance(backend, SessionLimit) else None,
+                          overflow=DEFAULT_OVERFLOW,
                           injection=injection or "split")
         return Conversation(session, backend, store, out, tokenizer=tokenizer)
     session_id = store.latest() if args.resume == LATEST else find(store, args.resume)
@@ -175,7 +176,8 @@ def _open(args, store, backend, template, out) -> Conversation:
     if injection:
         session.injection = injection
     stored_engine, engine = data.get("engine"), engine_id(backend)
-    if template is None and stored_engine and stored_engine != engine and getattr(backend, "template_name", None):
+    if (template is None and stored_engine and stored_engine != engine and isinstance(backend, ModelTemplate)
+            and backend.template_name):
         out.info(f"session {session_id[:8]} was saved with {stored_engine}; continuing with {engine}")
         template = get_template(backend.template_name)  # the template belongs to the model
     if template is not None and template != session.template:
@@ -223,7 +225,7 @@ def _one_message(prompt: str) -> str:
 
 
 def _backend_template(backend, name: str):
-    template_name = getattr(backend, "template_name", None)
+    template_name = backend.template_name if isinstance(backend, ModelTemplate) else None
     if template_name is None:
         raise UsageError(
             f"the {name} backend does not say which template it needs: pass --template NAME or --chat-template FILE"

@@ -8,7 +8,7 @@ import os
 import re
 
 from .. import logs
-from ..backends.base import engine_id, get_backend
+from ..backends.base import ModelTemplate, engine_id, get_backend
 from ..session import DRIFT_POLICIES, OVERFLOW_POLICIES
 from .backend_args import add_backend_arguments, backend_options, injection_policy, session_len
 from .common import add_template_arguments, resolve_template
@@ -101,7 +101,7 @@ def run(args) -> int:
     try:
         if args.template or args.chat_template:
             template = saveable(resolve_template(args), args.chat_template or args.template)
-        elif getattr(backend, "template_name", None):
+        elif isinstance(backend, ModelTemplate) and backend.template_name:
             template = get_template(backend.template_name)
         else:
             raise UsageError(f"the {args.backend} backend does not say which template it needs: "

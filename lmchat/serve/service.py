@@ -10,6 +10,7 @@ import asyncio
 from fastapi import APIRouter, Body, Depends, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
+from ..backends.base import PromptFormat
 from ..errors import SnapshotError, StoreCorrupt, StoreError
 from ..manager.ids import owner_key, store_key
 from ..session import Session
@@ -111,9 +112,9 @@ async def health(request: Request):
         return {"status": "ok"}
     metrics = mgr.metrics()
     body = {"status": "ok", "model": state.model_name, "backend": mgr.backend.name, "engine": mgr.engine,
-            "store": getattr(mgr.store, "spec", type(mgr.store).__name__),
+            "store": mgr.store.spec,
             "sessions_in_memory": metrics["sessions_in_memory"], "sessions_active": metrics["sessions_active"]}
-    if hasattr(mgr.backend, "prompt_mode"):  # remote: prompts go upstream as 'ids' or 'text' (no I/O here)
+    if isinstance(mgr.backend, PromptFormat):  # remote: prompts go upstream as 'ids' or 'text' (no I/O here)
         body["prompt_format"] = mgr.backend.prompt_mode
     return body
 
