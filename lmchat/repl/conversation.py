@@ -12,10 +12,10 @@ flight.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
-from ..backends.base import Backend, SamplingParams, check_constraint, engine_id, model_sampling
+from ..backends.base import Backend, SamplingParams, SessionLimit, check_constraint, engine_id, model_sampling
 from ..errors import ConstraintUnsupported, LmchatError, SessionError, SessionLengthExceeded, StoreConflict
 from ..session import Delta, Session, edits
 from ..stores import VERSION_KEY, SessionStore
@@ -83,6 +83,9 @@ class Conversation:
         self.last_delta: Delta | None = None
         self.last: Outcome | None = None
         self.cached = False  # whether the backend may hold a cache for this session id (sent by this process)
+        #: the toolbar's count of a conversation its next turn resends whole, with what it was computed for
+        #: (:func:`.toolbar.conversation_size`; None: not computed yet)
+        self.resent_size: tuple[Hashable, int] | None = None
 
     @property
     def params(self) -> SamplingParams:
@@ -105,7 +108,7 @@ class Conversation:
         """``session`` with this chat's overflow policy and the one limit the toolbar, ``/show`` and the engine
         agree on: all a backend that says how much one session can hold gives it (the REPL's only session),
         whatever the session was stored or templated with; else the template's."""
-        limit = getattr(self.backend, "session_len", None)
+        limit = self.backend.session_len if isinstance(self.backend, SessionLimit) else None
         if limit:
             session.session_len = limit
         session.overflow = self.overflow

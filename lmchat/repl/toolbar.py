@@ -6,12 +6,17 @@ width: the least useful parts go first when it is narrow.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .settings import describe_format
+
+if TYPE_CHECKING:
+    from .conversation import Conversation
 
 SEP = " │ "
 
 
-def toolbar_text(conversation, width: int | None = None) -> str:
+def toolbar_text(conversation: Conversation, width: int | None = None) -> str:
     """E.g. ``1234/32768 tokens │ last turn: 1200 reused, 34 prefilled │ 41.5 tok/s │ qwen2.5 · echo``.
 
     When the last turn could not reuse all the engine held (a reset, an answer re-encoded, an overflow),
@@ -32,7 +37,7 @@ def toolbar_text(conversation, width: int | None = None) -> str:
         value, unit = last.speed
         speed = f"{value:.1f} {unit}"
     names = f"{session.template.name} · {conversation.backend.name}"
-    fmt = getattr(conversation, "overrides", {}).get("format")
+    fmt = conversation.overrides.get("format")
     # the format goes right after the names: a narrow terminal keeps the counts, which change every turn
     fmt = fmt and f"format: {describe_format(fmt)}"
     candidates = [
@@ -73,7 +78,7 @@ def cache_miss(delta) -> str | None:
     return "conversation resent"  # after /undo, /reset, /retry
 
 
-def conversation_size(conversation) -> int:
+def conversation_size(conversation: Conversation) -> int:
     """What the engine will hold of the conversation: what it holds, or when its next turn resends the whole
     conversation (after /undo, /reset, /system...), the size of that (computed once per change)."""
     session = conversation.session
@@ -81,11 +86,11 @@ def conversation_size(conversation) -> int:
         return session.step
     # edits that keep the session object change its turns (/undo, /reset); the others replace it
     key = (id(session), session.turns, session.needs_reset, session.step)
-    cached = getattr(conversation, "_size", None)
+    cached = conversation.resent_size
     if cached is not None and cached[0] == key:
         return cached[1]
     size = _resent_size(session, conversation.tokenizer)
-    conversation._size = (key, size)
+    conversation.resent_size = (key, size)
     return size
 
 
