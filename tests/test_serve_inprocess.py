@@ -1,6 +1,7 @@
 """lmchat.serve's routes called in this process (the ``app_client`` fixture, tests/conftest.py): the same app
-``lmchat serve`` runs, without a server process, so a failure here can be debugged in the app's code. The end-to-end
-tests (tests/test_serve.py and the others) keep running the real server."""
+``lmchat serve`` runs, without a server process, so a failure here can be debugged in the app's code. Most server
+tests run so (``InProcess``, tests/serve_helpers.py); what needs the process itself (signals, sockets, clients that
+disconnect, startup) runs the real server (``Server``)."""
 from __future__ import annotations
 
 import pytest
