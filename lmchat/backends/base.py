@@ -168,7 +168,7 @@ class Backend(Protocol):
 
 @runtime_checkable
 class AsyncGenerates(Protocol):
-    """A backend that streams to an event loop without blocking it (llamacpp, remote): the session manager then
+    """A backend that streams to an event loop without blocking it (echo, remote): the session manager then
     runs asyncio callers' turns on the loop, without a thread (see docs/manager.md)."""
 
     def agenerate(self, request: GenerationRequest) -> AsyncGenerator[Chunk, None]:
@@ -206,7 +206,8 @@ class PrefixCache(Protocol):
 
 @runtime_checkable
 class Constrains(Protocol):
-    """A backend that enforces a :class:`~lmchat.constraints.Constraint` on its answers (llamacpp)."""
+    """A backend that enforces a :class:`~lmchat.constraints.Constraint` on its answers (llamacpp; remote, sending it
+    as its ``constraints`` option says), so a turn refuses one it would not enforce (:func:`check_constraint`)."""
 
     def check_constraint(self, constraint: Constraint) -> None:
         """Raise :class:`~lmchat.errors.ConstraintUnsupported` if it cannot enforce ``constraint``."""
