@@ -301,3 +301,35 @@ def test_a_stream_cut_short_is_an_error_not_an_answer(server, cut, message, way)
     with pytest.raises(BackendError, match=message) as info:
         chunks_of(backend, request, way)
     assert info.value.url == url(server, "/v1/completions")
+
+
+def test_capabilities_are_declared_protocols_the_cli_tests_with_isinstance():
+    """Each optional capability is a protocol of lmchat.backends: the remote backend is AsyncGenerates, Constrains
+    and PromptFormat (no I/O to tell: without a tokenizer its prompts are text), the echo backend AsyncGenerates
+    only; the CLI acts on what a backend declares, and a backend with a SessionLimit bounds the session's length."""
+    import argparse
+
+    from lmchat.backends import (AsyncGenerates, Constrains, ModelSampling, ModelTemplate, PrefixCache,
+                                 PromptFormat, SessionLimit)
+    from lmchat.cli.backend_args import injection_policy, session_len
+
+    protocols = (AsyncGenerates, ModelSampling, PrefixCache, Constrains, ModelTemplate, SessionLimit, PromptFormat)
+    remote, echo = get_backend("remote", base_url="http://127.0.0.1:9"), get_backend("echo")
+    try:
+        assert [p.__name__ for p in protocols if isinstance(remote, p)] == ["AsyncGenerates", "Constrains",
+                                                                             "PromptFormat"]
+        assert [p.__name__ for p in protocols if isinstance(echo, p)] == ["AsyncGenerates"]
+        assert injection_policy(remote, argparse.Namespace(allow_special_text=False)) == "reject"
+        assert injection_policy(remote, argparse.Namespace(allow_special_text=True)) is None
+        assert injection_policy(echo, argparse.Namespace(allow_special_text=False)) is None
+    finally:
+        remote.close()
+        echo.close()
+
+    class Limited:
+        session_len, template_name = 100, "qwen2.5"
+
+    template = lmchat.get_template("qwen2.5")
+    assert isinstance(Limited(), SessionLimit) and isinstance(Limited(), ModelTemplate)
+    assert session_len(template, Limited(), 200) == 100 and session_len(template, echo, 200) == 200
+    assert session_len(template, Limited()) == min(template.session_len, 100)
