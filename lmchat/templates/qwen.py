@@ -113,6 +113,18 @@ def last_query_index(chat: Chat, n: int) -> int:
     return n - 1
 
 
+def qwen3_calls(m: dict[str, Any], i: int, content: str) -> str:
+    """Qwen3's tool calls of an answer: a newline before each but a first one that follows no content."""
+    out = ""
+    for k, call in enumerate(m.get("tool_calls") or ()):
+        if k or content:
+            out += "\n"
+        if isinstance(call, dict) and call.get("function"):
+            call = call["function"]
+        out += tool_call_text(call, i, raw_string_arguments=True)
+    return out
+
+
 @attrs.frozen(kw_only=True)
 class _QwenReasoning(ChatML):
     """What Qwen3 and QwQ share: thinking-mode sampling, tools, history rewritten by reasoning."""
@@ -180,13 +192,7 @@ class Qwen3(_QwenReasoning):
             out = f"{IM_START}assistant\n<think>\n{reasoning.strip(chr(10))}\n</think>\n\n{content.lstrip(chr(10))}"
         else:
             out = f"{IM_START}assistant\n{content}"
-        for k, call in enumerate(m.get("tool_calls") or ()):
-            if k or content:
-                out += "\n"
-            if isinstance(call, dict) and call.get("function"):
-                call = call["function"]
-            out += tool_call_text(call, i, raw_string_arguments=True)
-        return out + f"{IM_END}\n"
+        return out + qwen3_calls(m, i, content) + f"{IM_END}\n"
 
     def tail(self, chat: Chat) -> str:
         if not chat.add_generation_prompt:
@@ -194,6 +200,58 @@ class Qwen3(_QwenReasoning):
         if chat.kwargs.get("enable_thinking") is False:
             return f"{IM_START}assistant\n<think>\n\n</think>\n\n"
         return f"{IM_START}assistant\n"
+
+
+@template("qwen3-instruct-2507", "qwen3-4b-instruct-2507", "qwen3-30b-a3b-instruct-2507",
+          "qwen3-235b-a22b-instruct-2507")
+class Qwen3Instruct2507(Qwen3):
+    """Qwen3-2507 Instruct (non-thinking only): Qwen3's template without reasoning or ``enable_thinking``.
+
+    Answers are written back as they are, so plain conversations never reset.
+    """
+
+    official = "Qwen__Qwen3-4B-Instruct-2507"
+    hyperparameter_source = (
+        "Qwen3-4B-Instruct-2507 generation_config.json and model card: temperature 0.7, top_p 0.8, top_k 20, "
+        "min_p 0; 256K (262,144) native context"
+    )
+    prefix_stable = True
+    reasoning = False
+
+    session_len: int = 262144
+    top_p: float = 0.8
+    temperature: float = 0.7
+
+    def rerender_from(self, chat: Chat, n_old: int) -> int:
+        return max(0, n_old - 1)  # no reasoning to drop: only grouped tool results look at a neighbour
+
+    def _answer(self, chat: Chat, i: int, m: dict[str, Any], content: str) -> str:
+        return f"{IM_START}assistant\n{content}" + qwen3_calls(m, i, content) + f"{IM_END}\n"
+
+    def tail(self, chat: Chat) -> str:
+        return f"{IM_START}assistant\n" if chat.add_generation_prompt else ""
+
+
+@template("qwen3-thinking-2507", "qwen3-4b-thinking-2507", "qwen3-30b-a3b-thinking-2507",
+          "qwen3-235b-a22b-thinking-2507")
+class Qwen3Thinking2507(Qwen3):
+    """Qwen3-2507 Thinking: Qwen3's template whose generation prompt always opens ``<think>``.
+
+    As with QwQ, the answer starts inside the block and a new user query drops
+    the reasoning of earlier answers, so the session resets then; there is no
+    LMDeploy continuation (``sequence_start=False``) to send.
+    """
+
+    official = "Qwen__Qwen3-4B-Thinking-2507"
+    hyperparameter_source = (
+        "Qwen3-4B-Thinking-2507 generation_config.json and model card: temperature 0.6, top_p 0.95, top_k 20, "
+        "min_p 0; 256K (262,144) native context"
+    )
+
+    session_len: int = 262144
+
+    def tail(self, chat: Chat) -> str:
+        return f"{IM_START}assistant\n<think>\n" if chat.add_generation_prompt else ""
 
 
 @template("qwq", "qwq-32b")
