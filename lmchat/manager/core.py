@@ -71,7 +71,7 @@ class SessionManager:
                 raise ConfigError(f"{type(self.store).__name__} cannot expire sessions (RedisStore can)",
                                   field="store_ttl")
             self.store.ttl = store_ttl
-        self.tokenizer = tokenizer if tokenizer is not None else getattr(backend, "tokenizer", None)
+        self.tokenizer = tokenizer if tokenizer is not None else backend.tokenizer
         self.session_defaults = dict(session_defaults or {})
         unknown = sorted(set(self.session_defaults) - set(SESSION_DEFAULTS))
         if unknown:
