@@ -90,8 +90,10 @@ def tool_constraint(choice: Any, tools: list[dict] | None, template: Any, backen
         field = "response_format" if chat else "text.format"
         raise ApiError(400, f"{field}: a forced tool call (tool_choice) is the whole answer: it cannot be "
                             f"structured too", param=field, code="unsupported_value")
+    # the llama.cpp engine's added tokens: a call's markers are then the model's own special tokens
+    tokens = getattr(getattr(backend, "tokenizer", None), "added", None)
     try:
-        constraint = forced_calls(tools, template, names=names, parallel=parallel is not False)
+        constraint = forced_calls(tools, template, names=names, parallel=parallel is not False, tokens=tokens)
     except ConstraintUnsupported as exc:
         raise ApiError(400, f"tool_choice: {exc.reason}", param="tool_choice", code="unsupported_value") from None
     return _checked(constraint, backend, "tool_choice", "tool_choice")

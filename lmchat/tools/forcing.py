@@ -3,55 +3,184 @@ template's model writes them, each naming a tool of the request with arguments v
 
 The calls become a :class:`~lmchat.constraints.Constraint` of kind ``lark`` (an llguidance Lark grammar, the
 arguments a ``%json`` schema per tool), so only a backend that enforces such grammars (the llama.cpp engine)
-can force a call. The answer is then parsed as any other, by the template's own tool-call parser.
+can force a call. The answer is then parsed as any other, by the template's own tool-call parser, so each
+grammar below writes exactly what that parser reads back and what the template renders in the history.
 A tool-call format without a grammar here is refused: forcing it cannot be promised.
+
+Markers (``[TOOL_CALLS]``, ``<|action_start|>``, ``<｜tool▁call▁begin｜>``...) are single special tokens in
+their models' tokenizers. Given those (``tokens``), the grammar requires the token itself, as the model was
+trained to write it: llguidance keeps special tokens apart from text, so a marker written as a string would
+make the model spell it out of ordinary tokens. A tokenizer without the marker (a model served with another
+family's template) gets it as text, which is all that model can write.
 """
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+import attrs
 
 from ..constraints import Constraint
 from ..errors import ConstraintUnsupported
-from .registry import response_format
+from ..registry import template_class, template_names
+from .base import NAME
+from .registry import ResponseFormat, response_format
 
 #: JSON written as the templates render calls: ``{"name": "f", "arguments": {"x": 1}}``
 JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
 
-def _hermes(call: str, parallel: bool) -> str:
+@attrs.frozen
+class Tool:
+    """One tool a forced call may name: its name and its arguments' schema."""
+
+    name: str
+    parameters: dict[str, Any]
+
+
+@attrs.frozen
+class Syntax:
+    """A format's grammar in two parts, each given the marker writer: ``start``, what surrounds the calls (given
+    ``parallel``), which refers to a rule ``call``; ``calls``, that rule for the chosen tools."""
+
+    start: Callable[[bool, Callable[[str], str]], str]
+    calls: Callable[[Sequence[Tool], Callable[[str], str]], str]
+
+
+def _schema(schema: dict[str, Any]) -> str:
+    return json.dumps({**schema, "x-guidance": JSON_OPTIONS}, ensure_ascii=False)
+
+
+def _json_calls(key: str, **optional: dict[str, Any]) -> Callable[[Sequence[Tool], Callable[[str], str]], str]:
+    """Calls as one JSON object each, ``{"name": ..., key: {...}}`` (the key the template renders), then the
+    ``optional`` members the template renders too."""
+    def calls(tools: Sequence[Tool], mark: Callable[[str], str]) -> str:
+        schemas = [{"type": "object", "additionalProperties": False, "required": ["name", key],
+                    "properties": {"name": {"const": t.name}, key: t.parameters, **optional}} for t in tools]
+        return f"call: %json {_schema(schemas[0] if len(schemas) == 1 else {'anyOf': schemas})}"
+    return calls
+
+
+def _named_calls(head: Callable[[str, Callable[[str], str]], str],
+                 tail: Callable[[Callable[[str], str]], str]) -> Callable[[Sequence[Tool], Callable[[str], str]], str]:
+    """Calls whose tool name is text before the JSON arguments (GLM-4, DeepSeek): one rule per tool."""
+    def calls(tools: Sequence[Tool], mark: Callable[[str], str]) -> str:
+        for t in tools:
+            if not NAME.fullmatch(t.name):  # the parser reads such a name line as text, not a call
+                raise ConstraintUnsupported(f"the tool name {t.name!r} cannot be written in this template's call "
+                                            "syntax (letters, digits and _ . - : / only)", field="tool_choice")
+        rules = [f"call: {' | '.join(f'call_{i}' for i in range(len(tools)))}"]
+        for i, t in enumerate(tools):
+            rules.append(f"call_{i}: {head(t.name, mark)} args_{i} {tail(mark)}")
+            rules.append(f"args_{i}: %json {_schema(t.parameters)}")
+        return "\n".join(rules)
+    return calls
+
+
+def _text(s: str) -> str:
+    return json.dumps(s, ensure_ascii=False)
+
+
+def _hermes(parallel: bool, mark: Callable[[str], str]) -> str:
     # Qwen2.5's system prompt: <tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>
     # a newline may follow the last call: a model that writes one after a tag can still end there
-    calls = 'call ("\\n" call)* "\\n"?' if parallel else 'call "\\n"?'
-    return f'start: {calls}\ncall: "<tool_call>\\n" args "\\n</tool_call>"\nargs: %json {call}'
+    calls = 'one ("\\n" one)* "\\n"?' if parallel else 'one "\\n"?'
+    return f'start: {calls}\none: {mark("<tool_call>")} "\\n" call "\\n" {mark("</tool_call>")}'
 
 
-#: the tool-call formats (:data:`lmchat.tools.FORMATS`) a call can be forced in, with their grammar
-SYNTAXES = {"hermes": _hermes}
+def _single(parallel: bool, mark: Callable[[str], str]) -> str:
+    # Llama 3.1/3.2's templates refuse a message with several calls ("This model only supports single tool-calls
+    # at once!"), and GLM-4's and InternLM's answers end with their first call (InternLM's <|action_end|> is a
+    # stop word): one call, which parallel_tool_calls allows too
+    return "start: call"
+
+
+def _array(marker: str, space: str) -> Callable[[bool, Callable[[str], str]], str]:
+    """A JSON array of calls after a marker: Mistral's ``[TOOL_CALLS] [...]``, Granite's ``<|tool_call|>[...]``."""
+    def start(parallel: bool, mark: Callable[[str], str]) -> str:
+        more = ' (", " call)*' if parallel else ""
+        return f'start: {mark(marker)} "{space}[" call{more} "]"'
+    return start
+
+
+def _internlm(parallel: bool, mark: Callable[[str], str]) -> str:
+    return f'start: {mark("<|action_start|>")} {mark("<|plugin|>")} "\\n" call {mark("<|action_end|>")}'
+
+
+def _deepseek(parallel: bool, mark: Callable[[str], str]) -> str:
+    # DeepSeek-R1's template: the calls joined by "\n" between <｜tool▁calls▁begin｜> and <｜tool▁calls▁end｜>
+    more = ' ("\\n" call)*' if parallel else ""
+    return f'start: {mark("<｜tool▁calls▁begin｜>")} call{more} {mark("<｜tool▁calls▁end｜>")}'
+
+
+def _deepseek_head(name: str, mark: Callable[[str], str]) -> str:
+    line = _text(name + "\n```json\n")
+    return f'{mark("<｜tool▁call▁begin｜>")} "function" {mark("<｜tool▁sep｜>")} {line}'
+
+
+#: the tool-call formats (:data:`lmchat.tools.FORMATS`) a call can be forced in, with their grammar. Not here:
+#: ``chatglm3`` (arguments are Python keyword literals, ``tool_call(city='Paris')``, which a JSON schema grammar
+#: does not write) and ``glm45`` (``<arg_value>`` tags hold strings unquoted and other values as JSON, chosen
+#: per property: a schema's ``anyOf``, nesting and required keys have no ``%json`` equivalent there)
+SYNTAXES: dict[str, Syntax] = {
+    "hermes": Syntax(_hermes, _json_calls("arguments")),
+    # the whole answer is the call object, as the templates render it (no <|python_tag|>)
+    "llama3_json": Syntax(_single, _json_calls("parameters")),
+    # the template renders each call's id after its arguments, as Mistral's models were trained on: the model
+    # may write one (the parser keeps only an id written before the name and makes the call's own)
+    "mistral": Syntax(_array("[TOOL_CALLS]", " "),
+                      _json_calls("arguments", id={"type": "string", "pattern": "^[a-zA-Z0-9]{9}$"})),
+    "granite": Syntax(_array("<|tool_call|>", ""), _json_calls("arguments")),
+    "internlm": Syntax(_internlm, _json_calls("parameters")),
+    # GLM-4's template renders a call as an assistant message: the name as its metadata line, then the JSON
+    "glm4": Syntax(_single, _named_calls(lambda name, mark: _text(name + "\n"), lambda mark: "")),
+    "deepseek_v3": Syntax(_deepseek, _named_calls(_deepseek_head,
+                                                   lambda mark: f'"\\n```" {mark("<｜tool▁call▁end｜>")}')),
+}
+
+
+def forceable() -> str:
+    """The formats with a grammar and the registered templates of each, for messages (read each time: a template
+    registered later counts)."""
+    by_format: dict[str, list[str]] = {fmt: [] for fmt in SYNTAXES}
+    for name in template_names():
+        fmt = template_class(name).tool_format
+        if fmt in by_format:
+            by_format[fmt].append(name)
+    return "; ".join(f"{fmt} ({', '.join(names) or 'no built-in template'})" for fmt, names in by_format.items())
 
 
 def forced_calls(tools: Sequence[dict[str, Any]], template: Any, *, names: Sequence[str] | None = None,
-                 parallel: bool = False) -> Constraint:
-    """One call (``parallel``: one or more) of ``tools`` (OpenAI's schemas, chat's nested shape or Responses'
-    flat one), of those named ``names`` only when given, in ``template``'s tool-call syntax."""
+                 parallel: bool = False, tokens: Mapping[str, int] | None = None) -> Constraint:
+    """One call (``parallel``: one or more, where the format can hold several) of ``tools`` (OpenAI's schemas,
+    chat's nested shape or Responses' flat one), of those named ``names`` only when given, in ``template``'s
+    tool-call syntax. ``tokens``: the model tokenizer's added tokens (text -> id, e.g. the llama.cpp backend's
+    ``tokenizer.added``, whose control tokens and ``<...>`` user-defined ones llguidance reads as special); a
+    marker among them is required as that token."""
     fmt = response_format(template).tools
-    if fmt not in SYNTAXES:
-        name = template if isinstance(template, str) else getattr(template, "registered_name", None)
+    syntax = SYNTAXES.get(fmt)
+    if syntax is None:
+        if isinstance(template, ResponseFormat):
+            name = None
+        else:
+            name = template if isinstance(template, str) else getattr(template, "registered_name", None)
         raise ConstraintUnsupported(
             f"a tool call cannot be forced with the template {name or type(template).__name__!r} yet: its tool-call "
-            f"format {fmt!r} has no grammar (forced calls: {', '.join(SYNTAXES)} format: qwen2.5, qwen3, qwq, "
-            "hermes); use tool_choice 'auto'", field="tool_choice")
-    schemas = []
+            f"format {fmt!r} has no grammar (forced calls: {forceable()}); use tool_choice 'auto'",
+            field="tool_choice")
+    chosen = []
     for tool in tools:
         fn = tool.get("function", tool) if isinstance(tool, dict) else {}
         if names is not None and fn.get("name") not in names:
             continue
-        params = fn.get("parameters") or {"type": "object"}
-        schemas.append({"type": "object", "additionalProperties": False, "required": ["name", "arguments"],
-                        "properties": {"name": {"const": fn.get("name")}, "arguments": params}})
-    if not schemas:
+        chosen.append(Tool(fn.get("name"), fn.get("parameters") or {"type": "object"}))
+    if not chosen:
         raise ConstraintUnsupported("no tool to call: the request gives none of those chosen", field="tool_choice")
-    call = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
-    grammar = SYNTAXES[fmt](json.dumps({**call, "x-guidance": JSON_OPTIONS}, ensure_ascii=False), parallel)
+    known = tokens or {}
+
+    def mark(marker: str) -> str:
+        return f"<[{known[marker]}]>" if marker in known else _text(marker)
+
+    grammar = f"{syntax.start(parallel, mark)}\n{syntax.calls(chosen, mark)}"
     return Constraint(kind="lark", grammar=grammar, name="tool_choice")
