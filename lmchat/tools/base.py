@@ -64,6 +64,9 @@ class Format:
     #: an answer without any of :attr:`markers` is all content, verbatim (False where the text itself can be a
     #: call: Llama 3's bare JSON, GLM's tool-name line); :func:`lmchat.parse_response` then skips the parser
     verbatim_without_markers = True
+    #: the format carries the model's reasoning itself (harmony's analysis channel): with a template whose
+    #: model reasons, no ``<think>`` block is split off before it
+    reasons = False
 
     def __init__(self, sink: Sink):
         self.sink = sink

@@ -33,7 +33,7 @@ class ResponseStream:
         self._sink = Sink(tools, ids=cls.ids)
         self._format = cls(self._sink)
         self._entry: Format | ThinkSplitter = self._format
-        if fmt.reasoning:
+        if fmt.reasoning and not cls.reasons:
             opened = prompt_opens_think(template) if prompt_opened is None else prompt_opened
             self._entry = ThinkSplitter(self._sink, self._format, opened)
         self._finished = False
@@ -77,4 +77,4 @@ def _verbatim(fmt: ResponseFormat, text: str, opened: bool | None) -> bool:
     cls = FORMATS[fmt.tools]
     if not cls.verbatim_without_markers or any(m in text for m in cls.markers):
         return False
-    return not fmt.reasoning or not (opened or OPEN in text or CLOSE in text)
+    return not fmt.reasoning or cls.reasons or not (opened or OPEN in text or CLOSE in text)
