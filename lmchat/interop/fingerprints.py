@@ -78,6 +78,7 @@ OFFICIAL_TEXTS: dict[str, tuple[str, ...]] = {
     "64f85b198065d0fba2a81f37e10ed68161ce2c19a754c7100e67e0ca2ee9c326": ("Qwen__Qwen3-4B-Instruct-2507",),
     "3802169b2a02b81e6adb7ab4f64f91ff02db753c8c3a64a01c35192d3a61d8d7": ("Qwen__Qwen3-4B-Thinking-2507",),
     "a55ee1b1660128b7098723e0abcd92caa0788061051c62d51cbe87d9cf1974d8": ("Qwen__Qwen3-8B",),
+    "32bf2564d2245b98298677d3ac2332ab50bc3279740c13c3974689464b38aa3c": ("Qwen__Qwen3-Coder-30B-A3B-Instruct",),
     "cb2d7aa140bed098f4ac8ab1a403980e6768d58ec95ef701668fc7dd017e0762": ("Qwen__QwQ-32B",),
     "e4496f930bf7b7bc7e7cf8232e90fd43ab4a9d8eb9c77f6ec98f5beb5c5cbeaa": ("THUDM__chatglm3-6b",),
     "27288f957f8364c990a2ce13bf5f8bf86921c4bce467ce698c76dcc69466d821": ("THUDM__glm-4-9b-chat",),

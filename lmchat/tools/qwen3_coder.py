@@ -60,7 +60,7 @@ def _literal(raw: str) -> Any:
         value = ast.literal_eval(raw)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return raw
-    return value if _json_value(value) else raw
+    return json.loads(json.dumps(value)) if _json_value(value) else raw  # a tuple becomes a list
 
 
 def _number(raw: str) -> Any:
@@ -138,6 +138,8 @@ class Qwen3Coder(Format):
         self.key = ""
         self.params = 0
         self.scanned = 0  # how far a value was searched for its end
+        self.stray = ""  # text inside the call's markup that is no part of it, until a marker says where it ends
+        self.noted: set[str] = set()  # the notes given on the current call (each once, however the text came)
 
     def step(self, final: bool) -> None:
         while self.buf or final:
@@ -187,17 +189,18 @@ class Qwen3Coder(Format):
             self._give_back(f"{self.raw + self.buf[:gt + 1]!r} names no function")
             return True
         self.buf, self.raw = self.buf[gt + 1:], ""
-        self.name, self.params = name, 0
+        self.name, self.params, self.noted = name, 0, set()
         self.index = self.sink.start_call(name)
         self.state = "body"
         return True
 
     def _body(self, final: bool) -> bool:
         pos, marker = cut(self.buf, (PARAMETER, END_FUNCTION, END_TOOL_CALL, FUNCTION), final)
-        self._stray(self.buf[:pos], "text between the parameters of")
+        self.stray += self.buf[:pos]
         self.buf = self.buf[pos + len(marker or ""):]
         if marker is None:
             return False
+        self._stray("text between the parameters of")
         if marker == PARAMETER:
             self.state = "key"
         elif marker == END_FUNCTION:
@@ -232,10 +235,11 @@ class Qwen3Coder(Format):
 
     def _after(self, final: bool) -> bool:
         pos, marker = cut(self.buf, (END_TOOL_CALL, FUNCTION), final)
-        self._stray(self.buf[:pos], "text after")
+        self.stray += self.buf[:pos]
         self.buf = self.buf[pos + len(marker or ""):]
         if marker is None:
             return False
+        self._stray("text after")
         self.state = "text" if marker == END_TOOL_CALL else "name"
         self.raw = FUNCTION if marker == FUNCTION else ""
         return True
@@ -254,11 +258,16 @@ class Qwen3Coder(Format):
         self.sink.end_call(self.index)
         self.index = None
 
-    def _stray(self, text: str, where: str) -> None:
+    def _stray(self, where: str) -> None:
         """Text inside the call's markup that is no part of it: the model's, kept as content with a note."""
+        text, self.stray = self.stray, ""
         if text.strip(WS):
-            self.sink.note(f"{where} the tool call {self.name!r}; kept as content")
+            note = f"{where} the tool call {self.name!r}; kept as content"
+            if note not in self.noted:
+                self.noted.add(note)
+                self.sink.note(note)
             self.sink.content.write(text)
+            self.sink.content.boundary()  # markup follows: whitespace before it is a separator
 
     def _give_back(self, why: str) -> None:
         """The markup read is no call: it is content, as written; what follows is scanned as content again."""
@@ -268,6 +277,7 @@ class Qwen3Coder(Format):
 
     def _end_of_answer(self) -> None:
         """The answer ends in the state the last step left (``final``: nothing is held back any more)."""
+        self._stray("text after" if self.state == "after" else "text between the parameters of")
         if self.state in ("key", "value"):
             assert self.index is not None
             what = f"parameter {self.key!r}" if self.state == "value" else "a parameter name"

@@ -24,6 +24,7 @@ from .hermes import Hermes
 from .internlm import InternLM
 from .llama3_json import Llama3Json
 from .mistral import Granite, Mistral
+from .qwen3_coder import Qwen3Coder
 from .think import CLOSE, OPEN
 
 if TYPE_CHECKING:  # the templates import this package for their tool formats
@@ -40,6 +41,7 @@ FORMATS: dict[str, type[Format]] = {
     "glm4": GLM4,
     "glm45": Glm45,
     "deepseek_v3": DeepSeekV3,
+    "qwen3_coder": Qwen3Coder,
 }
 
 
