@@ -40,6 +40,9 @@ PIECES = {
                     "<｜tool▁calls▁end｜>", "<｜tool"],
     "qwen3_coder": ["<tool_call>", "</tool_call>", "<function=", "f>", "</function>", "<parameter=", "k>",
                     "</parameter>", "42", '{"a": [1]}', "null", "<param", "</func"],
+    "harmony": ["<|start|>", "assistant", "<|channel|>", "analysis", "final", "commentary", " to=functions.f",
+                " to=", "<|constrain|>", "json", "<|message|>", "<|end|>", "<|call|>", "<|return|>",
+                '{"a": 1}', "<|chan", "<|mess"],
 }
 assert set(PIECES) == set(FORMATS)
 

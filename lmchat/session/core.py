@@ -243,7 +243,9 @@ class Session:
         (``stop``, by default ``template.eoa``; ``''`` when the answer was cut
         short, as the engine then holds no marker). The stored message content
         is the answer without the template's ``lead`` (text the model writes
-        before the content proper). ``fields`` are stored on the assistant
+        before the content proper; :meth:`~lmchat.templates.base.BaseTemplate.answer_fields`
+        splits what else the template's model writes around it, e.g. gpt-oss's
+        reasoning channel). ``fields`` are stored on the assistant
         message (e.g. parsed ``tool_calls``).
 
         ``token_ids`` are the generated ids (without the stop token). When they
@@ -256,12 +258,11 @@ class Session:
         if not isinstance(answer, str):
             raise SessionError(f"the answer must be a string, got {type(answer).__name__}")
         stop = self.template.eoa if stop is None else stop
-        lead = self.template.lead
         if held.reopened is not None:
-            content = held.reopened + answer
+            stored: dict[str, Any] = {"content": held.reopened + answer}
         else:
-            content = answer[len(lead):] if lead and answer.startswith(lead) else answer
-        message = {"role": "assistant", "content": content, **fields}  # fields may override the content
+            stored = self.template.answer_fields(answer)  # the content without the lead (gpt-oss: split)
+        message = {"role": "assistant", **stored, **fields}  # fields may override the content
         validation.validate_messages(self._chat.messages, [message], start=len(self._chat.messages), max_chars=None)
         self._chat.messages.extend(normalize_messages([message], len(self._chat.messages)))
         self._changes.lower(messages=len(self._chat.messages) - 1, context=len(held.parts), context_ids=len(held.ids))

@@ -117,6 +117,13 @@ class BaseTemplate:
         """
         return max(0, n_old - 1)
 
+    def answer_fields(self, answer: str) -> dict[str, Any]:
+        """The fields of the assistant message a model's raw answer is stored as: its content, without the
+        ``lead``. A template whose model writes, around its answer, markup that the history renders from
+        other fields (gpt-oss's channels: reasoning in ``thinking``) splits the answer here."""
+        lead = self.lead
+        return {"content": answer[len(lead):] if lead and answer.startswith(lead) else answer}
+
     def check(self, chat: Chat) -> None:
         """Conversation-wide rules, checked before rendering a whole conversation."""
         if not chat.messages:

@@ -20,6 +20,7 @@ from .chatglm3 import ChatGLM3
 from .deepseek_v3 import DeepSeekV3
 from .glm4 import GLM4
 from .glm45 import Glm45
+from .harmony import Harmony
 from .hermes import Hermes
 from .internlm import InternLM
 from .llama3_json import Llama3Json
@@ -42,6 +43,7 @@ FORMATS: dict[str, type[Format]] = {
     "glm45": Glm45,
     "deepseek_v3": DeepSeekV3,
     "qwen3_coder": Qwen3Coder,
+    "harmony": Harmony,
 }
 
 
@@ -74,7 +76,7 @@ def output_markers(template: Any) -> tuple[str, ...]:
     them; anywhere else (a user's message, a tool result) they are text.
     """
     fmt = response_format(template)
-    think = (OPEN, CLOSE) if fmt.reasoning else ()
+    think = (OPEN, CLOSE) if fmt.reasoning and not FORMATS[fmt.tools].reasons else ()
     return tuple(dict.fromkeys((*FORMATS[fmt.tools].markers, *think)))
 
 
@@ -87,6 +89,8 @@ def prompt_opens_think(template: Any, **template_kwargs: Any) -> bool:
     """
     if isinstance(template, ResponseFormat):
         return False
+    if FORMATS[response_format(template).tools].reasons:
+        return False  # its reasoning is a channel of its own, not a <think> block
     template = as_template(template)
     try:
         return _opens_think(template, tuple(sorted(template_kwargs.items())))
