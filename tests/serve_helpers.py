@@ -3,7 +3,6 @@
 Both give clients the same way (``client``, ``openai``), so a test reads alike against either."""
 from __future__ import annotations
 
-import gc
 import json
 import os
 import resource
@@ -59,20 +58,19 @@ class Clients:
 
 
 class InProcess(Clients):
-    """``lmchat serve --backend echo ARGS``, built as the command builds it (its parser, then its ``run``: backend,
-    template, store, manager, app, from the same flags and ``LMCHAT_*`` variables) but served in this process by
-    Starlette's TestClient instead of uvicorn: no process to start, no socket, and a breakpoint in a route stops
-    there (``pytest -s``). ``http`` is the TestClient (``http.app.state.manager``: the manager); ``stop`` runs
-    the app's shutdown (the manager closes, as on SIGTERM). A client that leaves a stream cancels the request's
-    task (TestClient) where a server would see a disconnect, and there are no timeouts: what depends on those,
-    or on the process, stays with ``Server``. An exception the app leaves unanswered is raised in the test, where
-    a server would answer 500."""
+    """``lmchat serve --backend echo ARGS``, built as the command builds it (its parser, then its
+    ``build_app``: backend, template, store, manager, app, from the same flags and ``LMCHAT_*`` variables)
+    but served in this process by Starlette's TestClient instead of uvicorn: no process to start, no socket,
+    and a breakpoint in a route stops there (``pytest -s``). ``http`` is the TestClient
+    (``http.app.state.manager``: the manager); ``stop`` runs the app's shutdown (the manager closes, as on
+    SIGTERM). A client that leaves a stream cancels the request's task (TestClient) where a server would see a
+    disconnect, and there are no timeouts: what depends on those, or on the process, stays with ``Server``. An
+    exception the app leaves unanswered is raised in the test, where a server would answer 500."""
 
     url = "http://testserver"
 
     def __init__(self, *args: str, keys: tuple[str, ...] = (), env: dict | None = None):
         import pytest
-        import uvicorn
         from starlette.testclient import TestClient
 
         from lmchat.cli import main, serve_cmd
@@ -82,17 +80,12 @@ class InProcess(Clients):
         if self._own_data:
             self.data_dir = tempfile.mkdtemp(prefix="lmchat-app-data-")
         env = {**(env or {}), "LMCHAT_API_KEYS": ",".join(keys), "LMCHAT_DATA_DIR": self.data_dir}
-        built: dict = {}
         argv = ["serve", "--backend", "echo", "--log-level", "warning", *args]
         with pytest.MonkeyPatch.context() as patch:
             for name, value in env.items():
                 patch.setenv(name, value)
-            patch.setattr(uvicorn, "run", lambda app, **options: built.update(app=app, options=options))
-            patch.setattr(gc, "freeze", lambda: None)  # the command's, for a process that serves until it exits
-            patch.setattr(serve_cmd.logs, "to_debug", lambda *a: None)  # it would reroute this process's warnings
-            serve_cmd.run(main.build_parser().parse_args(argv))
-        self.options = built["options"]  # what uvicorn would have been given (host, port, timeouts)
-        self.http = TestClient(built["app"], base_url=self.url)
+            app = serve_cmd.build_app(main.build_parser().parse_args(argv))
+        self.http = TestClient(app, base_url=self.url)
         self.http.__enter__()  # the app's startup
 
     def _transport(self) -> httpx.BaseTransport:

@@ -89,8 +89,27 @@ def run(args) -> int:
     with needs("lmchat serve", "serve"):
         import uvicorn
 
-        from ..serve import create_app
         from ..serve.timeouts import protocol
+    app = build_app(args)
+    # what is alive now (modules, templates, the model) lives until exit: keeping it out of every
+    # garbage collection shortens the collector's pauses, which land on request latency
+    gc.freeze()
+    # the app closes the manager when uvicorn shuts down: running turns are cancelled and saved
+    logs.to_debug()  # library warnings only with --log-level debug
+    # access lines are logged at info: above it, uvicorn would still format their fields for every response
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
+                access_log=args.log_level in ("info", "debug"),
+                timeout_graceful_shutdown=args.shutdown_grace, http=protocol(args.header_timeout))
+    return 0
+
+
+def build_app(args):
+    """The ASGI app ``lmchat serve`` serves for these arguments (backend, template, store, manager), without
+    serving it: what a test runs in its own process, or another ASGI server runs."""
+    from ..extras import needs
+
+    with needs("lmchat serve", "serve"):
+        from ..serve import create_app
     from ..manager import SessionManager
     from ..registry import as_template, get_template
     from ..interop.loading import saveable
@@ -119,16 +138,6 @@ def run(args) -> int:
     except BaseException:
         backend.close()
         raise
-    app = create_app(manager, api_keys=[k.strip() for k in keys], model_name=args.model_name or template.name,
-                     max_body=args.max_body_bytes, close_manager=True, metrics_keys=args.metrics_key,
-                     body_timeout=args.body_timeout)
-    # what is alive now (modules, templates, the model) lives until exit: keeping it out of every
-    # garbage collection shortens the collector's pauses, which land on request latency
-    gc.freeze()
-    # the app closes the manager when uvicorn shuts down: running turns are cancelled and saved
-    logs.to_debug()  # library warnings only with --log-level debug
-    # access lines are logged at info: above it, uvicorn would still format their fields for every response
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
-                access_log=args.log_level in ("info", "debug"),
-                timeout_graceful_shutdown=args.shutdown_grace, http=protocol(args.header_timeout))
-    return 0
+    return create_app(manager, api_keys=[k.strip() for k in keys], model_name=args.model_name or template.name,
+                      max_body=args.max_body_bytes, close_manager=True, metrics_keys=args.metrics_key,
+                      body_timeout=args.body_timeout)
