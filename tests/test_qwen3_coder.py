@@ -1,13 +1,14 @@
 """Qwen3-Coder: its template's XML tool list against the official one, and the parser of its XML tool calls.
 
-The parser cases follow the published assertions of vLLM's ``tests/tool_use/test_qwen3coder_tool_parser.py``
-(its sample tools, outputs and expected calls: one call, content before it, a multi-line JSON parameter,
-parallel calls, typed parameters, the function without ``<tool_call>``, a missing ``</parameter>``, streaming)
-and the Qwen3-Coder XML cases of llama.cpp's ``tests/test-chat.cpp`` (several typed parameters, Unicode, multi-line
-code, JSON objects and arrays, an empty value, null, negative and scientific numbers, XML-like text, quotes),
-as far as they are known here: written from those files' assertions as remembered, not copied from them.
-Where lmchat's conventions differ (content is "" rather than None; llama.cpp trims a value's whitespace where
-vLLM, followed here, removes only the template's newline on each side) the case says so.
+The parser cases take the inputs and expected calls of vLLM's ``tests/tool_use/test_qwen3coder_tool_parser.py``
+(its sample tools; one call, content before it, a multi-line JSON parameter, parallel calls, typed parameters,
+the function without ``<tool_call>``, a missing ``</parameter>``, incremental streaming), checked against the
+published file, and the Qwen3-Coder XML cases of llama.cpp's ``tests/test-chat.cpp`` (several typed parameters,
+Unicode, multi-line code, JSON objects and arrays, an empty value, null, negative and scientific numbers,
+XML-like text, quotes) as far as they are known here, from memory of its assertions: not copied. Where lmchat's
+conventions differ (content is "" rather than None; llama.cpp trims a value's whitespace where vLLM, followed
+here, removes only the template's newline on each side; every case also runs cut at every split point) the
+case says so.
 """
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ def call(tool_name, /, **params):
 
 
 DALLAS = call("get_current_weather", city="Dallas", state="TX", unit="fahrenheit")
-ORLANDO = call("get_current_weather", city="Orlando", state="FL", unit="fahrenheit")
+ORLANDO = call("get_current_weather", city="Orlando", state="FL", unit="celsius")
 DALLAS_ARGS = {"city": "Dallas", "state": "TX", "unit": "fahrenheit"}
 
 # (label, model output, tools, content, calls)
@@ -62,13 +63,12 @@ VLLM_CASES = [
     ("single_tool_with_content", "Sure! Let me check the weather for you." + DALLAS, VLLM_TOOLS,
      "Sure! Let me check the weather for you.", [("get_current_weather", DALLAS_ARGS)]),
     ("single_tool_multiline_param",
-     call("calculate_area", shape="rectangle", dimensions='{"width": 10, \n                "height": 20}',
-          precision="2"),
+     call("calculate_area", shape="rectangle", dimensions='{"width": 10, \n "height": 20}', precision="2"),
      VLLM_TOOLS, "", [("calculate_area", {"shape": "rectangle", "dimensions": {"width": 10, "height": 20},
                                           "precision": 2})]),
     ("parallel_tools", DALLAS + "\n" + ORLANDO, VLLM_TOOLS, "",
      [("get_current_weather", DALLAS_ARGS),
-      ("get_current_weather", {"city": "Orlando", "state": "FL", "unit": "fahrenheit"})]),
+      ("get_current_weather", {"city": "Orlando", "state": "FL", "unit": "celsius"})]),
     ("tool_with_typed_params",
      "Let me calculate that area for you." + call("calculate_area", shape="circle", dimensions='{"radius": 15.5}',
                                                    precision="3"),
@@ -87,7 +87,7 @@ VLLM_CASES = [
      "Let me check the weather for you:\n<tool_call>\n<function=get_current_weather>\n<parameter=city>\nDallas\n"
      "<parameter=state>\nTX\n</parameter>\n<parameter=unit>\nfahrenheit\n</parameter>\n</function>\n</tool_call>",
      VLLM_TOOLS, "Let me check the weather for you:", [("get_current_weather", DALLAS_ARGS)]),
-    ("complex_type_with_single_quote",  # an object written as a Python literal: ast.literal_eval, as vLLM does
+    ("python_literal_object",  # not JSON: vLLM falls back to ast.literal_eval
      call("test_types", obj_param="{'key': 'value', 'n': [1, 2]}"), [TYPED_TOOL], "",
      [("test_types", {"obj_param": {"key": "value", "n": [1, 2]}})]),
 ]
@@ -172,7 +172,7 @@ def test_values_keep_their_whitespace_but_the_templates_newlines():
 
 def test_the_name_comes_whole_and_arguments_stream_a_parameter_at_a_time():
     """vLLM's incremental streaming test: the call's header first, then each parameter once its value ended."""
-    text = "Checking." + DALLAS
+    text = "I'll check the weather." + DALLAS
     stream = ResponseStream(FMT, tools=VLLM_TOOLS)
     seen = []
     for k, ch in enumerate(text):
