@@ -65,6 +65,7 @@ OFFICIAL_TEXTS: dict[str, tuple[str, ...]] = {
         "mistralai__Mixtral-8x22B-Instruct-v0.1",
     ),
     "9ff2eb30a1d3e937a88108d74b1ab940891be58aa742be4e8c0ce1c1ad90588e": ("NousResearch__Hermes-3-Llama-3.1-8B",),
+    "a4c9919cbbd4acdd51ccffe22da049264b1b73e59055fa58811a99efbd7c8146": ("openai__gpt-oss-120b",),
     "901b10d47195fadb5692137ecd4b2733730be9d32fde6c6eae23e5153712525e": ("openchat__openchat-3.5-0106",),
     "793202280c0910ab26bc6eb57c8212c2417324c6d8c4efd0d10d59092ab3e3eb": (
         "Qwen__Qwen1.5-1.8B-Chat",

@@ -93,6 +93,7 @@ NAME_RULES: list[tuple[str, str]] = [
     (r"falcon3", "falcon3"),
     (r"granite-3", "granite3"),
     (r"openchat", "openchat"),
+    (r"gpt-oss", "gpt-oss"),
     (r"solar", "solar"),
     (r"starcoder", "default"),
 ]
@@ -124,6 +125,7 @@ ARCHITECTURES: dict[str, tuple[str, ...]] = {
     "deepseek2": ("deepseek-v2", "deepseek-v3", "deepseek-r1"),  # llama.cpp's one architecture for all three
     "phi3": ("phi3", "phi4"),
     "granite": ("granite3",),
+    "gptoss": ("gpt-oss",),
 }
 _ARCH_SUFFIXES = ("forcausallm", "forconditionalgeneration", "lmheadmodel", "model")
 #: the GGUF metadata matching reads (the llamacpp backend passes them from the model it loaded)

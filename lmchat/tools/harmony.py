@@ -56,6 +56,7 @@ class Harmony(Format):
         self.kind = ""  # the body's: reasoning, content or call
         self.args: JsonArgs | None = None
         self.args_done = False
+        self.has_args = False  # the call body has more than whitespace
         self.tail = ""  # a call body's text after its JSON object
 
     def step(self, final: bool) -> None:
@@ -109,7 +110,7 @@ class Harmony(Format):
             name = recipient[len(FUNCTIONS):] if recipient.startswith(FUNCTIONS) else recipient
             self.kind = "call"
             self.args = JsonArgs(self.sink, self.sink.start_call(name or recipient))
-            self.args_done, self.tail = False, ""
+            self.args_done, self.has_args, self.tail = False, False, ""
             return
         if channel == "analysis":
             self.kind = "reasoning"
@@ -129,6 +130,7 @@ class Harmony(Format):
             self.tail += text
         else:
             assert self.args is not None, "a call body has its arguments"
+            self.has_args = self.has_args or bool(text.strip(WS))
             n = self.args.feed(text)
             if self.args.lex.done or self.args.lex.error:
                 self.args_done = True
@@ -137,7 +139,11 @@ class Harmony(Format):
     def close_body(self, ended: bool) -> None:
         if self.kind == "call":
             assert self.args is not None, "a call body has its arguments"
-            self.args.close()
+            if self.has_args:
+                self.args.close()
+            else:  # a call without arguments (an empty body): {}
+                assert self.args.index is not None, "the call was announced when its header ended"
+                self.sink.end_call(self.args.index)
             if self.tail.strip(WS):
                 self.sink.note(f"text after the tool call's arguments: {self.tail.strip(WS)[:20]!r}...; "
                                "kept as content")

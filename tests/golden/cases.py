@@ -27,7 +27,7 @@ OWN_TOOL_FORMAT = ["chatglm3", "internlm2", "internlm2.5", "internlm3"]
 RANDOM, RANDOM_TOOLS = 60, 30
 FAMILY_MODULES = [
     "test_family_deepseek_phi", "test_family_glm_misc", "test_family_llama", "test_family_mistral_gemma",
-    "test_tool_prompts", "test_cli", "test_continue_final", "test_qwen3_coder",
+    "test_tool_prompts", "test_cli", "test_continue_final", "test_qwen3_coder", "test_gpt_oss",
 ]
 
 
