@@ -22,7 +22,7 @@ jsonschema = pytest.importorskip("jsonschema")
 from lmchat import ConstraintUnsupported, SessionManager, constraints  # noqa: E402
 from lmchat.backends.llamacpp import LlamaCppBackend  # noqa: E402
 from lmchat.backends.llamacpp.grammars import lark_of  # noqa: E402
-from lmchat.serve.formats import for_template  # noqa: E402
+from lmchat.tools.answer_constraint import for_answer  # noqa: E402
 from lmchat.manager import TurnRequest  # noqa: E402
 
 from .llama_helpers import THREADS  # noqa: E402
@@ -41,13 +41,17 @@ def mgr():
 
 def test_the_template_says_where_the_answer_starts():
     schema = constraints.json_schema(PERSON)
-    assert for_template(schema, "qwq").after == "</think>" and for_template(schema, "qwq").opens == ""
-    assert for_template(schema, "deepseek-r1").after == "</think>"
-    assert for_template(schema, "qwen3").opens == "<think>"  # Qwen3's prompt opens no block: it is optional
-    assert for_template(schema, "qwen2.5") == schema  # no reasoning: the whole answer is constrained
-    assert for_template(None, "qwq") is None
+    assert for_answer(schema, "qwq").after == "</think>" and for_answer(schema, "qwq").opens == ""
+    assert for_answer(schema, "deepseek-r1").after == "</think>"
+    assert for_answer(schema, "qwen3").opens == "<think>"  # Qwen3's prompt opens no block: it is optional
+    assert for_answer(schema, "qwen2.5") == schema  # no reasoning: the whole answer is constrained
+    assert for_answer(None, "qwq") is None
     with pytest.raises(ConstraintUnsupported):
         constraints.after_reasoning(schema, "")
+    # gpt-oss's answer follows a harmony channel header of special tokens: refused, naming the request's field
+    with pytest.raises(ConstraintUnsupported) as refused:
+        for_answer(schema, "gpt-oss", "text.format")
+    assert refused.value.field == "text.format" and "'harmony'" in str(refused.value)
 
 
 def test_the_grammar_frees_the_reasoning_then_constrains_the_answer():
@@ -107,7 +111,7 @@ def test_a_prompt_that_opens_no_block_lets_the_model_answer_at_once():
     # Qwen3's prompt opens no <think>: the block is optional, SmolLM2 (which never opens one) answers at once
     with LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048) as b:
         qwen3 = SessionManager(b, template="qwen3")
-        constraint = for_template(constraints.json_schema(PERSON), qwen3.default_template)
+        constraint = for_answer(constraints.json_schema(PERSON), qwen3.default_template)
         assert constraint.opens == "<think>"
         for seed in range(3):
             r = qwen3.run_turn(TurnRequest(qwen3.oneoff(), ASK, max_new_tokens=200,

@@ -25,7 +25,7 @@ from lmchat.backends.llamacpp.grammars import lark_of  # noqa: E402
 from lmchat.errors import InvalidMessages  # noqa: E402
 from lmchat.manager import TurnRequest  # noqa: E402
 from lmchat.registry import get_template, template_class, template_names  # noqa: E402
-from lmchat.serve.formats import for_template  # noqa: E402
+from lmchat.tools.answer_constraint import for_answer  # noqa: E402
 from lmchat.tools import FORMATS, ResponseFormat, prompt_opens_think  # noqa: E402
 from lmchat.tools.forcing import SYNTAXES, forced_calls  # noqa: E402
 
@@ -263,7 +263,7 @@ def test_every_family_samples_a_valid_call(backend):
     ask = [{"role": "user", "content": "What will the weather be in Oslo for the next 3 days?"}]
     for template in SAMPLED:
         for seed, names in ((0, ["get_weather"]), (1, None)):
-            constraint = for_template(forced_calls(TOOLS, template, names=names, tokens=backend.tokenizer.added),
+            constraint = for_answer(forced_calls(TOOLS, template, names=names, tokens=backend.tokenizer.added),
                                       get_template(template))
             r = mgr.run_turn(TurnRequest(mgr.oneoff(tools=TOOLS, template=template), ask, max_new_tokens=120,
                                          params={"temperature": 0.8, "seed": seed, "constraint": constraint}))

@@ -165,3 +165,24 @@ def test_set_format_schema_answers_validate_and_a_bad_file_keeps_the_session(tmp
     assert len(values) == 4, r.stdout  # the session went on after the error, still constrained
     for value in values:
         jsonschema.validate(value, SCHEMA)
+
+
+@pytest.mark.parametrize("template, opens", [("qwen3", "<think>"), ("qwq", "")])
+def test_the_format_constrains_the_answer_after_the_reasoning_as_the_server_does(tmp_path, template, opens):
+    """A reasoning template's answer is constrained after its ``</think>``: the reasoning stays free text (as
+    ``lmchat serve`` applies response_format; before, the REPL constrained the reasoning too)."""
+    from lmchat import Session
+
+    conv = make(tmp_path, backend=ConstrainingBackend(), session=Session(template))
+    chat(conv, "/set format json", "hello")
+    sent = constraint_sent(conv)
+    assert (sent.kind, sent.after, sent.opens) == ("json_object", "</think>", opens)
+
+
+def test_a_harmony_template_refuses_a_format_at_once(tmp_path):
+    """gpt-oss answers after a channel header of special tokens: no constraint yet, said when it is set."""
+    from lmchat import Session
+
+    conv = make(tmp_path, backend=ConstrainingBackend(), session=Session("gpt-oss"))
+    out, err = chat(conv, "/set format json")
+    assert err.startswith("error: /set format:") and "'harmony'" in err and "format" not in conv.overrides

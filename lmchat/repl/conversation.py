@@ -16,6 +16,7 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from ..backends.base import Backend, SamplingParams, SessionLimit, check_constraint, engine_id, model_sampling
+from ..tools.answer_constraint import for_answer
 from ..errors import ConstraintUnsupported, LmchatError, SessionError, SessionLengthExceeded, StoreConflict
 from ..session import Delta, Session, edits
 from ..stores import VERSION_KEY, SessionStore
@@ -95,7 +96,7 @@ class Conversation:
         """Refuse a ``/set format`` value this backend would not enforce (a :class:`.settings.SettingError`, one
         line): every turn would fail, so the REPL says it at once and keeps the session as it was."""
         try:
-            check_constraint(self.backend, settings.constraint(value))
+            check_constraint(self.backend, for_answer(settings.constraint(value), self.session.template, "format"))
         except ConstraintUnsupported as exc:
             raise SettingError(f"/set format: {exc.reason}") from None
 

@@ -20,6 +20,7 @@ from .. import constraints
 from ..backends.base import SamplingParams
 from ..errors import ConstraintUnsupported, LmchatError
 from ..session import OVERFLOW_POLICIES
+from ..tools.answer_constraint import for_answer
 
 SNAPSHOT_KEY = "chat"
 
@@ -158,7 +159,10 @@ def sampling(template, overrides: Mapping[str, Any]) -> SamplingParams:
     if extra:
         params = attrs.evolve(params, stop=tuple(dict.fromkeys((*params.stop, *extra))))
     fmt = overrides.get("format")
-    return attrs.evolve(params, constraint=constraint(fmt)) if fmt is not None else params
+    if fmt is None:
+        return params
+    # on the answer, after the model's reasoning, as the server does
+    return attrs.evolve(params, constraint=for_answer(constraint(fmt), template, "format"))
 
 
 def saved(overrides: Mapping[str, Any]) -> dict:

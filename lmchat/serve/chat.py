@@ -14,10 +14,11 @@ names the request's ``messages[k]``, whatever the session held before.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from ..backends.base import Chunk
 from ..constraints import Constraint
@@ -25,11 +26,12 @@ from ..errors import InvalidMessages, SessionLengthExceeded
 from ..validation import check_tool_choice, tool_names
 from .deps import blocking, check_n, new_id, owner
 from .errors import as_sent
-from .formats import chat_constraint, for_template, tool_constraint
+from .formats import chat_constraint, tool_constraint
 from .idempotency import releasing
-from ..manager import OneOff, TurnRequest
+from ..manager import OneOff, SessionManager, TurnRequest
 from ..manager.history import object_arguments
-from .request_turns import count, run, start_stream
+from ..tools.answer_constraint import for_answer
+from .request_turns import count, parsed_of, run, start_stream
 from .schemas import ChatRequest
 from .sse import Meta, chat_events, finish_reason, usage
 
@@ -37,7 +39,7 @@ router = APIRouter()
 
 
 @router.post("/v1/chat/completions")
-async def chat_completions(body: ChatRequest, request: Request, who: str | None = Depends(owner)):
+async def chat_completions(body: ChatRequest, request: Request, who: str | None = Depends(owner)) -> Response:
     check_n(body.n)
     check_tool_choice(body.tool_choice, tool_names(body.tools))
     # before any session is read or made: a format the backend cannot enforce changes nothing
@@ -54,25 +56,27 @@ def _message_param(k: int | None, field: str | None) -> str | None:
     return f"messages[{k}].{field}" if field else f"messages[{k}]"
 
 
-async def _chat(body: ChatRequest, request: Request, who: str | None, constraint: Constraint | None):
-    mgr = request.app.state.manager
+async def _chat(body: ChatRequest, request: Request, who: str | None, constraint: Constraint | None) -> Response:
+    mgr: SessionManager = request.app.state.manager
     sid = request.headers.get("x-session-id") or body.session_id or body.user
     tools = body.tools or None
     key = request.headers.get("idempotency-key")
+    messages: list[dict[str, Any]] | None
+    history: list[Mapping[str, Any]] | None
     if sid is None:  # a one-off: in memory for this turn only, the store never sees it (nothing blocks here)
         session: str | OneOff = mgr.oneoff(who, tools=tools)
         headers: dict[str, str] = {}
         messages, history, template = object_arguments(body.messages), None, mgr.default_template
     else:  # the manager matches the resent history with the session (validated before anything changes)
         session, headers = sid, {"X-Session-Id": sid}
-        messages, history, template = None, body.messages, await blocking(mgr.template_of, sid, who)
+        messages, history, template = None, list(body.messages), await blocking(mgr.template_of, sid, who)
     # a forced tool_choice is a grammar of the template's call syntax (400 where it has none, before the turn)
     forced = tool_constraint(body.tool_choice, tools, template, mgr.backend, parallel=body.parallel_tool_calls,
                              response=constraint)
     # kind None: a session of the Responses or Conversations API is refused (its records would break)
     turn = TurnRequest(
         session, messages, history=history, tools=tools if history is not None else None,
-        params={**body.sampling(), "constraint": for_template(forced or constraint, template)},  # reasoning: free
+        params={**body.sampling(), "constraint": for_answer(forced or constraint, template)},  # reasoning: free
         stop=body.stop, max_new_tokens=body.max_completion_tokens or body.max_tokens, owner=who,
         idempotency_key=key, kind=None)
     kind = "chat.completion.chunk" if body.stream else "chat.completion"
@@ -96,8 +100,8 @@ async def _chat(body: ChatRequest, request: Request, who: str | None, constraint
         result = await run(mgr, turn, request.receive)
     finally:
         release()
-    parsed = result.parsed
     if parse:
+        parsed = parsed_of(result)
         message: dict[str, Any] = {"role": "assistant",
                                    "content": parsed.content if parsed.content or not parsed.tool_calls else None}
         if parsed.reasoning_content is not None:
@@ -111,7 +115,8 @@ async def _chat(body: ChatRequest, request: Request, who: str | None, constraint
     body_out = {
         "id": meta.id, "object": meta.object, "created": meta.created, "model": meta.model,
         "choices": [{"index": 0, "message": message, "logprobs": None,
-                     "finish_reason": finish_reason(result.finish_reason, parse and bool(parsed.tool_calls))}],
+                     "finish_reason": finish_reason(result.finish_reason,
+                                                    parse and bool(parsed_of(result).tool_calls))}],
         "usage": usage(last, count(mgr.tokenizer, len(result.text), len(result.token_ids))),
     }
     return JSONResponse(body_out, headers=headers)

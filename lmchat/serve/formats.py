@@ -12,12 +12,10 @@ import string
 from typing import Any
 
 from .. import constraints
-from ..backends.base import check_constraint
+from ..backends.base import Backend, check_constraint
 from ..constraints import Constraint
 from ..errors import ConstraintUnsupported
 from ..tools.forcing import forced_calls
-from ..tools.registry import prompt_opens_think, response_format
-from ..tools.think import CLOSE, OPEN
 from .errors import ApiError
 from .items import bad
 
@@ -27,7 +25,7 @@ MAX_NAME = 64
 NAME_CHARS = frozenset(string.ascii_letters + string.digits + "_-")
 
 
-def chat_constraint(value: Any, backend, field: str = "response_format") -> Constraint | None:
+def chat_constraint(value: Any, backend: Backend, field: str = "response_format") -> Constraint | None:
     """``response_format`` of a chat completion (or a completion): None for ``{"type": "text"}`` or none."""
     if value is None:
         return None
@@ -42,7 +40,7 @@ def chat_constraint(value: Any, backend, field: str = "response_format") -> Cons
     return _from_spec(spec, backend, f"{field}.json_schema", field)
 
 
-def text_constraint(text: Any, backend) -> tuple[Constraint | None, dict]:
+def text_constraint(text: Any, backend: Backend) -> tuple[Constraint | None, dict[str, Any]]:
     """``text.format`` of a Responses request, and the ``format`` the response object echoes."""
     fmt = None if text is None else text.get("format")
     if fmt is None:
@@ -59,26 +57,15 @@ def text_constraint(text: Any, backend) -> tuple[Constraint | None, dict]:
     return constraint, echo
 
 
-def for_template(constraint: Constraint | None, template: Any) -> Constraint | None:
-    """``constraint`` as it applies to an answer of ``template``'s model: after its reasoning block, if it may
-    write one (the reasoning stays free text and is returned as ``reasoning_content``, the answer is
-    constrained). A prompt that leaves ``<think>`` open (QwQ, DeepSeek-R1) starts the answer inside the block;
-    otherwise (Qwen3) the model may open one or answer at once."""
-    if constraint is None or template is None or constraint.after or not response_format(template).reasoning:
-        return constraint
-    opened = prompt_opens_think(template)
-    return constraints.after_reasoning(constraint, CLOSE, opens="" if opened else OPEN)
-
-
-def tool_constraint(choice: Any, tools: list[dict] | None, template: Any, backend, *, parallel: bool | None,
-                    response: Constraint | None = None, chat: bool = True) -> Constraint | None:
+def tool_constraint(choice: Any, tools: list[dict[str, Any]] | None, template: Any, backend: Backend, *,
+                    parallel: bool | None, response: Constraint | None = None, chat: bool = True) -> Constraint | None:
     """The constraint a forced ``tool_choice`` puts on the answer (already checked against the tools by
     :func:`lmchat.validation.check_tool_choice`): None for ``auto``/``none``. ``'required'``: a call of any
     tool; a named function: a call of it; Responses' ``allowed_tools`` in ``required`` mode: of those listed.
     ``parallel`` (``parallel_tool_calls``, true by default as OpenAI's): one or more calls, else exactly one."""
     if not tools or choice in (None, "auto", "none"):
         return None
-    names = None
+    names: list[Any] | None = None  # checked against the tools: names of theirs
     if isinstance(choice, dict):
         if choice.get("type") == "allowed_tools":
             if choice.get("mode") != "required":
@@ -105,10 +92,11 @@ def _kind(value: Any, field: str) -> str:
     kind = value.get("type")
     if kind not in TYPES:
         raise bad(f"{field}.type", f"one of {', '.join(TYPES)}, not {kind!r}")
-    return kind
+    return str(kind)
 
 
-def _from_spec(spec: dict, backend, field: str, root: str, schema_required: bool = False) -> Constraint:
+def _from_spec(spec: dict[str, Any], backend: Backend, field: str, root: str, schema_required: bool = False
+               ) -> Constraint:
     """A ``json_schema`` format's ``name``, ``schema``, ``strict``, ``description`` (``field`` their parent)."""
     name = spec.get("name")
     if not isinstance(name, str) or not 1 <= len(name) <= MAX_NAME or not all(c in NAME_CHARS for c in name):
@@ -127,7 +115,7 @@ def _from_spec(spec: dict, backend, field: str, root: str, schema_required: bool
     return _checked(constraint, backend, schema_field, root)
 
 
-def _checked(constraint: Constraint, backend, schema_field: str, root: str) -> Constraint:
+def _checked(constraint: Constraint, backend: Backend, schema_field: str, root: str) -> Constraint:
     """``constraint`` if the backend enforces it, else the 400 naming the client's field."""
     try:
         check_constraint(backend, constraint)

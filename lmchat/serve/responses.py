@@ -13,33 +13,39 @@ turn does not start is ended again.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Literal
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any, Literal, TypeVar
 
 import attrs
 from fastapi import APIRouter, Depends, Query, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from ..manager import TurnRequest
+from ..constraints import Constraint
+from ..manager import SessionManager, TurnRequest, TurnResult, TurnStream
+from ..manager.table import View
 from ..errors import InvalidMessages, LmchatError, SessionBusy, SessionLengthExceeded, SessionMoved, SessionNotFound
+from ..templates.base import BaseTemplate
+from ..tools.answer_constraint import for_answer
 from ..validation import check_tools_supported, validate_tools
 from . import chains
 from .chain_state import Note, SessionState
 from .deps import blocking, owner, text_limit
-from .formats import for_template, text_constraint, tool_constraint
+from .formats import text_constraint, tool_constraint
 from .idempotency import releasing
 from .item_names import Names, count_below
 from .items import (Serials, answer_items, answer_parts, bad, input_messages, message_item, message_items, page,
                     parse_item_id, parse_response_id, response_id, session_tools)
-from .request_turns import run
+from .request_turns import parsed_of, run
 from .responses_model import ResponsesRequest, check_effort, input_error, response_object, turn_of
 from .responses_sse import Events, response_events
 
 router = APIRouter()
 #: how often a request re-plans when the session moved under it (another request extended it first)
 ATTEMPTS = 4
+T = TypeVar("T")
 
 
-def overflow_for(mgr, truncation: str) -> str:
+def overflow_for(mgr: SessionManager, truncation: str) -> str:
     """``disabled``: a turn that does not fit is an error; ``auto``: the server's dropping policy (truncate)."""
     if truncation == "disabled":
         return "error"
@@ -48,9 +54,9 @@ def overflow_for(mgr, truncation: str) -> str:
 
 
 @router.post("/v1/responses")
-async def create_response(body: ResponsesRequest, request: Request, who: str | None = Depends(owner)):
+async def create_response(body: ResponsesRequest, request: Request, who: str | None = Depends(owner)) -> Response:
     state = request.app.state
-    mgr = state.manager
+    mgr: SessionManager = state.manager
     checked = body.checked(text_limit(mgr))
     # before any session is read or made: a format the backend cannot enforce changes nothing
     constraint, text_format = text_constraint(body.text, mgr.backend)
@@ -62,14 +68,14 @@ async def create_response(body: ResponsesRequest, request: Request, who: str | N
         raise bad("tools", str(exc)) from None
     want = chains.Want(body.instructions, tools, checked["thinking"], overflow_for(mgr, body.truncation))
 
-    def check(template) -> None:
+    def check(template: BaseTemplate) -> None:
         check_tools_supported(template, tools)
         check_effort(template, want.thinking)
 
     template = mgr.default_template
     forced = tool_constraint(body.tool_choice, tools, template, mgr.backend, parallel=body.parallel_tool_calls,
                              response=constraint, chat=False)
-    constraint = for_template(forced or constraint, template)  # a reasoning block stays free text
+    constraint = for_answer(forced or constraint, template, "text.format")  # a reasoning block stays free text
     fields = body.fields(template, text_format)
     model = body.model or state.model_name
     key = request.headers.get("idempotency-key") if body.store else None
@@ -92,19 +98,22 @@ async def create_response(body: ResponsesRequest, request: Request, who: str | N
             release()
 
 
-async def _respond(request: Request, mgr, who, body: ResponsesRequest, conversation, want, check, messages, model,
-                   fields, key, template, tools, release, constraint=None):
+async def _respond(request: Request, mgr: SessionManager, who: str | None, body: ResponsesRequest,
+                   conversation: str | None, want: chains.Want, check: Callable[[BaseTemplate], None],
+                   messages: list[dict[str, Any]], model: str, fields: dict[str, Any], key: str | None,
+                   template: BaseTemplate, tools: list[dict[str, Any]] | None, release: Callable[[], None],
+                   constraint: Constraint | None = None) -> Response:
     """The turn's response: its JSON object, or its stream (which lets go of ``key`` once it ends)."""
     plan, whole, started_turn = await _start(request, mgr, who, body, conversation, want, check, messages, model,
                                              fields, key, constraint)
     rid, serial, parse = response_id(plan.sid, plan.k), plan.serial + len(messages), body.tool_choice != "none"
     tokens = mgr.tokenizer is not None
 
-    def finish(result, output: list[dict]) -> dict:
+    def finish(result: TurnResult, output: list[dict[str, Any]]) -> dict[str, Any]:
         return response_object(rid, attrs.evolve(whole, turn=turn_of(result)), plan.conversation, output,
                                tokens=tokens)
 
-    if body.stream:
+    if isinstance(started_turn, TurnStream):  # body.stream
         base = response_object(rid, whole, plan.conversation, [], tokens=tokens)
         events = response_events(started_turn, base, sid=plan.sid, serial=serial, template=template, tools=tools,
                                  parse=parse, finish=finish)
@@ -112,15 +121,18 @@ async def _respond(request: Request, mgr, who, body: ResponsesRequest, conversat
     result = started_turn
     status = "completed" if result.finish_reason == "stop" else "incomplete"
     if parse:
-        calls = result.parsed.tool_calls if result.finish_reason == "stop" else []
-        output = answer_items(plan.sid, serial, result.parsed.content, result.parsed.reasoning_content, calls, status)
+        parsed = parsed_of(result)
+        calls = parsed.tool_calls if result.finish_reason == "stop" else []
+        output = answer_items(plan.sid, serial, parsed.content, parsed.reasoning_content, calls, status)
     else:
         output = [message_item(plan.sid, serial, result.text, status)]
     return JSONResponse(finish(result, output))
 
 
-async def _start(request: Request, mgr, who, body: ResponsesRequest, conversation, want, check, messages, model,
-                 fields, key: str | None, constraint=None) -> tuple[chains.Plan, Note, Any]:
+async def _start(request: Request, mgr: SessionManager, who: str | None, body: ResponsesRequest,
+                 conversation: str | None, want: chains.Want, check: Callable[[BaseTemplate], None],
+                 messages: list[dict[str, Any]], model: str, fields: dict[str, Any], key: str | None,
+                 constraint: Constraint | None = None) -> tuple[chains.Plan, Note, TurnStream | TurnResult]:
     """Plan, then start the turn: its stream (primed) or its result; a moved session is planned again."""
     previous = body.previous_response_id
     plan = await blocking(chains.plan, mgr, who, previous, conversation, body.store, want, check, key)
@@ -155,21 +167,21 @@ async def _start(request: Request, mgr, who, body: ResponsesRequest, conversatio
     raise AssertionError("unreachable")  # every attempt returns or raises
 
 
-async def _drop(mgr, plan: chains.Plan, who) -> None:
+async def _drop(mgr: SessionManager, plan: chains.Plan, who: str | None) -> None:
     """A session made for a request whose turn did not start goes again (a one-off is gone already)."""
     if plan.created and plan.oneoff is None:
         with contextlib.suppress(LmchatError):
             await blocking(mgr.end, plan.sid, who)
 
 
-def _replay(response: dict, stream: bool):
+def _replay(response: dict[str, Any], stream: bool) -> Response:
     """A stored response as a retry gets it: the JSON object, or its stream's first and last events."""
     if not stream:
         return JSONResponse(response)
     events = Events()
     opening = {**response, "status": "in_progress", "output": [], "usage": None}
 
-    async def replay():
+    async def replay() -> AsyncIterator[str]:
         yield events("response.created", response=opening)
         yield events("response.in_progress", response=opening)
         yield events("response.completed" if response["status"] == "completed" else "response.incomplete",
@@ -179,7 +191,8 @@ def _replay(response: dict, stream: bool):
 
 
 # ---------------------------------------------------------------------------------------------- reads
-def _found(mgr, rid: str, who, read) -> Any:
+def _found(mgr: SessionManager, rid: str, who: str | None, read: Callable[[str, int], Callable[[View], T | None]]
+           ) -> T:
     parsed = parse_response_id(rid)
     try:
         got = mgr.inspect(parsed[0], read(*parsed), who) if parsed else None
@@ -190,15 +203,15 @@ def _found(mgr, rid: str, who, read) -> Any:
     return got
 
 
-def _response_reader(mgr):
-    def reader(sid: str, k: int):
-        def read(v) -> dict | None:
+def _response_reader(mgr: SessionManager) -> Callable[[str, int], Callable[[View], dict[str, Any] | None]]:
+    def reader(sid: str, k: int) -> Callable[[View], dict[str, Any] | None]:
+        def read(v: View) -> dict[str, Any] | None:
             info = chains.read_response(k)(v)
             if info is None:
                 return None
             head, serial = info.state.head, info.note.end_serial - 1
             index = Serials(info.state.deleted_items).index(serial)
-            output = []
+            output: list[dict[str, Any]] = []
             if index is not None and head + index < v.messages:
                 message = v.slice(head + index, head + index + 1)[0]
                 status = "completed" if (info.note.turn or {}).get("finish_reason") == "stop" else "incomplete"
@@ -211,29 +224,29 @@ def _response_reader(mgr):
 
 
 @router.get("/v1/responses/{rid}")
-async def get_response(rid: str, request: Request, who: str | None = Depends(owner)):
-    mgr = request.app.state.manager
+async def get_response(rid: str, request: Request, who: str | None = Depends(owner)) -> JSONResponse:
+    mgr: SessionManager = request.app.state.manager
     return JSONResponse(await blocking(_found, mgr, rid, who, _response_reader(mgr)))
 
 
-@router.delete("/v1/responses/{rid}")
-async def delete_response(rid: str, request: Request, who: str | None = Depends(owner)):
-    mgr = request.app.state.manager
+@router.delete("/v1/responses/{rid}", response_model=None)
+async def delete_response(rid: str, request: Request, who: str | None = Depends(owner)) -> dict[str, Any]:
+    mgr: SessionManager = request.app.state.manager
     parsed = parse_response_id(rid)
     if parsed is None:
         raise chains.not_found("response", rid, "response_id")
     sid, k = parsed
 
-    def change(v):
+    def change(v: View) -> tuple[None, dict[str, Any]]:
         info = chains.read_response(k)(v)
         if info is None:
             raise chains.not_found("response", rid, "response_id")
         deleted = tuple(sorted({*info.state.deleted_responses, k}))
         return None, info.state.evolve(deleted_responses=deleted).to_json()
 
-    def gone(v) -> bool:
+    def gone(v: View) -> bool:
         state = SessionState.from_json(v.extra)
-        return state.kind == "responses" and len(state.deleted_responses) == len(v.notes)
+        return state is not None and state.kind == "responses" and len(state.deleted_responses) == len(v.notes)
 
     def delete() -> None:
         try:
@@ -249,11 +262,12 @@ async def delete_response(rid: str, request: Request, who: str | None = Depends(
     return {"id": rid, "object": "response.deleted", "deleted": True}
 
 
-def walk(v, sid: str, lo: int, hi: int, desc: bool, after: str | None):
+def walk(v: View, sid: str, lo: int, hi: int, desc: bool, after: str | None) -> Iterator[dict[str, Any]]:
     """The items of messages ``[lo, hi)`` (item indices: the session's messages after its head, then a
     conversation's queue), in order or reversed, from the message of ``after`` on; named as
     :class:`~.item_names.Names` says (a branch's first items keep their ancestry's ids)."""
     state = SessionState.from_json(v.extra)
+    assert state is not None  # noqa: S101 - the caller read a response of this session
     head, queue = state.head, state.queue
     names, held = Names(sid, state), v.messages - head
     indices = range(hi - 1, lo - 1, -1) if desc else range(lo, hi)
@@ -278,7 +292,7 @@ INCLUDABLE = ("file_search_call.results", "web_search_call.results", "web_search
 @router.get("/v1/responses/{rid}/input_items")
 async def input_items(rid: str, request: Request, limit: int = Query(20, ge=1, le=100),
                       order: Literal["asc", "desc"] = "desc", after: str | None = None,
-                      who: str | None = Depends(owner)):
+                      who: str | None = Depends(owner)) -> JSONResponse:
     """The items the response was generated from, as OpenAI lists them: its whole ancestry (the chain of
     ``previous_response_id``, or the conversation, before it, their answers included) and its own input."""
     # the openai client sends a list as ``include[]=...``; a hand-written query may say ``include=...``
@@ -287,8 +301,8 @@ async def input_items(rid: str, request: Request, limit: int = Query(20, ge=1, l
         if value not in INCLUDABLE:
             raise bad(f"include[{i}]", f"{value[:100]!r} is not one of {', '.join(INCLUDABLE)}")
 
-    def reader(sid: str, k: int):
-        def read(v):
+    def reader(sid: str, k: int) -> Callable[[View], dict[str, Any] | None]:
+        def read(v: View) -> dict[str, Any] | None:
             info = chains.read_response(k)(v)
             if info is None:
                 return None
