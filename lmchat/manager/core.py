@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from ..backends.base import AsyncGenerates, Backend, Chunk, GenerationRequest, PrefixCache, model_sampling
@@ -126,7 +126,7 @@ class SessionManager:
                     return result
         raise AssertionError("a turn ends with Done")
 
-    async def agenerate(self, request: GenerationRequest) -> AsyncIterator[Chunk]:
+    async def agenerate(self, request: GenerationRequest) -> AsyncGenerator[Chunk, None]:
         """A raw generation (no template, no session: ``/v1/completions``), for an asyncio caller: counted
         against ``max_active`` like a turn, in a worker of the pool; leaving early cancels it, and the backend
         forgets ``request.session_id`` either way."""

@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.types import Receive, Scope, Send
 
 from ..errors import LmchatError
 from ..manager import SessionManager
@@ -30,10 +31,10 @@ class App(FastAPI):
 
     guard: Guard
 
-    async def __call__(self, scope, receive, send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.guard(scope, receive, send)
 
-    async def _framework(self, scope, receive, send) -> None:
+    async def _framework(self, scope: Scope, receive: Receive, send: Send) -> None:
         await super().__call__(scope, receive, send)
 
 
@@ -49,7 +50,7 @@ def create_app(manager: SessionManager, *, api_keys: Iterable[str] | None = None
     to it does not see ``/v1/chat/interactive``, which the guard serves itself."""
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI):
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
         if close_manager:
             # here, not after uvicorn.run(): uvicorn re-raises SIGTERM/SIGINT once it has shut down,

@@ -15,12 +15,13 @@ FastAPI handlers use too).
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, TypeVar
 
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException
+from starlette.types import Receive, Scope, Send
 
 from .deps import bearer_owner
 from .errors import ApiError, api_error
@@ -30,7 +31,7 @@ Model = TypeVar("Model", bound=BaseModel)
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 
 
-async def read_body(receive: Callable) -> bytes:
+async def read_body(receive: Receive) -> bytes:
     """The whole request body (the guard's ``receive`` enforces its size limit and deadline)."""
     parts = []
     while True:
@@ -55,7 +56,7 @@ def parse(model: type[Model], body: bytes) -> Model:
     return model.model_validate(data)
 
 
-def owner(scope: dict, keys: tuple[str, ...]) -> str | None:
+def owner(scope: Scope, keys: tuple[str, ...]) -> str | None:
     """The caller's API key from the request's headers (see :func:`~.deps.bearer_owner`)."""
     if not keys:
         return None
@@ -67,11 +68,12 @@ def owner(scope: dict, keys: tuple[str, ...]) -> str | None:
     return bearer_owner(header, keys)
 
 
-def header(scope: dict, wanted: bytes) -> str | None:
+def header(scope: Scope, wanted: bytes) -> str | None:
     """A request header's value (``wanted``: its lower-case name), or None."""
     for name, value in scope["headers"]:
         if name == wanted:
-            return value.decode("latin-1")
+            decoded: str = value.decode("latin-1")
+            return decoded
     return None
 
 
@@ -87,7 +89,7 @@ def error_of(exc: BaseException) -> ApiError:
     return api_error(exc)
 
 
-def invalid_body(errors: list[Any]) -> ApiError:
+def invalid_body(errors: Sequence[Any]) -> ApiError:
     """Pydantic's errors as OpenAI's 400, naming the first field at fault (``messages[0]``)."""
     first = errors[0]
     if first.get("type") == "json_invalid":
@@ -114,7 +116,7 @@ def http_error(exc: HTTPException) -> ApiError:
 _ENCODE = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"), check_circular=False).encode
 
 
-async def send_json(send: Callable, body: Any, status: int = 200, headers: dict | None = None) -> None:
+async def send_json(send: Send, body: Any, status: int = 200, headers: dict[str, Any] | None = None) -> None:
     """One JSON response, encoded as Starlette's ``JSONResponse`` encodes it."""
     data = _ENCODE(body).encode()
     raw = [*_JSON_HEADERS, (b"content-length", str(len(data)).encode())]
@@ -123,12 +125,12 @@ async def send_json(send: Callable, body: Any, status: int = 200, headers: dict 
     await send({"type": "http.response.body", "body": data})
 
 
-async def send_error(send: Callable, exc: BaseException) -> None:
+async def send_error(send: Send, exc: BaseException) -> None:
     error = error_of(exc)
     await send_json(send, error.body(), error.status, error.headers)
 
 
-async def send_lines(send: Callable, lines: AsyncIterator[str], media_type: bytes) -> None:
+async def send_lines(send: Send, lines: AsyncIterator[str], media_type: bytes) -> None:
     """A streamed response, one piece per item of ``lines``."""
     await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", media_type)]})
     async for line in lines:

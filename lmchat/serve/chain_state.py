@@ -20,11 +20,11 @@ FORMAT = 2
 KINDS = ("responses", "conversation")
 
 
-def _version(data: dict) -> int:
+def _version(data: dict[str, Any]) -> int:
     version = data.get("format", 1)
     if version not in (1, FORMAT):
         raise ValueError(f"state format {version!r}: this lmchat reads formats 1 to {FORMAT}")
-    return version
+    return FORMAT if version == FORMAT else 1
 
 
 @attrs.frozen
@@ -38,7 +38,7 @@ class Run:
     first_serial: int
     count: int
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"session": self.session, "first_serial": self.first_serial, "count": self.count}
 
     @classmethod
@@ -59,7 +59,7 @@ class Cut:
     responses: int
     serial: int
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"responses": self.responses, "serial": self.serial}
 
     @classmethod
@@ -92,18 +92,18 @@ class SessionState:
     system_head: bool = False
     deleted_items: tuple[int, ...] = ()
     cuts: tuple[Cut, ...] = ()
-    queue: tuple[dict, ...] = ()
+    queue: tuple[dict[str, Any], ...] = ()
     deleted_responses: tuple[int, ...] = ()
     origin: tuple[Run, ...] = ()
     created_at: int = 0
-    metadata: dict = attrs.field(factory=dict)
+    metadata: dict[str, Any] = attrs.field(factory=dict)
 
     @property
     def head(self) -> int:
         """How many messages come before the first item (the system prompt that is none)."""
         return int(self.system_head)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"kind": self.kind, "format": FORMAT, "system_head": self.system_head}
         lists = {"deleted_items": list(self.deleted_items), "cuts": [c.to_json() for c in self.cuts],
                  "queue": list(self.queue), "deleted_responses": list(self.deleted_responses),
@@ -114,7 +114,7 @@ class SessionState:
         return data
 
     @classmethod
-    def from_json(cls, data: dict | None) -> SessionState | None:
+    def from_json(cls, data: dict[str, Any] | None) -> SessionState | None:
         """The state in a session's ``extra``; None for a session neither API made (chat, interactive)."""
         if not data or data.get("kind") not in KINDS:
             return None
@@ -142,7 +142,7 @@ class Same:
 
     response: int
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"same_as": self.response}
 
 
@@ -185,9 +185,9 @@ class Note:
     request: Any = None
     instructions: Any = None
     tools: Any = None
-    turn: dict | None = None
+    turn: dict[str, Any] | None = None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"format": FORMAT, "first_serial": self.first_serial, "end_serial": self.end_serial,
                                 "created_at": self.created_at}
         for key in ("idempotency_key", "previous_response_id", *CARRIED, "turn"):
@@ -197,16 +197,18 @@ class Note:
         return data
 
     @classmethod
-    def from_json(cls, data: dict) -> Note:
+    def from_json(cls, data: dict[str, Any]) -> Note:
         if _version(data) == 1:
-            return cls(data["s"], data["e"], data["at"], data.get("key"), data.get("prev"),
-                       *(_carried(data.get(key), "ref") for key in ("model", "req", "instructions", "tools")),
-                       data.get("turn"))
+            model, request, instructions, tools = (_carried(data.get(key), "ref")
+                                                   for key in ("model", "req", "instructions", "tools"))
+            return cls(data["s"], data["e"], data["at"], data.get("key"), data.get("prev"), model, request,
+                       instructions, tools, data.get("turn"))
+        model, request, instructions, tools = (_carried(data.get(key)) for key in CARRIED)
         return cls(data["first_serial"], data["end_serial"], data["created_at"], data.get("idempotency_key"),
-                   data.get("previous_response_id"), *(_carried(data.get(key)) for key in CARRIED), data.get("turn"))
+                   data.get("previous_response_id"), model, request, instructions, tools, data.get("turn"))
 
 
-def resolve(notes: list[dict], k: int, field: str) -> tuple[int, Any]:
+def resolve(notes: list[dict[str, Any]], k: int, field: str) -> tuple[int, Any]:
     """(index of the note that holds it, value) of a carried ``field`` of note ``k`` (of the stored ``notes``)."""
     value = getattr(Note.from_json(notes[k]), field)
     if isinstance(value, Same):

@@ -26,21 +26,25 @@ from __future__ import annotations
 import hashlib
 import time
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import attrs
 
 from ..errors import SessionExists, SessionNotFound
-from ..manager import OneOff
+from ..manager import OneOff, SessionManager
+from ..manager.request import Edit
 from ..manager.table import View
 from ..session import Session
 from ..session.edits import restored
+from ..templates.base import BaseTemplate
 from .chain_state import CARRIED, Note, Same, SessionState, resolve
 from .errors import ApiError
 from .item_names import Names, count_below
 from .items import Serials, conversation_id, parse_conversation_id, parse_response_id, response_id
 
 _SWITCH: dict[str, bool] = {}
+T = TypeVar("T")
 
 
 def new_sid(key: str | None = None, who: str | None = None, branch_of: str | None = None) -> str:
@@ -52,7 +56,8 @@ def new_sid(key: str | None = None, who: str | None = None, branch_of: str | Non
     return hashlib.sha256(seed.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
-def replayed(mgr, who: str | None, key: str | None, previous: str | None, conversation: str | None) -> str | None:
+def replayed(mgr: SessionManager, who: str | None, key: str | None, previous: str | None,
+             conversation: str | None) -> str | None:
     """The response an earlier attempt of this request (the same Idempotency-Key) stored, or None.
 
     It is the one right after ``previous`` (in its chain, or first in the branch the key made off it), the
@@ -61,6 +66,7 @@ def replayed(mgr, who: str | None, key: str | None, previous: str | None, conver
     """
     if key is None:
         return None
+    places: list[tuple[str | None, int | None]]
     if conversation is not None:
         places = [(parse_conversation_id(conversation), None)]
     elif previous is not None:
@@ -70,12 +76,12 @@ def replayed(mgr, who: str | None, key: str | None, previous: str | None, conver
         places = [(new_sid(key, who), 0)]
     for sid, k in places:
         found = _inspect(mgr, sid, _keyed_note(key, k), who) if sid else None
-        if found is not None:
+        if sid and found is not None:
             return response_id(sid, found)
     return None
 
 
-def _keyed_note(key: str, k: int | None):
+def _keyed_note(key: str, k: int | None) -> Callable[[View], int | None]:
     """A reader: note ``k`` (None: the latest) if it holds ``key`` and its response is not deleted."""
 
     def read(v: View) -> int | None:
@@ -94,7 +100,7 @@ def not_found(what: str, value: Any, param: str | None) -> ApiError:
                     code=code)
 
 
-def thinking_switch(template) -> bool:
+def thinking_switch(template: BaseTemplate) -> bool:
     """Whether the template renders ``enable_thinking`` (Qwen3's switch): found by rendering, once per template."""
     name = getattr(template, "name", "")
     if name not in _SWITCH:
@@ -112,7 +118,7 @@ class Want:
     """What a request wants the session's frame to be for its turn (its input aside)."""
 
     instructions: str | None
-    tools: list[dict] | None
+    tools: list[dict[str, Any]] | None
     thinking: bool | None  # None: the template's default
     overflow: str
 
@@ -126,8 +132,10 @@ class Plan:
     serial: int
     expect: int | None = None  # the version the decision was made on (None: a session made for it)
     created: bool = False  # made for this request: ended if the turn does not start (a one-off: gone with it)
-    queued: list = attrs.field(factory=list)  # a conversation's items the model has not seen, sent first
-    last: dict | None = None  # the carried fields of the session's last note: {"instructions": (k, value), ...}
+    #: a conversation's items the model has not seen, sent first
+    queued: list[dict[str, Any]] = attrs.field(factory=list)
+    #: the carried fields of the session's last note: {"instructions": (k, value), ...}
+    last: dict[str, tuple[int, Any]] | None = None
     conversation: str | None = None
     oneoff: OneOff | None = None  # store=false: the session the turn runs on, gone with it (``sid`` is its id)
 
@@ -137,7 +145,7 @@ class Plan:
         return self.sid if self.oneoff is None else self.oneoff
 
 
-def carried(notes_last: dict | None, key: str, value: Any) -> Any:
+def carried(notes_last: dict[str, Any] | None, key: str, value: Any) -> Any:
     """What a new note holds for a carried field: a reference when the last note has the same value."""
     if notes_last is not None and key in notes_last and notes_last[key][1] == value and value is not None:
         return Same(notes_last[key][0])
@@ -155,19 +163,19 @@ class ResponseAt:
     messages: int  # how many of the session's messages the response's state holds (its answer the last)
     stale: bool  # an item its state held was deleted since: it cannot be continued
     latest: bool  # the latest response of an unchanged chain: continuing it extends the session
-    last: dict | None  # the carried fields of the session's last note (:attr:`Plan.last`)
+    last: dict[str, Any] | None  # the carried fields of the session's last note (:attr:`Plan.last`)
     template: Any
     responses: int  # how many responses the session noted
 
 
-def _last_carried(notes: list) -> dict | None:
+def _last_carried(notes: list[Any]) -> dict[str, Any] | None:
     if not notes:
         return None
     k = len(notes) - 1
     return {key: resolve(notes, k, key) for key in CARRIED}
 
 
-def read_response(k: int):
+def read_response(k: int) -> Callable[[View], ResponseAt | None]:
     """A reader (for ``mgr.inspect``) of response ``k``: a :class:`ResponseAt`, or None."""
 
     def read(v: View) -> ResponseAt | None:
@@ -184,7 +192,7 @@ def read_response(k: int):
     return read
 
 
-def read_conversation(v: View) -> dict | None:
+def read_conversation(v: View) -> dict[str, Any] | None:
     state = SessionState.from_json(v.extra)
     if state is None or state.kind != "conversation":
         return None
@@ -194,14 +202,14 @@ def read_conversation(v: View) -> dict | None:
 
 
 # ---------------------------------------------------------------------------------------------- planning
-def plan(mgr, who: str | None, previous: str | None, conversation: str | None, store: bool, want: Want,
-         check, key: str | None = None) -> Plan:
+def plan(mgr: SessionManager, who: str | None, previous: str | None, conversation: str | None, store: bool,
+         want: Want, check: Callable[[BaseTemplate], object], key: str | None = None) -> Plan:
     """Where the request's turn runs (blocking: call it from a worker). ``check(template)`` refuses
     what the session's template cannot do, before anything is created."""
     if conversation is not None:
         sid = parse_conversation_id(conversation)
         info = _inspect(mgr, sid, read_conversation, who) if sid else None
-        if info is None:
+        if sid is None or info is None:
             raise not_found("conversation", conversation, "conversation")
         check(info["template"])
         return Plan(sid, info["k"], info["serial"], info["version"], queued=info["queue"], last=info["last"],
@@ -217,33 +225,33 @@ def plan(mgr, who: str | None, previous: str | None, conversation: str | None, s
         sid = mgr.create(new_sid(key, who), who, system=want.instructions, tools=want.tools, extra=extra)
         return Plan(sid, 0, 0, created=True)
     parsed = parse_response_id(previous)
-    info = _inspect(mgr, parsed[0], read_response(parsed[1]), who) if parsed else None
-    if info is None:
+    found = _inspect(mgr, parsed[0], read_response(parsed[1]), who) if parsed else None
+    if parsed is None or found is None:
         raise not_found("previous response", previous, "previous_response_id")
-    if info.stale:
+    if found.stale:
         raise ApiError(409, f"response {previous!r}: items of its conversation were deleted since: its state is "
                             "gone", param="previous_response_id", code="response_state_gone")
-    check(info.template)
+    check(found.template)
     if not store:
-        return _aside(mgr, who, previous, info)
-    if info.latest:
-        return Plan(parsed[0], info.responses, info.note.end_serial, info.version, last=info.last)
-    return _branch(mgr, who, previous, info, key)
+        return _aside(mgr, who, previous, found)
+    if found.latest:
+        return Plan(parsed[0], found.responses, found.note.end_serial, found.version, last=found.last)
+    return _branch(mgr, who, previous, found, key)
 
 
-def _aside(mgr, who: str | None, previous: str, info: ResponseAt) -> Plan:
+def _aside(mgr: SessionManager, who: str | None, previous: str, info: ResponseAt) -> Plan:
     """A ``store: false`` continuation of the response ``previous``: a one-off copy of its session up to that
     response (the stored chain is only read)."""
-    sid, head = parse_response_id(previous)[0], info.state.head
+    sid, head = _parsed(previous)[0], info.state.head
     extra = SessionState("responses", system_head=info.state.system_head).to_json()
     oneoff = mgr.oneoff(who, extra=extra, parent=sid, at=info.messages)
     return Plan(oneoff.session_id, 0, info.messages - head, created=True, oneoff=oneoff)
 
 
-def _branch(mgr, who: str | None, previous: str, info: ResponseAt, key: str | None) -> Plan:
+def _branch(mgr: SessionManager, who: str | None, previous: str, info: ResponseAt, key: str | None) -> Plan:
     """A new session holding the conversation up to the response ``previous`` (``info`` describes it); with an
     Idempotency-Key its id derives from the key, so that a retry finds it (:func:`replayed`)."""
-    sid, head = parse_response_id(previous)[0], info.state.head
+    sid, head = _parsed(previous)[0], info.state.head
     origin = Names(sid, info.state).runs(info.messages - head)
     extra = SessionState("responses", system_head=info.state.system_head, origin=origin).to_json()
     try:
@@ -253,16 +261,23 @@ def _branch(mgr, who: str | None, previous: str, info: ResponseAt, key: str | No
     return Plan(branch, 0, info.messages - head, created=True)
 
 
-def _inspect(mgr, sid: str, read, who: str | None):
+def _parsed(previous: str) -> tuple[str, int]:
+    """The (session id, index) of a response id known to parse (read from the store already)."""
+    parsed = parse_response_id(previous)
+    assert parsed is not None  # noqa: S101 - the caller read the response it names
+    return parsed
+
+
+def _inspect(mgr: SessionManager, sid: str, read: Callable[[View], T | None], who: str | None) -> T | None:
     try:
         return mgr.inspect(sid, read, who)
     except SessionNotFound:
         return None
 
 
-def branch_after_busy(mgr, who: str | None, previous: str, key: str | None = None) -> Plan:
+def branch_after_busy(mgr: SessionManager, who: str | None, previous: str, key: str | None = None) -> Plan:
     """A chain's latest response is being continued by another request: this one branches off it."""
-    sid, k = parse_response_id(previous)
+    sid, k = _parsed(previous)
     info = _inspect(mgr, sid, read_response(k), who)
     if info is None:
         raise not_found("previous response", previous, "previous_response_id")
@@ -270,16 +285,18 @@ def branch_after_busy(mgr, who: str | None, previous: str, key: str | None = Non
 
 
 # ---------------------------------------------------------------------------------------------- the turn's edit
-def edit_for(want: Want, tokenizer: Any, consume_queue: bool):
+def edit_for(want: Want, tokenizer: Any, consume_queue: bool) -> Edit:
     """The ``edit`` of the turn: the session's system prompt, tools, thinking switch and overflow policy
     as the request wants them (an edited copy, whose delta resets when what is rendered changed), and a
     conversation's queue emptied (its items are the turn's first messages). O(1) when nothing changes."""
 
-    def edit(v: View) -> tuple[Session | None, dict | None] | None:
+    def edit(v: View) -> tuple[Session | None, dict[str, Any] | None] | None:
         # the manager checked the session's kind before the edit: it is one of ours
         session, state = v.session, SessionState.from_json(v.extra)
+        assert state is not None  # noqa: S101 - the manager checked the session's kind (ours) before the edit
         first = session.first_message() if state.system_head else None
         current = first["content"] if first else None
+        system: str | None
         if want.instructions is not None:
             system = want.instructions
         else:
@@ -310,8 +327,8 @@ def edit_for(want: Want, tokenizer: Any, consume_queue: bool):
     return edit
 
 
-def note_for(p: Plan, n_input: int, *, model: str, previous: str | None, want: Want, request: dict,
-             idempotency_key: str | None = None) -> tuple[dict, Note]:
+def note_for(p: Plan, n_input: int, *, model: str, previous: str | None, want: Want, request: dict[str, Any],
+             idempotency_key: str | None = None) -> tuple[dict[str, Any], Note]:
     """What the turn notes (compact: fields equal to the last note's by reference, the previous response only
     when it is not the chain's previous one), as JSON; and the same note whole, as a response object reads it."""
     whole = Note(p.serial, p.serial + n_input + 1, round(time.time(), 3), idempotency_key or None, previous, model,
@@ -326,6 +343,7 @@ def expanded(v: View, sid: str, k: int) -> tuple[Note, str | None]:
     """Note ``k`` whole (its carried fields resolved, its previous response named) and the id of the
     conversation it belongs to (None: a chain's)."""
     state, note = SessionState.from_json(v.extra), Note.from_json(v.notes[k])
+    assert state is not None  # noqa: S101 - the caller read note k of a session of ours
     note = attrs.evolve(note, **{key: resolve(v.notes, k, key)[1] for key in CARRIED})
     if note.previous_response_id is None and k and state.kind == "responses":
         note = attrs.evolve(note, previous_response_id=response_id(sid, k - 1))

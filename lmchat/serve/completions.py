@@ -15,10 +15,14 @@ turn is (400 ``context_length_exceeded``), not left to fail in the engine.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
+from typing import Any, cast
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
+
+from ..manager import SessionManager
+from ..templates.base import BaseTemplate
 
 from ..backends.base import Chunk, GenerationRequest, Prompt, SamplingParams
 from ..errors import SessionLengthExceeded
@@ -34,35 +38,42 @@ from .sse import Meta, completion_events, usage
 router = APIRouter()
 
 
-@router.get("/v1/models")
-async def models(request: Request, who: str | None = Depends(owner)):
+@router.get("/v1/models", response_model=None)
+async def models(request: Request, who: str | None = Depends(owner)) -> dict[str, Any]:
     state = request.app.state
     return {"object": "list",
             "data": [{"id": state.model_name, "object": "model", "created": state.started, "owned_by": "lmchat"}]}
 
 
-@router.post("/v1/completions")
-async def completions(body: CompletionRequest, request: Request, who: str | None = Depends(owner)):
+@router.post("/v1/completions", response_model=None)
+async def completions(body: CompletionRequest, request: Request, who: str | None = Depends(owner)
+                      ) -> dict[str, Any] | StreamingResponse:
     check_n(body.n)
     if body.echo:
         raise ApiError(400, "echo is not supported", param="echo", code="unsupported_value")
-    prompt = body.prompt
-    if isinstance(prompt, list) and (not prompt or not isinstance(prompt[0], int)):
-        if len(prompt) != 1:
-            raise ApiError(400, f"{len(prompt)} prompts: send one prompt per request", param="prompt")
-        prompt = prompt[0]
+    given = body.prompt
+    # the schema's types: a text, texts, token ids or lists of token ids; one text or one list of ids is a prompt
+    prompt = cast("str | list[int]", given)
+    if isinstance(given, list) and (not given or not isinstance(given[0], int)):
+        if len(given) != 1:
+            raise ApiError(400, f"{len(given)} prompts: send one prompt per request", param="prompt")
+        prompt = cast("str | list[int]", given[0])
     state = request.app.state
-    mgr = state.manager
+    mgr: SessionManager = state.manager
     generation = _request(mgr, prompt, body)
     meta = Meta(new_id("cmpl"), "text_completion", int(time.time()), body.model or state.model_name)
-    counter = lambda chars, ids: count(mgr.backend.tokenizer, chars, ids)  # noqa: E731
+
+    def counter(chars: int, ids: int) -> int:
+        return count(mgr.backend.tokenizer, chars, ids)
+
     chunks = mgr.agenerate(generation)
     if body.stream:
         chunks = await primed(chunks)
         include_usage = body.stream_options is not None and body.stream_options.include_usage
         return StreamingResponse(completion_events(chunks, meta, include_usage=include_usage, count=counter),
                                  media_type="text/event-stream")
-    texts, ids, last = [], 0, Chunk()
+    texts: list[str] = []
+    ids, last = 0, Chunk()
     async with cancel_on_disconnect(request.receive, lambda: mgr.backend.cancel(generation.session_id)):
         async for chunk in chunks:
             texts.append(chunk.text)
@@ -74,7 +85,7 @@ async def completions(body: CompletionRequest, request: Request, who: str | None
             "usage": usage(last, counter(len(text), ids))}
 
 
-def _request(mgr, prompt: str | list[int], body: CompletionRequest) -> GenerationRequest:
+def _request(mgr: SessionManager, prompt: str | list[int], body: CompletionRequest) -> GenerationRequest:
     template = mgr.default_template
     stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
     # the template's sampling defaults (same model), but only the request's stop words: a raw prompt
@@ -102,7 +113,8 @@ def _request(mgr, prompt: str | list[int], body: CompletionRequest) -> Generatio
                              source=lambda: Prompt(prompt, ids))
 
 
-def _fits(mgr, template, prompt: str, ids: tuple[int, ...] | None, max_tokens: int) -> None:
+def _fits(mgr: SessionManager, template: BaseTemplate, prompt: str, ids: tuple[int, ...] | None, max_tokens: int
+          ) -> None:
     """Refuse a prompt that does not fit, by the rule a session applies to a turn: with token ids, prompt and
     answer within ``session_len`` (the server's, else the template's); without, the prompt's characters within
     a ``session_len`` the server was given (an answer's size in characters is unknown)."""
@@ -126,7 +138,7 @@ def _checked_ids(ids: list[int], n_tokens: int) -> list[int]:
     return ids
 
 
-async def primed(chunks: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
+async def primed(chunks: AsyncGenerator[Chunk, None]) -> AsyncGenerator[Chunk, None]:
     """``chunks`` once its first chunk has come: what fails before it (capacity, the engine refusing the
     prompt) is still an HTTP error. A disconnect cancels the response task: closing ``chunks`` cancels the
     generation."""
@@ -136,7 +148,7 @@ async def primed(chunks: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
         await chunks.aclose()
         raise
 
-    async def stream() -> AsyncIterator[Chunk]:
+    async def stream() -> AsyncGenerator[Chunk, None]:
         try:
             yield first
             async for chunk in chunks:

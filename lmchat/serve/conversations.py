@@ -14,13 +14,18 @@ answer's message, all its items.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, Body, Depends, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field
 
 from ..errors import InvalidMessages, SessionNotFound
+from ..manager import SessionManager
+from ..manager.table import View
 from ..messages import normalize_messages
+from ..session import Session
 from ..session.edits import restored
 from ..validation import validate_messages
 from . import chains
@@ -33,10 +38,11 @@ from .responses_model import Metadata
 from .schemas import _Body
 
 router = APIRouter()
+T = TypeVar("T")
 
 
 class NewConversation(_Body):
-    items: list | None = None
+    items: list[Any] | None = None
     metadata: Metadata | None = None
 
 
@@ -45,10 +51,10 @@ class ConversationUpdate(_Body):
 
 
 class NewItems(_Body):
-    items: list = Field(min_length=1, max_length=20)
+    items: list[Any] = Field(min_length=1, max_length=20)
 
 
-def view(sid: str, state: SessionState) -> dict:
+def view(sid: str, state: SessionState) -> dict[str, Any]:
     return {"id": conversation_id(sid), "object": "conversation", "created_at": state.created_at,
             "metadata": state.metadata}
 
@@ -60,7 +66,7 @@ def _sid(cid: str) -> str:
     return sid
 
 
-def _checked(history: list[dict], new: list[dict], param: str) -> None:
+def _checked(history: list[dict[str, Any]], new: list[dict[str, Any]], param: str) -> None:
     """New items validated after what precedes them (a tool result answers a call before it)."""
     try:
         validate_messages(history, normalize_messages(new), start=len(history))
@@ -69,19 +75,19 @@ def _checked(history: list[dict], new: list[dict], param: str) -> None:
         raise bad(where, str(exc), "invalid_messages") from None
 
 
-def _conversation(v, cid: str) -> SessionState:
+def _conversation(v: View, cid: str) -> SessionState:
     state = SessionState.from_json(v.extra)
     if state is None or state.kind != "conversation":
         raise chains.not_found("conversation", cid, "conversation_id")
     return state
 
 
-def _count(v, state: SessionState) -> int:
+def _count(v: View, state: SessionState) -> int:
     """How many items the conversation has: the session's messages after its head, then the queue."""
     return v.messages - state.head + len(state.queue)
 
 
-def _tail(v, state: SessionState) -> list[dict]:
+def _tail(v: View, state: SessionState) -> list[dict[str, Any]]:
     """The messages from the session's last answer on, then the queue: what new items follow."""
     i = v.messages
     while i > state.head and v.slice(i - 1, i)[0]["role"] != "assistant":
@@ -89,7 +95,7 @@ def _tail(v, state: SessionState) -> list[dict]:
     return v.slice(max(i - 1, 0)) + list(state.queue)
 
 
-def _call(fn, sid: str, *args):
+def _call(fn: Callable[..., T], sid: str, *args: Any) -> T:
     """``fn(sid, *args)``, a missing session (or another key's) answering as a missing conversation."""
     try:
         return fn(sid, *args)
@@ -99,8 +105,8 @@ def _call(fn, sid: str, *args):
 
 @router.post("/v1/conversations")
 async def create_conversation(request: Request, body: NewConversation = Body(default_factory=NewConversation),
-                              who: str | None = Depends(owner)):
-    mgr = request.app.state.manager
+                              who: str | None = Depends(owner)) -> JSONResponse:
+    mgr: SessionManager = request.app.state.manager
     messages = input_messages(body.items or [], "items")
     _checked([], messages, "items")
     system = None
@@ -114,20 +120,21 @@ async def create_conversation(request: Request, body: NewConversation = Body(def
 
 
 @router.get("/v1/conversations/{cid}")
-async def get_conversation(cid: str, request: Request, who: str | None = Depends(owner)):
+async def get_conversation(cid: str, request: Request, who: str | None = Depends(owner)) -> JSONResponse:
     sid = _sid(cid)
-    mgr = request.app.state.manager
+    mgr: SessionManager = request.app.state.manager
     state = await blocking(_call, mgr.inspect, sid, lambda v: _conversation(v, cid), who)
     return JSONResponse(view(sid, state))
 
 
 @router.post("/v1/conversations/{cid}")
-async def update_conversation(cid: str, body: ConversationUpdate, request: Request, who: str | None = Depends(owner)):
+async def update_conversation(cid: str, body: ConversationUpdate, request: Request,
+                              who: str | None = Depends(owner)) -> JSONResponse:
     sid = _sid(cid)
-    mgr = request.app.state.manager
-    result = []
+    mgr: SessionManager = request.app.state.manager
+    result: list[SessionState] = []
 
-    def change(v):
+    def change(v: View) -> tuple[None, dict[str, Any]]:
         result[:] = [_conversation(v, cid).evolve(metadata=body.metadata)]
         return None, result[0].to_json()
 
@@ -135,10 +142,10 @@ async def update_conversation(cid: str, body: ConversationUpdate, request: Reque
     return JSONResponse(view(sid, result[0]))
 
 
-@router.delete("/v1/conversations/{cid}")
-async def delete_conversation(cid: str, request: Request, who: str | None = Depends(owner)):
+@router.delete("/v1/conversations/{cid}", response_model=None)
+async def delete_conversation(cid: str, request: Request, who: str | None = Depends(owner)) -> dict[str, Any]:
     sid = _sid(cid)
-    mgr = request.app.state.manager
+    mgr: SessionManager = request.app.state.manager
 
     def delete(sid: str) -> None:
         mgr.inspect(sid, lambda v: _conversation(v, cid), who)
@@ -151,11 +158,11 @@ async def delete_conversation(cid: str, request: Request, who: str | None = Depe
 @router.get("/v1/conversations/{cid}/items")
 async def list_items(cid: str, request: Request, limit: int = Query(20, ge=1, le=100),
                      order: str = Query("desc", pattern="^(asc|desc)$"), after: str | None = None,
-                     who: str | None = Depends(owner)):
+                     who: str | None = Depends(owner)) -> JSONResponse:
     sid = _sid(cid)
-    mgr = request.app.state.manager
+    mgr: SessionManager = request.app.state.manager
 
-    def read(v):
+    def read(v: View) -> dict[str, Any]:
         state = _conversation(v, cid)
         return page(walk(v, sid, 0, _count(v, state), order == "desc", after), limit, after)
 
@@ -163,13 +170,13 @@ async def list_items(cid: str, request: Request, limit: int = Query(20, ge=1, le
 
 
 @router.post("/v1/conversations/{cid}/items")
-async def add_items(cid: str, body: NewItems, request: Request, who: str | None = Depends(owner)):
+async def add_items(cid: str, body: NewItems, request: Request, who: str | None = Depends(owner)) -> JSONResponse:
     sid = _sid(cid)
-    mgr = request.app.state.manager
+    mgr: SessionManager = request.app.state.manager
     messages = input_messages(body.items, "items")
-    added: list[dict] = []
+    added: list[dict[str, Any]] = []
 
-    def change(v):
+    def change(v: View) -> tuple[None, dict[str, Any]]:
         state = _conversation(v, cid)
         _checked(_tail(v, state), messages, "items")
         count, serials = _count(v, state), Serials(state.deleted_items)
@@ -181,7 +188,7 @@ async def add_items(cid: str, body: NewItems, request: Request, who: str | None 
     return JSONResponse(page(iter(added), len(added), None))
 
 
-def _find(v, sid: str, cid: str, item_id: str) -> tuple[int, int] | None:
+def _find(v: View, sid: str, cid: str, item_id: str) -> tuple[int, int] | None:
     """(item index, serial) of an item of this conversation, or None."""
     state = _conversation(v, cid)
     found = parse_item_id(item_id)
@@ -196,11 +203,11 @@ def _find(v, sid: str, cid: str, item_id: str) -> tuple[int, int] | None:
 
 
 @router.get("/v1/conversations/{cid}/items/{item_id}")
-async def get_item(cid: str, item_id: str, request: Request, who: str | None = Depends(owner)):
+async def get_item(cid: str, item_id: str, request: Request, who: str | None = Depends(owner)) -> JSONResponse:
     sid = _sid(cid)
-    mgr = request.app.state.manager
+    mgr: SessionManager = request.app.state.manager
 
-    def read(v):
+    def read(v: View) -> dict[str, Any]:
         at = _find(v, sid, cid, item_id)
         if at is None:
             raise chains.not_found("item", item_id, "item_id")
@@ -210,12 +217,12 @@ async def get_item(cid: str, item_id: str, request: Request, who: str | None = D
 
 
 @router.delete("/v1/conversations/{cid}/items/{item_id}")
-async def delete_item(cid: str, item_id: str, request: Request, who: str | None = Depends(owner)):
+async def delete_item(cid: str, item_id: str, request: Request, who: str | None = Depends(owner)) -> JSONResponse:
     sid = _sid(cid)
-    mgr = request.app.state.manager
-    result = []
+    mgr: SessionManager = request.app.state.manager
+    result: list[SessionState] = []
 
-    def change(v):
+    def change(v: View) -> tuple[Session | None, dict[str, Any]]:
         at = _find(v, sid, cid, item_id)
         if at is None:
             raise chains.not_found("item", item_id, "item_id")

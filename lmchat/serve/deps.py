@@ -5,13 +5,15 @@ import asyncio
 import contextlib
 import hmac
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
+from starlette.types import Receive
 
 from ..errors import LmchatError
+from ..manager import SessionManager
 from ..validation import DEFAULT_MAX_CHARS
 from .errors import ApiError
 
@@ -25,7 +27,7 @@ async def owner(request: Request) -> str | None:
     return bearer_owner(request.headers.get("authorization", ""), keys) if keys else None
 
 
-def bearer_owner(header: str, keys) -> str:
+def bearer_owner(header: str, keys: Iterable[str]) -> str:
     """The Bearer token of an ``Authorization`` header if it is one of ``keys``, else a 401."""
     if not bearer_ok(header, keys):
         raise ApiError(401, "missing or invalid API key: send 'Authorization: Bearer KEY'",
@@ -33,12 +35,12 @@ def bearer_owner(header: str, keys) -> str:
     return header.partition(" ")[2]
 
 
-async def authorized(request: Request, keys) -> bool:
+async def authorized(request: Request, keys: Iterable[str]) -> bool:
     """Whether the request carries one of ``keys`` as a Bearer token."""
     return bearer_ok(request.headers.get("authorization", ""), keys)
 
 
-def bearer_ok(header: str, keys) -> bool:
+def bearer_ok(header: str, keys: Iterable[str]) -> bool:
     scheme, _, token = header.partition(" ")
     # compare every key in constant time: no timing hint about which prefix matched
     return scheme.lower() == "bearer" and any([hmac.compare_digest(token.encode(), k.encode()) for k in keys])
@@ -55,10 +57,11 @@ def check_n(n: int) -> None:
                        code="unsupported_value")
 
 
-def text_limit(mgr) -> int | None:
+def text_limit(mgr: SessionManager) -> int | None:
     """The most characters a text that becomes a message may have here (the sessions' ``max_message_chars``):
     a system prompt or Responses ``instructions`` as much as a message's content."""
-    return mgr.session_defaults.get("max_message_chars", DEFAULT_MAX_CHARS)
+    limit: int | None = mgr.session_defaults.get("max_message_chars", DEFAULT_MAX_CHARS)
+    return limit
 
 
 def new_id(prefix: str) -> str:
@@ -70,7 +73,7 @@ def new_id(prefix: str) -> str:
 WATCH_AFTER = 0.02
 
 
-def cancel_on_disconnect(receive: Callable, cancel: Callable[[], Any]) -> "_Watch":
+def cancel_on_disconnect(receive: Receive, cancel: Callable[[], Any]) -> "_Watch":
     """``async with cancel_on_disconnect(receive, cancel):`` calls ``cancel`` if the client goes away while
     an answer is being generated.
 
@@ -88,10 +91,10 @@ class _Watch:
 
     __slots__ = ("receive", "cancel", "timer", "task", "left")
 
-    def __init__(self, receive: Callable, cancel: Callable[[], Any]):
+    def __init__(self, receive: Receive, cancel: Callable[[], Any]) -> None:
         self.receive, self.cancel = receive, cancel
         self.timer: asyncio.TimerHandle | None = None
-        self.task: asyncio.Task | None = None
+        self.task: asyncio.Task[None] | None = None
         self.left = False  # the client went away (seen by the watch)
 
     async def __aenter__(self) -> "_Watch":
@@ -108,8 +111,8 @@ class _Watch:
         with contextlib.suppress(LmchatError):  # the turn may have just ended
             self.cancel()
 
-    async def __aexit__(self, *exc_info: Any) -> bool:
-        self.timer.cancel()
+    async def __aexit__(self, *exc_info: Any) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
         if self.task is not None:
             self.task.cancel()
-        return False

@@ -9,6 +9,8 @@ classes overlap (``SessionNotFound`` and ``UnknownTemplate`` are KeyErrors,
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import Any
 
 from ..errors import (
     BackendError, CapacityExceeded, ConfigError, ConstraintUnsupported, EngineMismatch, InvalidMessages, LmchatError,
@@ -59,14 +61,14 @@ class ApiError(Exception):
     """An error response: ``status`` and the fields of OpenAI's error object."""
 
     def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",
-                 param: str | None = None, code: str | None = None, headers: dict | None = None):
+                 param: str | None = None, code: str | None = None, headers: dict[str, Any] | None = None):
         super().__init__(message)
         # every error has a code a client can branch on
         code = code or ("invalid_request" if status < 500 else "server_error")
         self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
         self.headers = headers or {}
 
-    def body(self) -> dict:
+    def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
     def naming(self, param: str | None, message: str | None = None) -> "ApiError":
@@ -116,7 +118,8 @@ def sent_index(exc: InvalidMessages, n_sent: int) -> int | None:
     return k if 0 <= k < n_sent else None
 
 
-def as_sent(exc: InvalidMessages | SessionLengthExceeded, n_sent: int, name) -> ApiError:
+def as_sent(exc: InvalidMessages | SessionLengthExceeded, n_sent: int,
+            name: Callable[[int | None, str | None], str | None]) -> ApiError:
     """The error naming the request's own field. ``name(k, field)``: the param for the ``k``-th message the
     request sent (``field``: the message's own, ``content``, ``tool_calls[0].function.name``...); ``k`` None:
     for an error that names no message the request sent (a turn that does not fit, a rule of the template
@@ -129,4 +132,4 @@ def as_sent(exc: InvalidMessages | SessionLengthExceeded, n_sent: int, name) -> 
     if param is None:
         return error
     # the message names the field as the param does (a session's messages[6] means nothing to the client)
-    return error.naming(param, f"{param}: {exc.reason}" if k is not None else None)
+    return error.naming(param, f"{param}: {exc.reason}" if k is not None and isinstance(exc, InvalidMessages) else None)

@@ -16,6 +16,7 @@ import time
 import types
 
 from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .asgi import send_json
 from .errors import ApiError
@@ -80,12 +81,12 @@ else:  # pragma: no cover - Python 3.10
 class Guard:
     """``routes``: path -> (method, ASGI app) served here, ahead of the wrapped app (:mod:`.asgi`)."""
 
-    def __init__(self, app, *, max_body: int, stats: RequestStats, body_timeout: float = BODY_SECONDS,
-                 routes: dict | None = None):
+    def __init__(self, app: ASGIApp, *, max_body: int, stats: RequestStats, body_timeout: float = BODY_SECONDS,
+                 routes: dict[str, tuple[str, ASGIApp]] | None = None) -> None:
         self.app, self.max_body, self.stats, self.body_timeout = app, max_body, stats, body_timeout
         self.routes = routes or {}
 
-    async def __call__(self, scope, receive, send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -93,7 +94,7 @@ class Guard:
         status = 500  # what a crash before the response starts amounts to
         limit, seen, body_done = self.max_body, 0, False
 
-        async def counted_receive():
+        async def counted_receive() -> Message:
             nonlocal seen, body_done
             if body_done:  # after the body only a disconnect can come: no deadline for it
                 return await receive()
@@ -110,7 +111,7 @@ class Guard:
                 body_done = not message.get("more_body", False)
             return message
 
-        async def watched_send(message) -> None:
+        async def watched_send(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
@@ -134,7 +135,7 @@ class Guard:
             self.stats.record(scope["method"], path, status, time.perf_counter() - started)
 
 
-def _declared_length(scope) -> int:
+def _declared_length(scope: Scope) -> int:
     for name, value in scope["headers"]:
         if name == b"content-length":
             try:
@@ -144,12 +145,12 @@ def _declared_length(scope) -> int:
     return 0
 
 
-async def _refuse_method(send, allowed: str) -> None:
+async def _refuse_method(send: Send, allowed: str) -> None:
     error = ApiError(405, "Method Not Allowed", code="method_not_allowed")
     await send_json(send, error.body(), 405, {"allow": allowed})
 
 
-async def _refuse(send, limit: int) -> None:
+async def _refuse(send: Send, limit: int) -> None:
     error = ApiError(413, f"request body over {limit} bytes", code="request_too_large")
     # close the connection: the unread body must not be parsed as the next request
     await send_json(send, error.body(), 413, {"connection": "close"})

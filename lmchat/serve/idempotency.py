@@ -16,7 +16,8 @@ import math
 import os
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
+from typing import TypeVar
 
 from ..errors import RequestInProgress
 
@@ -66,11 +67,14 @@ class Inflight:
         return release
 
 
+T = TypeVar("T")
+
+
 def _nothing() -> None:
     return None
 
 
-def releasing(events: AsyncIterator, release: Callable[[], None]) -> AsyncIterator:
+def releasing(events: AsyncGenerator[T, None], release: Callable[[], None]) -> AsyncGenerator[T, None]:
     """``events`` (a streamed answer's), then ``release()``, however the stream ends (never iterated: once it is
     collected)."""
     stream = _releasing(events, release)
@@ -78,7 +82,7 @@ def releasing(events: AsyncIterator, release: Callable[[], None]) -> AsyncIterat
     return stream
 
 
-async def _releasing(events: AsyncIterator, release: Callable[[], None]) -> AsyncIterator:
+async def _releasing(events: AsyncGenerator[T, None], release: Callable[[], None]) -> AsyncGenerator[T, None]:
     try:
         async for event in events:
             yield event

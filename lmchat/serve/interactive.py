@@ -24,9 +24,12 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+from starlette.datastructures import State
+from starlette.types import Message, Receive, Scope, Send
+
 from ..backends.base import Chunk
 from ..errors import InvalidMessages, LmchatError, SessionLengthExceeded
-from ..manager import OneOff, TurnRequest
+from ..manager import OneOff, SessionManager, TurnRequest
 from . import asgi
 from .deps import blocking, cancel_on_disconnect
 from .errors import ApiError, api_error, as_sent
@@ -39,13 +42,13 @@ PATH = "/v1/chat/interactive"
 class Interactive:
     """``POST /v1/chat/interactive`` for the app whose state is ``state`` (its manager and API keys)."""
 
-    def __init__(self, state: Any):
+    def __init__(self, state: State) -> None:
         self.state = state
 
-    async def __call__(self, scope: dict, receive, send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = False
 
-        async def watched_send(message: dict) -> None:
+        async def watched_send(message: Message) -> None:
             nonlocal started
             started = True
             await send(message)
@@ -59,8 +62,9 @@ class Interactive:
                 raise
             await asgi.send_error(send, exc)
 
-    async def turn(self, body: InteractiveRequest, who: str | None, receive, send, key: str | None = None) -> None:
-        mgr = self.state.manager
+    async def turn(self, body: InteractiveRequest, who: str | None, receive: Receive, send: Send,
+                   key: str | None = None) -> None:
+        mgr: SessionManager = self.state.manager
         sid = None if body.session_id in (-1, "-1") else str(body.session_id)
         if body.cancel or body.stop is True:
             if sid is None:
@@ -84,9 +88,10 @@ class Interactive:
             return await asgi.send_json(send, reply(sid, "", 0, Chunk(), finish_reason="stop", ended=True))
         # to_end: a stored session that interactive_mode=false ends here once its turn is over, however it ends
         created = False
+        session: str | OneOff
         if sid is None and end:  # a one-off: the store never sees it, and it is gone with its turn
-            session: str | OneOff = mgr.oneoff(who)
-            sid, to_end = session.session_id, False
+            oneoff = mgr.oneoff(who)
+            session, sid, to_end = oneoff, oneoff.session_id, False
         else:
             created = sid is None  # made for this turn: a turn refused before it starts leaves nothing behind
             session = sid = sid if sid is not None else await blocking(mgr.create, None, who)
@@ -104,8 +109,8 @@ class Interactive:
         finally:
             release()
 
-    async def _answer(self, mgr, turn: TurnRequest, sid: str, body: InteractiveRequest, to_end: bool, receive, send,
-                      created: bool = False) -> None:
+    async def _answer(self, mgr: SessionManager, turn: TurnRequest, sid: str, body: InteractiveRequest, to_end: bool,
+                      receive: Receive, send: Send, created: bool = False) -> None:
         end = not body.interactive_mode
         session, who = turn.session, turn.owner
         try:
@@ -139,7 +144,8 @@ class Interactive:
         await asgi.send_json(send, reply(sid, result.text, generated, last, result.finish_reason, ended=end or None))
 
 
-async def _lines(mgr, sid: str, who: str | None, chunks: AsyncIterator[Chunk], end: bool) -> AsyncIterator[str]:
+async def _lines(mgr: SessionManager, sid: str, who: str | None, chunks: AsyncIterator[Chunk], end: bool
+                 ) -> AsyncIterator[str]:
     chars = ids = 0
     try:
         async for chunk in chunks:
@@ -154,7 +160,7 @@ async def _lines(mgr, sid: str, who: str | None, chunks: AsyncIterator[Chunk], e
             end_soon(mgr, sid, who)
 
 
-def reply(sid: str, text: str, tokens: int, last: Chunk, finish_reason: str | None, **extra: Any) -> dict:
+def reply(sid: str, text: str, tokens: int, last: Chunk, finish_reason: str | None, **extra: Any) -> dict[str, Any]:
     """LMDeploy's response fields; ``input_tokens``/``history_tokens`` are final on the last chunk."""
     body = {"text": text, "tokens": tokens, "input_tokens": last.prefilled, "history_tokens": last.reused,
             "finish_reason": finish_reason, "session_id": sid}
@@ -166,13 +172,13 @@ def reply(sid: str, text: str, tokens: int, last: Chunk, finish_reason: str | No
     return body
 
 
-def _prompt_param(prompt: str | list, kept: list[int], k: int | None, field: str | None) -> str:
+def _prompt_param(prompt: str | list[Any], kept: list[int], k: int | None, field: str | None) -> str:
     if k is None or isinstance(prompt, str):
         return "prompt"
     return f"prompt[{kept[k]}].{field}" if field else f"prompt[{kept[k]}]"
 
 
-async def _overflow(send, sid: str, exc: SessionLengthExceeded) -> None:
+async def _overflow(send: Send, sid: str, exc: SessionLengthExceeded) -> None:
     error = api_error(exc).naming("prompt")
     body = {**error.body(), "text": "", "tokens": 0, "input_tokens": exc.new, "history_tokens": exc.used,
             "finish_reason": "session_len", "session_id": sid}

@@ -4,6 +4,7 @@ every branch (GET /v1/responses/ID/input_items)."""
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 
 import attrs
 
@@ -11,7 +12,7 @@ from .chain_state import Run, SessionState
 from .items import Serials
 
 
-def count_below(removed, serial: int) -> int:
+def count_below(removed: Sequence[int], serial: int) -> int:
     """How many items there are now before ``serial`` (``removed``: the deleted serials, sorted)."""
     return serial - bisect.bisect_left(removed, serial)
 
@@ -25,10 +26,11 @@ class Names:
     depend on its ancestors still being there, or unchanged.
     """
 
-    def __init__(self, sid: str, state: SessionState):
+    def __init__(self, sid: str, state: SessionState) -> None:
         self.sid, self.origin, self.serials = sid, state.origin, Serials(state.deleted_items)
         self.removed = self.serials.removed
-        self.starts, self.inherited = [], 0  # where each run starts; how many items the origin names
+        self.starts: list[int] = []
+        self.inherited = 0  # where each run starts; how many items the origin names
         for run in self.origin:
             self.starts.append(self.inherited)
             self.inherited += run.count

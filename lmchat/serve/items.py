@@ -21,7 +21,7 @@ from __future__ import annotations
 import bisect
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ..messages import call_arguments, flatten_text
@@ -73,7 +73,7 @@ def parse_item_id(value: str) -> tuple[str, int] | None:
 class Serials:
     """Item serials: a conversation's items numbered in order, deleted ones (``removed``) keeping theirs."""
 
-    def __init__(self, removed: list[int] | None = None):
+    def __init__(self, removed: Iterable[int] | None = None) -> None:
         self.removed = sorted(removed or ())
 
     def serial(self, index: int) -> int:
@@ -94,7 +94,7 @@ class Serials:
 
 
 # ---------------------------------------------------------------------------------------------- tools
-def session_tools(tools: Any, param: str = "tools") -> list[dict] | None:
+def session_tools(tools: Any, param: str = "tools") -> list[dict[str, Any]] | None:
     """Responses' flat function tools as the session's OpenAI tool schemas."""
     if not tools:
         return None
@@ -121,7 +121,7 @@ def session_tools(tools: Any, param: str = "tools") -> list[dict] | None:
     return out
 
 
-def response_tools(tools: list[dict] | None) -> list[dict]:
+def response_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
     """The session's tool schemas as Responses' function tools."""
     out = []
     for tool in tools or ():
@@ -154,7 +154,7 @@ def _text(content: Any, param: str, role: str) -> str:
     return "".join(texts)
 
 
-def _string(item: dict, key: str, where: str) -> str:
+def _string(item: dict[str, Any], key: str, where: str) -> str:
     value = item.get(key)
     if not isinstance(value, str) or not value:
         raise bad(f"{where}.{key}", f"{key} is a non-empty string")
@@ -170,13 +170,13 @@ def arguments_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def input_messages(value: Any, param: str = "input") -> list[dict]:
+def input_messages(value: Any, param: str = "input") -> list[dict[str, Any]]:
     """The messages a turn appends for Responses ``input`` (a string, or a list of items)."""
     if isinstance(value, str):
         return [{"role": "user", "content": value}]
     if not isinstance(value, list):
         raise bad(param, "input is a string or a list of items")
-    messages: list[dict] = []
+    messages: list[dict[str, Any]] = []
     reasoning: str | None = None
     merge = False  # the last message is an assistant's that a function_call item may join
     for i, item in enumerate(value):
@@ -185,7 +185,8 @@ def input_messages(value: Any, param: str = "input") -> list[dict]:
             raise bad(where, "an input item is an object")
         kind = item.get("type", "message" if "role" in item else None)
         if kind == "message":
-            role = ROLES.get(item.get("role"))
+            given: Any = item.get("role")
+            role = ROLES.get(given)
             if role is None:
                 raise bad(f"{where}.role", f"role {item.get('role')!r} is not one of {', '.join(ROLES)}")
             message = {"role": role, "content": _text(item.get("content"), f"{where}.content", role)}
@@ -222,7 +223,7 @@ def input_messages(value: Any, param: str = "input") -> list[dict]:
 
 
 # ---------------------------------------------------------------------------------------------- output
-def answer_parts(message: dict, template: Any, tools: Any) -> tuple[str, str | None, list[dict]]:
+def answer_parts(message: dict[str, Any], template: Any, tools: Any) -> tuple[str, str | None, list[dict[str, Any]]]:
     """(content, reasoning, calls) of an assistant message: a plain answer is held as the model wrote it."""
     if message.get("tool_calls"):
         return flatten_text(message.get("content")), message.get("reasoning_content"), message["tool_calls"]
@@ -230,8 +231,8 @@ def answer_parts(message: dict, template: Any, tools: Any) -> tuple[str, str | N
     return parsed.content, message.get("reasoning_content") or parsed.reasoning_content, []
 
 
-def answer_items(sid: str, serial: int, content: str, reasoning: str | None, calls: list[dict],
-                 status: str = "completed") -> list[dict]:
+def answer_items(sid: str, serial: int, content: str, reasoning: str | None, calls: list[dict[str, Any]],
+                 status: str = "completed") -> list[dict[str, Any]]:
     """An answer's output items: reasoning, the message (also when empty, if nothing else), the calls."""
     items = []
     if reasoning:
@@ -242,23 +243,23 @@ def answer_items(sid: str, serial: int, content: str, reasoning: str | None, cal
     return items
 
 
-def reasoning_item(sid: str, serial: int, text: str, status: str = "completed") -> dict:
+def reasoning_item(sid: str, serial: int, text: str, status: str = "completed") -> dict[str, Any]:
     return {"type": "reasoning", "id": f"rs_{sid}_{serial}", "summary": [],
             "content": [{"type": "reasoning_text", "text": text}], "status": status}
 
 
-def message_item(sid: str, serial: int, text: str, status: str = "completed") -> dict:
+def message_item(sid: str, serial: int, text: str, status: str = "completed") -> dict[str, Any]:
     return {"type": "message", "id": f"msg_{sid}_{serial}", "role": "assistant", "status": status,
             "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}
 
 
-def call_item(sid: str, serial: int, j: int, call: dict, status: str = "completed") -> dict:
+def call_item(sid: str, serial: int, j: int, call: dict[str, Any], status: str = "completed") -> dict[str, Any]:
     fn = call.get("function") or {}
     return {"type": "function_call", "id": f"fc_{sid}_{serial}_{j}", "call_id": call.get("id") or "",
             "name": fn.get("name") or "", "arguments": arguments_text(fn.get("arguments", {})), "status": status}
 
 
-def message_items(sid: str, serial: int, message: dict, template: Any, tools: Any) -> list[dict]:
+def message_items(sid: str, serial: int, message: dict[str, Any], template: Any, tools: Any) -> list[dict[str, Any]]:
     """The items of one session message (input or output)."""
     role = message.get("role")
     if role == "assistant":
@@ -270,9 +271,10 @@ def message_items(sid: str, serial: int, message: dict, template: Any, tools: An
              "content": [{"type": "input_text", "text": flatten_text(message.get("content"))}]}]
 
 
-def page(items: Iterator[dict], limit: int, after: str | None) -> dict:
+def page(items: Iterator[dict[str, Any]], limit: int, after: str | None) -> dict[str, Any]:
     """A list object of up to ``limit`` items, those after ``after`` (an item id) in the iterator's order."""
-    data, skipping, more = [], after is not None, False
+    data: list[dict[str, Any]] = []
+    skipping, more = after is not None, False
     for item in items:
         if skipping:
             skipping = item["id"] != after

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import threading
+from typing import Any
 from collections import Counter
 from collections.abc import Iterable
 
@@ -24,7 +25,7 @@ class RequestStats:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.counts: Counter[tuple[str, str, int]] = Counter()
-        self._hist: dict[str, list] = {}  # route -> [bucket counts..., sum]
+        self._hist: dict[str, list[Any]] = {}  # route -> [bucket counts..., sum]
 
     def record(self, method: str, route: str, status: int, seconds: float) -> None:
         with self._lock:
@@ -53,7 +54,7 @@ class RequestStats:
         return out
 
 
-def render(manager: dict, requests: RequestStats) -> str:
+def render(manager: dict[str, Any], requests: RequestStats) -> str:
     """The whole exposition: ``manager`` is :meth:`SessionManager.metrics`."""
     out: list[str] = []
     for name, kind, help_text in (
@@ -80,7 +81,7 @@ def render(manager: dict, requests: RequestStats) -> str:
     return "\n".join(out) + "\n"
 
 
-def _kv_lines(kv: dict | None) -> list[str]:
+def _kv_lines(kv: dict[str, Any] | None) -> list[str]:
     """The engine's KV tiers (a backend that is a :class:`~lmchat.backends.base.PrefixCache`)."""
     if not kv:
         return []
@@ -126,7 +127,8 @@ def _head(name: str, kind: str, help_text: str) -> list[str]:
     return [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
 
 
-def _histogram(name: str, pairs: Iterable, total_sum: float, count: int, labels: str = "") -> list[str]:
+def _histogram(name: str, pairs: Iterable[tuple[Any, int]], total_sum: float, count: int, labels: str = ""
+               ) -> list[str]:
     out = [f'{name}_bucket{{{labels}le="{bound}"}} {n}' for bound, n in pairs]
     close = f"{{{labels[:-1]}}}" if labels else ""
     return out + [f"{name}_sum{close} {total_sum}", f"{name}_count{close} {count}"]

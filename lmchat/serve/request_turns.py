@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from ..errors import LmchatError, SessionBusy
 from ..manager import SessionManager, TurnRequest, TurnResult, TurnStream
+from ..tools.events import ParsedResponse
 from .deps import cancel_on_disconnect
 
 T = TypeVar("T")
@@ -54,6 +55,13 @@ async def run(mgr: SessionManager, request: TurnRequest, receive: Callable[[], A
     answer is committed)."""
     async with cancel_on_disconnect(receive, lambda: mgr.cancel(request.session, request.owner)):
         return await patient(mgr, request, receive, lambda: mgr.arun_turn(request))
+
+
+def parsed_of(result: TurnResult) -> ParsedResponse:
+    """The turn's answer parsed (content, reasoning, tool calls): the manager's turns always parse."""
+    if result.parsed is None:
+        raise AssertionError("a manager turn without its parsed answer")
+    return result.parsed
 
 
 def count(tokenizer: Any, n_chars: int, n_ids: int) -> int:

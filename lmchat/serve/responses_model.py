@@ -11,11 +11,14 @@ names the request's ``input[i]`` (:func:`input_error`).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, StrictBool, StrictStr, field_validator
 
 from ..errors import InvalidMessages, SessionLengthExceeded
+from ..manager import TurnResult
+from ..templates.base import BaseTemplate
 from ..tools.registry import response_format
 from ..validation import DEFAULT_MAX_CHARS, MAX_MESSAGES, check_text, check_tool_choice
 from .chain_state import Note
@@ -54,7 +57,7 @@ class ResponsesRequest(_Body):
 
     @field_validator("input")
     @classmethod
-    def _items(cls, value: str | list) -> str | list:
+    def _items(cls, value: str | list[Any]) -> str | list[Any]:
         # as many items as chat takes messages; checked here, not in the type: a union's error would name
         # its string branch (input.str)
         if isinstance(value, list) and len(value) > MAX_MESSAGES:
@@ -89,7 +92,7 @@ class ResponsesRequest(_Body):
         check_tool_choice(choice, [n for n in names if isinstance(n, str)], chat=False)
         return {"conversation": conversation, "thinking": None if effort is None else effort != "none"}
 
-    def fields(self, template, text_format: dict | None = None) -> dict[str, Any]:
+    def fields(self, template: BaseTemplate, text_format: dict[str, Any] | None = None) -> dict[str, Any]:
         """The request's fields a response object repeats (a note keeps them); ``text_format``: ``text.format``
         as the response echoes it (:func:`.formats.text_constraint`)."""
         # kept only when structured: notes stay as they were for plain text
@@ -102,7 +105,7 @@ class ResponsesRequest(_Body):
                 "store": self.store}
 
 
-def check_effort(template, thinking: bool | None) -> None:
+def check_effort(template: BaseTemplate, thinking: bool | None) -> None:
     """``reasoning.effort`` the template can honour: ``"none"`` needs a switch to turn reasoning off (Qwen3's
     ``enable_thinking``), any other effort a template whose model reasons (switched on, or always: R1, QwQ).
     Either is refused on a template that cannot do it, rather than silently ignored."""
@@ -116,7 +119,7 @@ def check_effort(template, thinking: bool | None) -> None:
                                       "out", "unsupported_value")
 
 
-def input_error(exc: InvalidMessages | SessionLengthExceeded, value: str | list) -> ApiError:
+def input_error(exc: InvalidMessages | SessionLengthExceeded, value: str | list[Any]) -> ApiError:
     """A turn's error naming the request's ``input`` (``input[i].content``) instead of the session's messages.
 
     Items are not messages (a ``function_call`` joins the assistant message
@@ -151,12 +154,12 @@ def input_error(exc: InvalidMessages | SessionLengthExceeded, value: str | list)
 _ITEM_FIELDS = {"tool_call_id": "call_id", "id": "call_id"}
 
 
-def _message(value: list, i: int, k: int) -> dict:
+def _message(value: list[Any], i: int, k: int) -> dict[str, Any]:
     messages = input_messages(value[:i + 1])
     return messages[k] if k < len(messages) else {}
 
 
-def _first(n: int, reached) -> int:
+def _first(n: int, reached: Callable[[int], bool]) -> int:
     """The first ``i < n`` for which ``reached(i)`` holds (it holds from there on), by bisection."""
     lo, hi = 0, n - 1
     while lo < hi:
@@ -168,14 +171,14 @@ def _first(n: int, reached) -> int:
     return lo
 
 
-def turn_of(result) -> dict:
+def turn_of(result: TurnResult) -> dict[str, Any]:
     """The counts of a finished turn, as a note keeps them (``stream_turn(note=)``)."""
     return {"finish_reason": result.finish_reason, "prefilled": result.prefilled, "reused": result.reused,
             "generated": len(result.token_ids), "chars": len(result.text),
             "cache_miss_reason": result.cache_miss_reason, "cached_from": result.cached_from}
 
 
-def status_of(finish_reason: str | None) -> tuple[str, dict | None]:
+def status_of(finish_reason: str | None) -> tuple[str, dict[str, Any] | None]:
     if finish_reason == "stop":
         return "completed", None
     if finish_reason == "length":
@@ -185,7 +188,7 @@ def status_of(finish_reason: str | None) -> tuple[str, dict | None]:
     return "incomplete", {"reason": None}  # e.g. a repetition stop
 
 
-def usage(turn: dict, tokens: bool) -> dict:
+def usage(turn: dict[str, Any], tokens: bool) -> dict[str, Any]:
     """Responses usage: the prompt is what the engine prefilled plus what it reused (``cached_tokens``);
     ``cache_miss_reason`` (lmchat's) says why it could not reuse all it held. Counts are characters when
     the sessions have no tokenizer (``tokens`` False)."""
@@ -198,8 +201,8 @@ def usage(turn: dict, tokens: bool) -> dict:
             "output_tokens_details": {"reasoning_tokens": 0}}
 
 
-def response_object(rid: str, note: Note, conversation: str | None, output: list[dict] | None, *, tokens: bool,
-                    status: str | None = None) -> dict:
+def response_object(rid: str, note: Note, conversation: str | None, output: list[dict[str, Any]] | None, *,
+                    tokens: bool, status: str | None = None) -> dict[str, Any]:
     """A response as the API returns it, from its whole note (:func:`.chains.expanded`) and the conversation it
     belongs to; a note without its ``turn`` is a response still running."""
     req, turn = note.request, note.turn
@@ -221,5 +224,5 @@ def response_object(rid: str, note: Note, conversation: str | None, output: list
     }
 
 
-def failed(response: dict, error: ApiError) -> dict:
+def failed(response: dict[str, Any], error: ApiError) -> dict[str, Any]:
     return {**response, "status": "failed", "error": {"code": "server_error", "message": error.message}}

@@ -13,14 +13,16 @@ event followed by ``response.failed``.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 from ..errors import LmchatError
 from ..tools import ContentDelta, ReasoningDelta, ResponseStream
-from ..manager import TurnStream
+from ..tools.events import Event
+from ..manager import TurnResult, TurnStream
 from .errors import api_error
 from .items import arguments_text, call_item, message_item, reasoning_item
+from .request_turns import parsed_of
 from .responses_model import failed
 
 
@@ -36,19 +38,20 @@ class Events:
         return f"event: {kind}\ndata: {json.dumps(payload, ensure_ascii=False)}\n\n"
 
 
-async def response_events(turn: TurnStream, base: dict, *, sid: str, serial: int, template: Any,
-                          tools: list | None, parse: bool, finish: Callable[[Any, list[dict]], dict]
-                          ) -> AsyncIterator[str]:
+async def response_events(turn: TurnStream, base: dict[str, Any], *, sid: str, serial: int, template: Any,
+                          tools: list[Any] | None, parse: bool,
+                          finish: Callable[[TurnResult, list[dict[str, Any]]], dict[str, Any]]
+                          ) -> AsyncGenerator[str, None]:
     """The events of one response. ``turn``: the turn's stream, started; ``base``: the
     response object in progress; ``serial``: the answer's item serial; ``finish(result, output)``: the
     finished response object."""
     event = Events()
     parser = ResponseStream(template, tools=tools) if parse else None
-    output: list[dict] = []
+    output: list[dict[str, Any]] = []
     texts: dict[str, list[str]] = {}  # item id -> its text so far
     open_ids: list[str] = []
 
-    def open_item(item: dict, part: dict) -> list[str]:
+    def open_item(item: dict[str, Any], part: dict[str, Any]) -> list[str]:
         output.append(item)
         texts[item["id"]] = []
         open_ids.append(item["id"])
@@ -78,7 +81,7 @@ async def response_events(turn: TurnStream, base: dict, *, sid: str, serial: int
         open_ids.clear()
         return out
 
-    def deltas(parsed: list) -> list[str]:
+    def deltas(parsed: list[Any]) -> list[str]:
         out = []
         for piece in parsed:
             reasoning = isinstance(piece, ReasoningDelta)
@@ -99,7 +102,7 @@ async def response_events(turn: TurnStream, base: dict, *, sid: str, serial: int
             texts[item_id].append(piece.text)
             index = next(i for i, it in enumerate(output) if it["id"] == item_id)
             kind = "response.reasoning_text.delta" if reasoning else "response.output_text.delta"
-            extra = {} if reasoning else {"logprobs": []}
+            extra: dict[str, Any] = {} if reasoning else {"logprobs": []}
             out.append(event(kind, item_id=item_id, output_index=index, content_index=0, delta=piece.text, **extra))
         return out
 
@@ -107,6 +110,7 @@ async def response_events(turn: TurnStream, base: dict, *, sid: str, serial: int
     yield event("response.in_progress", response=base)
     try:
         async for chunk in turn:
+            parsed: list[Event]
             if parser is None:
                 parsed = [ContentDelta(chunk.text)]
             else:
@@ -115,7 +119,7 @@ async def response_events(turn: TurnStream, base: dict, *, sid: str, serial: int
                 yield line
         result = turn.result
         status = "completed" if result.finish_reason == "stop" else "incomplete"
-        calls = result.parsed.tool_calls if parse and result.finish_reason == "stop" else []
+        calls = parsed_of(result).tool_calls if parse and result.finish_reason == "stop" else []
         if not calls and not any(it["type"] == "message" for it in output):  # no text, no call: an empty message
             for line in open_item({**message_item(sid, serial, "", "in_progress"), "content": []},
                                   {"type": "output_text", "text": "", "annotations": [], "logprobs": []}):

@@ -91,7 +91,8 @@ class InteractiveRequest(_Sampling):
 
     prompt: StrictStr | list[dict[str, Any]] = ""
     # early LMDeploy clients sent ``stop`` as a bool: true meant what ``cancel`` means now
-    stop: StrictStr | list[StrictStr] | StrictBool | None = None
+    # (a wider type than _Sampling's, as pydantic allows a subclass's field: mypy's assignment rule does not)
+    stop: StrictStr | list[StrictStr] | StrictBool | None = None  # type: ignore[assignment]
     session_id: StrictInt | StrictStr = -1
     interactive_mode: StrictBool = False
     stream: StrictBool = False

@@ -6,12 +6,14 @@ answers 404, exactly like a session that does not exist.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from fastapi import APIRouter, Body, Depends, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from ..backends.base import PromptFormat
 from ..errors import SnapshotError, StoreCorrupt, StoreError
+from ..manager import SessionManager
 from ..manager.ids import owner_key, store_key
 from ..session import Session
 from ..validation import check_text
@@ -23,7 +25,7 @@ from .schemas import Fork, NewSession
 router = APIRouter()
 
 
-def view(session: Session) -> dict:
+def view(session: Session) -> dict[str, Any]:
     """A session as the API shows it; ``unit`` says what ``step`` and ``session_len`` count."""
     return {
         "id": session.session_id, "object": "session", "template": session.template.name,
@@ -33,33 +35,33 @@ def view(session: Session) -> dict:
     }
 
 
-@router.get("/v1/sessions")
+@router.get("/v1/sessions", response_model=None)
 async def list_sessions(request: Request, limit: int = Query(100, ge=1, le=10_000),
-                        who: str | None = Depends(owner)):
+                        who: str | None = Depends(owner)) -> dict[str, Any]:
     infos = await blocking(request.app.state.manager.list, who, limit)
     data = [{"id": i.id, "object": "session", "title": i.title, "turns": i.turns, "updated_at": i.updated_at,
              "template": i.template} for i in infos]
     return {"object": "list", "data": data}
 
 
-@router.post("/v1/sessions", status_code=201)
+@router.post("/v1/sessions", status_code=201, response_model=None)
 async def create_session(request: Request, body: NewSession = Body(default_factory=NewSession),
-                         who: str | None = Depends(owner)):
-    mgr = request.app.state.manager
+                         who: str | None = Depends(owner)) -> dict[str, Any]:
+    mgr: SessionManager = request.app.state.manager
     check_text(body.system, "system", text_limit(mgr))  # the limit a message's content has (and instructions)
     sid = await blocking(mgr.create, body.session_id, who, system=body.system, tools=body.tools,
                          template=body.template)
     return view(await blocking(mgr.get, sid, who))
 
 
-@router.get("/v1/sessions/{session_id}")
-async def get_session(session_id: str, request: Request, who: str | None = Depends(owner)):
+@router.get("/v1/sessions/{session_id}", response_model=None)
+async def get_session(session_id: str, request: Request, who: str | None = Depends(owner)) -> dict[str, Any]:
     return view(await blocking(request.app.state.manager.get, session_id, who))
 
 
-@router.delete("/v1/sessions/{session_id}")
-async def delete_session(session_id: str, request: Request, who: str | None = Depends(owner)):
-    mgr = request.app.state.manager
+@router.delete("/v1/sessions/{session_id}", response_model=None)
+async def delete_session(session_id: str, request: Request, who: str | None = Depends(owner)) -> dict[str, Any]:
+    mgr: SessionManager = request.app.state.manager
     try:
         await blocking(mgr.end, session_id, who)
     except (StoreCorrupt, SnapshotError):
@@ -69,23 +71,23 @@ async def delete_session(session_id: str, request: Request, who: str | None = De
     return {"id": session_id, "object": "session.deleted", "deleted": True}
 
 
-def _forget(mgr, key: str) -> None:
+def _forget(mgr: SessionManager, key: str) -> None:
     mgr.store.delete(key)
     mgr.backend.drop(key)
 
 
-@router.post("/v1/sessions/{session_id}/fork", status_code=201)
+@router.post("/v1/sessions/{session_id}/fork", status_code=201, response_model=None)
 async def fork_session(session_id: str, request: Request, body: Fork = Body(default_factory=Fork),
-                       who: str | None = Depends(owner)):
-    mgr = request.app.state.manager
+                       who: str | None = Depends(owner)) -> dict[str, Any]:
+    mgr: SessionManager = request.app.state.manager
     new = await blocking(mgr.fork, session_id, body.session_id, who)
     return view(await blocking(mgr.get, new, who))
 
 
-@router.get("/v1/sessions/{session_id}/export")
-async def export_session(session_id: str, request: Request, who: str | None = Depends(owner)):
+@router.get("/v1/sessions/{session_id}/export", response_model=None)
+async def export_session(session_id: str, request: Request, who: str | None = Depends(owner)) -> dict[str, Any]:
     """The session's JSON snapshot (``lmchat.Session.from_dict`` restores it; ``lmchat chat`` can load it)."""
-    session = await blocking(request.app.state.manager.get, session_id, who)
+    session: Session = await blocking(request.app.state.manager.get, session_id, who)
     return session.to_dict()
 
 
@@ -93,15 +95,15 @@ async def export_session(session_id: str, request: Request, who: str | None = De
 HEALTH_SECONDS = 1.0
 
 
-@router.get("/health")
-async def health(request: Request):
+@router.get("/health", response_model=None)
+async def health(request: Request) -> JSONResponse | dict[str, Any]:
     """200 when the store answers within a second; 503 otherwise (a load balancer takes the replica out).
 
     With API keys, an anonymous probe gets the status only; a key also gets the engine, the store and
     the load (nothing about any tenant's sessions).
     """
     state = request.app.state
-    mgr = state.manager
+    mgr: SessionManager = state.manager
     try:
         await asyncio.wait_for(blocking(mgr.store.version, "lmchat-health-check"), HEALTH_SECONDS)
     except (StoreError, asyncio.TimeoutError) as exc:
@@ -120,7 +122,7 @@ async def health(request: Request):
 
 
 @router.get("/metrics")
-async def metrics(request: Request):
+async def metrics(request: Request) -> PlainTextResponse:
     """Prometheus text; with ``--metrics-key`` (else the API keys, when there are any) a Bearer key is needed."""
     state = request.app.state
     keys = state.metrics_keys or state.api_keys

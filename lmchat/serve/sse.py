@@ -10,13 +10,14 @@ client raises as an exception.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 import attrs
 
 from ..backends.base import Chunk
 from ..errors import LmchatError
+from ..tools.events import Event
 from ..tools import ContentDelta, ReasoningDelta, ResponseStream, ToolCallArgumentsDelta, ToolCallStart
 from .errors import api_error
 
@@ -32,13 +33,13 @@ class Meta:
     created: int
     model: str
 
-    def event(self, choices: list, **extra: Any) -> str:
+    def event(self, choices: list[Any], **extra: Any) -> str:
         payload = {"id": self.id, "object": self.object, "created": self.created, "model": self.model,
                    "choices": choices, **extra}
         return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
 
 
-def usage(last: Chunk, completion_tokens: int) -> dict:
+def usage(last: Chunk, completion_tokens: int) -> dict[str, Any]:
     """OpenAI usage from the backend's counts: the prompt is what it prefilled plus what it reused;
     lmchat's own ``cached_from`` says where the cached tokens came from (session, resident, host, disk) and
     ``cache_miss_reason`` why the engine could not reuse all it held, if it could not."""
@@ -53,11 +54,11 @@ def finish_reason(reason: str, has_calls: bool) -> str:
     return "tool_calls" if has_calls and reason == "stop" else reason
 
 
-async def chat_events(chunks: AsyncIterator[Chunk], meta: Meta, *, template: Any, tools: list | None,
-                      parse: bool, include_usage: bool, count) -> AsyncIterator[str]:
+async def chat_events(chunks: AsyncIterator[Chunk], meta: Meta, *, template: Any, tools: list[Any] | None,
+                      parse: bool, include_usage: bool, count: Callable[[int, int], int]) -> AsyncGenerator[str, None]:
     """``count(n_chars, n_ids)``: how many tokens were generated (see :func:`turns.count`)."""
 
-    def choice(delta: dict, finish: str | None = None) -> str:
+    def choice(delta: dict[str, Any], finish: str | None = None) -> str:
         return meta.event([{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}])
 
     parser = ResponseStream(template, tools=tools) if parse else None
@@ -85,7 +86,7 @@ async def chat_events(chunks: AsyncIterator[Chunk], meta: Meta, *, template: Any
         yield f"data: {json.dumps(api_error(exc).body())}\n\n"
 
 
-def _delta(event) -> dict | None:
+def _delta(event: Event) -> dict[str, Any] | None:
     if isinstance(event, ContentDelta):
         return {"content": event.text} if event.text else None
     if isinstance(event, ReasoningDelta):
@@ -99,8 +100,8 @@ def _delta(event) -> dict | None:
     return None  # a ParseError: the text it concerns comes back as content, the note is not for clients
 
 
-async def completion_events(chunks: AsyncIterator[Chunk], meta: Meta, *, include_usage: bool, count
-                            ) -> AsyncIterator[str]:
+async def completion_events(chunks: AsyncIterator[Chunk], meta: Meta, *, include_usage: bool,
+                            count: Callable[[int, int], int]) -> AsyncGenerator[str, None]:
     chars = ids = 0
     try:
         async for chunk in chunks:

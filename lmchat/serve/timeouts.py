@@ -8,20 +8,25 @@ body has its own deadline in :class:`~lmchat.serve.guard.Guard`.
 """
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from typing import TYPE_CHECKING, Any
 
 
 def protocol(header_timeout: float) -> type:
     """uvicorn's HTTP protocol class (httptools when installed, else h11) with a header deadline."""
-    try:
+    if TYPE_CHECKING:  # checked against httptools' (h11's has the same methods)
         from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as Base
-    except ImportError:  # httptools is optional
-        from uvicorn.protocols.http.h11_impl import H11Protocol as Base
+    else:
+        try:
+            from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as Base
+        except ImportError:  # httptools is optional
+            from uvicorn.protocols.http.h11_impl import H11Protocol as Base
 
-    class HeaderDeadline(Base):  # type: ignore[misc, valid-type]
+    class HeaderDeadline(Base):
         _header_timer: Any = None
 
-        def connection_made(self, transport) -> None:  # type: ignore[override]
+        # uvicorn's own signature, which narrows asyncio.BaseProtocol's (BaseTransport) as uvicorn's does
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
             self._arm()
 
@@ -36,7 +41,7 @@ def protocol(header_timeout: float) -> type:
             if not self.transport.is_closing():
                 self._arm()  # for the next request on this connection
 
-        def connection_lost(self, exc) -> None:
+        def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
             super().connection_lost(exc)
 
