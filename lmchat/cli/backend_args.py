@@ -5,16 +5,21 @@ import argparse
 import json
 import logging
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from ..backends.base import BACKEND_ALIASES, BACKENDS, PromptFormat, SessionLimit
+from ..backends.base import BACKEND_ALIASES, BACKENDS, Backend, PromptFormat, SessionLimit
 from .main import UsageError
+
+if TYPE_CHECKING:
+    from ..templates.base import BaseTemplate
 
 PROMPT_FORMATS = ("auto", "ids", "text")  # lmchat.backends.remote's, without importing httpx here
 
 DEFAULT = "llamacpp"
 
 
-def add_backend_arguments(p) -> None:
+def add_backend_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", choices=[*BACKENDS, *BACKEND_ALIASES], default=DEFAULT,
                    help="what generates the answers (default: llamacpp, the bundled SmolLM2 or --model, offline; "
                         "'embedded' is the same; hf: transformers and torch, for model folders)")
@@ -53,10 +58,10 @@ def add_backend_arguments(p) -> None:
                         "the echo or remote backend; remote: prompts as token ids when the server takes them")
 
 
-def backend_options(args) -> dict:
+def backend_options(args: argparse.Namespace) -> dict[str, Any]:
     """The keyword arguments of ``get_backend(args.backend, ...)``."""
     backend = BACKEND_ALIASES.get(args.backend, args.backend)
-    options: dict = {}
+    options: dict[str, Any] = {}
     if backend in ("llamacpp", "hf") and args.model:
         options["model"] = args.model
     if backend == "llamacpp":
@@ -115,21 +120,19 @@ class _Stderr(logging.Handler):
         print(f"lmchat: warning: {record.getMessage()}", file=sys.stderr)  # today's stderr, not the first one
 
 
-def _default_kv_dir():
+def _default_kv_dir() -> Path:
     from ..paths import data_dir
 
     return data_dir() / "kv"
 
 
-def _tokenizer(path: str):
+def _tokenizer(path: str) -> Any:
     from ..extras import needs
 
     if path.endswith(".gguf"):  # llama.cpp's own vocabulary of the served GGUF (llama-server)
         with needs("--tokenizer FILE.gguf", "local"):
             from ..backends.llamacpp._lib import load_model
             from ..backends.llamacpp.vocab import LlamaVocab
-
-        from pathlib import Path
 
         return LlamaVocab(load_model(Path(path)))
     if path.endswith(".json"):
@@ -143,14 +146,14 @@ def _tokenizer(path: str):
     return AutoTokenizer.from_pretrained(path)
 
 
-def session_len(template, backend, requested: int | None = None) -> int | None:
+def session_len(template: BaseTemplate, backend: Backend, requested: int | None = None) -> int | None:
     """A session's length: what was asked, else the template's, never more than the backend can hold."""
     limit = backend.session_len if isinstance(backend, SessionLimit) else None
     value = requested or template.session_len
     return min(value, limit) if limit else requested
 
 
-def injection_policy(backend, args) -> str | None:
+def injection_policy(backend: Backend, args: argparse.Namespace) -> str | None:
     """``'reject'`` when a remote backend sends text prompts and ``--allow-special-text`` was not given.
 
     A text prompt is tokenized again by the server with special-token parsing on: a typed

@@ -6,9 +6,10 @@ import io
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 from .. import logs
-from ..backends.base import BACKEND_ALIASES, ModelTemplate, SessionLimit, engine_id, get_backend
+from ..backends.base import BACKEND_ALIASES, Backend, ModelTemplate, SessionLimit, engine_id, get_backend
 from ..errors import SessionError, UnknownTemplate
 from ..registry import get_template
 from ..repl.commands import help_lines
@@ -23,6 +24,8 @@ from ..interop.loading import saveable
 from ..session.edits import restored
 from ..session import DRIFT_POLICIES, Session
 from ..stores import VERSION_KEY, open_store
+from ..stores.base import SessionStore
+from ..templates.base import BaseTemplate
 from .backend_args import DEFAULT as DEFAULT_BACKEND
 from .backend_args import add_backend_arguments, backend_options, injection_policy
 from .common import add_template_arguments, resolve_template
@@ -44,7 +47,7 @@ holds 'history' (inputs) and 'sessions.db' (conversations, saved after every tur
 """
 
 
-def add_arguments(p) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.epilog = EPILOG.format(commands="\n".join(help_lines()))
     p.add_argument("prompt", nargs="?", metavar="PROMPT",
@@ -76,22 +79,22 @@ def add_arguments(p) -> None:
                    help="SQLite file of saved sessions (default: <data dir>/sessions.db); 'memory' keeps nothing")
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from ..repl.app import run_plain, run_terminal  # prompt_toolkit: only `lmchat chat` pays for it
 
-    template = None
+    template: BaseTemplate | None = None
     if args.template or args.chat_template:
         template = saveable(resolve_template(args), args.chat_template or args.template)
     one_shot = args.prompt is not None
     if args.save and not one_shot:
         raise UsageError("--save goes with PROMPT: a conversation is always saved (--store memory keeps nothing)")
     interactive = sys.stdin.isatty() and sys.stdout.isatty() and not one_shot
-    out = RichOutput() if interactive else PlainOutput()
+    out: RichOutput | PlainOutput = RichOutput() if interactive else PlainOutput()
     logs.to_file(data_dir() / "debug.log")  # library warnings must not land in the conversation
     # a one-shot is a question, not a conversation: kept only when asked, so --resume finds the conversation
     keep = not one_shot or args.save or args.resume is not None
     store = open_store((args.store or default_store_path()) if keep else "memory")
-    backend = None
+    backend: Backend | None = None
     try:
         if interactive and args.backend in ("llamacpp", "embedded", "hf"):
             out.info("loading the model…")
@@ -122,7 +125,7 @@ def run(args) -> int:
         store.close()
 
 
-def _one_session(args, options: dict) -> tuple[dict, str | None]:
+def _one_session(args: argparse.Namespace, options: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
     """The llamacpp backend's options for the REPL's one conversation, and the line that says its context.
 
     ``lmchat serve``'s defaults share the context among 4 resident sessions; the REPL has one, which gets it all
@@ -141,7 +144,8 @@ def _one_session(args, options: dict) -> tuple[dict, str | None]:
     return options, f"context: {choice.tokens} tokens ({choice.why}; --ctx TOKENS sets another)"
 
 
-def _open(args, store, backend, template, out) -> Conversation:
+def _open(args: argparse.Namespace, store: SessionStore, backend: Backend, template: BaseTemplate | None,
+          out: RichOutput | PlainOutput) -> Conversation:
     """A new session, or the stored one ``--resume`` names (its first delta resets: the cache is gone)."""
     tokenizer = backend.tokenizer  # token deltas whenever the backend has one (None: a text-only backend)
     injection = injection_policy(backend, args)  # 'reject' when prompts go upstream as text
@@ -158,7 +162,7 @@ def _open(args, store, backend, template, out) -> Conversation:
         return Conversation(session, backend, store, out, tokenizer=tokenizer)
     session_id = store.latest() if args.resume == LATEST else find(store, args.resume)
     data = store.load(session_id) if session_id else None
-    if data is None:
+    if not session_id or data is None:  # (no id: no data)
         which = "to resume" if args.resume == LATEST else repr(args.resume)
         raise SessionError(f"no stored session {which} in {args.store or 'the default store'}")
     try:
@@ -201,7 +205,7 @@ def _set_format(conv: Conversation, value: str) -> None:
     conv.overrides["format"] = fmt
 
 
-def _resume_hint(args, conv: Conversation) -> str:
+def _resume_hint(args: argparse.Namespace, conv: Conversation) -> str:
     """What leaving says: the command that continues this session (the one now current: /fork, /load)."""
     if args.store == "memory":
         return "the session was not kept (--store memory)"
@@ -224,7 +228,7 @@ def _one_message(prompt: str) -> str:
     return f'"""{text}"""' if "\n" in text else text
 
 
-def _backend_template(backend, name: str):
+def _backend_template(backend: Backend, name: str) -> BaseTemplate:
     template_name = backend.template_name if isinstance(backend, ModelTemplate) else None
     if template_name is None:
         raise UsageError(

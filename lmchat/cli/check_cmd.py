@@ -7,10 +7,16 @@ Exit status 0 when they agree everywhere, 1 at the first difference.
 """
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..interop.jinja import JinjaTemplate
+    from ..templates.base import BaseTemplate
 
 
-def add_arguments(p) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--template", required=True, metavar="NAME", help="registered template name or alias")
     p.add_argument("--jinja", required=True, metavar="FILE",
                    help="a .jinja chat template, a Hugging Face model folder, or a .gguf file")
@@ -20,7 +26,7 @@ def add_arguments(p) -> None:
                    help="eos_token for the Jinja template (default: the folder's/GGUF's, else the built-in's)")
 
 
-def jinja_side(builtin, path: Path, bos: str | None, eos: str | None):
+def jinja_side(builtin: BaseTemplate, path: Path, bos: str | None, eos: str | None) -> JinjaTemplate:
     """The template at ``path``; a bare .jinja file borrows the built-in's special tokens unless given."""
     from ..errors import TemplateConfigError
     from ..interop.jinja import JinjaTemplate
@@ -29,7 +35,7 @@ def jinja_side(builtin, path: Path, bos: str | None, eos: str | None):
     candidate = load_template_path(str(path))
     if not isinstance(candidate, JinjaTemplate):
         raise TemplateConfigError("not a Jinja chat template", source=str(path))
-    tokens = {}
+    tokens: dict[str, str] = {}
     if not path.is_dir() and path.suffix.lower() != ".gguf":  # a folder or GGUF brings its own tokens
         tokens.update(type(builtin).hf_special_tokens)
         if builtin.bos:
@@ -38,7 +44,7 @@ def jinja_side(builtin, path: Path, bos: str | None, eos: str | None):
     return candidate.evolve(special_tokens={**candidate.tokens, **tokens}) if tokens else candidate
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from ..interop.battery import first_difference
     from ..registry import get_template
 

@@ -6,16 +6,17 @@ its official template.
 """
 from __future__ import annotations
 
+import argparse
 import sys
 
 
-def add_arguments(p) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--template", required=True, metavar="NAME", help="registered template name or alias")
     p.add_argument("--output", "-o", metavar="FILE",
                    help="write the template here (e.g. chat_template.jinja) instead of standard output")
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from ..interop.export import export_jinja
     from ..registry import get_template
 

@@ -1,6 +1,7 @@
 """``lmchat match``: which template fits a model, and why."""
 from __future__ import annotations
 
+import argparse
 import json
 
 
@@ -14,7 +15,7 @@ by what it holds, not what it is called. Exit status 2 when nothing or several f
 are listed); the llamacpp backend then runs a GGUF on its own embedded template."""
 
 
-def add_arguments(p) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = DESCRIPTION
     p.add_argument(
         "model", metavar="PATH_OR_ID",
@@ -24,7 +25,7 @@ def add_arguments(p) -> None:
     p.add_argument("--json", action="store_true", help='print {"template": ..., "evidence": [...]} instead')
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from ..interop.matching import explain_match
 
     match = explain_match(args.model)

@@ -1,16 +1,21 @@
 """``lmchat render``: a conversation rendered byte-exactly, or its per-turn deltas."""
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import json
 import sys
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, InvalidMessages
 from ..jsonfile import read_json
 from .common import add_template_arguments, resolve_template
 
+if TYPE_CHECKING:
+    from ..templates.base import BaseTemplate
 
-def add_arguments(p) -> None:
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     add_template_arguments(p)
     p.add_argument(
         "--messages",
@@ -42,7 +47,7 @@ def _date(text: str | None) -> dt.date | None:
         raise ConfigError(f"expected YYYY-MM-DD, got {text!r}", field="--date") from None
 
 
-def _kwargs(text: str) -> dict:
+def _kwargs(text: str) -> dict[str, Any]:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -52,7 +57,7 @@ def _kwargs(text: str) -> dict:
     return value
 
 
-def _validate(messages: list, tools) -> None:
+def _validate(messages: list[Any], tools: Any) -> None:
     """The checks a session and the server make (roles, content, tool calls and schemas)."""
     from ..messages import normalize_messages
     from ..validation import validate_messages, validate_tools
@@ -61,14 +66,16 @@ def _validate(messages: list, tools) -> None:
     validate_messages([], normalize_messages(messages), start=0, max_chars=None)
 
 
-def replay(template, messages, *, tools=None, date=None, template_kwargs=None) -> list[dict]:
+def replay(template: BaseTemplate, messages: list[Any], *, tools: Any = None, date: dt.date | None = None,
+           template_kwargs: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Feed a conversation to a session turn by turn; one record per delta."""
     from ..session import Session
 
     session = Session(template, tools=tools, date=date, template_kwargs=template_kwargs)
-    out, pending = [], []
+    out: list[dict[str, Any]] = []
+    pending: list[Any] = []
 
-    def flush(index):
+    def flush(index: int) -> None:
         delta = session.extend(pending)
         out.append({"index": index, **{k: getattr(delta, k) for k in ("text", "reset", "sequence_start", "reason")}})
         pending.clear()
@@ -86,7 +93,7 @@ def replay(template, messages, *, tools=None, date=None, template_kwargs=None) -
     return out
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     template = resolve_template(args)
     data = read_json(args.messages)
     tools = None

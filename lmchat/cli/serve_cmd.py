@@ -6,6 +6,8 @@ import gc
 import hashlib
 import os
 import re
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import logs
 from ..backends.base import ModelTemplate, engine_id, get_backend
@@ -13,6 +15,9 @@ from ..session import DRIFT_POLICIES, OVERFLOW_POLICIES
 from .backend_args import add_backend_arguments, backend_options, injection_policy, session_len
 from .common import add_template_arguments, resolve_template
 from .main import UsageError
+
+if TYPE_CHECKING:
+    from ..serve.app import App
 
 MAX_BODY = 8 * 1024 * 1024  # kept here too: building the parser must not import FastAPI
 KEYS_ENV = "LMCHAT_API_KEYS"
@@ -33,7 +38,7 @@ OpenAI's Responses and Conversations APIs, for agents (docs/agents.md):
   GET, POST /v1/conversations/ID/items; GET, DELETE /v1/conversations/ID/items/ITEM_ID."""
 
 
-def add_arguments(p) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.epilog = EPILOG
     add_template_arguments(p, required=False)
@@ -73,7 +78,7 @@ def add_arguments(p) -> None:
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
 
 
-def default_store_path(engine: str):
+def default_store_path(engine: str) -> Path:
     """One SQLite file per engine (backend and model): a server never continues another model's sessions."""
     from ..paths import data_dir
 
@@ -83,7 +88,7 @@ def default_store_path(engine: str):
     return data_dir() / f"server-{slug}.db"
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from ..extras import needs
 
     with needs("lmchat serve", "serve"):
@@ -103,7 +108,7 @@ def run(args) -> int:
     return 0
 
 
-def build_app(args):
+def build_app(args: argparse.Namespace) -> App:
     """The ASGI app ``lmchat serve`` serves for these arguments (backend, template, store, manager), without
     serving it: what a test runs in its own process, or another ASGI server runs."""
     from ..extras import needs

@@ -1,15 +1,17 @@
 """``lmchat templates``: the registry with aliases and bundled sampling settings."""
 from __future__ import annotations
 
+import argparse
 import json
 import sys
+from typing import Any
 
 
-def add_arguments(p) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
 
 
-def catalogue() -> list[dict]:
+def catalogue() -> list[dict[str, Any]]:
     from ..registry import aliases_of, template_class, template_names
 
     rows = []
@@ -31,7 +33,7 @@ def catalogue() -> list[dict]:
     return rows
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     rows = catalogue()
     if args.json:
         json.dump(rows, sys.stdout, ensure_ascii=False, indent=2)

@@ -7,15 +7,19 @@ session store.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..paths import data_dir
+
+if TYPE_CHECKING:
+    from prompt_toolkit.history import FileHistory
 
 
 def default_store_path() -> Path:
     return data_dir() / "sessions.db"
 
 
-def input_history():
+def input_history() -> FileHistory:
     """The persistent input history (the folder is created on first use)."""
     from prompt_toolkit.history import FileHistory
 

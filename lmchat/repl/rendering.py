@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 class PlainOutput:
@@ -66,7 +69,7 @@ class RichOutput:
 
     REFRESH_SECONDS = 0.05  # re-render Markdown at most 20 times a second
 
-    def __init__(self, console=None):
+    def __init__(self, console: Console | None = None) -> None:
         from rich.console import Console
 
         self.console = console or Console(highlight=False)
