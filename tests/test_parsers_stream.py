@@ -38,6 +38,8 @@ PIECES = {
     "deepseek_v3": ["<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "function", "<｜tool▁sep｜>",
                     "get_weather", "```json\n", '{"a": 1}', "\n```", "<｜tool▁call▁end｜>",
                     "<｜tool▁calls▁end｜>", "<｜tool"],
+    "deepseek_v31": ["<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "get_weather", "<｜tool▁sep｜>", '{"a": 1}',
+                     "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>", "<｜tool"],
     "qwen3_coder": ["<tool_call>", "</tool_call>", "<function=", "f>", "</function>", "<parameter=", "k>",
                     "</parameter>", "42", '{"a": [1]}', "null", "<param", "</func"],
     "harmony": ["<|start|>", "assistant", "<|channel|>", "analysis", "final", "commentary", " to=functions.f",

@@ -17,7 +17,7 @@ from ..errors import ConfigError, LmchatError
 from ..registry import as_template, template_class
 from .base import Format
 from .chatglm3 import ChatGLM3
-from .deepseek_v3 import DeepSeekV3
+from .deepseek_v3 import DeepSeekV3, DeepSeekV31
 from .glm4 import GLM4
 from .glm45 import Glm45
 from .harmony import Harmony
@@ -42,6 +42,7 @@ FORMATS: dict[str, type[Format]] = {
     "glm4": GLM4,
     "glm45": Glm45,
     "deepseek_v3": DeepSeekV3,
+    "deepseek_v31": DeepSeekV31,
     "qwen3_coder": Qwen3Coder,
     "harmony": Harmony,
 }
