@@ -15,7 +15,7 @@ import json
 
 import pytest
 
-from lmchat import ResponseStream, Session, get_template, parse_response
+from lmchat import ResponseStream, Session, get_template, match_template, parse_response
 from lmchat.tools import ResponseFormat, ToolCallArgumentsDelta, ToolCallStart, collect
 from lmchat.tools.registry import prompt_opens_think
 
@@ -231,3 +231,12 @@ GOLDEN = [("deepseek-v3.1", messages, {"add_generation_prompt": generation_promp
 @pytest.mark.parametrize("name, messages, options", GOLDEN)
 def test_thinking_history_and_calls_render_as_the_official_template_does(name, messages, options):
     assert_same(name, messages, **options)
+
+
+@pytest.mark.parametrize("model, name", [
+    ("deepseek-ai/DeepSeek-V3.1", "deepseek-v3.1"), ("deepseek-ai/DeepSeek-V3.1-Terminus", "deepseek-v3.1"),
+    ("unsloth/DeepSeek-V3.1-GGUF", "deepseek-v3.1"), ("deepseek-ai/DeepSeek-V3", "deepseek-v3"),
+    ("deepseek-ai/DeepSeek-V3-0324", "deepseek-v3"),
+])
+def test_model_names_match(model, name):
+    assert match_template(model) == name

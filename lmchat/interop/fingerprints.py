@@ -29,6 +29,7 @@ OFFICIAL_TEXTS: dict[str, tuple[str, ...]] = {
         "deepseek-ai__deepseek-llm-7b-chat",
     ),
     "3b8267e54b67df6500f231ffa969955cc9d26b3444a291ced4eb96ca7d3ca1ea": ("deepseek-ai__DeepSeek-V3",),
+    "45690185067ea25c073bff2d3e425a45ee2564d2bbf6cdf7d885e139d460b8e0": ("deepseek-ai__DeepSeek-V3.1",),
     "ecd6ae513fe103f0eb62e8ab5bfa8d0fe45c1074fa398b089c93a7e70c15cfd6": (
         "google__gemma-2-2b-it",
         "google__gemma-2b-it",

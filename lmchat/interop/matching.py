@@ -53,6 +53,7 @@ NAME_RULES: list[tuple[str, str]] = [
     (r"deepseek-moe|deepseek-llm-.*-chat", "deepseek"),
     (r"deepseek-r1-distill", "deepseek-r1-distill"),
     (r"deepseek-r1", "deepseek-r1"),
+    (r"deepseek-v3\.1", "deepseek-v3.1"),
     (r"deepseek-v3", "deepseek-v3"),
     (r"deepseek-v2", "deepseek-v2"),
     (r"internlm3-.*(instruct|chat)", "internlm3"),
@@ -121,8 +122,9 @@ ARCHITECTURES: dict[str, tuple[str, ...]] = {
     "baichuan": ("baichuan_chat", "baichuan2_chat"),
     "deepseek": ("deepseek",),
     "deepseekv2": ("deepseek-v2",),
-    "deepseekv3": ("deepseek-v3", "deepseek-r1"),
-    "deepseek2": ("deepseek-v2", "deepseek-v3", "deepseek-r1"),  # llama.cpp's one architecture for all three
+    "deepseekv3": ("deepseek-v3", "deepseek-r1", "deepseek-v3.1"),
+    # llama.cpp's one architecture for all of them
+    "deepseek2": ("deepseek-v2", "deepseek-v3", "deepseek-r1", "deepseek-v3.1"),
     "phi3": ("phi3", "phi4"),
     "granite": ("granite3",),
     "gptoss": ("gpt-oss",),
