@@ -1,4 +1,6 @@
 """lmchat: exact chat prompts and stateful interactive sessions for chat LLMs."""
+from typing import Any
+
 from .constraints import Constraint
 from .errors import (
     ConfigError,
@@ -26,7 +28,7 @@ from .templates import AffixTemplate, BaseTemplate, Chat
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     # the manager pulls in the backend protocol and the stores: loaded on first use only
     if name in ("OneOff", "SessionManager", "TurnRequest", "TurnResult", "TurnStream"):
         from . import manager

@@ -9,10 +9,12 @@ prompt says how to leave; Ctrl-D leaves. Ctrl-C during a reply stops it
 """
 from __future__ import annotations
 
-from typing import TextIO
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, TextIO
 
 from prompt_toolkit import PromptSession
-from prompt_toolkit.completion import Completer, Completion
+from prompt_toolkit.completion import CompleteEvent, Completer, Completion
+from prompt_toolkit.document import Document
 from prompt_toolkit.key_binding import KeyBindings
 
 from ..errors import LmchatError
@@ -20,6 +22,12 @@ from ..registry import template_names
 from .commands import completion_tree, dispatch
 from .conversation import Conversation
 from .toolbar import toolbar_text
+
+if TYPE_CHECKING:
+    from prompt_toolkit.history import History
+    from prompt_toolkit.input import Input
+    from prompt_toolkit.key_binding.key_processor import KeyPressEvent
+    from prompt_toolkit.output import Output
 
 EXIT_HINT = "(/exit or Ctrl-D leaves)"
 BLOCK = '"""'  # opens and closes a multi-line message
@@ -74,9 +82,10 @@ def run_plain(conv: Conversation, stdin: TextIO) -> int:
     return 1 if conv.failures else 0
 
 
-def run_terminal(conv: Conversation, *, history=None, input=None, output=None) -> int:
+def run_terminal(conv: Conversation, *, history: History | None = None, input: Input | None = None,
+                 output: Output | None = None) -> int:
     """The interactive prompt; ``input``/``output`` are prompt_toolkit's (tests pass a pipe)."""
-    prompt = PromptSession(
+    prompt: PromptSession[str] = PromptSession(
         ">>> ",
         multiline=True,
         prompt_continuation="... ",
@@ -117,7 +126,7 @@ def _key_bindings() -> KeyBindings:
     kb = KeyBindings()
 
     @kb.add("enter")
-    def _send(event):
+    def _send(event: KeyPressEvent) -> None:
         buffer = event.current_buffer
         if open_block(buffer.text):  # inside a triple-quoted block Enter is a newline, until the closing quotes
             buffer.insert_text("\n")
@@ -125,11 +134,11 @@ def _key_bindings() -> KeyBindings:
             buffer.validate_and_handle()
 
     @kb.add("escape", "enter")  # what terminals send for Alt+Enter
-    def _newline(event):
+    def _newline(event: KeyPressEvent) -> None:
         event.current_buffer.insert_text("\n")
 
     @kb.add("c-c")
-    def _clear_or_interrupt(event):
+    def _clear_or_interrupt(event: KeyPressEvent) -> None:
         buffer = event.current_buffer
         if buffer.text:
             buffer.reset()
@@ -145,10 +154,10 @@ class _SlashCompleter(Completer):
     (prompt_toolkit's NestedCompleter splits words at '/', so it cannot complete '/he'.)
     """
 
-    def __init__(self, tree: dict[str, dict | None]):
+    def __init__(self, tree: dict[str, dict[str, None] | None]) -> None:
         self.tree = tree
 
-    def get_completions(self, document, complete_event):
+    def get_completions(self, document: Document, complete_event: CompleteEvent) -> Iterator[Completion]:
         text = document.text_before_cursor
         if not text.startswith("/") or "\n" in text:
             return

@@ -6,6 +6,7 @@ import re
 import time
 from pathlib import Path
 from collections.abc import Callable
+from typing import Any
 
 import attrs
 
@@ -32,10 +33,12 @@ class Command:
 
 
 COMMANDS: dict[str, Command] = {}
+#: a command's handler: what it returns is ignored, but EXIT ends the REPL
+Handler = Callable[[Conversation, str], object]
 
 
-def command(usage: str, help_text: str):
-    def deco(fn):
+def command(usage: str, help_text: str) -> Callable[[Handler], Handler]:
+    def deco(fn: Handler) -> Handler:
         COMMANDS[usage.split()[0]] = Command(usage, help_text, fn)
         return fn
 
@@ -44,7 +47,9 @@ def command(usage: str, help_text: str):
 
 def dispatch(conv: Conversation, line: str) -> bool:
     """Run one command line; False when the REPL should end."""
-    name, arg = re.match(r"(\S+)\s*(.*)", line.strip(), re.S).groups()
+    match = re.match(r"(\S+)\s*(.*)", line.strip(), re.S)
+    assert match is not None  # noqa: S101 - the REPL dispatches only lines that start with "/"
+    name, arg = match.groups()
     cmd = COMMANDS.get(name)
     if cmd is None:
         close = difflib.get_close_matches(name, COMMANDS, n=1)
@@ -65,7 +70,7 @@ def help_lines() -> list[str]:
     return [f"  {c.usage:<30} {c.help}" for c in COMMANDS.values()]
 
 
-def completion_tree(template_names: list[str]) -> dict[str, dict | None]:
+def completion_tree(template_names: list[str]) -> dict[str, dict[str, None] | None]:
     """Each command and the words its argument can be."""
     args = {
         "/set": dict.fromkeys(settings.SETTINGS),
@@ -78,21 +83,23 @@ def completion_tree(template_names: list[str]) -> dict[str, dict | None]:
 
 # ---------------------------------------------------------------------- commands
 @command("/help", "this list")
-def _help(conv, arg):
+def _help(conv: Conversation, arg: str) -> None:
     conv.out.show("\n".join(["commands:", *help_lines(), "", *INPUT_HELP]))
 
 
 @command("/system [TEXT]", "show or set the system prompt (the next turn resends the conversation)")
-def _system(conv, arg):
+def _system(conv: Conversation, arg: str) -> None:
     if not arg:
         first = conv.session.first_message()
         if first and first["role"] == "system":
-            return conv.out.show(first["content"])
+            conv.out.show(first["content"])
+            return
         default = conv.session.template.meta_instruction
         if default:  # the template renders its own when the conversation has none
             conv.out.show(default)
-            return conv.out.info(f"[no system prompt set: {conv.session.template.name} renders this default one; "
-                                 "/system TEXT replaces it]")
+            conv.out.info(f"[no system prompt set: {conv.session.template.name} renders this default one; "
+                          "/system TEXT replaces it]")
+            return
         conv.out.show("(no system prompt)")
         return
     conv.set_system(arg)
@@ -100,7 +107,7 @@ def _system(conv, arg):
 
 
 @command("/reset", "start over (the system prompt stays)")
-def _reset(conv, arg):
+def _reset(conv: Conversation, arg: str) -> None:
     conv.session.reset()
     conv.last = conv.last_delta = None  # the toolbar's last turn is gone with it
     conv.save()
@@ -108,7 +115,7 @@ def _reset(conv, arg):
 
 
 @command("/undo", "drop the last exchange")
-def _undo(conv, arg):
+def _undo(conv: Conversation, arg: str) -> None:
     dropped = conv.session.undo()
     conv.last = conv.last_delta = None  # the toolbar's last turn is gone with it
     conv.save()
@@ -116,21 +123,22 @@ def _undo(conv, arg):
 
 
 @command("/retry", "drop the last exchange and answer its message again")
-def _retry(conv, arg):
+def _retry(conv: Conversation, arg: str) -> None:
     conv.retry()
 
 
 @command("/continue", "generate more after the last answer (e.g. one cut by max_new_tokens)")
-def _continue(conv, arg):
+def _continue(conv: Conversation, arg: str) -> None:
     conv.continue_answer()
 
 
 @command("/set [NAME VALUE|default]", f"this session's {', '.join(settings.SETTINGS)} (saved with it)")
-def _set(conv, arg):
+def _set(conv: Conversation, arg: str) -> None:
     name, _, raw = arg.partition(" ")
     raw = raw.strip()
     if not name:
-        return _show_params(conv)
+        _show_params(conv)
+        return
     if name not in settings.SETTINGS or not raw:
         raise CommandError(f"usage: /set NAME VALUE|default, NAME one of {', '.join(settings.SETTINGS)}")
     if raw == "default" or raw == settings.OFF.get(name):
@@ -145,13 +153,13 @@ def _set(conv, arg):
     conv.out.info(f"{name} = {_setting(conv, name)!r}")
 
 
-def _setting(conv, name: str):
+def _setting(conv: Conversation, name: str) -> Any:
     if name == "format":
         return settings.describe_format(conv.overrides.get("format"))
     return conv.overflow if name == "overflow" else getattr(conv.params, name)
 
 
-def _show_params(conv):
+def _show_params(conv: Conversation) -> None:
     # the constraint is shown as the format that made it (a schema's JSON text would fill the screen)
     params = {**attrs.asdict(conv.params, recurse=False, filter=lambda a, v: a.name != "constraint"),
               "overflow": conv.overflow, "format": _setting(conv, "format")}
@@ -161,7 +169,7 @@ def _show_params(conv):
 
 @command("/show WHAT", "WHAT: template, params, context (what the engine holds), delta (the last one sent) "
                       "or cache (how much of the next turn the engine's cache serves, and from where)")
-def _show(conv, arg):
+def _show(conv: Conversation, arg: str) -> None:
     if arg not in SHOW:
         raise CommandError(f"usage: /show {'|'.join(SHOW)}")
     session = conv.session
@@ -184,7 +192,7 @@ def _show(conv, arg):
         conv.out.show(describe_delta(conv.last_delta) if conv.last_delta else "(no delta sent yet)")
 
 
-def _limit_line(conv) -> str:
+def _limit_line(conv: Conversation) -> str:
     """How full the context is and what happens when it is (the toolbar's count, the engine's limit)."""
     session = conv.session
     if not session.counts_tokens:
@@ -197,7 +205,7 @@ def _limit_line(conv) -> str:
 
 
 @command("/debug on|off", "print each delta exactly as sent")
-def _debug(conv, arg):
+def _debug(conv: Conversation, arg: str) -> None:
     if arg not in ("on", "off"):
         raise CommandError("usage: /debug on|off")
     conv.debug = arg == "on"
@@ -205,7 +213,7 @@ def _debug(conv, arg):
 
 
 @command("/save [FILE]", "write the session as JSON (default: <data dir>/saved/lmchat-<id>.json); never overwrites")
-def _save(conv, arg):
+def _save(conv: Conversation, arg: str) -> None:
     # a resumed id comes from the store: only file-name characters of it name the file
     name = re.sub(r"[^A-Za-z0-9._-]", "_", conv.session.session_id[:8])
     path = Path(arg).expanduser() if arg else data_dir() / "saved" / f"lmchat-{name}.json"
@@ -215,20 +223,20 @@ def _save(conv, arg):
 
 
 @command("/save! FILE", "like /save, replacing FILE if it exists")
-def _save_over(conv, arg):
+def _save_over(conv: Conversation, arg: str) -> None:
     if not arg:
         raise CommandError("usage: /save! FILE")
     _write(conv, Path(arg).expanduser())
 
 
-def _write(conv, path: Path) -> None:
+def _write(conv: Conversation, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     conv.save_file(str(path))
     conv.out.info(f"saved to {path}")
 
 
 @command("/load FILE", "continue a session saved with /save")
-def _load(conv, arg):
+def _load(conv: Conversation, arg: str) -> None:
     if not arg:
         raise CommandError("usage: /load FILE")
     conv.load_file(arg)
@@ -237,12 +245,14 @@ def _load(conv, arg):
 
 
 @command("/sessions [ID]", "list stored sessions, or continue the one with this id (a unique prefix will do)")
-def _sessions(conv, arg):
+def _sessions(conv: Conversation, arg: str) -> None:
     if arg:
-        return conv.out.info(resuming.switch(conv, arg))
+        conv.out.info(resuming.switch(conv, arg))
+        return
     infos = conv.store.list(limit=20)
     if not infos:
-        return conv.out.show("(no stored sessions)")
+        conv.out.show("(no stored sessions)")
+        return
     lines = []
     for i in infos:
         mark = "*" if i.id == conv.session.session_id else " "
@@ -253,18 +263,19 @@ def _sessions(conv, arg):
 
 
 @command("/fork", "copy the session under a new id and continue in the copy")
-def _fork(conv, arg):
+def _fork(conv: Conversation, arg: str) -> None:
     old = conv.fork()
     conv.out.info(f"forked {printable(old[:8])} -> {printable(conv.session.session_id[:8])}; continuing in the copy")
 
 
 @command("/template [NAME|FILE]", "show or switch the template (a reset: the backend cache is dropped)")
-def _template(conv, arg):
+def _template(conv: Conversation, arg: str) -> None:
     if not arg:
-        return conv.out.show(conv.session.template.name)
+        conv.out.show(conv.session.template.name)
+        return
     conv.out.info(conv.set_template(saveable(load_template(arg), arg)))
 
 
 @command("/exit", "leave (Ctrl-D too)")
-def _exit(conv, arg):
+def _exit(conv: Conversation, arg: str) -> object:
     return EXIT

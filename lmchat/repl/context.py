@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import attrs
 
@@ -74,16 +75,21 @@ def memory_available() -> int | None:
         return None
 
 
-def kv_bytes_per_token(info: dict) -> int | None:
+def kv_bytes_per_token(info: dict[str, Any]) -> int | None:
     """What one token of context costs in the KV cache (all layers, keys and values), or None if unknown."""
-    layers, embd, heads = info.get("block_count"), info.get("embedding_length"), info.get("attention.head_count")
-    kv_heads = info.get("attention.head_count_kv", heads)
+    # a GGUF header's values: numbers, or a list of one a layer
+    layers: Any = info.get("block_count")
+    embd: Any = info.get("embedding_length")
+    heads: Any = info.get("attention.head_count")
+    kv_heads: Any = info.get("attention.head_count_kv", heads)
     if not all(isinstance(v, int) and v > 0 for v in (layers, embd)) or not heads:
         return None
     head_dim = embd // (heads if isinstance(heads, int) else max(heads))
-    k_dim, v_dim = info.get("attention.key_length", head_dim), info.get("attention.value_length", head_dim)
+    k_dim: Any = info.get("attention.key_length", head_dim)
+    v_dim: Any = info.get("attention.value_length", head_dim)
     per_layer = kv_heads if isinstance(kv_heads, list) else [kv_heads] * layers  # an array: one value a layer
-    return sum(int(h) * (k_dim + v_dim) for h in per_layer) * KV_BYTES
+    total: int = sum(int(h) * (k_dim + v_dim) for h in per_layer) * KV_BYTES
+    return total
 
 
 # ------------------------------------------------------------------ the GGUF header
@@ -91,7 +97,7 @@ _WANTED = ("context_length", "block_count", "embedding_length", "attention.head_
            "attention.head_count_kv", "attention.key_length", "attention.value_length")
 
 
-def gguf_fields(path: Path) -> dict:
+def gguf_fields(path: Path) -> dict[str, Any]:
     """The architecture's size fields of a GGUF file (``context_length``, ``block_count``...), from its
     header only (:mod:`lmchat.interop.gguf_meta`: the reading stops once they are seen)."""
     arch = read_gguf_metadata(path, ["general.architecture"]).get("general.architecture")

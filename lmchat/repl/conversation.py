@@ -27,6 +27,7 @@ from . import settings
 from .settings import SettingError
 from .context import DEFAULT_OVERFLOW, ContextFull, advice, dropped_notice
 from ..turns import Turn
+from .rendering import Output
 from .streaming import Outcome, interrupt_flag, stream
 
 NOTES = {
@@ -45,7 +46,7 @@ def printable(text: str) -> str:
 MAX_SAVED_BYTES = 64 * 2**20
 
 
-def read_saved(path: str) -> dict:
+def read_saved(path: str) -> dict[str, Any]:
     """The JSON object of a /save file, checked enough to restore from: a dict whose ``session_id`` is an id (1-128
     printable characters, no slash: it names files and store rows). Anything else is a :class:`SessionError`."""
     where = f"{printable(path)}: not a session saved by /save"
@@ -70,8 +71,8 @@ def read_saved(path: str) -> dict:
 class Conversation:
     """The REPL's state; ``out`` is a :mod:`.rendering` output (plain or rich)."""
 
-    def __init__(self, session: Session, backend: Backend, store: SessionStore, out, *,
-                 tokenizer: Any = None, version: int = 0):
+    def __init__(self, session: Session, backend: Backend, store: SessionStore, out: Output, *,
+                 tokenizer: Any = None, version: int = 0) -> None:
         self.backend = backend
         self.overrides: dict[str, Any] = {}  # /set values; the rest comes from the template
         self.session = self._fitted(session)
@@ -92,7 +93,7 @@ class Conversation:
     def params(self) -> SamplingParams:
         return settings.sampling(self.session.template, {**model_sampling(self.backend), **self.overrides})
 
-    def check_format(self, value) -> None:
+    def check_format(self, value: str | dict[str, Any] | None) -> None:
         """Refuse a ``/set format`` value this backend would not enforce (a :class:`.settings.SettingError`, one
         line): every turn would fail, so the REPL says it at once and keeps the session as it was."""
         try:
@@ -103,7 +104,8 @@ class Conversation:
     @property
     def overflow(self) -> str:
         """What a turn that does not fit does: ``/set overflow``, else the REPL's default (see :mod:`.context`)."""
-        return self.overrides.get("overflow", DEFAULT_OVERFLOW)
+        policy: str = self.overrides.get("overflow", DEFAULT_OVERFLOW)
+        return policy
 
     def _fitted(self, session: Session) -> Session:
         """``session`` with this chat's overflow policy and the one limit the toolbar, ``/show`` and the engine
@@ -124,7 +126,7 @@ class Conversation:
         if not self.session.last_user():
             raise SessionError("nothing to retry: no message was sent yet")
 
-        def start():
+        def start() -> Delta:
             dropped = self.session.undo()
             return self.session.extend(dropped[:1], max_new_tokens=self.params.max_new_tokens)
 
@@ -228,12 +230,12 @@ class Conversation:
         self.restore_settings(data)
         self.replace(session, stored[VERSION_KEY] if stored else 0)
 
-    def snapshot(self) -> dict:
+    def snapshot(self) -> dict[str, Any]:
         """The session as saved: its snapshot plus this chat's /set values."""
         return {**self.session.to_dict(), settings.SNAPSHOT_KEY: settings.saved(self.overrides),
                 "engine": engine_id(self.backend)}
 
-    def restore_settings(self, data: dict) -> None:
+    def restore_settings(self, data: dict[str, Any]) -> None:
         """Take the /set values saved with ``data`` (invalid ones are reported and ignored)."""
         self.overrides, problems = settings.restored(data)
         self._fitted(self.session)
@@ -245,7 +247,7 @@ class Conversation:
             json.dump(self.snapshot(), f, ensure_ascii=False, indent=2)
             f.write("\n")
 
-    def save(self, record: dict | None = None) -> None:
+    def save(self, record: dict[str, Any] | None = None) -> None:
         """Save to the store (compare-and-set on the version this process last saw); a failure is told, not raised."""
         if self.version == 0 and self.session.turns == 0:
             return  # nothing worth keeping yet

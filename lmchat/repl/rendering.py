@@ -9,10 +9,31 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TYPE_CHECKING, TextIO
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Protocol, TextIO
 
 if TYPE_CHECKING:
-    from rich.console import Console
+    from rich.console import Console, ConsoleOptions, RenderableType
+    from rich.live import Live
+    from rich.segment import Segment
+
+
+class Output(Protocol):
+    """What the REPL writes to: :class:`PlainOutput` or :class:`RichOutput`."""
+
+    def begin_reply(self) -> None: ...
+
+    def reply_text(self, piece: str) -> None: ...
+
+    def end_reply(self, note: str | None = None) -> None: ...
+
+    def show(self, text: str) -> None: ...
+
+    def info(self, text: str) -> None: ...
+
+    def debug(self, text: str) -> None: ...
+
+    def error(self, text: str) -> None: ...
 
 
 class PlainOutput:
@@ -52,10 +73,10 @@ class PlainOutput:
 class _Tail:
     """The last lines of a renderable that fit the screen, so a long streaming reply shows its newest text."""
 
-    def __init__(self, renderable):
+    def __init__(self, renderable: RenderableType) -> None:
         self.renderable = renderable
 
-    def __rich_console__(self, console, options):
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Segment]:
         from rich.segment import Segment
 
         lines = console.render_lines(self.renderable, options, pad=False)
@@ -73,7 +94,7 @@ class RichOutput:
         from rich.console import Console
 
         self.console = console or Console(highlight=False)
-        self._live = None
+        self._live: Live | None = None
         self._text = ""
         self._drawn = 0.0
 

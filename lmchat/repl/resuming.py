@@ -10,7 +10,7 @@ from __future__ import annotations
 from ..backends.base import PrefixCache
 from ..errors import SessionError
 from ..session.edits import restored
-from ..stores import VERSION_KEY
+from ..stores import VERSION_KEY, SessionStore
 from .conversation import Conversation, printable
 
 #: a recap shows this many characters of each message of the last exchange
@@ -19,7 +19,7 @@ TIERS = {"session": "this session's own sequence", "resident": "another sequence
          "disk": "a KV file on disk"}
 
 
-def find(store, prefix: str) -> str | None:
+def find(store: SessionStore, prefix: str) -> str | None:
     """A stored id from its unique prefix (what /sessions shows)."""
     if store.load(prefix) is not None:
         return prefix
@@ -59,7 +59,8 @@ def cache_line(conv: Conversation) -> str:
     n, where = conv.backend.cached(conv.session.session_id, ids)
     if not n:
         return f"the engine holds none of this conversation's {len(ids)} tokens: the next turn prefills them all"
-    return (f"{n} of this conversation's {len(ids)} tokens are cached, in {TIERS.get(where, where)}: the next turn "
+    tier = TIERS.get(where or "", where)
+    return (f"{n} of this conversation's {len(ids)} tokens are cached, in {tier}: the next turn "
             f"prefills the other {len(ids) - n} and its new message")
 
 
@@ -67,7 +68,7 @@ def switch(conv: Conversation, prefix: str) -> str:
     """Continue the stored session ``prefix`` names (the current one stays stored as last saved); its recap."""
     session_id = find(conv.store, prefix)
     data = conv.store.load(session_id) if session_id else None
-    if data is None:
+    if not session_id or data is None:  # (no id: no data)
         raise SessionError(f"no stored session {printable(prefix)}: /sessions lists them")
     conv.restore_settings(data)
     conv.replace(restored(data, conv.tokenizer, "resumed: the engine holds nothing for this session"),

@@ -12,7 +12,7 @@ import json
 import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 
@@ -22,6 +22,9 @@ from ..errors import ConstraintUnsupported, LmchatError
 from ..session import OVERFLOW_POLICIES
 from ..tools.answer_constraint import for_answer
 
+if TYPE_CHECKING:
+    from ..templates.base import BaseTemplate
+
 SNAPSHOT_KEY = "chat"
 
 
@@ -29,8 +32,19 @@ class SettingError(LmchatError, ValueError):
     """A ``/set`` value (typed or stored) is not valid; says which and why."""
 
 
-def _number(kind: type, check: Callable[[Any], bool], rule: str):
-    def parse(raw: Any):
+@attrs.frozen
+class Setting:
+    """How a ``/set`` value is read: ``read`` (raises ValueError) and what it expects, in words (``rule``)."""
+
+    read: Callable[[Any], Any]
+    rule: str
+
+    def __call__(self, raw: Any) -> Any:
+        return self.read(raw)
+
+
+def _number(kind: type, check: Callable[[Any], bool], rule: str) -> Setting:
+    def parse(raw: Any) -> Any:
         if isinstance(raw, bool):
             raise ValueError
         value = kind(raw)
@@ -40,8 +54,7 @@ def _number(kind: type, check: Callable[[Any], bool], rule: str):
             raise ValueError
         return value
 
-    parse.rule = f"a{'n' if kind is int else ''} {kind.__name__} {rule}"
-    return parse
+    return Setting(parse, f"a{'n' if kind is int else ''} {kind.__name__} {rule}")
 
 
 def _stops(raw: Any) -> tuple[str, ...]:
@@ -60,21 +73,21 @@ def _stops(raw: Any) -> tuple[str, ...]:
 def _overflow(raw: Any) -> str:
     if raw not in OVERFLOW_POLICIES:
         raise ValueError
-    return raw
+    return str(raw)
 
 
-_overflow.rule = ("shift (drop the oldest turns from the engine's cache, the system prompt stays), truncate "
+_OVERFLOW_RULE = ("shift (drop the oldest turns from the engine's cache, the system prompt stays), truncate "
                   "(the same, resending the rest) or error (refuse the turn)")
 
 #: a schema file above this size is refused unread (the constraint itself takes 100,000 characters at most)
 MAX_SCHEMA_FILE_BYTES = 1 << 20
 
 
-def _format(raw: Any) -> str | dict:
+def _format(raw: Any) -> str | dict[str, Any]:
     """``json`` (any JSON object), ``@FILE`` (a JSON schema read from FILE) or, as stored, ``{"file", "schema"}``:
     the schema itself is saved, so a resumed session keeps its format when the file has moved or changed."""
     if raw == "json":
-        return raw
+        return "json"
     if isinstance(raw, str) and raw.startswith("@") and len(raw) > 1:
         path = Path(raw[1:]).expanduser()
         try:
@@ -99,40 +112,41 @@ def _format(raw: Any) -> str | dict:
     return {"file": raw.get("file", ""), "schema": raw["schema"]}
 
 
-_format.rule = "json (any JSON object), @FILE (a JSON schema file) or off"
+_FORMAT_RULE = "json (any JSON object), @FILE (a JSON schema file) or off"
 
 
-def constraint(value: str | dict | None) -> constraints.Constraint | None:
+def constraint(value: str | dict[str, Any] | None) -> constraints.Constraint | None:
     """The constraint a ``format`` value puts on every answer (None: none)."""
     if value is None:
         return None
     if value == "json":
         return constraints.json_object()
-    return constraints.json_schema(value["schema"])
+    return constraints.json_schema(cast("dict[str, Any]", value)["schema"])  # not "json": {"file", "schema"}
 
 
-def describe_format(value: str | dict | None) -> str:
+def describe_format(value: str | dict[str, Any] | None) -> str:
     """A ``format`` value in a few words: ``json``, ``@person.json``, ``off``."""
     if value is None:
         return "off"
     if value == "json":
         return "json"
-    return f"@{Path(value['file']).name}" if value.get("file") else "a JSON schema"
+    fmt = cast("dict[str, Any]", value)  # not "json": {"file", "schema"}
+    return f"@{Path(fmt['file']).name}" if fmt.get("file") else "a JSON schema"
 
 
-_stops.rule = 'a stop word, or a JSON list of them (["###", "User:"]); added to the template\'s'
+_STOPS_RULE = 'a stop word, or a JSON list of them (["###", "User:"]); added to the template\'s'
 
 #: name -> parser (raises ValueError); ``parser.rule`` says what is expected
-SETTINGS: dict[str, Callable[[Any], Any]] = {
+SETTINGS: dict[str, Setting] = {
     "temperature": _number(float, lambda v: v >= 0, ">= 0 (0: greedy)"),
     "top_p": _number(float, lambda v: 0 < v <= 1, "in (0, 1]"),
     "top_k": _number(int, lambda v: v >= 0, ">= 0 (0: off)"),
     "repetition_penalty": _number(float, lambda v: v > 0, "> 0 (1: off)"),
     "max_new_tokens": _number(int, lambda v: v >= 1, ">= 1"),
     "seed": _number(int, lambda v: v >= 0, ">= 0 (sampling repeats with the same seed)"),
-    "stop": _stops,
-    "overflow": _overflow,
-    "format": _format,
+    "stop": Setting(_stops, _STOPS_RULE),
+    "overflow": Setting(_overflow, _OVERFLOW_RULE),
+    "format": Setting(_format, _FORMAT_RULE),
 }
 #: the settings that are not sampling parameters (``format`` becomes the sampling's constraint)
 SESSION_SETTINGS = ("overflow", "format")
@@ -151,7 +165,7 @@ def parse(name: str, raw: Any) -> Any:
         raise SettingError(f"/set {name}: expected {SETTINGS[name].rule}, got {raw!r:.200}") from None
 
 
-def sampling(template, overrides: Mapping[str, Any]) -> SamplingParams:
+def sampling(template: BaseTemplate, overrides: Mapping[str, Any]) -> SamplingParams:
     """The template's sampling settings with the session's overrides."""
     values = {k: v for k, v in overrides.items() if k != "stop" and k not in SESSION_SETTINGS}
     params = SamplingParams.from_template(template, **values)
@@ -165,7 +179,7 @@ def sampling(template, overrides: Mapping[str, Any]) -> SamplingParams:
     return attrs.evolve(params, constraint=for_answer(constraint(fmt), template, "format"))
 
 
-def saved(overrides: Mapping[str, Any]) -> dict:
+def saved(overrides: Mapping[str, Any]) -> dict[str, Any]:
     """What goes into the stored snapshot."""
     return {"settings": {k: list(v) if isinstance(v, tuple) else v for k, v in overrides.items()}}
 
@@ -176,7 +190,8 @@ def restored(data: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     stored = section.get("settings") if isinstance(section, Mapping) else None
     if not isinstance(stored, Mapping):
         return {}, [] if section is None else ["the stored /set values are unreadable: ignored"]
-    overrides, problems = {}, []
+    overrides: dict[str, Any] = {}
+    problems: list[str] = []
     for name, raw in stored.items():
         try:
             overrides[str(name)] = parse(str(name), raw)

@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import attrs
 
@@ -58,7 +59,7 @@ class Outcome:
 class _Daemons:
     """An executor of daemon threads: a hung backend never keeps the REPL from exiting."""
 
-    def submit(self, fn: Callable, *args) -> None:
+    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
         threading.Thread(target=fn, args=args, name="lmchat-turn", daemon=True).start()
 
 

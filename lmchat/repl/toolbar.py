@@ -6,12 +6,13 @@ width: the least useful parts go first when it is narrow.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .settings import describe_format
 
 if TYPE_CHECKING:
     from .conversation import Conversation
+    from ..session import Delta, Session
 
 SEP = " │ "
 
@@ -52,6 +53,7 @@ def toolbar_text(conversation: Conversation, width: int | None = None) -> str:
         text = SEP.join(p for p in parts if p)
         if width is None or len(text) <= width - 1:  # the last column stays free: no wrap, no cut
             return text
+    assert width is not None  # noqa: S101 - without a width the first candidate was returned
     return text[: max(1, width - 2)] + "…"
 
 
@@ -59,7 +61,7 @@ def _with(turn: str | None, why: str | None) -> str | None:
     return f"{turn} ({why})" if turn and why else turn
 
 
-def cache_miss(delta) -> str | None:
+def cache_miss(delta: Delta | None) -> str | None:
     """Why the last turn did not reuse all the engine held, in a few plain words (None: it did)."""
     if delta is None or not (delta.reset or delta.discard):
         return None
@@ -94,7 +96,7 @@ def conversation_size(conversation: Conversation) -> int:
     return size
 
 
-def _resent_size(session, tokenizer) -> int:
+def _resent_size(session: Session, tokenizer: Any) -> int:
     from ..session.tokens import codec_for, encode_prompt  # tokenizers: only with a tokenizer
 
     messages = session.messages

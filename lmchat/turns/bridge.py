@@ -24,11 +24,17 @@ import asyncio
 import queue
 import threading
 from collections import deque
-from concurrent.futures import Executor
 from collections.abc import AsyncGenerator, Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
+
+
+class Submits(Protocol):
+    """Where a :class:`Pump` runs its producer: ``submit(fn, arg)`` (a ``concurrent.futures`` executor, or the
+    REPL's daemon threads)."""
+
+    def submit(self, fn: Callable[[Any], Any], arg: Any, /) -> object: ...
 
 
 @attrs.frozen
@@ -52,7 +58,7 @@ class Pump:
     error) crosses.
     """
 
-    def __init__(self, produce: Callable[[], Iterator[Any]], executor: Executor, *,
+    def __init__(self, produce: Callable[[], Iterator[Any]], executor: Submits, *,
                  on_abandon: Callable[[], Any] | None = None, loop: asyncio.AbstractEventLoop | None = None,
                  result_only: bool = False):
         self._loop = loop
