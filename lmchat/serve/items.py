@@ -185,8 +185,8 @@ def input_messages(value: Any, param: str = "input") -> list[dict[str, Any]]:
             raise bad(where, "an input item is an object")
         kind = item.get("type", "message" if "role" in item else None)
         if kind == "message":
-            given: Any = item.get("role")
-            role = ROLES.get(given)
+            given = item.get("role")
+            role = ROLES.get(given) if isinstance(given, str) else None  # a list or an object is no role
             if role is None:
                 raise bad(f"{where}.role", f"role {item.get('role')!r} is not one of {', '.join(ROLES)}")
             message = {"role": role, "content": _text(item.get("content"), f"{where}.content", role)}
