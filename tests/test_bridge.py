@@ -96,13 +96,13 @@ def test_result_only_raises_the_workers_error(pool):
         asyncio.run(main())
 
 
-def test_a_cancelled_result_awaiter_abandons_the_worker(pool):
+def test_a_cancelled_consumer_of_a_result_only_pump_abandons_the_worker(pool):
     closed, abandoned, started, release = (threading.Event() for _ in range(4))
 
     async def main():
         pump = Pump(lambda: two_items(release, closed, started), pool, loop=asyncio.get_running_loop(),
                     on_abandon=abandoned.set, result_only=True)
-        waiter = asyncio.ensure_future(pump.result())
+        waiter = asyncio.ensure_future(collect(pump))
         while not started.is_set():
             await asyncio.sleep(0.001)
         await asyncio.sleep(0.01)  # the waiter is waiting for the result
