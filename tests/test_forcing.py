@@ -52,7 +52,11 @@ RENDERED_BY = {"deepseek-v3": "deepseek-r1", "deepseek-r1-distill": "deepseek-r1
                # which no parser reads: its calls are checked in the Hermes shape its parser reads
                "falcon3": "qwen2.5",
                # Hermes 3's template is plain ChatML (no tools, no calls); its model writes Hermes calls
-               "hermes3": "qwen2.5"}
+               "hermes3": "qwen2.5",
+               # Mistral Small 3/3.1's and Large 2411's templates print no calls; their models (v7 tokenizer) write
+               # the JSON list as Nemo's template renders it
+               "mistral-small-3": "mistral-nemo", "mistral-small-3.1": "mistral-nemo",
+               "mistral-large-2411": "mistral-nemo"}
 GRANITE = '<|tool_call|>[{}]'
 
 

@@ -27,6 +27,8 @@ PIECES = {
                     '"name"', ":", '"g"', "<|python"],
     "mistral": ["[TOOL_CALLS]", " [", '{"name": "f", "arguments": {"a": [1, 2]}}', ",", "]", '"id": "abcdefghi"',
                 "[TOOL"],
+    "mistral_v11": ["[TOOL_CALLS]", "add", "[ARGS]", "[CALL_ID]", "abcdEF123", '{"a": [1, 2]}', '[{"name": "f", '
+                    '"arguments": {}}]', "[TOOL", "[AR"],
     "granite": ["<|tool_call|>", "[", '{"name": "f", "arguments": {"a": 1.5e3}}', "]", ","],
     "internlm": ["<|action_start|>", "<|plugin|>", "<|interpreter|>", "<|action_end|>",
                  '{"name": "f", "parameters": {"a": 1}}', "```python\n", "print(1)\n", "```", "<|action_st"],

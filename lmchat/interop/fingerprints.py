@@ -56,6 +56,7 @@ OFFICIAL_TEXTS: dict[str, tuple[str, ...]] = {
     "ba03a121d097859c7b5b9cd03af99aafe95275210d2876f642ad9929a150f122": ("meta-llama__Meta-Llama-3-8B-Instruct",),
     "dcaee66df77bfbb789ec541fe713218da30225a526f1db97138fc39ee6dc56aa": ("microsoft__Phi-3-mini-4k-instruct",),
     "fe4120415a3858b873955c92ce3a103a95bc97c2cb00b72e62659aaf0f891ee5": ("microsoft__phi-4",),
+    "ac888ea51c72437ddbd57032b819c5d04d76c313147e1f3f2add070493fac49c": ("mistralai__Codestral-22B-v0.1",),
     "bbc58aad99454df60138be9530c9601a0adfe3d8932cda975e1f10b2410ddc51": (
         "mistralai__Mistral-7B-Instruct-v0.1",
         "mistralai__Mistral-7B-Instruct-v0.2",
@@ -64,6 +65,15 @@ OFFICIAL_TEXTS: dict[str, tuple[str, ...]] = {
     "cafb64e0e9e5fd2503054b3479593fae39cbdfd52338ce8af9bb4664a8eb05bd": (
         "mistralai__Mistral-7B-Instruct-v0.3",
         "mistralai__Mixtral-8x22B-Instruct-v0.1",
+    ),
+    "3c4ad5fa60dd8c7ccdf82fa4225864c903e107728fcaf859fa6052cb80c92ee9": ("mistralai__Mistral-Large-Instruct-2411",),
+    "e7deee034838db2bfc7487788a3013d8a307ab69f72f3c54a85f06fd76007d4e": ("mistralai__Mistral-Nemo-Instruct-2407",),
+    "3934d199bfe5b6fab5cba1b5f8ee475e8d5738ac315f21cb09545b4e665cc005": ("mistralai__Mistral-Small-24B-Instruct-2501",),
+    "5f42291cf1b71a8eeae031eafd5bdc669586dbbbebba344a5d641322af152aa7": (
+        "mistralai__Mistral-Small-3.1-24B-Instruct-2503",
+    ),
+    "d990bccdaaa20611e261434bf60bce767b03d8ee1f1d9b5cd0742b1cc96066b9": (
+        "mistralai__Mistral-Small-3.2-24B-Instruct-2506",
     ),
     "9ff2eb30a1d3e937a88108d74b1ab940891be58aa742be4e8c0ce1c1ad90588e": ("NousResearch__Hermes-3-Llama-3.1-8B",),
     "a4c9919cbbd4acdd51ccffe22da049264b1b73e59055fa58811a99efbd7c8146": ("openai__gpt-oss-120b",),

@@ -13,7 +13,7 @@ system prompt and tools move to the last user turn.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 
@@ -64,6 +64,8 @@ class Mistral(_MistralBase):
 
     official = "mistralai__Mistral-7B-Instruct-v0.2"
     prefix_stable = True
+    #: the system prompt is glued to the last message when it is a user turn (Codestral), not to the first
+    system_on_last: ClassVar[bool] = False
 
     user: str = " [INST] "
     eoh: str = " [/INST]"
@@ -71,11 +73,12 @@ class Mistral(_MistralBase):
     def piece(self, chat: Chat, i: int) -> str:
         first = self.loop_start(chat)
         if i < first:
-            return ""  # rendered inside the first user turn
+            return ""  # rendered inside a user turn
         check_alternation(chat, i, first, ALTERNATION)
         role = chat.role(i)
         if role == "user":
-            system = chat.text(0) + self.eosys if first and i == first else ""
+            glued = i == len(chat.messages) - 1 if self.system_on_last else i == first
+            system = chat.text(0) + self.eosys if first and glued else ""
             return f"{self.user}{system}{chat.text(i)}{self.eoh}"
         if role == "assistant":
             return f"{self.lead}{chat.text(i)}{self.separator}"
@@ -100,50 +103,12 @@ def _call_id(value: Any, i: int, field: str) -> str:
     return value
 
 
-@template("mistral-v0.3", "mistral_v0.3", "mixtral-8x22b")
-class MistralV3(_MistralBase):
-    """Mistral-7B-Instruct-v0.3 / Mixtral-8x22B: ``[INST] {q}[/INST] {a}</s>`` with tools.
+class _ToolsOnLastUser:
+    """The tool list before every user message equal to the last one, and the alternation that skips tool
+    messages: v0.3, Nemo and Small 3.2 (a mixin of methods, no fields)."""
 
-    The system prompt goes into the last message when it is a user turn (and
-    disappears otherwise); ``[AVAILABLE_TOOLS] [...][/AVAILABLE_TOOLS]`` goes
-    before every user message equal to the last one. Calls render as
-    ``[TOOL_CALLS] [{"name", "arguments", "id"}]</s>`` and results as
-    ``[TOOL_RESULTS] {"content": ..., "call_id": ...}[/TOOL_RESULTS]``; ids must
-    be 9 characters. Answers are trimmed. Alternation skips tool messages.
-    """
-
-    official = "mistralai__Mistral-7B-Instruct-v0.3"
-    supports_tools = True
-    tool_format = "mistral"
-
-    user: str = "[INST] "
-    eoh: str = "[/INST]"
-
-    def piece(self, chat: Chat, i: int) -> str:
-        first = self.loop_start(chat)
-        if i < first:
-            return ""  # rendered inside the last user turn
-        message = chat.messages[i]
-        if not _skipped(message):
-            self._check_alternation(chat, i, first)
-        role = message["role"]
-        if role == "user":
-            last = self._last_user(chat, len(chat.messages))  # not None: message i is a user turn
-            listed = chat.tools is not None and last is not None and message == chat.messages[last]
-            tools = self._tools(chat) if listed else ""
-            system = chat.text(0) + self.eosys if first and i == len(chat.messages) - 1 else ""
-            return f"{tools}{self.user}{system}{chat.text(i)}{self.eoh}"
-        if "tool_calls" in message:  # any role but user
-            return self._tool_calls(message, i)
-        if role == "assistant":
-            return f"{self.lead}{trimmed(message)}{self.separator}"
-        if role in ("tool", "tool_results"):
-            content = message.get("content", "")  # a missing content prints as nothing
-            if isinstance(content, Mapping) and "content" in content:
-                content = content["content"]
-            call_id = _call_id(message.get("tool_call_id"), i, "tool_call_id")
-            return f'[TOOL_RESULTS] {{"content": {jstr(content)}, "call_id": "{call_id}"}}[/TOOL_RESULTS]'
-        raise TemplateRuleError("role-unsupported", ROLES, index=i, field="role")
+    #: which messages the alternation rule ignores
+    skipped = staticmethod(_skipped)
 
     def rerender_from(self, chat: Chat, n_old: int) -> int:
         """The system prompt moves off message ``n_old - 1``; tools move off earlier user turns.
@@ -167,21 +132,75 @@ class MistralV3(_MistralBase):
     def _last_user(chat: Chat, end: int) -> int | None:
         return next((j for j in range(end - 1, -1, -1) if chat.role(j) == "user"), None)
 
-    @staticmethod
-    def _check_alternation(chat: Chat, i: int, first: int) -> None:
+    def _lists_tools(self, chat: Chat, i: int) -> bool:
+        """Whether the tool list goes before user message ``i`` (it equals the last user message)."""
+        last = self._last_user(chat, len(chat.messages))
+        return chat.tools is not None and last is not None and chat.messages[i] == chat.messages[last]
+
+    def _check_alternation(self, chat: Chat, i: int, first: int) -> None:
         """User turns and other turns alternate, tool messages aside.
 
         The official check counts the non-tool messages before ``i``; since the
         earlier pieces passed it, comparing with the previous such message is
         equivalent and stays local.
         """
-        prev = next((j for j in range(i - 1, first - 1, -1) if not _skipped(chat.messages[j])), None)
+        if self.skipped(chat.messages[i]):
+            return
+        prev = next((j for j in range(i - 1, first - 1, -1) if not self.skipped(chat.messages[j])), None)
         must_be_user = prev is None or chat.role(prev) != "user"
         if (chat.role(i) == "user") != must_be_user:
             raise TemplateRuleError("alternation", ALTERNATION, index=i, field="role")
 
-    @staticmethod
-    def _tools(chat: Chat) -> str:
+
+@template("mistral-v0.3", "mistral_v0.3", "mixtral-8x22b")
+class MistralV3(_ToolsOnLastUser, _MistralBase):
+    """Mistral-7B-Instruct-v0.3 / Mixtral-8x22B: ``[INST] {q}[/INST] {a}</s>`` with tools.
+
+    The system prompt goes into the last message when it is a user turn (and
+    disappears otherwise); ``[AVAILABLE_TOOLS] [...][/AVAILABLE_TOOLS]`` goes
+    before every user message equal to the last one. Calls render as
+    ``[TOOL_CALLS] [{"name", "arguments", "id"}]</s>`` and results as
+    ``[TOOL_RESULTS] {"content": ..., "call_id": ...}[/TOOL_RESULTS]``; ids must
+    be 9 characters. Answers are trimmed. Alternation skips tool messages.
+    """
+
+    official = "mistralai__Mistral-7B-Instruct-v0.3"
+    supports_tools = True
+    tool_format = "mistral"
+    #: what follows ``[AVAILABLE_TOOLS]``, ``[TOOL_CALLS]`` and ``[TOOL_RESULTS]`` (Nemo: nothing)
+    gap: ClassVar[str] = " "
+
+    user: str = "[INST] "
+    eoh: str = "[/INST]"
+
+    def piece(self, chat: Chat, i: int) -> str:
+        first = self.loop_start(chat)
+        if i < first:
+            return ""  # rendered inside the last user turn
+        message = chat.messages[i]
+        self._check_alternation(chat, i, first)
+        role = message["role"]
+        if role == "user":
+            tools = self._tools(chat) if self._lists_tools(chat, i) else ""
+            system = chat.text(0) + self.eosys if first and i == len(chat.messages) - 1 else ""
+            return f"{tools}{self.user}{system}{chat.text(i)}{self.eoh}"
+        if "tool_calls" in message:  # any role but user
+            return self._tool_calls(message, i)
+        if role == "assistant":
+            return self._answer(chat, i)
+        if role in ("tool", "tool_results"):
+            content = message.get("content", "")  # a missing content prints as nothing
+            if isinstance(content, Mapping) and "content" in content:
+                content = content["content"]
+            call_id = _call_id(message.get("tool_call_id"), i, "tool_call_id")
+            return f'[TOOL_RESULTS]{self.gap}{{"content": {jstr(content)}, "call_id": "{call_id}"}}[/TOOL_RESULTS]'
+        raise TemplateRuleError("role-unsupported", ROLES, index=i, field="role")
+
+    def _answer(self, chat: Chat, i: int) -> str:
+        """v0.3 trims the answer and puts a space before it."""
+        return f"{self.lead}{trimmed(chat.messages[i])}{self.separator}"
+
+    def _tools(self, chat: Chat) -> str:
         """``[AVAILABLE_TOOLS]``: each function's fields but ``return``, strings unescaped as upstream."""
         entries = []
         for tool in chat.tools or ():  # called when there are tools
@@ -195,12 +214,12 @@ class MistralV3(_MistralBase):
             )
             entries.append(f'{{"type": "function", "function": {{{fields}}}}}')
         closing = "]" if entries else ""  # upstream closes the list after its last tool only
-        return f"[AVAILABLE_TOOLS] [{', '.join(entries)}{closing}[/AVAILABLE_TOOLS]"
+        return f"[AVAILABLE_TOOLS]{self.gap}[{', '.join(entries)}{closing}[/AVAILABLE_TOOLS]"
 
     def _tool_calls(self, message: Mapping[str, Any], i: int) -> str:
         calls = message["tool_calls"]
         if not calls:
-            return "[TOOL_CALLS] ["  # upstream leaves the list open when there is no call
+            return f"[TOOL_CALLS]{self.gap}["  # upstream leaves the list open when there is no call
         if not isinstance(calls, list):
             raise InvalidMessages("expected a list of tool calls", index=i, field="tool_calls")
         rendered = []
@@ -209,4 +228,282 @@ class MistralV3(_MistralBase):
                 raise InvalidMessages("every tool call needs a 'function'", index=i, field="tool_calls")
             # the function object's JSON without its closing brace, then the id
             rendered.append(f'{tojson(call["function"])[:-1]}, "id": "{_call_id(call.get("id"), i, "tool_calls")}"}}')
-        return f"[TOOL_CALLS] [{', '.join(rendered)}]{self.separator}"
+        return f"[TOOL_CALLS]{self.gap}[{', '.join(rendered)}]{self.separator}"
+
+
+@template("mistral-nemo", "Mistral-Nemo-Instruct-2407", "mistral-nemo-2407", "mistral-nemo-instruct")
+class MistralNemo(MistralV3):
+    """Mistral-Nemo-Instruct-2407: v0.3 without its spaces, ``[INST]{q}[/INST]{a}</s>``, answers untrimmed."""
+
+    official = "mistralai__Mistral-Nemo-Instruct-2407"
+    hyperparameter_source = (
+        "model card: 'Mistral Nemo requires smaller temperatures. We recommend to use a temperature of 0.3'; "
+        "context 128K (model card); top_p/top_k: LMDeploy defaults"
+    )
+    gap = ""
+
+    session_len: int = 131072
+    temperature: float = 0.3
+    user: str = "[INST]"
+    lead: str = ""  # the answer follows [/INST] directly
+
+    def _answer(self, chat: Chat, i: int) -> str:
+        return f"{chat.text(i)}{self.separator}"
+
+
+@template("codestral", "Codestral-22B-v0.1", "codestral-22b")
+class Codestral(Mistral):
+    """Codestral-22B-v0.1: ``[INST] {q}[/INST] {a}</s>``, the system prompt glued to the last message when it is
+    a user turn (and dropped otherwise); no tools; roles alternate strictly; answers untrimmed."""
+
+    official = "mistralai__Codestral-22B-v0.1"
+    hyperparameter_source = "no sampling values published (model card, generation_config.json): LMDeploy " \
+                            "defaults; context 32K (model card)"
+    prefix_stable = False  # the system prompt moves to each new last user turn
+    system_on_last = True
+
+    user: str = "[INST] "
+    eoh: str = "[/INST]"
+
+
+@template("mistral-large-2411", "Mistral-Large-Instruct-2411", "mistral-large")
+class MistralLarge2411(_MistralBase):
+    """Mistral-Large-Instruct-2411: ``[SYSTEM_PROMPT] {s}[/SYSTEM_PROMPT]`` where a system message is,
+    ``[INST] {q}[/INST] {a}</s>``; no alternation rule, no tools in the template."""
+
+    official = "mistralai__Mistral-Large-Instruct-2411"
+    prefix_stable = True
+    tool_format = "mistral"  # the model calls tools as [TOOL_CALLS] [...] (mistral_common), its template renders none
+    hyperparameter_source = "no sampling values known for this model (model card): LMDeploy defaults; context " \
+                            "128K (model card)"
+
+    session_len: int = 131072
+    system: str = "[SYSTEM_PROMPT] "
+    eosys: str = "[/SYSTEM_PROMPT]"
+    user: str = "[INST] "
+    eoh: str = "[/INST]"
+
+    def piece(self, chat: Chat, i: int) -> str:
+        role = chat.role(i)
+        if role == "user":
+            return f"{self.user}{chat.text(i)}{self.eoh}"
+        if role == "system":
+            return f"{self.system}{chat.text(i)}{self.eosys}"
+        if role == "assistant":
+            return f"{self.lead}{chat.text(i)}{self.separator}"
+        raise TemplateRuleError("role-unsupported", V7_ROLES, index=i, field="role")
+
+
+V7_ROLES = "Only user, system and assistant roles are supported!"
+SMALL3_SYSTEM = (
+    "You are Mistral Small 3, a Large Language Model (LLM) created by Mistral AI, a French startup headquartered "
+    "in Paris.\nYour knowledge base was last updated on 2023-10-01. The current date is {today}.\n\n"
+)
+SMALL3_CLARIFY = (
+    "If the user's question is not clear, ambiguous, or does not provide enough context for you to accurately "
+    "answer the question, you do not try to answer it right away and you rather ask the user to clarify their "
+    'request (e.g. "What are some good restaurants around me?" => "Where are you?" or "When is the next flight to '
+    'Tokyo" => "Where do you travel from?")'
+)
+
+
+def _first_text(message: Mapping[str, Any], i: int) -> str:
+    """``content`` when it is a string, else ``content[0]['text']`` (Small 3.1's system and assistant turns)."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    part = content[0] if isinstance(content, list) and content else None
+    value = part.get("text") if isinstance(part, Mapping) else None
+    if not isinstance(value, str):
+        raise InvalidMessages("expected a string or a list whose first part has a text", index=i, field="content")
+    return value
+
+
+def _blocks(message: Mapping[str, Any], i: int, where: str) -> str:
+    """A string content, or its blocks: text as is, ``[IMG]`` for an image; a missing content is empty."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if content is None:
+        return ""  # an undefined value iterates as nothing upstream
+    if not isinstance(content, (list, Mapping)):
+        raise InvalidMessages(f"expected a string or a list of blocks, got {type(content).__name__}",
+                              index=i, field="content")
+    out = []
+    for block in content:  # a mapping iterates over its keys, which are no blocks
+        kind = block.get("type") if isinstance(block, Mapping) else None
+        if kind == "text":
+            out.append(jstr(block["text"]) if "text" in block else "")
+        elif kind in ("image", "image_url"):
+            out.append("[IMG]")
+        else:
+            message_text = f"Only text and image blocks are supported in {where} content!"
+            raise TemplateRuleError("content-block", message_text, index=i, field="content")
+    return "".join(out)
+
+
+@template("mistral-small-3", "Mistral-Small-24B-Instruct-2501", "mistral-small-2501", "mistral-small-24b-2501")
+class MistralSmall3(_MistralBase):
+    """Mistral-Small-24B-Instruct-2501 (tokenizer v7): ``<s>[SYSTEM_PROMPT]{s}[/SYSTEM_PROMPT][INST]{q}[/INST]{a}</s>``.
+
+    The first system message, else a default one that names the session's date
+    (upstream ``strftime_now("%Y-%m-%d")``; lmchat uses the session's frozen date
+    so the prefix never changes at midnight), always comes first; a later system
+    message renders where it is. No alternation rule; contents must be strings.
+    """
+
+    official = "mistralai__Mistral-Small-24B-Instruct-2501"
+    prefix_stable = True
+    tool_format = "mistral"  # the model calls tools as [TOOL_CALLS][...] (mistral_common v7); the template has none
+    hyperparameter_source = (
+        "model card: 'We recommend a relatively low temperature, such as temperature=0.15'; top_p/top_k: LMDeploy "
+        "defaults; context 32K (model card)"
+    )
+    #: the default system prompt, ``{today}`` the date (``%Y-%m-%d``)
+    default_system_prompt: ClassVar[str] = SMALL3_SYSTEM + (
+        "When you're not sure about some information, you say that you don't have the information and don't make "
+        "up anything.\n"
+    ) + SMALL3_CLARIFY
+    roles_error: ClassVar[str] = V7_ROLES
+
+    temperature: float = 0.15
+    system: str = "[SYSTEM_PROMPT]"
+    eosys: str = "[/SYSTEM_PROMPT]"
+    user: str = "[INST]"
+    eoh: str = "[/INST]"
+    lead: str = ""  # the answer follows [/INST] directly
+
+    def header(self, chat: Chat) -> str:
+        if chat.role(0) == "system":
+            system = self._system_text(chat, 0)
+        else:
+            system = self.default_system_prompt.format(today=chat.today().strftime("%Y-%m-%d"))
+        return f"{self.bos}{self.system}{system}{self.eosys}"
+
+    def piece(self, chat: Chat, i: int) -> str:
+        if i < self.loop_start(chat):
+            return ""  # rendered by the header
+        role = chat.role(i)
+        if role == "user":
+            return self._user(chat, i)
+        if role == "system":
+            return f"{self.system}{self._system_text(chat, i)}{self.eosys}"
+        if role == "assistant":
+            return self._assistant(chat, i)
+        return self._other(chat, i)
+
+    def _system_text(self, chat: Chat, i: int) -> str:
+        return chat.text(i)
+
+    def _user(self, chat: Chat, i: int) -> str:
+        return f"{self.user}{chat.text(i)}{self.eoh}"
+
+    def _assistant(self, chat: Chat, i: int) -> str:
+        return f"{chat.text(i)}{self.separator}"
+
+    def _other(self, chat: Chat, i: int) -> str:
+        raise TemplateRuleError("role-unsupported", self.roles_error, index=i, field="role")
+
+
+@template("mistral-small-3.1", "Mistral-Small-3.1-24B-Instruct-2503", "mistral-small-2503",
+          "mistral-small-3.1-24b-2503")
+class MistralSmall31(MistralSmall3):
+    """Mistral-Small-3.1-24B-Instruct-2503: Small 3's format with content blocks (``[IMG]`` for an image).
+
+    A system or assistant message given as blocks renders its first block's text only.
+    """
+
+    official = "mistralai__Mistral-Small-3.1-24B-Instruct-2503"
+    hyperparameter_source = (
+        "model card: 'We recommend a relatively low temperature, such as temperature=0.15'; top_p/top_k: LMDeploy "
+        "defaults; context 128K (model card)"
+    )
+
+    session_len: int = 131072
+
+    def _system_text(self, chat: Chat, i: int) -> str:
+        return _first_text(chat.messages[i], i)
+
+    def _user(self, chat: Chat, i: int) -> str:
+        return f"{self.user}{_blocks(chat.messages[i], i, 'message')}{self.eoh}"
+
+    def _assistant(self, chat: Chat, i: int) -> str:
+        return f"{_first_text(chat.messages[i], i)}{self.separator}"
+
+
+@template("mistral-small-3.2", "Mistral-Small-3.2-24B-Instruct-2506", "mistral-small-2506",
+          "mistral-small-3.2-24b-2506")
+class MistralSmall32(_ToolsOnLastUser, MistralSmall31):
+    """Mistral-Small-3.2-24B-Instruct-2506: 3.1's format with tools and v11 tool calls.
+
+    ``[AVAILABLE_TOOLS]{tools as JSON}[/AVAILABLE_TOOLS]`` goes before every user
+    message equal to the last one; calls render as
+    ``[TOOL_CALLS]{name}[CALL_ID]{id}[ARGS]{arguments as JSON}`` per call, then
+    ``</s>``, results as ``[TOOL_RESULTS]{id}[TOOL_CONTENT]{content}[/TOOL_RESULTS]``
+    (ids of 9 characters). Roles alternate, ``tool`` messages and calls aside.
+    """
+
+    official = "mistralai__Mistral-Small-3.2-24B-Instruct-2506"
+    supports_tools = True
+    tool_format = "mistral_v11"
+    default_system_prompt = SMALL3_SYSTEM + (
+        "When you're not sure about some information or when the user's request requires up-to-date or specific "
+        "data, you must use the available tools to fetch the information. Do not hesitate to use tools whenever "
+        "they can provide a more accurate or complete response. If no relevant tools are available, then clearly "
+        "state that you don't have the information and avoid making up anything.\n\n"
+    ) + SMALL3_CLARIFY + (
+        ".\nYou are always very attentive to dates, and when asked about information at specific dates, you "
+        "discard information that is at another date.\nYou follow these instructions in all languages, and always "
+        "respond to the user in the language they use or request.\nNext sections describe the capabilities that "
+        "you have.\n\n# WEB BROWSING INSTRUCTIONS\n\nYou cannot perform any web search or access internet to open "
+        "URLs, links etc. If it seems like the user is expecting you to do so, you clarify the situation and ask "
+        "the user to copy paste the text directly in the chat.\n\n# MULTI-MODAL INSTRUCTIONS\n\nYou have the "
+        "ability to read images, but you cannot generate images. You also cannot transcribe audio files or "
+        "videos.\nYou cannot read nor transcribe audio files or videos.\n\n# TOOL CALLING INSTRUCTIONS\n\nYou may "
+        "have access to tools that you can use to fetch information or perform actions. You must use these tools "
+        "in the following situations:\n\n1. When the request requires up-to-date information.\n2. When the "
+        "request requires specific data that you do not have in your knowledge base.\n3. When the request "
+        "involves actions that you cannot perform without tools.\n\nAlways prioritize using tools to provide the "
+        "most accurate and helpful response. If tools are not available, inform the user that you cannot perform "
+        "the requested action at the moment."
+    )
+    roles_error = "Only system, user, assistant, and tool roles are supported!"
+    skipped = staticmethod(lambda message: message["role"] == "tool" or bool(message.get("tool_calls")))
+
+    def piece(self, chat: Chat, i: int) -> str:
+        first = self.loop_start(chat)
+        if i >= first:
+            self._check_alternation(chat, i, first)
+        return super().piece(chat, i)
+
+    def _user(self, chat: Chat, i: int) -> str:
+        tools = f"[AVAILABLE_TOOLS]{tojson(chat.tools)}[/AVAILABLE_TOOLS]" if self._lists_tools(chat, i) else ""
+        return tools + super()._user(chat, i)
+
+    def _assistant(self, chat: Chat, i: int) -> str:
+        message = chat.messages[i]
+        calls = message.get("tool_calls")
+        if not calls:
+            return f"{_blocks(message, i, 'assistant')}{self.separator}"
+        if not isinstance(calls, list):
+            raise InvalidMessages("expected a list of tool calls", index=i, field="tool_calls")
+        out = []
+        for call in calls:
+            function = call.get("function") if isinstance(call, Mapping) else None
+            if not isinstance(function, Mapping) or not isinstance(function.get("name"), str) \
+                    or "arguments" not in function:
+                raise InvalidMessages("every tool call needs a function name and arguments", index=i,
+                                      field="tool_calls")
+            call_id = _call_id(call.get("id"), i, "tool_calls")
+            out.append(f"[TOOL_CALLS]{function['name']}[CALL_ID]{call_id}[ARGS]{tojson(function['arguments'])}")
+        return "".join(out) + self.separator
+
+    def _other(self, chat: Chat, i: int) -> str:
+        message = chat.messages[i]
+        if message["role"] not in ("tool", "tool_results"):
+            return super()._other(chat, i)
+        content = message.get("content", "")  # a missing content prints as nothing
+        if isinstance(content, Mapping) and "content" in content:
+            content = content["content"]
+        call_id = _call_id(message.get("tool_call_id"), i, "tool_call_id")
+        return f"[TOOL_RESULTS]{call_id}[TOOL_CONTENT]{jstr(content)}[/TOOL_RESULTS]"

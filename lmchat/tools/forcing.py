@@ -97,10 +97,11 @@ def _single(parallel: bool, mark: Callable[[str], str]) -> str:
 
 
 def _array(marker: str, space: str) -> Callable[[bool, Callable[[str], str]], str]:
-    """A JSON array of calls after a marker: Mistral's ``[TOOL_CALLS] [...]``, Granite's ``<|tool_call|>[...]``."""
+    """A JSON array of calls after a marker: Mistral's ``[TOOL_CALLS] [...]`` (v0.3; Nemo and the v7 tokenizer's
+    models write no space: ``space`` is the grammar of what goes between), Granite's ``<|tool_call|>[...]``."""
     def start(parallel: bool, mark: Callable[[str], str]) -> str:
         more = ' (", " call)*' if parallel else ""
-        return f'start: {mark(marker)} "{space}[" call{more} "]"'
+        return f'start: {mark(marker)} {space}"[" call{more} "]"'
     return start
 
 
@@ -129,7 +130,7 @@ SYNTAXES: dict[str, Syntax] = {
     "llama3_json": Syntax(_single, _json_calls("parameters")),
     # the template renders each call's id after its arguments, as Mistral's models were trained on: the model
     # may write one (the parser keeps only an id written before the name and makes the call's own)
-    "mistral": Syntax(_array("[TOOL_CALLS]", " "),
+    "mistral": Syntax(_array("[TOOL_CALLS]", '" "? '),
                       _json_calls("arguments", id={"type": "string", "pattern": "^[a-zA-Z0-9]{9}$"})),
     "granite": Syntax(_array("<|tool_call|>", ""), _json_calls("arguments")),
     "internlm": Syntax(_internlm, _json_calls("parameters")),

@@ -24,7 +24,7 @@ from .harmony import Harmony
 from .hermes import Hermes
 from .internlm import InternLM
 from .llama3_json import Llama3Json
-from .mistral import Granite, Mistral
+from .mistral import Granite, Mistral, MistralV11
 from .qwen3_coder import Qwen3Coder
 from .think import CLOSE, OPEN
 
@@ -36,6 +36,7 @@ FORMATS: dict[str, type[Format]] = {
     "hermes": Hermes,
     "llama3_json": Llama3Json,
     "mistral": Mistral,
+    "mistral_v11": MistralV11,
     "granite": Granite,
     "internlm": InternLM,
     "chatglm3": ChatGLM3,
