@@ -75,6 +75,7 @@ OFFICIAL_TEXTS: dict[str, tuple[str, ...]] = {
     "d990bccdaaa20611e261434bf60bce767b03d8ee1f1d9b5cd0742b1cc96066b9": (
         "mistralai__Mistral-Small-3.2-24B-Instruct-2506",
     ),
+    "39e8c195b474c1a4148046f41fedd177b2ff8f420fa376e52fcdddb829e8f0c5": ("moonshotai__Kimi-K2-Instruct",),
     "9ff2eb30a1d3e937a88108d74b1ab940891be58aa742be4e8c0ce1c1ad90588e": ("NousResearch__Hermes-3-Llama-3.1-8B",),
     "a4c9919cbbd4acdd51ccffe22da049264b1b73e59055fa58811a99efbd7c8146": ("openai__gpt-oss-120b",),
     "901b10d47195fadb5692137ecd4b2733730be9d32fde6c6eae23e5153712525e": ("openchat__openchat-3.5-0106",),

@@ -101,6 +101,7 @@ NAME_RULES: list[tuple[str, str]] = [
     (r"granite-3", "granite3"),
     (r"openchat", "openchat"),
     (r"gpt-oss", "gpt-oss"),
+    (r"kimi-k2-instruct", "kimi-k2"),
     (r"solar", "solar"),
     (r"starcoder", "default"),
 ]
@@ -138,6 +139,7 @@ ARCHITECTURES: dict[str, tuple[str, ...]] = {
     "phi3": ("phi3", "phi4"),
     "granite": ("granite3",),
     "gptoss": ("gpt-oss",),
+    "kimik2": ("kimi-k2",),
 }
 _ARCH_SUFFIXES = ("forcausallm", "forconditionalgeneration", "lmheadmodel", "model")
 #: the GGUF metadata matching reads (the llamacpp backend passes them from the model it loaded)

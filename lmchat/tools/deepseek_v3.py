@@ -19,8 +19,15 @@ CALL_BEGIN, CALL_END, SEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁en
 
 
 class DeepSeekCall:
-    #: V3/R1's head, ``type<｜tool▁sep｜>name\\n``; V3.1's is ``name<｜tool▁sep｜>``
-    typed = True
+    """One call's region: a head naming the tool, then JSON arguments (optionally fenced).
+
+    V3/R1's head is ``type<｜tool▁sep｜>name\\n``; subclasses read other heads (:meth:`head`).
+    """
+
+    #: the marker that opened the region (given back with the text when it is no call)
+    begin = CALL_BEGIN
+    #: what a head that never comes is called in the note
+    missing = "a DeepSeek tool call without a 'type<｜tool▁sep｜>name' line"
 
     def __init__(self, sink: Sink):
         self.sink = sink
@@ -28,25 +35,28 @@ class DeepSeekCall:
         self.buf = ""
         self.args: JsonArgs | None = None
 
+    def head(self) -> tuple[str, str | None, int] | None:
+        """``(name, the id the model wrote or None, where the arguments start)`` once the head is complete."""
+        sep = self.buf.find(SEP)
+        end = self.buf.find("\n", sep) if sep >= 0 else -1
+        name = self.buf[sep + len(SEP):end].strip(WS)
+        return (name, None, end + 1) if end >= 0 and NAME.fullmatch(name) else None
+
     def feed(self, text: str) -> None:
         self.buf += text
         if self.state == "head":
-            sep = self.buf.find(SEP)
-            if self.typed:
-                end = self.buf.find("\n", sep) if sep >= 0 else -1
-                name, rest = self.buf[sep + len(SEP):end].strip(WS), end + 1
-            else:
-                end, name, rest = sep, self.buf[:sep].strip(WS), sep + len(SEP)
-            if end < 0 or not NAME.fullmatch(name):
-                return  # judged at close when it never becomes a name line
-            self.args = JsonArgs(self.sink, self.sink.start_call(name))
+            head = self.head()
+            if head is None:
+                return  # judged at close when it never becomes a head
+            name, model_id, rest = head
+            self.args = JsonArgs(self.sink, self.sink.start_call(name, model_id))
             self.buf, self.state = self.buf[rest:], "fence"
         if self.state == "fence":
-            head = self.buf.lstrip(WS)
-            if head.startswith("```") and "\n" in head:
-                self.buf, self.state = head[head.index("\n") + 1:], "args"
-            elif head and not ("```".startswith(head) or head.startswith("```")):
-                self.buf, self.state = head, "args"
+            lead = self.buf.lstrip(WS)
+            if lead.startswith("```") and "\n" in lead:
+                self.buf, self.state = lead[lead.index("\n") + 1:], "args"
+            elif lead and not ("```".startswith(lead) or lead.startswith("```")):
+                self.buf, self.state = lead, "args"
             else:
                 return  # nothing yet, or a fence line still arriving
         if self.state == "args":
@@ -59,9 +69,8 @@ class DeepSeekCall:
 
     def close(self, marker: str) -> None:
         if self.args is None:
-            self.sink.content.write(CALL_BEGIN + self.buf + marker)
-            head = "'type<｜tool▁sep｜>name' line" if self.typed else "'name<｜tool▁sep｜>' head"
-            self.sink.note(f"a DeepSeek tool call without a {head}; kept as content")
+            self.sink.content.write(self.begin + self.buf + marker)
+            self.sink.note(f"{self.missing}; kept as content")
             return
         self.args.close()
         tail = self.buf.strip(WS)
@@ -80,7 +89,14 @@ class DeepSeekV3(RegionFormat):
 
 
 class DeepSeekV31Call(DeepSeekCall):
-    typed = False
+    """V3.1's head: ``name<｜tool▁sep｜>``."""
+
+    missing = "a DeepSeek tool call without a 'name<｜tool▁sep｜>' head"
+
+    def head(self) -> tuple[str, str | None, int] | None:
+        sep = self.buf.find(SEP)
+        name = self.buf[:sep].strip(WS)
+        return (name, None, sep + len(SEP)) if sep >= 0 and NAME.fullmatch(name) else None
 
 
 class DeepSeekV31(DeepSeekV3):

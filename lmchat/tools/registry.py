@@ -23,6 +23,7 @@ from .glm45 import Glm45
 from .harmony import Harmony
 from .hermes import Hermes
 from .internlm import InternLM
+from .kimi_k2 import KimiK2
 from .llama3_json import Llama3Json
 from .mistral import Granite, Mistral, MistralV11
 from .qwen3_coder import Qwen3Coder
@@ -44,6 +45,7 @@ FORMATS: dict[str, type[Format]] = {
     "glm45": Glm45,
     "deepseek_v3": DeepSeekV3,
     "deepseek_v31": DeepSeekV31,
+    "kimi_k2": KimiK2,
     "qwen3_coder": Qwen3Coder,
     "harmony": Harmony,
 }

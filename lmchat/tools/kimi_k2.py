@@ -1,0 +1,41 @@
+"""Kimi-K2: calls between ``<|tool_calls_section_begin|>`` and ``<|tool_calls_section_end|>``.
+
+Each call is ``<|tool_call_begin|>functions.NAME:IDX<|tool_call_argument_begin|>{...}<|tool_call_end|>``: the
+model writes an id, which Kimi's template renders back as it is (the name itself is not rendered), so the id is
+kept as the call's id and the name read from it (``functions.`` and ``:IDX`` taken off, as vLLM's ``kimi_k2``
+parser reads it). The call is announced once the id is complete and the arguments stream as they come; the
+machine is DeepSeek's (:mod:`.deepseek_v3`), with this head.
+"""
+from __future__ import annotations
+
+import re
+
+from .base import NAME, RegionFormat
+from .deepseek_v3 import DeepSeekCall
+from .sink import WS
+
+SECTION_BEGIN, SECTION_END = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
+CALL_BEGIN, ARGUMENT_BEGIN, CALL_END = "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>"
+_ID = re.compile(r"(?:functions\.)?(.+?)(?::\d+)?")
+
+
+class KimiCall(DeepSeekCall):
+    begin = CALL_BEGIN
+    missing = "a Kimi-K2 tool call without a 'functions.NAME:IDX<|tool_call_argument_begin|>' head"
+
+    def head(self) -> tuple[str, str | None, int] | None:
+        sep = self.buf.find(ARGUMENT_BEGIN)
+        model_id = self.buf[:sep].strip(WS)
+        match = _ID.fullmatch(model_id)
+        if sep < 0 or match is None or not NAME.fullmatch(match.group(1)):
+            return None
+        return match.group(1), model_id, sep + len(ARGUMENT_BEGIN)
+
+
+class KimiK2(RegionFormat):
+    opens = (SECTION_BEGIN, CALL_BEGIN, SECTION_END)
+    closes = (CALL_END,)
+    markers = (*opens, *closes, ARGUMENT_BEGIN)
+
+    def open(self, marker: str) -> KimiCall | None:
+        return KimiCall(self.sink) if marker == CALL_BEGIN else None  # the section markers only group calls
