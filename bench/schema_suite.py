@@ -13,6 +13,9 @@ by its draft).
     ``$schema`` there, or a ``$ref`` that validating the group's tests cannot resolve without them) stay in
     the total and go through the same check: llguidance fetches nothing, so it refuses them, and they count
     as unsupported (the share without them is given too).
+    Then the suite's own test instances of every supported schema go through its grammar, no model:
+    written as the constraint writes JSON, tokenized, fed to a fresh matcher; an instance the suite calls
+    invalid that the grammar accepts is JSON the constraint would let through and a validator rejects.
 (b) validity: on a deterministic sample of the supported schemas (round robin over the suite's files, so
     that every keyword's file comes up early; the first ``--answers``, fewer if ``--minutes`` runs out),
     one answer each, sampling on (temperature 0.8, seed ``--seed`` + i), the prompt asking for JSON valid
@@ -103,7 +106,7 @@ def read_suite(sdist: Path, drafts: list[str]) -> tuple[dict, dict]:
                     else:
                         schemas[key] = {"draft": draft, "file": name.removeprefix(f"tests/{draft}/"),
                                         "description": group["description"], "schema": group["schema"],
-                                        "tests": [t["data"] for t in group["tests"]], "groups": 1}
+                                        "tests": group["tests"], "groups": 1}
     return schemas, remotes
 
 
@@ -140,8 +143,8 @@ class Validators:
             return True  # a meta-schema of the remotes (llguidance fetches it; jsonschema's default reads none)
         validator = self.of(schema, entry["draft"], remotes=False)
         try:
-            for data in entry["tests"]:
-                validator.is_valid(data)
+            for test in entry["tests"]:
+                validator.is_valid(test["data"])
         except Unresolvable:
             return True
         except Exception:  # noqa: BLE001 - a pattern Python's re cannot compile (ECMAScript's \\c): not a ref
@@ -181,6 +184,30 @@ def support(backend, schemas: dict, validators: Validators) -> None:
             entry["reason"], entry["keys"] = reason_of(str(exc))
         else:
             entry["supported"] = True
+
+
+def instances(backend, schemas: dict) -> list[dict]:
+    """The suite's own test instances of every supported schema through its grammar, no model: each written as
+    the constraint writes JSON (compact, ", " and ": "), tokenized with the model's vocabulary, fed to a fresh
+    matcher; accepted if every token is allowed and the grammar may end there. One row per instance."""
+    from lmchat import constraints
+
+    grammars = backend._engine().grammars  # the engine's compiled matchers (private: a benchmark looks inside)
+    rows = []
+    for entry in schemas.values():
+        if not entry["supported"]:
+            continue
+        constraint = constraints.json_schema(entry["schema"])
+        for test in entry["tests"]:
+            text = json.dumps(test["data"], ensure_ascii=False, separators=(", ", ": "))
+            matcher = grammars.matcher(constraint)
+            ids = grammars._tokenizer.tokenize_str(text)
+            accepted = matcher.validate_tokens(ids) == len(ids) and matcher.consume_tokens(ids) \
+                and matcher.is_accepting()
+            rows.append({"draft": entry["draft"], "file": entry["file"], "description": entry["description"],
+                         "schema": entry["schema"], "test": test["description"], "instance": text,
+                         "valid": test["valid"], "accepted": bool(accepted)})
+    return rows
 
 
 def sample(schemas: dict, size: int) -> list[dict]:
@@ -290,6 +317,7 @@ def main(argv: list[str]) -> int:
         checked = time.perf_counter()
         support(backend, schemas, validators)
         checked = time.perf_counter() - checked
+        suite_tests = instances(backend, schemas)
         chosen = sample(schemas, args.answers)
         mgr = SessionManager(backend)
         rows: dict = {"with": [], "without": [], "with_paired": []}
@@ -326,6 +354,10 @@ def main(argv: list[str]) -> int:
                "with": counts(rows["with"]), "without": counts(rows["without"]),
                "with_on_unconstrained_sample": counts(paired),
                "seconds": round(time.perf_counter() - started, 1)}
+    grid = collections.Counter((t["valid"], t["accepted"]) for t in suite_tests)
+    summary["instances"] = {"valid_accepted": grid[True, True], "valid_refused": grid[True, False],
+                            "invalid_accepted": grid[False, True], "invalid_refused": grid[False, False]}
+    leaks = [t for t in suite_tests if t["accepted"] and not t["valid"]]
     invalid = [r for r in rows["with"] if r["verdict"] == "invalid"]
     formats = [r for r in rows["with"] if r.get("format_rejected")]
 
@@ -341,6 +373,11 @@ def main(argv: list[str]) -> int:
            table(["reason", "schemas"], [[cell(r), n] for r, n in reasons.most_common()]), "",
            "keywords llguidance does not implement (schemas naming each, among the refused)",
            table(["keyword", "schemas"], [[k, n] for k, n in keys.most_common()]), "",
+           "the suite's own test instances of the supported schemas through their grammars (no model; written "
+           "compactly as the constraint writes JSON)",
+           table(["suite's label", "the grammar accepts", "the grammar refuses"],
+                 [["valid", grid[True, True], grid[True, False]], ["invalid", grid[False, True], grid[False, False]]]),
+           "",
            f"answers (temperature 0.8, seeds {args.seed}.., max {args.max_tokens} new tokens, "
            f"{args.threads} engine thread{'s' if args.threads > 1 else ''}): "
            f"{w['answers']} of the {supported} supported schemas with the constraint (the sample's first"
@@ -356,6 +393,11 @@ def main(argv: list[str]) -> int:
                                    ("without the constraint", wo))])]
     if w["unchecked"] or wo["unchecked"]:
         out += [f"(not checked: the validator failed on {w['unchecked']} answers with, {wo['unchecked']} without)"]
+    if leaks:
+        out += ["", "instances the suite calls invalid that a grammar accepts",
+                table(["draft/file", "group", "schema", "test", "instance"],
+                      [[f"{t['draft']}/{t['file']}", cell(t["description"]), cell(json.dumps(t["schema"])[:150]),
+                        cell(t["test"]), cell(t["instance"][:100])] for t in leaks])]
     if invalid:
         out += ["", "invalid answers with the constraint (the grammar let through JSON the validator rejects)",
                 table(["draft/file", "group", "schema", "answer", "why"],
@@ -371,7 +413,7 @@ def main(argv: list[str]) -> int:
     path = save("schema_suite", {"args": {**vars(args), "cache": str(args.cache)}, "summary": summary,
                                  "refused": [{k: e[k] for k in ("draft", "file", "description", "schema", "reason",
                                                                 "message")} for e in entries if not e["supported"]],
-                                 "answers": rows})
+                                 "instances": suite_tests, "answers": rows})
     path.with_suffix(".md").write_text(text + "\n")
     print(f"results: {path}")
     return 0
