@@ -71,7 +71,34 @@ def json_schema(schema: Any, *, name: str = "", field: str = "schema") -> Constr
     if len(text) > MAX_SCHEMA_CHARS:
         raise ConstraintUnsupported(f"the schema is {len(text):,} characters long, over {MAX_SCHEMA_CHARS:,}",
                                     field=field)
+    _check_draft(schema, field)
     return Constraint(kind="json_schema", schema=text, name=name)
+
+
+#: drafts in which every keyword beside ``$ref`` is ignored (2019-09 and later apply them)
+REF_ALONE_DRAFTS = ("draft-04", "draft-06", "draft-07")
+
+
+def _check_draft(schema: dict[str, Any], field: str) -> None:
+    """Refuse what the grammar would read otherwise than the schema's own draft: the grammar compiler reads every
+    schema as draft 2020-12, which applies the keywords beside a ``$ref`` that older drafts ignore (with a sibling
+    ``$id``, it accepts JSON a draft-07 validator rejects: JSON-Schema-Test-Suite's draft7/ref.json)."""
+    declared = schema.get("$schema")
+    if not isinstance(declared, str) or not any(draft in declared for draft in REF_ALONE_DRAFTS):
+        return
+    stack: list[Any] = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if "$ref" in node and set(node) - {"$ref", "$comment"}:
+                siblings = ", ".join(sorted(set(node) - {"$ref", "$comment"}))
+                raise ConstraintUnsupported(
+                    f"the schema is {declared}, whose $ref ignores the keywords beside it ({siblings}); the "
+                    f"constraint would apply them: move them out of the $ref's object, or declare draft 2020-12",
+                    field=field)
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
 
 
 def grammar(gbnf: str) -> Constraint:
