@@ -44,7 +44,7 @@ CALLS = [("get_weather", {"city": "Paris", "days": 2}), ("add", {"a": 1.5, "b": 
 #: every registered template whose tool-call format can be forced
 FORCED = sorted(n for n in template_names() if template_class(n).tool_format in SYNTAXES)
 #: the formats whose answer holds several calls (the others: one call, which parallel_tool_calls allows too)
-SEVERAL = {"hermes", "mistral", "granite", "deepseek_v3"}
+SEVERAL = {"hermes", "mistral", "granite", "deepseek_v3", "deepseek_v31", "kimi_k2"}
 #: templates that leave calls out of the history: the text is rendered by a sibling template of the format or,
 #: where none renders them (Granite 3.1's template prints only the content), written as the parser reads it
 RENDERED_BY = {"deepseek-v3": "deepseek-r1", "deepseek-r1-distill": "deepseek-r1",
@@ -77,7 +77,8 @@ def message(template, calls):
     if fmt_of(template) == "glm4":  # GLM-4's own convention: the tool name as metadata, the arguments as content
         return [{"role": "assistant", "metadata": name, "content": json.dumps(args)} for name, args in calls]
     as_text = template.startswith("deepseek")  # DeepSeek's templates print the arguments' JSON string as given
-    tool_calls = [{"id": f"call{i:05d}", "type": "function",
+    kimi = fmt_of(template) == "kimi_k2"  # Kimi-K2's template renders the id its model writes, not the name
+    tool_calls = [{"id": f"functions.{n}:{i}" if kimi else f"call{i:05d}", "type": "function",
                    "function": {"name": n, "arguments": json.dumps(a) if as_text else a}}
                   for i, (n, a) in enumerate(calls)]
     return [{"role": "assistant", "content": None, "tool_calls": tool_calls}]
@@ -258,7 +259,7 @@ def test_a_name_the_syntax_cannot_write_is_refused():
 
 
 #: one template per family of syntax (hermes is sampled in test_serve_tool_choice.py)
-SAMPLED = ["llama3.1", "mistral-v0.3", "granite3", "internlm2", "glm4", "deepseek-v3"]
+SAMPLED = ["llama3.1", "mistral-v0.3", "granite3", "internlm2", "glm4", "deepseek-v3", "deepseek-v3.1", "kimi-k2"]
 
 
 def test_every_family_samples_a_valid_call(backend):

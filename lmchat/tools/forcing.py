@@ -120,6 +120,24 @@ def _deepseek_head(name: str, mark: Callable[[str], str]) -> str:
     return f'{mark("<｜tool▁call▁begin｜>")} "function" {mark("<｜tool▁sep｜>")} {line}'
 
 
+def _sections(begin: str, end: str) -> Callable[[bool, Callable[[str], str]], str]:
+    """Calls written back to back between two markers (DeepSeek-V3.1, Kimi-K2)."""
+    def start(parallel: bool, mark: Callable[[str], str]) -> str:
+        return f"start: {mark(begin)} call{'+' if parallel else ''} {mark(end)}"
+    return start
+
+
+def _deepseek_v31_head(name: str, mark: Callable[[str], str]) -> str:
+    return f'{mark("<｜tool▁call▁begin｜>")} {_text(name)} {mark("<｜tool▁sep｜>")}'
+
+
+def _kimi_head(name: str, mark: Callable[[str], str]) -> str:
+    # the id Kimi-K2 writes, functions.NAME:IDX (the conversation's count of calls: bounded, so that a model
+    # cannot write digits for ever), which its template renders in place of the name
+    return f'{mark("<|tool_call_begin|>")} {_text("functions." + name + ":")} /(0|[1-9][0-9]{{0,3}})/ ' \
+           f'{mark("<|tool_call_argument_begin|>")}'
+
+
 #: the tool-call formats (:data:`lmchat.tools.FORMATS`) a call can be forced in, with their grammar. Not here:
 #: ``chatglm3`` (arguments are Python keyword literals, ``tool_call(city='Paris')``, which a JSON schema grammar
 #: does not write) and ``glm45`` (``<arg_value>`` tags hold strings unquoted and other values as JSON, chosen
@@ -138,6 +156,10 @@ SYNTAXES: dict[str, Syntax] = {
     "glm4": Syntax(_single, _named_calls(lambda name, mark: _text(name + "\n"), lambda mark: "")),
     "deepseek_v3": Syntax(_deepseek, _named_calls(_deepseek_head,
                                                    lambda mark: f'"\\n```" {mark("<｜tool▁call▁end｜>")}')),
+    "deepseek_v31": Syntax(_sections("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"),
+                           _named_calls(_deepseek_v31_head, lambda mark: mark("<｜tool▁call▁end｜>"))),
+    "kimi_k2": Syntax(_sections("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"),
+                      _named_calls(_kimi_head, lambda mark: mark("<|tool_call_end|>"))),
 }
 
 
