@@ -45,7 +45,6 @@ from collections import Counter, deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-import attrs
 
 from ...errors import BackendError, ConstraintUnsupported
 from ...stops import StopMatcher
@@ -59,6 +58,7 @@ from .reuse import PrefixReuse
 from .sampler import Sampler
 from .sequences import HostCache, SequencePool, SessionState
 from .inspection import Inspection
+from .jobs import Job
 from .steps import Steps
 from .vocab import LlamaVocab
 
@@ -77,37 +77,6 @@ def _close_all() -> None:
     """Stop every scheduler before the interpreter goes: a thread killed inside llama_decode can crash the exit."""
     for engine in list(_ENGINES):
         engine.close()
-
-
-@attrs.define(eq=False)
-class Job:
-    request: GenerationRequest
-    out: queue.SimpleQueue[Chunk | BaseException] = attrs.field(factory=queue.SimpleQueue)
-    cancelled: threading.Event = attrs.field(factory=threading.Event)
-    state: SessionState | None = None
-    todo: list[int] = attrs.field(factory=list)  # prompt ids to prefill
-    fed: int = 0  # how many of them are in the cache
-    reused: int = 0
-    target: list[int] | None = None  # a new sequence's whole prompt, once worked out
-    adopted: bool = False  # its sequence was an orphan's: plan from the prompt's ids, not from counts
-    cached_from: str | None = None  # where the reused ids came from: session, resident, host, disk
-    miss: str | None = None  # why a held prefix could not be used
-    sampler: Sampler | None = None
-    matcher: StopMatcher | None = None
-    kept: int = 0  # ids of matcher.kept_ids already sent
-    generated: int = 0
-    token: int | None = None  # sampled and sent, fed at the next decode step
-    finished: bool = False
-
-    @property
-    def session_id(self) -> str:
-        return self.request.session_id
-
-    @property
-    def admitted(self) -> SessionState:
-        """Its state, which :meth:`Engine._admit` sets before anything else reads it."""
-        assert self.state is not None, "the job is not admitted yet"
-        return self.state
 
 
 class Engine(Steps, PrefixReuse, Inspection):

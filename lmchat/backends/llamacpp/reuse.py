@@ -19,7 +19,7 @@ from .sequences import SessionState
 from .state import EngineState
 
 if TYPE_CHECKING:
-    from .engine import Job
+    from .jobs import Job
 
 log = logging.getLogger("lmchat.llamacpp")
 #: the cheaper a tier is to start from, the lower: ties between holders of one prefix go to the cheapest

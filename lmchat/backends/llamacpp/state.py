@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from llama_cpp.llama_cpp import llama_context_p
 
-    from .engine import Job
+    from .jobs import Job
     from .grammars import Grammars
     from .kvfiles import DiskEntry, DiskTier
     from .prefix import PrefixIndex

@@ -41,7 +41,7 @@ from ._lib import last_error
 from .state import EngineState
 
 if TYPE_CHECKING:
-    from .engine import Job
+    from .jobs import Job
     from .sequences import SessionState
 
 #: ids an idle engine settles between two looks at its queue: small enough that a request arriving meanwhile
