@@ -20,6 +20,7 @@ from lmchat.reasoning import split_reasoning
 from lmchat.tools import FORMATS, ResponseStream, collect
 from lmchat.tools.harmony import Harmony
 
+from .parser_chunks import fed_in_sizes
 from .test_conformance import assert_same
 
 T = get_template("gpt-oss")
@@ -41,14 +42,7 @@ def shape(parsed):
 
 
 def streamed(text, sizes):
-    """The events of ``text`` fed in chunks of the given sizes (cycled), folded."""
-    stream = ResponseStream(T)
-    events, i, k = [], 0, 0
-    while i < len(text):
-        n = sizes[k % len(sizes)]
-        events += stream.feed(text[i:i + n])
-        i, k = i + n, k + 1
-    return collect(events + stream.finish())
+    return fed_in_sizes(T, text, sizes)
 
 
 # ---------------------------------------------------------------------------------------------- the template

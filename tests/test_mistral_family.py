@@ -19,6 +19,7 @@ from lmchat.registry import template_class
 from lmchat.templates.sampling import DEFAULT_SAMPLING
 from lmchat.tools import ResponseStream, collect
 
+from .parser_chunks import fed_in_sizes
 from .test_conformance import assert_same
 
 NEW = ["mistral-small-3", "mistral-small-3.1", "mistral-small-3.2", "mistral-nemo", "mistral-large-2411", "codestral"]
@@ -162,14 +163,7 @@ def shape(parsed):
 
 
 def streamed(text, sizes):
-    """The events of ``text`` fed in chunks of the given sizes (cycled), folded."""
-    stream = ResponseStream(V11)
-    events, i, k = [], 0, 0
-    while i < len(text):
-        n = sizes[k % len(sizes)]
-        events += stream.feed(text[i:i + n])
-        i, k = i + n, k + 1
-    return collect(events + stream.finish())
+    return fed_in_sizes(V11, text, sizes)
 
 
 WEATHER = json.dumps({"city": "San Francisco", "state": "CA", "unit": "celsius"})
