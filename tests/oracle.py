@@ -89,17 +89,26 @@ def special_tokens(stem: str, fallback: tuple = ()) -> dict:
     return out
 
 
-def template_tokens(template_cls) -> dict:
-    """The special tokens the oracle renders ``template_cls.official`` with."""
-    return special_tokens(template_cls.official, tuple(sorted(template_cls.hf_special_tokens.items())))
+def official_stem(template_cls, tools=None) -> str:
+    """The official template transformers renders: the ``tool_use`` one when tools are given and there is one."""
+    if tools is not None and template_cls.official_tool_use:
+        return template_cls.official_tool_use
+    return template_cls.official
+
+
+def template_tokens(template_cls, tools=None) -> dict:
+    """The special tokens the oracle renders ``template_cls``'s official template with."""
+    stem = official_stem(template_cls, tools)
+    return special_tokens(stem, tuple(sorted(template_cls.hf_special_tokens.items())))
 
 
 def render(template_cls, messages, *, add_generation_prompt=True, tools=None, date=DATE, **kwargs) -> str:
-    """What transformers' apply_chat_template renders for ``template_cls.official``.
+    """What transformers' apply_chat_template renders for ``template_cls``'s official template (by ``tools``).
 
     Skips without the corpus; any exception raised here is the official template's.
     """
-    mod, text, tokens = module(), template_text(template_cls.official), template_tokens(template_cls)
+    stem = official_stem(template_cls, tools)
+    mod, text, tokens = module(), template_text(stem), template_tokens(template_cls, tools)
     now = dt.datetime(date.year, date.month, date.day)
     return mod.render(
         text, messages, add_generation_prompt=add_generation_prompt, tools=tools, special_tokens=tokens, now=now,

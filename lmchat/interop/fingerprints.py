@@ -116,10 +116,16 @@ def fingerprint(text: str) -> str:
 
 
 def templates_with_fingerprint(digest: str) -> list[str]:
-    """Registered templates whose own ``official`` file ships the text with this fingerprint.
+    """Registered templates whose own ``official`` (or ``official_tool_use``) file ships the text with this fingerprint.
 
-    Only a class that declares ``official`` itself claims it: a subclass that
+    Only a class that declares the attribute itself claims it: a subclass that
     changes the rendering without saying so must not inherit the claim.
     """
-    stems = OFFICIAL_TEXTS.get(digest, ())
-    return [n for n in template_names() if template_class(n).__dict__.get("official") in stems]
+    stems = set(OFFICIAL_TEXTS.get(digest, ()))
+    return [n for n in template_names() if stems & claimed_stems(n)]
+
+
+def claimed_stems(name: str) -> set[str]:
+    """The corpus files built-in ``name`` declares itself byte-exact with (its default and tool_use templates)."""
+    own = template_class(name).__dict__
+    return {stem for stem in (own.get("official"), own.get("official_tool_use")) if stem}

@@ -66,6 +66,9 @@ class BaseTemplate:
     hyperparameter_source: ClassVar[str] = "LMDeploy defaults (no model-specific values known)"
     #: the official chat template this one is byte-exact with (a corpus file stem), if any
     official: ClassVar[str | None] = None
+    #: the model's second official template, which transformers renders when ``tools`` are given
+    #: (a ``tool_use`` entry of its tokenizer config: Hermes, Command-R), if any
+    official_tool_use: ClassVar[str | None] = None
     #: the ``bos_token``/``eos_token`` values the official template is rendered with
     hf_special_tokens: ClassVar[Mapping[str, str]] = {}
     #: plain conversations (no reasoning, no edge whitespace) never reset a session

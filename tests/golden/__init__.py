@@ -92,7 +92,9 @@ def official_outcome(template_cls, messages, options: dict[str, Any]) -> dict[st
     """The oracle's rendering as stored: {"text": ...} or {"error": "Type: message"} (needs the corpus)."""
     # outside the try: a missing corpus skips, our own mistakes fail; only the rendering's errors are the template's
     messages, kwargs = copy.deepcopy(messages), call_options(normalize(options))
-    oracle.module(), oracle.template_text(template_cls.official), oracle.template_tokens(template_cls)
+    tools = kwargs.get("tools")
+    oracle.module(), oracle.template_text(oracle.official_stem(template_cls, tools))
+    oracle.template_tokens(template_cls, tools)
     try:
         return {"text": oracle.render(template_cls, messages, **kwargs)}
     except Exception as exc:  # the official template raised
