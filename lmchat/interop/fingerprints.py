@@ -15,6 +15,10 @@ from ..registry import template_class, template_names
 #: sha256 of the normalised official text -> the corpus files that ship exactly that text
 OFFICIAL_TEXTS: dict[str, tuple[str, ...]] = {
     "58c1a1f04baa7adaeaba1f90267c3d57d9396f0c1f0129bdde9e76d3c6784af7": ("01-ai__Yi-34B-Chat", "01-ai__Yi-6B-Chat"),
+    "91aa728ae59c8e30443382f44f48d594b5f7afe91a449c0e5ed0e920a71d60a2": ("01-ai__Yi-1.5-9B-Chat",),
+    "75f5fed5cd66cc75ae786ae18dfc2963a864001767000af694111675e947e0d5": ("01-ai__Yi-Coder-9B-Chat",),
+    "75678d463085865163b4c6dbc28f7178738d992b53124ad3612304f48a983b02": ("codellama__CodeLlama-70b-Instruct-hf",),
+    "54d400beedcd17f464e10063e0577f6f798fa896266a912d8a366f8a2fcc0bca": ("deepseek-ai__DeepSeek-V2.5",),
     "993c0af704bad76aeba4263a5318f7873a06420a8eb7d40b72a49c39599c0a66": (
         "deepseek-ai__deepseek-coder-33b-instruct",
         "deepseek-ai__deepseek-coder-6.7b-instruct",
@@ -41,7 +45,11 @@ OFFICIAL_TEXTS: dict[str, tuple[str, ...]] = {
         "TinyLlama__TinyLlama-1.1B-Chat-v1.0",
     ),
     "872be49dbb638044ad01b60388f48d469ff2980e5f0dccdc22ec907db54d0788": ("HuggingFaceTB__SmolLM2-135M-Instruct",),
+    "3e0e275a527f249670056e0078e474eadbdd007c134b4fdfae5a7b3089702814": ("HuggingFaceTB__SmolLM3-3B",),
+    "09d68eeb5c0eaa551adea6cc088a05c7298966f395f203126e76b74f5a77a8ff": ("ibm-granite__granite-3.0-8b-instruct",),
     "08962c2f15d56767854b46dfc4070b37f4c443551833bba65b417191735f3187": ("ibm-granite__granite-3.1-8b-instruct",),
+    "d0657ba05651bd2134160e7a9fbe40f1aa51ecb6bc2724618e34b04466291f87": ("ibm-granite__granite-3.3-2b-instruct",),
+    "9524df67b77a7b25a2dfee898f75b316a157eb9d855b51e32aeac79d7c8a83ce": ("ibm-granite__granite-4.0-h-small",),
     "49aa7cb516942cc5a17d45ed2939828e3b5e4188dc487a3c4b64a570e5b5111f": (
         "internlm__internlm2-chat-7b",
         "internlm__internlm2_5-7b-chat",
@@ -54,7 +62,12 @@ OFFICIAL_TEXTS: dict[str, tuple[str, ...]] = {
     ),
     "d82792f95932f1c9cef5c4bd992f171225e3bf8c7b609b4557c9e1ec96be819f": ("meta-llama__Llama-3.2-3B-Instruct",),
     "ba03a121d097859c7b5b9cd03af99aafe95275210d2876f642ad9929a150f122": ("meta-llama__Meta-Llama-3-8B-Instruct",),
+    "605841622bcb6572225608f09ec2afcdfb9fb50844ef52715a12689f7b9278b1": ("microsoft__Phi-3-medium-4k-instruct",),
     "dcaee66df77bfbb789ec541fe713218da30225a526f1db97138fc39ee6dc56aa": ("microsoft__Phi-3-mini-4k-instruct",),
+    "b0e53f5e7bae6fdb93013abeceef343e8841cce87def2601e7269a53439b5740": ("microsoft__Phi-3-small-8k-instruct",),
+    "78d976a442bcde2f0be15aafbb8e3050e1104f86732266f68403251b89982a90": ("microsoft__Phi-3.5-mini-instruct",),
+    "febf589225c9728ab791f52e8897d7607a823d45368f0a4c92fa68997b40cce9": ("microsoft__Phi-4-mini-instruct",),
+    "5a4c7c0b12bdbbc7110aebe80b15ac3d4dbabde85be466925dc2cf52d7698ceb": ("microsoft__Phi-4-reasoning",),
     "fe4120415a3858b873955c92ce3a103a95bc97c2cb00b72e62659aaf0f891ee5": ("microsoft__phi-4",),
     "ac888ea51c72437ddbd57032b819c5d04d76c313147e1f3f2add070493fac49c": ("mistralai__Codestral-22B-v0.1",),
     "bbc58aad99454df60138be9530c9601a0adfe3d8932cda975e1f10b2410ddc51": (
@@ -76,9 +89,15 @@ OFFICIAL_TEXTS: dict[str, tuple[str, ...]] = {
         "mistralai__Mistral-Small-3.2-24B-Instruct-2506",
     ),
     "39e8c195b474c1a4148046f41fedd177b2ff8f420fa376e52fcdddb829e8f0c5": ("moonshotai__Kimi-K2-Instruct",),
+    "a805e50fed68938a076b07e2e602639611b50b1ced0e50f11eb92f1ba25be4dc": ("NousResearch__Hermes-2-Pro-Llama-3-8B",),
+    "ce62e308475b364e1fc76699dccbddeb9ac08344f90d59719dba86a9922834d9": (
+        "NousResearch__Hermes-2-Pro-Llama-3-8B-tool_use",
+        "NousResearch__Hermes-3-Llama-3.1-8B-tool_use",
+    ),
     "9ff2eb30a1d3e937a88108d74b1ab940891be58aa742be4e8c0ce1c1ad90588e": ("NousResearch__Hermes-3-Llama-3.1-8B",),
     "a4c9919cbbd4acdd51ccffe22da049264b1b73e59055fa58811a99efbd7c8146": ("openai__gpt-oss-120b",),
     "901b10d47195fadb5692137ecd4b2733730be9d32fde6c6eae23e5153712525e": ("openchat__openchat-3.5-0106",),
+    "2e2a1fc91d942edd0883b788adfaa3fc179fbddd1e28b1bc11d56f00db2f43ce": ("openchat__openchat-3.6-8b-20240522",),
     "793202280c0910ab26bc6eb57c8212c2417324c6d8c4efd0d10d59092ab3e3eb": (
         "Qwen__Qwen1.5-1.8B-Chat",
         "Qwen__Qwen1.5-7B-Chat",
@@ -93,10 +112,12 @@ OFFICIAL_TEXTS: dict[str, tuple[str, ...]] = {
     "a55ee1b1660128b7098723e0abcd92caa0788061051c62d51cbe87d9cf1974d8": ("Qwen__Qwen3-8B",),
     "32bf2564d2245b98298677d3ac2332ab50bc3279740c13c3974689464b38aa3c": ("Qwen__Qwen3-Coder-30B-A3B-Instruct",),
     "cb2d7aa140bed098f4ac8ab1a403980e6768d58ec95ef701668fc7dd017e0762": ("Qwen__QwQ-32B",),
+    "0ea596a118301cd1017adceb54953b67baaa8f2cc6403f5944a33db9195d1691": ("Qwen__QwQ-32B-Preview",),
     "e4496f930bf7b7bc7e7cf8232e90fd43ab4a9d8eb9c77f6ec98f5beb5c5cbeaa": ("THUDM__chatglm3-6b",),
     "27288f957f8364c990a2ce13bf5f8bf86921c4bce467ce698c76dcc69466d821": ("THUDM__glm-4-9b-chat",),
     "914ccd80356f5822d1a50d97546e37f60c04ed831fe431aa40346574ec266901": ("tiiuae__Falcon3-7B-Instruct",),
     "b8e5e922a7a4ab5df61a904ef54639a27022fd84eb6b6434f09503afeca60eb4": ("upstage__SOLAR-10.7B-Instruct-v1.0",),
+    "44f815868bf02fa458dd2f741a338046f4bf45f398eb6d067766726b9d96cce3": ("zai-org__GLM-4.5-Air",),
 }
 
 

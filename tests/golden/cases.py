@@ -28,7 +28,8 @@ RANDOM, RANDOM_TOOLS = 60, 30
 FAMILY_MODULES = [
     "test_family_deepseek_phi", "test_family_glm_misc", "test_family_llama", "test_family_mistral_gemma",
     "test_tool_prompts", "test_cli", "test_continue_final", "test_qwen3_coder", "test_gpt_oss",
-    "test_deepseek_v31", "test_mistral_family", "test_kimi_k2",
+    "test_deepseek_v31", "test_mistral_family", "test_kimi_k2", "test_hermes_tool_use",
+    "test_phi_family",
 ]
 
 
