@@ -30,6 +30,8 @@ PIECES = {
     "mistral_v11": ["[TOOL_CALLS]", "add", "[ARGS]", "[CALL_ID]", "abcdEF123", '{"a": [1, 2]}', '[{"name": "f", '
                     '"arguments": {}}]', "[TOOL", "[AR"],
     "granite": ["<|tool_call|>", "[", '{"name": "f", "arguments": {"a": 1.5e3}}', "]", ","],
+    "granite33": ["<|tool_call|>", "[", '{"name": "f", "arguments": {"a": 1.5e3}}', "]", ",", "<response>",
+                  "</response>", "<resp", "</resp"],
     "internlm": ["<|action_start|>", "<|plugin|>", "<|interpreter|>", "<|action_end|>",
                  '{"name": "f", "parameters": {"a": 1}}', "```python\n", "print(1)\n", "```", "<|action_st"],
     "chatglm3": ["<|assistant|>", "get_weather\n", "```python\n", "tool_call(a=1, b='x')", "\n```", "interpreter\n",
@@ -45,6 +47,8 @@ PIECES = {
     "kimi_k2": ["<|tool_calls_section_begin|>", "<|tool_call_begin|>", "functions.get_weather:0",
                 "<|tool_call_argument_begin|>", '{"a": 1}', "<|tool_call_end|>", "<|tool_calls_section_end|>",
                 "<|tool"],
+    "phi4_mini": ["<|tool_call|>", "<|/tool_call|>", "functools[", "functools", "[", '{"name": "f", "arguments": '
+                  '{"a": 1}}', "]", ",", '{"name": "g", "parameters": {}}', "<|tool", "<|/tool"],
     "qwen3_coder": ["<tool_call>", "</tool_call>", "<function=", "f>", "</function>", "<parameter=", "k>",
                     "</parameter>", "42", '{"a": [1]}', "null", "<param", "</func"],
     "harmony": ["<|start|>", "assistant", "<|channel|>", "analysis", "final", "commentary", " to=functions.f",

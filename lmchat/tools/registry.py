@@ -2,9 +2,9 @@
 
 Each template class declares its model's output: ``tool_format`` (a name in
 :data:`FORMATS`, ``plain`` by default) and ``reasoning`` (whether the answer
-may open with ``<think>``); a subclass keeps its model's format. Formats
-without a built-in template (``glm45``) are reached through
-:class:`ResponseFormat`.
+may open with ``<think>``); a subclass keeps its model's format. A model
+without a built-in template is read through :class:`ResponseFormat` (GLM-4.6
+by ``glm45``, GLM-4.5's format).
 """
 from __future__ import annotations
 
@@ -18,14 +18,17 @@ from ..registry import as_template, template_class
 from .base import Format
 from .chatglm3 import ChatGLM3
 from .deepseek_v3 import DeepSeekV3, DeepSeekV31
+from .gemma4 import Gemma4
 from .glm4 import GLM4
 from .glm45 import Glm45
+from .granite import Granite33
 from .harmony import Harmony
 from .hermes import Hermes
 from .internlm import InternLM
 from .kimi_k2 import KimiK2
 from .llama3_json import Llama3Json
 from .mistral import Granite, Mistral, MistralV11
+from .phi4_mini import Phi4Mini
 from .qwen3_coder import Qwen3Coder
 from .think import CLOSE, OPEN
 
@@ -39,6 +42,7 @@ FORMATS: dict[str, type[Format]] = {
     "mistral": Mistral,
     "mistral_v11": MistralV11,
     "granite": Granite,
+    "granite33": Granite33,
     "internlm": InternLM,
     "chatglm3": ChatGLM3,
     "glm4": GLM4,
@@ -46,8 +50,10 @@ FORMATS: dict[str, type[Format]] = {
     "deepseek_v3": DeepSeekV3,
     "deepseek_v31": DeepSeekV31,
     "kimi_k2": KimiK2,
+    "phi4_mini": Phi4Mini,
     "qwen3_coder": Qwen3Coder,
     "harmony": Harmony,
+    "gemma4": Gemma4,
 }
 
 
