@@ -229,9 +229,16 @@ def test_phi4_mini_puts_a_tools_argument_where_the_model_card_puts_it():
         [{**with_system[0], "tools": DECLARED}, with_system[1]])
     assert t.messages2prompt([{"role": "user", "content": "q"}], tools=TOOLS) == (
         f"<|system|><|tool|>{DECLARED}<|/tool|><|end|><|user|>q<|end|><|assistant|>")
-    # a system message's own tools win; an empty list declares nothing
+    # the first system message's own tools win; an empty list declares nothing
     own = [{"role": "system", "content": "S", "tools": "[]"}, {"role": "user", "content": "q"}]
     assert "Wetter" not in t.messages2prompt(own, tools=TOOLS)
+    # a later system message's tools do not take back what a session already holds
+    session = Session(t, tools=TOOLS)
+    session.prompt("q")
+    session.commit("a")
+    delta = session.extend([{"role": "system", "content": "S2", "tools": "[]"}, {"role": "user", "content": "q2"}])
+    assert not delta.reset and delta.text == "<|system|>S2<|tool|>[]<|/tool|><|end|><|user|>q2<|end|><|assistant|>"
+    assert session.context == t.messages2prompt(session.messages, tools=TOOLS)
     assert t.messages2prompt(with_system, tools=[]) == t.messages2prompt(with_system)
 
 

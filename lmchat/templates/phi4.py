@@ -35,9 +35,10 @@ class Phi4Mini(BaseTemplate):
     template reads nothing else: it ignores the ``tools`` argument, ``tool_calls`` (the answer's content is
     rendered; the model's own ``<|tool_call|>[...]<|/tool_call|>`` is part of the content a session stores) and
     renders a tool result as ``<|tool|>{content}<|end|>``. lmchat renders a ``tools`` argument where the model
-    card puts it, when no system message carries a ``tools`` field of its own: into the first message when it is
-    a system message, else as a system turn of its own (``<|system|><|tool|>[...]<|/tool|><|end|>``) first,
-    written as ``json.dumps`` of the functions. Without a ``tools`` argument the rendering is the official one.
+    card puts it, written as ``json.dumps`` of the functions, unless the first message is a system message with
+    a ``tools`` field of its own: into the first message when it is a system message, else as a system turn of
+    its own (``<|system|><|tool|>[...]<|/tool|><|end|>``) first. Without a ``tools`` argument the rendering is
+    the official one.
     Without a generation prompt the rendering ends with the eos.
     """
 
@@ -58,8 +59,11 @@ class Phi4Mini(BaseTemplate):
     stop_words: tuple[str, ...] | None = stops("<|end|>", "<|endoftext|>")
 
     def _argument_tools(self, chat: Chat) -> str | None:
-        """The ``tools`` argument as the system turn declares it, unless a system message declares its own."""
-        if not chat.tools or any(m["role"] == "system" and "tools" in m for m in chat.messages):
+        """The ``tools`` argument as the system turn declares it, unless the first message declares its own.
+
+        Only the first message decides, so that what a session holds never changes with a later message.
+        """
+        if not chat.tools or (chat.role(0) == "system" and "tools" in chat.messages[0]):
             return None
         return declared_tools(chat.tools)
 
