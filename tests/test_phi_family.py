@@ -263,6 +263,18 @@ def test_model_names_match(model, name):
     assert match_template(model) == name
 
 
+@pytest.mark.parametrize("metadata, name", [
+    ({"general.architecture": "phi3", "general.name": "Phi 3.5 Mini Instruct"}, "phi3.5"),
+    ({"general.architecture": "phimoe", "general.name": "Phi 3.5 MoE Instruct"}, "phi3.5"),
+    ({"general.architecture": "phi3", "general.name": "Phi 3 Medium 128k Instruct"}, "phi3-medium"),
+    ({"general.architecture": "phi3", "general.name": "Phi 4 Mini Instruct"}, "phi4-mini"),
+    ({"general.architecture": "phi3", "general.basename": "Phi-4-reasoning-plus"}, "phi4-reasoning"),
+])
+def test_gguf_names_and_architectures_match(metadata, name):
+    from lmchat.interop.matching import explain_gguf
+    assert explain_gguf("/models/model.gguf", metadata).name == name
+
+
 # fixed conversations compared with the official templates (golden vectors)
 def u(content):
     return {"role": "user", "content": content}
