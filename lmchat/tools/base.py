@@ -79,6 +79,10 @@ class Format:
     def finish(self) -> None:
         self.step(final=True)
 
+    def open_reasoning(self) -> None:
+        """The generation prompt opened this format's reasoning channel (``prompt_opened``); only formats that
+        carry reasoning themselves (``reasons``) and whose prompt can open it override this."""
+
     def step(self, final: bool) -> None:
         self.sink.content.write(self.buf)
         self.buf = ""

@@ -17,7 +17,10 @@ from ..errors import ConfigError, LmchatError
 from ..registry import as_template, template_class
 from .base import Format
 from .chatglm3 import ChatGLM3
+from .command_r import CommandR, CommandR7B
 from .deepseek_v3 import DeepSeekV3, DeepSeekV31
+from .firefunction import FirefunctionV2
+from .functionary import FunctionaryV31, FunctionaryV32
 from .gemma4 import Gemma4
 from .glm4 import GLM4
 from .glm45 import Glm45
@@ -50,8 +53,13 @@ FORMATS: dict[str, type[Format]] = {
     "deepseek_v3": DeepSeekV3,
     "deepseek_v31": DeepSeekV31,
     "kimi_k2": KimiK2,
+    "command_r": CommandR,
+    "command_r7b": CommandR7B,
     "phi4_mini": Phi4Mini,
     "qwen3_coder": Qwen3Coder,
+    "functionary_v3_1": FunctionaryV31,
+    "functionary_v3_2": FunctionaryV32,
+    "firefunction_v2": FirefunctionV2,
     "harmony": Harmony,
     "gemma4": Gemma4,
 }

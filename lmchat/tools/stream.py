@@ -36,6 +36,8 @@ class ResponseStream:
         if fmt.reasoning and not cls.reasons:
             opened = prompt_opens_think(template) if prompt_opened is None else prompt_opened
             self._entry = ThinkSplitter(self._sink, self._format, opened)
+        elif fmt.reasoning and prompt_opened:
+            self._format.open_reasoning()  # a format whose reasoning channel the prompt opened (Gemma 4's)
         self._finished = False
 
     def feed(self, chunk: str) -> list[Event]:
@@ -77,4 +79,6 @@ def _verbatim(fmt: ResponseFormat, text: str, opened: bool | None) -> bool:
     cls = FORMATS[fmt.tools]
     if not cls.verbatim_without_markers or any(m in text for m in cls.markers):
         return False
-    return not fmt.reasoning or cls.reasons or not (opened or OPEN in text or CLOSE in text)
+    if cls.reasons:
+        return not (fmt.reasoning and opened)  # reasoning in the format's own channel, opened by the prompt
+    return not fmt.reasoning or not (opened or OPEN in text or CLOSE in text)
