@@ -6,10 +6,10 @@ from typing import Any
 from lmchat.tools import ResponseStream, collect
 
 
-def fed_in_sizes(fmt: Any, text: str, sizes: list[int]) -> Any:
+def fed_in_sizes(fmt: Any, text: str, sizes: list[int], tools: list[dict[str, Any]] | None = None) -> Any:
     """The events of ``text`` fed to a :class:`ResponseStream` of ``fmt`` (a template or a format) in chunks of
-    the given sizes (cycled), folded into one parse."""
-    stream = ResponseStream(fmt)
+    the given sizes (cycled), folded into one parse; ``tools`` as the request gives them (their schemas)."""
+    stream = ResponseStream(fmt, tools=tools)
     events, i, k = [], 0, 0
     while i < len(text):
         n = sizes[k % len(sizes)]

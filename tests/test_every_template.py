@@ -23,7 +23,7 @@ ALL = lmchat.template_names()
 CHAT = [n for n in ALL if get_template(n).capability == "chat"]
 DATE = dt.date(2024, 7, 26)
 #: templates whose generation prompt opens text the history of an answer drops: no continuation exists
-NO_CONTINUATION = {"qwq", "qwen3-thinking-2507"}
+NO_CONTINUATION = {"qwq", "qwen3-thinking-2507", "codellama-70b", "gemma4"}
 #: the same, but the LMDeploy continuation is returned (the engine keeps the reasoning): not what a session sends
 LMDEPLOY_CONTINUATION = {"deepseek-r1-distill"}
 

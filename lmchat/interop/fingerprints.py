@@ -18,6 +18,12 @@ OFFICIAL_TEXTS: dict[str, tuple[str, ...]] = {
     "91aa728ae59c8e30443382f44f48d594b5f7afe91a449c0e5ed0e920a71d60a2": ("01-ai__Yi-1.5-9B-Chat",),
     "75f5fed5cd66cc75ae786ae18dfc2963a864001767000af694111675e947e0d5": ("01-ai__Yi-Coder-9B-Chat",),
     "75678d463085865163b4c6dbc28f7178738d992b53124ad3612304f48a983b02": ("codellama__CodeLlama-70b-Instruct-hf",),
+    "9db2cf47ce03bfd0aab6ec59942503714fa0372f09f7e1d54cbcd71a1110b863": ("CohereForAI__c4ai-command-r-plus",),
+    "658919e2d822e7b300e76b1304ffe60f409b0e3f300f4fec2a88aa474774eafc": ("CohereForAI__c4ai-command-r-plus-tool_use",),
+    "3a06dd2315c5fad58fb45ffe6bf91e012519104eb1817cb97b9924a6d9767702": ("CohereForAI__c4ai-command-r-v01-tool_use",),
+    "0c3f266d86f93a1f50f1573648ba005cb9691ff176c2cfd7ca1a0a33fd7023ec": (
+        "CohereForAI__c4ai-command-r7b-12-2024-tool_use",
+    ),
     "54d400beedcd17f464e10063e0577f6f798fa896266a912d8a366f8a2fcc0bca": ("deepseek-ai__DeepSeek-V2.5",),
     "993c0af704bad76aeba4263a5318f7873a06420a8eb7d40b72a49c39599c0a66": (
         "deepseek-ai__deepseek-coder-33b-instruct",
@@ -39,7 +45,11 @@ OFFICIAL_TEXTS: dict[str, tuple[str, ...]] = {
         "google__gemma-2b-it",
         "google__gemma-7b-it",
     ),
+    "008dbfcb139c3513a6f3a3fe810ed9a6b75b5254716f00a2369c1375c791b049": ("fireworks-ai__llama-3-firefunction-v2",),
     "8d9e3a3c114fb2053ec500184677af4f7e5f8ec2582443cd535834e68b3ade29": ("google__gemma-3-1b-it",),
+    "6a1015c47ccfcfa67c3b772385bccee357a4d37c3cda37bd202e9047f391ab82": ("google__gemma-4-31B-it",),
+    "603a42db292c25278e9b23d94c7abbe77453f13e26a053c43c5c2f900b4136f7": ("google__gemma-4-E4B-it",),
+    "3ce2fe9753f9a77a601f55dfcab7cd46fbc91324aae0f78ca38d194a4eaef8d5": ("HuggingFaceH4__zephyr-7b-gemma-v0.1",),
     "66291cf0045c2425a3a667cf3cbb7af2b11f09e025c02f97245323ab79119362": (
         "HuggingFaceH4__zephyr-7b-beta",
         "TinyLlama__TinyLlama-1.1B-Chat-v1.0",
@@ -62,6 +72,8 @@ OFFICIAL_TEXTS: dict[str, tuple[str, ...]] = {
     ),
     "d82792f95932f1c9cef5c4bd992f171225e3bf8c7b609b4557c9e1ec96be819f": ("meta-llama__Llama-3.2-3B-Instruct",),
     "ba03a121d097859c7b5b9cd03af99aafe95275210d2876f642ad9929a150f122": ("meta-llama__Meta-Llama-3-8B-Instruct",),
+    "b2b7d1a2ff8344254daa5bc2f59a9182994806e94fdc191fe92b4a0693d8cb68": ("meetkai__functionary-medium-v3.1",),
+    "5c7c96c27cfecf3418411d1ebd0d11d691ab6bd2155bb38dacc62250fe47c3c8": ("meetkai__functionary-medium-v3.2",),
     "605841622bcb6572225608f09ec2afcdfb9fb50844ef52715a12689f7b9278b1": ("microsoft__Phi-3-medium-4k-instruct",),
     "dcaee66df77bfbb789ec541fe713218da30225a526f1db97138fc39ee6dc56aa": ("microsoft__Phi-3-mini-4k-instruct",),
     "b0e53f5e7bae6fdb93013abeceef343e8841cce87def2601e7269a53439b5740": ("microsoft__Phi-3-small-8k-instruct",),

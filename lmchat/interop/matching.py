@@ -66,6 +66,9 @@ NAME_RULES: list[tuple[str, str]] = [
     # fine-tunes named after their Llama base: before the llama rules
     (r"hermes-2-pro-llama-3", "hermes-2-pro"),
     (r"hermes-3", "hermes3"),
+    (r"functionary-.*v3\.1", "functionary-v3.1"),
+    (r"functionary-.*v3\.2", "functionary-v3.2"),
+    (r"firefunction-v2", "firefunction-v2"),
     (r"codellama-70b-instruct", "codellama-70b"),
     (r"llama-2", "llama2"),
     (r"llama-3\.[13]", "llama3.1"),
@@ -93,6 +96,9 @@ NAME_RULES: list[tuple[str, str]] = [
     (r"qwen2\.5", "qwen2.5"),
     (r"qwen.*-(chat|instruct)", "qwen"),
     (r"qwen", "default"),
+    (r"zephyr-7b-gemma", "zephyr-gemma"),  # before the gemma rules
+    (r"gemma-4-(e\d+b|.*-e\d+b)", "gemma4-e4b"),
+    (r"gemma-4", "gemma4"),
     (r"gemma-3", "gemma3"),
     (r"gemma-2-.*-it", "gemma2"),
     (r"gemma-(1\.1-)?\d+b-it", "gemma"),
@@ -120,6 +126,9 @@ NAME_RULES: list[tuple[str, str]] = [
     (r"openchat", "openchat"),
     (r"gpt-oss", "gpt-oss"),
     (r"kimi-k2-instruct", "kimi-k2"),
+    (r"command-r7b", "command-r7b"),
+    (r"command-r-plus|command-r-08-2024", "command-r-plus"),
+    (r"command-r(-v01)?($|[-_.])", "command-r"),
     (r"solar", "solar"),
     (r"starcoder", "default"),
 ]
@@ -129,6 +138,7 @@ _COMPILED = [re.compile(p) for p, _ in NAME_RULES]
 ARCHITECTURES: dict[str, tuple[str, ...]] = {
     "llama": (
         "llama2", "llama3", "llama3.1", "llama3.2", "tinyllama", "hermes3", "hermes-2-pro", "vicuna", "wizardlm",
+        "functionary-v3.1", "functionary-v3.2", "firefunction-v2",
         "deepseek", "deepseek-coder", "deepseek-r1", "deepseek-r1-distill", "yi", "smollm2", "falcon3", "solar",
         "openchat", "yi-1.5", "yi-coder", "codellama-70b", "openchat-3.6",
     ),
@@ -145,6 +155,9 @@ ARCHITECTURES: dict[str, tuple[str, ...]] = {
     "gemma2": ("gemma2",),
     "gemma3": ("gemma3",),
     "gemma3text": ("gemma3",),
+    "gemma4": ("gemma4", "gemma4-e4b"),
+    "gemma4text": ("gemma4", "gemma4-e4b"),
+    "gemma3n": ("gemma3",),
     "internlm": ("internlm-chat-7b", "internlm-chat-7b-8k", "internlm_chat"),
     "internlm2": ("internlm2", "internlm2.5"),
     "internlm3": ("internlm3",),
@@ -167,6 +180,10 @@ ARCHITECTURES: dict[str, tuple[str, ...]] = {
     "smollm3": ("smollm3",),
     "gptoss": ("gpt-oss",),
     "kimik2": ("kimi-k2",),
+    # transformers' model_type for Command-R and R+ (llama.cpp's architecture: command-r), and for R7B
+    "cohere": ("command-r", "command-r-plus"),
+    "commandr": ("command-r", "command-r-plus"),
+    "cohere2": ("command-r7b",),
 }
 _ARCH_SUFFIXES = ("forcausallm", "forconditionalgeneration", "lmheadmodel", "model")
 #: the GGUF metadata matching reads (the llamacpp backend passes them from the model it loaded)

@@ -91,6 +91,33 @@ class DeepSeekV3(BaseTemplate):
         return 0 if system_added(chat, n_old) else super().rerender_from(chat, n_old)
 
 
+def last_system(chat: Chat) -> str:
+    """The header of templates that keep only the last system message (V2.5, the R1 distills)."""
+    # the official files read only the last system message's content, so one without content renders as ''
+    systems = [i for i, m in enumerate(chat.messages) if m["role"] == "system"]
+    last = systems[-1] if systems else None
+    return "" if last is None or "content" not in chat.messages[last] else chat.text(last)
+
+
+@template("deepseek-v2.5", "DeepSeek-V2.5", "deepseek_v2.5", "deepseek-v2.5-chat")
+class DeepSeekV25(DeepSeekV3):
+    """DeepSeek-V2.5: V3's template (V3's was made from it) but for the header, the last system message only.
+
+    Tool calls render for ``content: None`` only, as V3's do, in the same syntax
+    (``<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\\n```json\\n{args}\\n```<｜tool▁call▁end｜>``),
+    which the model writes and the ``deepseek_v3`` parser reads.
+    """
+
+    official = "deepseek-ai__DeepSeek-V2.5"
+    hyperparameter_source = (
+        "DeepSeek-V2.5 config.json max_position_embeddings 163840 (128K advertised); "
+        "sampling values not known, LMDeploy defaults"
+    )
+
+    def header(self, chat: Chat) -> str:
+        return self.bos + last_system(chat)
+
+
 def _calls(chat: Chat, i: int) -> list[Any]:
     """A message's ``tool_calls`` as the official loop iterates them (empty str/dict: no iteration)."""
     calls: Any = chat.messages[i]["tool_calls"]
@@ -202,10 +229,7 @@ class DeepSeekR1Distill(DeepSeekV3):
     temperature: float = 0.6
 
     def header(self, chat: Chat) -> str:
-        # the official file reads only the last system message's content, so one without content renders as ''
-        systems = [i for i, m in enumerate(chat.messages) if m["role"] == "system"]
-        last = systems[-1] if systems else None
-        return self.bos + ("" if last is None or "content" not in chat.messages[last] else chat.text(last))
+        return self.bos + last_system(chat)
 
     def content(self, chat: Chat, i: int) -> str:
         return chat.text(i).split("</think>")[-1]

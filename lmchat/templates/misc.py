@@ -1,11 +1,12 @@
-"""Single-model families: Falcon3, OpenChat 3.5 and SOLAR Instruct."""
+"""Single-model families: Falcon3, OpenChat 3.5 and 3.6, and SOLAR Instruct."""
 from __future__ import annotations
 
+from ..errors import InvalidMessages
 from ..registry import template
 from .affix import AffixTemplate
 from .base import BaseTemplate, stops
 from .chat import Chat
-from .render_utils import jstr, tojson
+from .render_utils import jstr, tojson, trimmed
 
 FALCON_EOS = "<|endoftext|>"
 FALCON_TOOLS = (
@@ -109,6 +110,37 @@ class OpenChat(BaseTemplate):
 
     def piece(self, chat: Chat, i: int) -> str:
         return f"GPT4 Correct {chat.messages[i]['role'].title()}: {chat.text(i)}{self.eoa}"
+
+
+@template("openchat-3.6", "openchat-3.6-8b-20240522", "openchat-3.6-8b", "openchat_3.6")
+class OpenChat36(BaseTemplate):
+    """OpenChat 3.6 (Llama-3-8B based): Llama 3's header blocks with OpenChat's role names.
+
+    ``<|begin_of_text|>`` then ``<|start_header_id|>GPT4 Correct User<|end_header_id|>\\n\\n{content}<|eot_id|>``
+    (``GPT4 Correct Assistant`` for answers, ``System`` for system messages), content trimmed; any other role
+    is an error, as in the official template. The model ends its turn with ``<|eot_id|>``.
+    """
+
+    official = "openchat__openchat-3.6-8b-20240522"
+    prefix_stable = True
+    hf_special_tokens = {"bos_token": "<|begin_of_text|>"}
+    hyperparameter_source = "openchat-3.6-8b-20240522 config.json (8K context); sampling: LMDeploy defaults"
+
+    session_len: int = 8192
+    bos: str = "<|begin_of_text|>"
+    assistant: str = "<|start_header_id|>GPT4 Correct Assistant<|end_header_id|>\n\n"
+    eoa: str = "<|eot_id|>"
+    stop_words: tuple[str, ...] | None = stops("<|eot_id|>", "<|end_of_text|>")
+
+    def piece(self, chat: Chat, i: int) -> str:
+        role = chat.role(i)
+        if role in ("user", "assistant"):
+            name = f"GPT4 Correct {role.title()}"
+        elif role == "system":
+            name = "System"
+        else:
+            raise InvalidMessages("Only user, assistant and system roles are supported!", index=i, field="role")
+        return f"<|start_header_id|>{name}<|end_header_id|>\n\n{trimmed(chat.messages[i])}<|eot_id|>"
 
 
 @template("solar", "solar-instruct")

@@ -102,6 +102,24 @@ class Qwen2_5(ChatML):
         return ""  # the official template skips other roles (and the leading system, in the header)
 
 
+@template("qwq-preview", "QwQ-32B-Preview", "qwq-32b-preview")
+class QwQPreview(Qwen2_5):
+    """QwQ-32B-Preview: Qwen2.5's template (tools, calls, results) with QwQ's own default system prompt.
+
+    The preview reasons in plain prose, without ``<think>`` tags, so nothing in its history is rewritten.
+    """
+
+    official = "Qwen__QwQ-32B-Preview"
+    hyperparameter_source = (
+        "QwQ-32B-Preview generation_config.json: temperature 0.7, top_p 0.8, top_k 20, "
+        "repetition_penalty 1.05; 32K context (model card)"
+    )
+
+    meta_instruction: str | None = (
+        "You are a helpful and harmless assistant. You are Qwen developed by Alibaba. You should think step-by-step."
+    )
+
+
 def last_query_index(chat: Chat, n: int) -> int:
     """Qwen3's ``ns.last_query_index`` over the first ``n`` messages: the last real user query."""
     for i in range(n - 1, -1, -1):

@@ -3,7 +3,8 @@
 The template writes string values as they are and other values as JSON, so a
 value is a string when the tool's schema says so; otherwise it is read as JSON
 when that gives a non-string (``42``, ``true``, ``[1]``) and kept as written
-else. Arguments stream one key/value pair at a time.
+else. Arguments stream one key/value pair at a time. A call cut off by the end of
+the answer keeps the pairs that were complete, with a note.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ PAIR = re.compile(r"\s*<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>",
 NAME_END = re.compile(r"[\n<]")
 
 
-def _value(raw: str, declared: Any) -> object:
+def typed(raw: str, declared: Any) -> object:
     types = [declared] if isinstance(declared, str) else declared if isinstance(declared, list) else []
     if "string" in types:
         return raw
@@ -50,7 +51,7 @@ class Glm45Call:
             self.buf = self.buf[end.start():]
         while m := PAIR.match(self.buf):
             key, raw = m.group(1).strip(WS), m.group(2)
-            value = _value(raw, self.sink.property_type(self.name, key))
+            value = typed(raw, self.sink.property_type(self.name, key))
             piece = json.dumps(key, ensure_ascii=False) + ": " + json.dumps(value, ensure_ascii=False)
             self.sink.args(index, ("{" if not self.pairs else ", ") + piece)
             self.pairs += 1
@@ -79,6 +80,9 @@ class Glm45Call:
                     else f"malformed arguments {self.buf.strip()[:20]!r}")
             self.sink.note(f"{self.sink.label(index)}: {what}; kept as content")
             self.sink.content.write(self.buf)
+        elif not marker:  # cut off after a complete pair (or its name): the call may lack arguments
+            self.sink.note(f"{self.sink.label(index)}: the output ends inside the call (no {CLOSE}); "
+                           "kept with the arguments that were complete")
 
 
 class Glm45(RegionFormat):

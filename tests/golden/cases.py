@@ -28,8 +28,11 @@ RANDOM, RANDOM_TOOLS = 60, 30
 FAMILY_MODULES = [
     "test_family_deepseek_phi", "test_family_glm_misc", "test_family_llama", "test_family_mistral_gemma",
     "test_tool_prompts", "test_cli", "test_continue_final", "test_qwen3_coder", "test_gpt_oss",
-    "test_deepseek_v31", "test_mistral_family", "test_kimi_k2", "test_hermes_tool_use",
-    "test_phi_family",
+    "test_deepseek_v31", "test_mistral_family", "test_kimi_k2", "test_granite", "test_smollm3",
+    "test_hermes_tool_use", "test_functionary", "test_firefunction",
+    "test_single_families", "test_glm45",
+    "test_phi_family", "test_command_r",
+    "test_gemma4",
 ]
 
 
