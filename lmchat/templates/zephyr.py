@@ -11,6 +11,7 @@ from ..registry import template
 from .affix import AffixTemplate
 from .base import stops
 from .chat import Chat
+from .chatml import IM_END, ChatML
 
 EOS = "</s>"
 
@@ -59,3 +60,31 @@ class TinyLlama(Zephyr):
     )
 
     session_len: int = 2048
+
+
+@template("zephyr-gemma", "zephyr-7b-gemma", "zephyr-7b-gemma-v0.1")
+class ZephyrGemma(ChatML):
+    """Zephyr-7B-Gemma-v0.1: ChatML on Gemma's tokenizer, ``<bos>`` first when the conversation opens with a user
+    or system message; a rendering without the generation prompt that ends with an answer closes with ``<eos>``."""
+
+    official = "HuggingFaceH4__zephyr-7b-gemma-v0.1"
+    hyperparameter_source = (
+        "zephyr-7b-gemma-v0.1 model card example (temperature 0.7, top_k 50, top_p 0.95, stop at <|im_end|>); "
+        "8K context (Gemma-7B's)"
+    )
+    hf_special_tokens = {"bos_token": "<bos>", "eos_token": "<eos>"}
+
+    session_len: int = 8192
+    top_p: float = 0.95
+    top_k: int | None = 50
+    temperature: float = 0.7
+    bos: str = "<bos>"
+    stop_words: tuple[str, ...] | None = stops(IM_END, "<eos>")
+
+    def header(self, chat: Chat) -> str:
+        return self.bos if chat.role(0) in ("user", "system") else ""
+
+    def tail(self, chat: Chat) -> str:
+        if chat.add_generation_prompt:
+            return self.assistant
+        return "<eos>" if chat.role(len(chat.messages) - 1) == "assistant" else ""
