@@ -70,12 +70,17 @@ class JsonCall(_Arguments):
     The call is announced (``index`` set) when its name is complete; an ``id``
     written before the name is used. Arguments given as a string holding a JSON
     object are accepted (some fine-tunes do that); other non-objects give ``{}``
-    and a note.
+    and a note. Subclasses name the keys a name is written under (Command-R's ``tool_name``) and the names
+    that are no call (:meth:`skips`: the call is then read but not announced, and ``skipped`` is set).
     """
+
+    #: the keys a call's name may be written under
+    name_keys: tuple[str, ...] = ("name",)
 
     def __init__(self, sink: Sink):
         super().__init__(sink, None)
         self.problem = ""
+        self.skipped = False
         self._seen = 0
         self._name: str | None = None
         self._id: str | None = None
@@ -95,16 +100,23 @@ class JsonCall(_Arguments):
         open_arguments = self._args is not None and self._args[1] is None and not self._args_settled
         self._end(open_arguments, depth=1)
 
+    def skips(self, name: str) -> bool:
+        """Whether a call of this name stands for no call at all."""
+        return False
+
     def _update(self) -> None:
         lex = self.lex
         for key, start, end in lex.members[self._seen:]:
             value = lex.slice(start, end)
-            if key == "name" and self._name is None:
+            if key in self.name_keys and self._name is None:
                 name = json.loads(value) if value.startswith('"') else None
                 if not name:
                     self.problem = "the tool name is not a non-empty string"
                     return
                 self._name = name
+                if self.skips(name):
+                    self.skipped = True
+                    continue
                 # announced right here, in text order, so an id written later never counts
                 self.index = self.sink.start_call(name, self._id)
             elif key in ARG_KEYS and (self._args is None or self._args[0] == start):

@@ -14,9 +14,10 @@ SHAPES = ("object", "array", "any", "list")  # "any": an object or an array; "li
 
 
 class CallSeq:
-    def __init__(self, sink: Sink, shape: str, opening: str = ""):
+    def __init__(self, sink: Sink, shape: str, opening: str = "", call: type[JsonCall] = JsonCall):
         assert shape in SHAPES
         self.sink = sink
+        self._make_call = call
         self.shape = shape
         self.raw = opening  # given back as content if nothing here is a call
         self.state = "begin"  # begin, elem (a call may come), call, between (after a call), after (array closed)
@@ -45,7 +46,7 @@ class CallSeq:
             if nxt is None:
                 self._fail(f"expected a tool call, found {text[0]!r}")
             elif nxt == "call":
-                self._call, self.state = JsonCall(self.sink), "call"
+                self._call, self.state = self._make_call(self.sink), "call"
             else:
                 self.raw += text[0]
                 text, self.state = text[1:], nxt
@@ -54,7 +55,9 @@ class CallSeq:
     def close(self, closing: str = "") -> None:
         """The text of the sequence ended (closing marker, or end of answer)."""
         if not self.failed:
-            if self.state == "call" and self._current().index is None:
+            if self.state == "call" and self._current().skipped:
+                pass  # cut off inside a call that stands for none: nothing to close
+            elif self.state == "call" and self._current().index is None:
                 self._fail("the output ends before the tool name")
             elif self.state == "call":
                 self._current().close()
@@ -98,6 +101,9 @@ class CallSeq:
         # text before the announcement is part of the call once it is announced
         self.raw = "" if call.index is not None else self.raw + text[:n]
         if not call.ended:
+            return text[n:]
+        if call.skipped and call.lex.done:  # a complete call that stands for none (Command-R's directly_answer)
+            self.state = "between"
             return text[n:]
         if call.index is None:
             self._fail(f"not a tool call ({call.problem or call.lex.error or 'no name'})")
