@@ -19,9 +19,11 @@ from .errors import ConfigError, InvalidMessages, TextTooLong, ToolsUnsupported
 if TYPE_CHECKING:  # templates validate through this module: no import at run time
     from .templates.base import BaseTemplate
 
-#: roles some supported family renders; anything else is a client error
+#: roles some supported family renders (Granite 3.0: a call as ``assistant_tool_call``, its result as
+#: ``tool_response``); anything else is a client error
 KNOWN_ROLES = frozenset(
-    {"system", "developer", "user", "assistant", "tool", "ipython", "function", "environment", "observation"}
+    {"system", "developer", "user", "assistant", "tool", "ipython", "function", "environment", "observation",
+     "assistant_tool_call", "tool_response"}
 )
 DEFAULT_MAX_CHARS = 1_000_000
 #: the most messages (or Responses input items) one request may carry

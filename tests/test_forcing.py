@@ -44,13 +44,15 @@ CALLS = [("get_weather", {"city": "Paris", "days": 2}), ("add", {"a": 1.5, "b": 
 #: every registered template whose tool-call format can be forced
 FORCED = sorted(n for n in template_names() if template_class(n).tool_format in SYNTAXES)
 #: the formats whose answer holds several calls (the others: one call, which parallel_tool_calls allows too)
-SEVERAL = {"hermes", "mistral", "granite", "deepseek_v3", "deepseek_v31", "kimi_k2"}
+SEVERAL = {"hermes", "mistral", "granite", "granite33", "deepseek_v3", "deepseek_v31", "kimi_k2"}
 #: templates that leave calls out of the history: the text is rendered by a sibling template of the format or,
-#: where none renders them (Granite 3.1's template prints only the content), written as the parser reads it
+#: where none renders them (Granite 3.x's templates print only the content), written as the parser reads it
 RENDERED_BY = {"deepseek-v3": "deepseek-r1", "deepseek-r1-distill": "deepseek-r1",
                # Falcon3's template prints its tool_calls' OpenAI shape ({"id", "type", "function": {...}}),
                # which no parser reads: its calls are checked in the Hermes shape its parser reads
                "falcon3": "qwen2.5",
+               # SmolLM3's template prints an answer's content only; its system prompt asks for Qwen2.5's tags
+               "smollm3": "qwen2.5",
                # Mistral Small 3/3.1's and Large 2411's templates print no calls; their models (v7 tokenizer) write
                # the JSON list as Nemo's template renders it
                "mistral-small-3": "mistral-nemo", "mistral-small-3.1": "mistral-nemo",
@@ -87,7 +89,7 @@ def rendered(template, calls):
     the rendered history minus the prompt before it, up to its end-of-turn marker; None when the template cannot
     hold that many calls in one message."""
     name = RENDERED_BY.get(template, template)
-    if fmt_of(name) == "granite":
+    if fmt_of(name) in ("granite", "granite33"):
         return GRANITE.format(", ".join(json.dumps({"name": n, "arguments": a}) for n, a in calls))
     t = get_template(name)
     ask = [{"role": "user", "content": "The weather in Paris?"}]

@@ -151,6 +151,8 @@ SYNTAXES: dict[str, Syntax] = {
     "mistral": Syntax(_array("[TOOL_CALLS]", '" "? '),
                       _json_calls("arguments", id={"type": "string", "pattern": "^[a-zA-Z0-9]{9}$"})),
     "granite": Syntax(_array("<|tool_call|>", ""), _json_calls("arguments")),
+    # Granite 3.3 writes its calls as 3.0/3.1 do (its <response> tags wrap answers, never calls)
+    "granite33": Syntax(_array("<|tool_call|>", ""), _json_calls("arguments")),
     "internlm": Syntax(_internlm, _json_calls("parameters")),
     # GLM-4's template renders a call as an assistant message: the name as its metadata line, then the JSON
     "glm4": Syntax(_single, _named_calls(lambda name, mark: _text(name + "\n"), lambda mark: "")),
