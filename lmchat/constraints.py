@@ -29,7 +29,11 @@ class Constraint:
     constrained. ``opens``: the marker that opens the block (``<think>``) when the generation prompt left none
     open: the block is then optional, the model may answer at once. ``after_max_tokens``: a budget for the
     free part: past it the marker is forced (the bounded part ends at the marker's first character too, see
-    :func:`lmchat.backends.llamacpp.grammars.lark_of`)."""
+    :func:`lmchat.backends.llamacpp.grammars.lark_of`).
+
+    ``lead``: instead of ``after``, what comes before the answer as a Lark grammar (its rule ``lead`` and the
+    rules that one uses, markers as special tokens where the model has them): gpt-oss' free analysis message
+    and its final channel's header (:mod:`lmchat.tools.channel_lead`)."""
 
     kind: Literal["json_object", "json_schema", "gbnf", "lark"]
     schema: str | None = None
@@ -38,6 +42,7 @@ class Constraint:
     after: str = ""
     opens: str = ""
     after_max_tokens: int | None = None
+    lead: str = ""
 
     def schema_dict(self) -> dict[str, Any] | None:
         return None if self.schema is None else json.loads(self.schema)

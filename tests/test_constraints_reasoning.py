@@ -48,10 +48,39 @@ def test_the_template_says_where_the_answer_starts():
     assert for_answer(None, "qwq") is None
     with pytest.raises(ConstraintUnsupported):
         constraints.after_reasoning(schema, "")
-    # gpt-oss's answer follows a harmony channel header of special tokens: refused, naming the request's field
-    with pytest.raises(ConstraintUnsupported) as refused:
-        for_answer(schema, "gpt-oss", "text.format")
-    assert refused.value.field == "text.format" and "'harmony'" in str(refused.value)
+    # gpt-oss's answer is its final channel's message, after an analysis message if it writes one
+    harmony = for_answer(schema, "gpt-oss", "text.format")
+    assert harmony.lead.startswith('lead: (analysis "<|start|>" "assistant")? "<|channel|>" "final" "<|message|>"')
+    assert not harmony.after
+
+
+HARMONY = ["<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|return|>", "<|call|>"]
+
+
+@pytest.mark.parametrize("special", [True, False])
+def test_a_harmony_answer_is_the_final_channel_after_free_analysis(special):
+    """gpt-oss (the harmony format): the reasoning on the analysis channel is free, the final message holds the
+    answer; with the markers as the special tokens they are in its tokenizer, and spelled out as text."""
+    from .test_forcing import ByteVocab, _accepts
+    import llguidance
+
+    vocab = ByteVocab(HARMONY if special else [])
+    tokenizer = llguidance.LLTokenizer(llguidance.TokenizerWrapper(vocab))
+    constraint = for_answer(constraints.json_schema(PERSON), "gpt-oss", tokens=vocab.ids)
+
+    def accepts(text):
+        grammar = llguidance.LLMatcher.grammar_from_lark(lark_of(constraint))
+        matcher = llguidance.LLMatcher(tokenizer, grammar, log_level=0)
+        assert not matcher.is_error(), matcher.get_error()
+        return _accepts(matcher, vocab.encode(text))
+
+    answer = '{"name": "Ann", "age": 30}'
+    thought = "<|channel|>analysis<|message|>Pick a name, then an age: {not JSON}.<|end|><|start|>assistant"
+    assert accepts(f"<|channel|>final<|message|>{answer}")
+    assert accepts(f"{thought}<|channel|>final<|message|>{answer}")
+    assert not accepts(answer)  # no channel header: not what gpt-oss writes
+    assert not accepts(f'{thought}<|channel|>final<|message|>{{"name": "Ann"}}')  # the schema still holds
+    assert not accepts(f"<|channel|>commentary<|message|>{answer}")
 
 
 def test_the_grammar_frees_the_reasoning_then_constrains_the_answer():

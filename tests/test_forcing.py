@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 
+import attrs
 import pytest
 
 pytest.importorskip("llama_cpp")
@@ -27,6 +28,7 @@ from lmchat.manager import TurnRequest  # noqa: E402
 from lmchat.registry import get_template, template_class, template_names  # noqa: E402
 from lmchat.tools.answer_constraint import for_answer  # noqa: E402
 from lmchat.tools import FORMATS, ResponseFormat, prompt_opens_think  # noqa: E402
+from lmchat.tools.channel_lead import harmony_lead, marker_writer  # noqa: E402
 from lmchat.tools.forcing import SYNTAXES, forced_calls  # noqa: E402
 
 from .llama_helpers import THREADS  # noqa: E402
@@ -58,17 +60,27 @@ RENDERED_BY = {"deepseek-v3": "deepseek-r1", "deepseek-r1-distill": "deepseek-r1
                "mistral-small-3": "mistral-nemo", "mistral-small-3.1": "mistral-nemo",
                "mistral-large-2411": "mistral-nemo"}
 GRANITE = '<|tool_call|>[{}]'
+#: formats that write a string as it is and a number as JSON, so "2" and 2 are the same text (the parser types
+#: a value by the tool's schema)
+TYPED_BY_SCHEMA = {"qwen3_coder", "glm45"}
 
 
 def fmt_of(template):
     return template_class(template).tool_format
 
 
+#: the formats whose markers are partly text in their tokenizers: the special tokens among them
+SPECIAL_MARKERS = {"qwen3_coder": ["<tool_call>", "</tool_call>"],  # <function=...>, <parameter=...> are text
+                   "glm45": ["<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"]}
+
+
 def markers_of(template):
     """The format's markers as its model's tokenizer has them: one special token each."""
+    if fmt_of(template) in SPECIAL_MARKERS:
+        return SPECIAL_MARKERS[fmt_of(template)]
     found = set()
     for marker in FORMATS[fmt_of(template)].markers:
-        found.update(re.findall(r"<[^<>]*>|\[TOOL_CALLS\]", marker))  # InternLM's "<|action_start|><|plugin|>"
+        found.update(re.findall(r"<[^<>]*>|\[[A-Z_]+\]", marker))  # InternLM's "<|action_start|><|plugin|>"
     return sorted(found)
 
 
@@ -110,7 +122,8 @@ def rendered(template, calls):
     if prompt_opens_think(name):  # QwQ's history drops the <think> its prompt opens
         before = before[:before.rindex("<think>")]
     assert after.startswith(before), (before, after)
-    text = re.sub(r"^<think>.*?</think>\s*", "", after[len(before):], flags=re.S)  # Qwen3's empty block
+    # the empty reasoning block of Qwen3 and GLM-4.5 (the constraint leaves a block free: see for_answer)
+    text = re.sub(r"^\s*<think>.*?</think>\s*", "", after[len(before):], flags=re.S)
     ends = [text.find(w) for w in t.stop_words or () if w not in FORMATS[fmt_of(name)].markers and w in text]
     return text[:min(ends)] if ends else text
 
@@ -214,7 +227,8 @@ def _broken(template):
     """Calls that the template renders but that break the tools: (what is wrong, text)."""
     yield "a tool not chosen", rendered(template, [("add", {"a": 1, "b": 2})]), ["get_weather"]
     yield "an unknown tool", rendered(template, [("get_wether", {"city": "Paris", "days": 2})]), None
-    yield "a string for an integer", rendered(template, [("get_weather", {"city": "Paris", "days": "2"})]), None
+    if fmt_of(template) not in TYPED_BY_SCHEMA:
+        yield "a string for an integer", rendered(template, [("get_weather", {"city": "Paris", "days": "2"})]), None
     yield "a required argument missing", rendered(template, [("get_weather", {"city": "Paris"})]), None
     yield "an argument not declared", rendered(template, [("add", {"a": 1, "b": 2, "c": 3})]), None
     yield "out of range", rendered(template, [("get_weather", {"city": "Paris", "days": 30})]), None
@@ -228,9 +242,10 @@ def test_a_wrong_tool_or_arguments_are_refused(template, vocabs):
         assert not vocab.accepts(constraint, text), (why, text)
 
 
-@pytest.mark.parametrize("template", [t for t in FORCED if fmt_of(t) not in ("llama3_json", "glm4")])
+@pytest.mark.parametrize("template", [t for t in FORCED if fmt_of(t) not in ("llama3_json", "glm4", "chatglm3")])
 def test_a_marker_the_tokenizer_has_is_its_token_not_its_spelling(template):
-    # (a Llama 3 or GLM-4 call is written without markers: as its template renders it, the answer is the call)
+    # (a Llama 3, GLM-4 or ChatGLM3 call is written without markers: as its template renders it, the answer is
+    # the call)
     vocab = Special(template)
     text = rendered(template, CALLS[:1])
     constraint = forced_calls(TOOLS, template, parallel=True, tokens=vocab.tokens)
@@ -259,8 +274,18 @@ def test_a_name_the_syntax_cannot_write_is_refused():
     forced_calls(tools, "llama3.1")  # a JSON string holds any name
 
 
+def test_gpt_oss_calls_after_its_free_analysis(vocabs):
+    vocab = vocabs("gpt-oss")
+    constraint = for_answer(forced_calls(TOOLS, "gpt-oss", tokens=vocab.tokens), get_template("gpt-oss"))
+    call = rendered("gpt-oss", CALLS[:1])
+    thought = "<|channel|>analysis<|message|>The user wants {weather}.<|end|><|start|>assistant"
+    assert vocab.accepts(constraint, call) and vocab.accepts(constraint, thought + call)
+    assert not vocab.accepts(constraint, thought + "<|channel|>final<|message|>Sunny.")  # a call is forced
+
+
 #: one template per family of syntax (hermes is sampled in test_serve_tool_choice.py)
-SAMPLED = ["llama3.1", "mistral-v0.3", "granite3", "internlm2", "glm4", "deepseek-v3", "deepseek-v3.1", "kimi-k2"]
+SAMPLED = ["llama3.1", "mistral-v0.3", "granite3", "internlm2", "glm4", "deepseek-v3", "deepseek-v3.1", "kimi-k2",
+           "mistral-small-3.2", "qwen3-coder", "chatglm3", "gpt-oss"]
 
 
 def test_every_family_samples_a_valid_call(backend):
@@ -271,6 +296,9 @@ def test_every_family_samples_a_valid_call(backend):
         for seed, names in ((0, ["get_weather"]), (1, None)):
             constraint = for_answer(forced_calls(TOOLS, template, names=names, tokens=backend.tokenizer.added),
                                       get_template(template))
+            if template == "gpt-oss":  # SmolLM2 never ends an analysis message by itself: a budget ends it
+                constraint = attrs.evolve(constraint, lead=harmony_lead(marker_writer(backend.tokenizer.added),
+                                                                        final=False, max_tokens=30))
             r = mgr.run_turn(TurnRequest(mgr.oneoff(tools=TOOLS, template=template), ask, max_new_tokens=120,
                                          params={"temperature": 0.8, "seed": seed, "constraint": constraint}))
             assert r.finish_reason in ("stop", "tool_calls"), (template, seed, r.text)

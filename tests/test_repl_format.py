@@ -179,10 +179,11 @@ def test_the_format_constrains_the_answer_after_the_reasoning_as_the_server_does
     assert (sent.kind, sent.after, sent.opens) == ("json_object", "</think>", opens)
 
 
-def test_a_harmony_template_refuses_a_format_at_once(tmp_path):
-    """gpt-oss answers after a channel header of special tokens: no constraint yet, said when it is set."""
+def test_a_harmony_template_constrains_the_final_channel(tmp_path):
+    """gpt-oss answers on its final channel, after free analysis: the format applies there, as on the server."""
     from lmchat import Session
 
     conv = make(tmp_path, backend=ConstrainingBackend(), session=Session("gpt-oss"))
-    out, err = chat(conv, "/set format json")
-    assert err.startswith("error: /set format:") and "'harmony'" in err and "format" not in conv.overrides
+    chat(conv, "/set format json", "hello")
+    sent = constraint_sent(conv)
+    assert sent.kind == "json_object" and '"final"' in sent.lead and not sent.after

@@ -214,6 +214,21 @@ class Constrains(Protocol):
 
 
 @runtime_checkable
+class SpecialTokens(Protocol):
+    """A backend whose model's tokenizer has added tokens (llamacpp): a constraint requires a marker among them
+    (``[TOOL_CALLS]``, ``<|channel|>``) as that token, as the model was trained to write it."""
+
+    @property
+    def special_tokens(self) -> Mapping[str, int]:
+        """The added tokens, text -> id."""
+
+
+def special_tokens(backend: Backend) -> Mapping[str, int] | None:
+    """``backend``'s added tokens (:class:`SpecialTokens`), or None: a constraint's markers are then text."""
+    return backend.special_tokens if isinstance(backend, SpecialTokens) else None
+
+
+@runtime_checkable
 class ModelTemplate(Protocol):
     """A backend whose model says which chat template it needs (llamacpp, hf: matched from the model's files), so
     the CLI and the server need no ``--template``, and a resumed session moves to it on another engine."""

@@ -15,7 +15,8 @@ import json
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from ..backends.base import Backend, SamplingParams, SessionLimit, check_constraint, engine_id, model_sampling
+from ..backends.base import (Backend, SamplingParams, SessionLimit, check_constraint, engine_id, model_sampling,
+                             special_tokens)
 from ..tools.answer_constraint import for_answer
 from ..errors import ConstraintUnsupported, LmchatError, SessionError, SessionLengthExceeded, StoreConflict
 from ..session import Delta, Session, edits
@@ -91,13 +92,15 @@ class Conversation:
 
     @property
     def params(self) -> SamplingParams:
-        return settings.sampling(self.session.template, {**model_sampling(self.backend), **self.overrides})
+        return settings.sampling(self.session.template, {**model_sampling(self.backend), **self.overrides},
+                                 special_tokens(self.backend))
 
     def check_format(self, value: str | dict[str, Any] | None) -> None:
         """Refuse a ``/set format`` value this backend would not enforce (a :class:`.settings.SettingError`, one
         line): every turn would fail, so the REPL says it at once and keeps the session as it was."""
         try:
-            check_constraint(self.backend, for_answer(settings.constraint(value), self.session.template, "format"))
+            check_constraint(self.backend, for_answer(settings.constraint(value), self.session.template, "format",
+                                                      special_tokens(self.backend)))
         except ConstraintUnsupported as exc:
             raise SettingError(f"/set format: {exc.reason}") from None
 

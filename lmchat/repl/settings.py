@@ -165,8 +165,10 @@ def parse(name: str, raw: Any) -> Any:
         raise SettingError(f"/set {name}: expected {SETTINGS[name].rule}, got {raw!r:.200}") from None
 
 
-def sampling(template: BaseTemplate, overrides: Mapping[str, Any]) -> SamplingParams:
-    """The template's sampling settings with the session's overrides."""
+def sampling(template: BaseTemplate, overrides: Mapping[str, Any],
+             tokens: Mapping[str, int] | None = None) -> SamplingParams:
+    """The template's sampling settings with the session's overrides (``tokens``: the model's added tokens, which
+    a format's constraint requires as tokens)."""
     values = {k: v for k, v in overrides.items() if k != "stop" and k not in SESSION_SETTINGS}
     params = SamplingParams.from_template(template, **values)
     extra = overrides.get("stop") or ()
@@ -176,7 +178,7 @@ def sampling(template: BaseTemplate, overrides: Mapping[str, Any]) -> SamplingPa
     if fmt is None:
         return params
     # on the answer, after the model's reasoning, as the server does
-    return attrs.evolve(params, constraint=for_answer(constraint(fmt), template, "format"))
+    return attrs.evolve(params, constraint=for_answer(constraint(fmt), template, "format", tokens))
 
 
 def saved(overrides: Mapping[str, Any]) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from ..backends.base import Chunk
+from ..backends.base import Chunk, special_tokens
 from ..constraints import Constraint
 from ..errors import InvalidMessages, SessionLengthExceeded
 from ..validation import check_tool_choice, tool_names
@@ -73,10 +73,11 @@ async def _chat(body: ChatRequest, request: Request, who: str | None, constraint
     # a forced tool_choice is a grammar of the template's call syntax (400 where it has none, before the turn)
     forced = tool_constraint(body.tool_choice, tools, template, mgr.backend, parallel=body.parallel_tool_calls,
                              response=constraint)
+    answer = for_answer(forced or constraint, template, tokens=special_tokens(mgr.backend))  # reasoning: free
     # kind None: a session of the Responses or Conversations API is refused (its records would break)
     turn = TurnRequest(
         session, messages, history=history, tools=tools if history is not None else None,
-        params={**body.sampling(), "constraint": for_answer(forced or constraint, template)},  # reasoning: free
+        params={**body.sampling(), "constraint": answer},
         stop=body.stop, max_new_tokens=body.max_completion_tokens or body.max_tokens, owner=who,
         idempotency_key=key, kind=None)
     kind = "chat.completion.chunk" if body.stream else "chat.completion"

@@ -12,7 +12,7 @@ import string
 from typing import Any
 
 from .. import constraints
-from ..backends.base import Backend, check_constraint
+from ..backends.base import Backend, check_constraint, special_tokens
 from ..constraints import Constraint
 from ..errors import ConstraintUnsupported
 from ..tools.forcing import forced_calls
@@ -77,10 +77,9 @@ def tool_constraint(choice: Any, tools: list[dict[str, Any]] | None, template: A
         field = "response_format" if chat else "text.format"
         raise ApiError(400, f"{field}: a forced tool call (tool_choice) is the whole answer: it cannot be "
                             f"structured too", param=field, code="unsupported_value")
-    # the llama.cpp engine's added tokens: a call's markers are then the model's own special tokens
-    tokens = getattr(getattr(backend, "tokenizer", None), "added", None)
     try:
-        constraint = forced_calls(tools, template, names=names, parallel=parallel is not False, tokens=tokens)
+        constraint = forced_calls(tools, template, names=names, parallel=parallel is not False,
+                                  tokens=special_tokens(backend))
     except ConstraintUnsupported as exc:
         raise ApiError(400, f"tool_choice: {exc.reason}", param="tool_choice", code="unsupported_value") from None
     return _checked(constraint, backend, "tool_choice", "tool_choice")

@@ -20,6 +20,7 @@ import attrs
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from ..backends.base import special_tokens
 from ..constraints import Constraint
 from ..manager import SessionManager, TurnRequest, TurnResult, TurnStream
 from ..manager.table import View
@@ -75,7 +76,8 @@ async def create_response(body: ResponsesRequest, request: Request, who: str | N
     template = mgr.default_template
     forced = tool_constraint(body.tool_choice, tools, template, mgr.backend, parallel=body.parallel_tool_calls,
                              response=constraint, chat=False)
-    constraint = for_answer(forced or constraint, template, "text.format")  # a reasoning block stays free text
+    # a reasoning block stays free text
+    constraint = for_answer(forced or constraint, template, "text.format", special_tokens(mgr.backend))
     fields = body.fields(template, text_format)
     model = body.model or state.model_name
     key = request.headers.get("idempotency-key") if body.store else None

@@ -6,29 +6,35 @@ a constraint on the answer, not on the reasoning before it: the reasoning stays 
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
+
+import attrs
 
 from .. import constraints
 from ..constraints import Constraint
 from ..errors import ConstraintUnsupported
+from .channel_lead import harmony_lead, marker_writer
 from .registry import FORMATS, prompt_opens_think, response_format
 from .think import CLOSE, OPEN
 
 
-def for_answer(constraint: Constraint | None, template: Any, field: str = "response_format") -> Constraint | None:
+def for_answer(constraint: Constraint | None, template: Any, field: str = "response_format",
+               tokens: Mapping[str, int] | None = None) -> Constraint | None:
     """``constraint`` as it applies to an answer of ``template``'s model. A prompt that leaves ``<think>`` open
     (QwQ, DeepSeek-R1) starts the answer inside the block; otherwise (Qwen3) the model may open one or answer
-    at once. A format whose reasoning is a channel of its own (harmony) is refused: its answer follows a
-    header of special tokens, which the constraint cannot start after yet (it would forbid the header, and the
-    model could write nothing it was trained to). ``field``: the request's, named in a refusal."""
-    if constraint is None or template is None or constraint.after:
+    at once. In the harmony format (gpt-oss), the answer is the final channel's message, after an analysis
+    message if the model writes one (:mod:`.channel_lead`; ``tokens``: the tokenizer's added tokens, so that
+    its markers are required as the special tokens they are). ``field``: the request's, named in a refusal."""
+    if constraint is None or template is None or constraint.after or constraint.lead:
         return constraint
     fmt = response_format(template)
     if not fmt.reasoning:
         return constraint
     if FORMATS[fmt.tools].reasons:
-        raise ConstraintUnsupported(f"structured outputs are not available with the {fmt.tools!r} format yet: its "
-                                    f"answer follows a channel header of special tokens the constraint cannot start "
-                                    f"after", field=field)
+        if fmt.tools != "harmony":
+            raise ConstraintUnsupported(f"structured outputs are not available with the {fmt.tools!r} format yet",
+                                        field=field)
+        return attrs.evolve(constraint, lead=harmony_lead(marker_writer(tokens), final=True))
     opened = prompt_opens_think(template)
     return constraints.after_reasoning(constraint, CLOSE, opens="" if opened else OPEN)

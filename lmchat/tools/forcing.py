@@ -24,7 +24,11 @@ import attrs
 from ..constraints import Constraint
 from ..errors import ConstraintUnsupported
 from ..registry import template_class, template_names
+from . import forcing_params as by_param
 from .base import NAME
+from .channel_lead import harmony_lead, marker_writer
+from .glm45 import typed as glm45_typed
+from .qwen3_coder import typed as qwen3_coder_typed
 from .registry import ResponseFormat, response_format
 
 #: JSON written as the templates render calls: ``{"name": "f", "arguments": {"x": 1}}``
@@ -46,6 +50,8 @@ class Syntax:
 
     start: Callable[[bool, Callable[[str], str]], str]
     calls: Callable[[Sequence[Tool], Callable[[str], str]], str]
+    #: what the model writes first, free (:attr:`lmchat.constraints.Constraint.lead`), if the format says
+    lead: Callable[[Callable[[str], str]], str] | None = None
 
 
 def _schema(schema: dict[str, Any]) -> str:
@@ -66,10 +72,7 @@ def _named_calls(head: Callable[[str, Callable[[str], str]], str],
                  tail: Callable[[Callable[[str], str]], str]) -> Callable[[Sequence[Tool], Callable[[str], str]], str]:
     """Calls whose tool name is text before the JSON arguments (GLM-4, DeepSeek): one rule per tool."""
     def calls(tools: Sequence[Tool], mark: Callable[[str], str]) -> str:
-        for t in tools:
-            if not NAME.fullmatch(t.name):  # the parser reads such a name line as text, not a call
-                raise ConstraintUnsupported(f"the tool name {t.name!r} cannot be written in this template's call "
-                                            "syntax (letters, digits and _ . - : / only)", field="tool_choice")
+        _writable(tools)
         rules = [f"call: {' | '.join(f'call_{i}' for i in range(len(tools)))}"]
         for i, t in enumerate(tools):
             rules.append(f"call_{i}: {head(t.name, mark)} args_{i} {tail(mark)}")
@@ -80,6 +83,65 @@ def _named_calls(head: Callable[[str, Callable[[str], str]], str],
 
 def _text(s: str) -> str:
     return json.dumps(s, ensure_ascii=False)
+
+
+def _writable(tools: Sequence[Tool]) -> None:
+    for t in tools:
+        if not NAME.fullmatch(t.name):  # the parser reads such a name as text, not a call
+            raise ConstraintUnsupported(f"the tool name {t.name!r} cannot be written in this template's call "
+                                        "syntax (letters, digits and _ . - : / only)", field="tool_choice")
+
+
+def _param_calls(call: Callable[[str, str, Callable[[str], str]], str],
+                 param: Callable[[str, by_param.Param, Callable[[str], str]], str],
+                 sep: str = "") -> Callable[[Sequence[Tool], Callable[[str], str]], str]:
+    """Calls written one parameter at a time (:mod:`.forcing_params`): ``call(name, args, mark)`` around the
+    parameters, ``param(tool, p, mark)`` each, ``sep`` between those written."""
+    def calls(tools: Sequence[Tool], mark: Callable[[str], str]) -> str:
+        _writable(tools)
+        rules = [f"call: {' | '.join(f'call_{i}' for i in range(len(tools)))}"]
+        for i, t in enumerate(tools):
+            items = [(param(t.name, p, mark), p.required) for p in by_param.params(t.name, t.parameters)]
+            rules.append(f"call_{i}: {call(t.name, by_param.optional_rule(items, f'args_{i}'), mark)}")
+            rules += by_param.in_order(items, f"args_{i}", sep)
+        return "\n".join(rules)
+    return calls
+
+
+def _qwen3_coder_call(name: str, args: str, mark: Callable[[str], str]) -> str:
+    # inside <tool_call>\n...\n</tool_call>, as Hermes' calls (the start rule writes those)
+    return f'{_text("<function=" + name + ">" + chr(10))} {args} "</function>"'
+
+
+def _qwen3_coder_param(tool: str, p: by_param.Param, mark: Callable[[str], str]) -> str:
+    value = by_param.tagged_value(tool, p, qwen3_coder_typed, newlines=False)
+    key = _text("<parameter=" + p.name + ">\n")
+    return f'{key} {value} "\\n</parameter>\\n"'
+
+
+def _glm45_call(name: str, args: str, mark: Callable[[str], str]) -> str:
+    return f'{mark("<tool_call>")} {_text(name)} {args} "\\n" {mark("</tool_call>")}'
+
+
+def _glm45_param(tool: str, p: by_param.Param, mark: Callable[[str], str]) -> str:
+    value = by_param.tagged_value(tool, p, glm45_typed)
+    return f'"\\n" {mark("<arg_key>")} {_text(p.name)} {mark("</arg_key>")} "\\n" {mark("<arg_value>")} {value} ' \
+           f'{mark("</arg_value>")}'
+
+
+def _glm45(parallel: bool, mark: Callable[[str], str]) -> str:
+    more = ' ("\\n" call)*' if parallel else ""
+    return f"start: call{more}"
+
+
+def _chatglm3_call(name: str, args: str, mark: Callable[[str], str]) -> str:
+    # ChatGLM3's format_function_call, as its template renders it: the name line, then the call in a fence
+    head = _text(name + "\n ```python\ntool_call(")
+    return f'{head} {args} ")\\n```"'
+
+
+def _chatglm3_param(tool: str, p: by_param.Param, mark: Callable[[str], str]) -> str:
+    return f"{_text(p.name + '=')} {by_param.python_value(tool, p)}"
 
 
 def _hermes(parallel: bool, mark: Callable[[str], str]) -> str:
@@ -127,6 +189,22 @@ def _sections(begin: str, end: str) -> Callable[[bool, Callable[[str], str]], st
     return start
 
 
+def _back_to_back(parallel: bool, mark: Callable[[str], str]) -> str:
+    """Calls each with its own opening marker, nothing between (Mistral's v11 tokenizer)."""
+    return f"start: call{'+' if parallel else ''}"
+
+
+def _mistral_v11_head(name: str, mark: Callable[[str], str]) -> str:
+    # [CALL_ID] is what Small 3.2's template renders before the arguments: the model may write one, and the
+    # history then renders back what it wrote
+    call_id = f'({mark("[CALL_ID]")} /[a-zA-Z0-9]{{9}}/)?'
+    return f'{mark("[TOOL_CALLS]")} {_text(name)} {call_id} {mark("[ARGS]")}'
+
+
+def _harmony_head(name: str, mark: Callable[[str], str]) -> str:
+    return f'{_text(" to=functions." + name)} {mark("<|channel|>")} "commentary json" {mark("<|message|>")}'
+
+
 def _deepseek_v31_head(name: str, mark: Callable[[str], str]) -> str:
     return f'{mark("<｜tool▁call▁begin｜>")} {_text(name)} {mark("<｜tool▁sep｜>")}'
 
@@ -138,10 +216,7 @@ def _kimi_head(name: str, mark: Callable[[str], str]) -> str:
            f'{mark("<|tool_call_argument_begin|>")}'
 
 
-#: the tool-call formats (:data:`lmchat.tools.FORMATS`) a call can be forced in, with their grammar. Not here:
-#: ``chatglm3`` (arguments are Python keyword literals, ``tool_call(city='Paris')``, which a JSON schema grammar
-#: does not write) and ``glm45`` (``<arg_value>`` tags hold strings unquoted and other values as JSON, chosen
-#: per property: a schema's ``anyOf``, nesting and required keys have no ``%json`` equivalent there)
+#: the tool-call formats (:data:`lmchat.tools.FORMATS`) a call can be forced in, with their grammar
 SYNTAXES: dict[str, Syntax] = {
     "hermes": Syntax(_hermes, _json_calls("arguments")),
     # the whole answer is the call object, as the templates render it (no <|python_tag|>)
@@ -162,6 +237,16 @@ SYNTAXES: dict[str, Syntax] = {
                            _named_calls(_deepseek_v31_head, lambda mark: mark("<｜tool▁call▁end｜>"))),
     "kimi_k2": Syntax(_sections("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"),
                       _named_calls(_kimi_head, lambda mark: mark("<|tool_call_end|>"))),
+    "mistral_v11": Syntax(_back_to_back, _named_calls(_mistral_v11_head, lambda mark: "")),
+    # one call (<|call|> ends the turn), in the header order its template renders (the recipient first), after
+    # the model's free reasoning (the lead)
+    "harmony": Syntax(_single, _named_calls(_harmony_head, lambda mark: mark("<|call|>")),
+                      lead=lambda mark: harmony_lead(mark, final=False)),
+    # one parameter at a time (forcing_params): values as the templates render them, typed back by the schema
+    "qwen3_coder": Syntax(_hermes, _param_calls(_qwen3_coder_call, _qwen3_coder_param)),
+    "glm45": Syntax(_glm45, _param_calls(_glm45_call, _glm45_param)),
+    # the answer is one call: the turn ends at <|observation|>, which the template renders before the result
+    "chatglm3": Syntax(_single, _param_calls(_chatglm3_call, _chatglm3_param, sep='", "')),
 }
 
 
@@ -202,10 +287,6 @@ def forced_calls(tools: Sequence[dict[str, Any]], template: Any, *, names: Seque
         chosen.append(Tool(fn.get("name"), fn.get("parameters") or {"type": "object"}))
     if not chosen:
         raise ConstraintUnsupported("no tool to call: the request gives none of those chosen", field="tool_choice")
-    known = tokens or {}
-
-    def mark(marker: str) -> str:
-        return f"<[{known[marker]}]>" if marker in known else _text(marker)
-
+    mark = marker_writer(tokens)
     grammar = f"{syntax.start(parallel, mark)}\n{syntax.calls(chosen, mark)}"
-    return Constraint(kind="lark", grammar=grammar, name="tool_choice")
+    return Constraint(kind="lark", grammar=grammar, name="tool_choice", lead=syntax.lead(mark) if syntax.lead else "")

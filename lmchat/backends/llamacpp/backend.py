@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -179,6 +179,11 @@ class LlamaCppBackend:
         """The session's answer called tools: its KV is evicted after every other idle state's for
         ``TOOL_WAIT`` seconds, or until its next turn (:class:`~lmchat.backends.base.PrefixCache`)."""
         self._engine().expect(session_id, TOOL_WAIT)
+
+    @property
+    def special_tokens(self) -> Mapping[str, int]:
+        """The model's added tokens (:class:`~lmchat.backends.base.SpecialTokens`)."""
+        return self.tokenizer.added
 
     def check_constraint(self, constraint: Constraint) -> None:
         """Parse ``constraint``'s grammar for this model once (cached); raise

@@ -36,6 +36,8 @@ JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separ
 def lark_of(constraint: Constraint) -> str:
     """The constraint as one llguidance Lark grammar.
 
+    With ``lead``, that grammar comes first (gpt-oss' analysis message and channel header), then the answer.
+
     With ``after`` (a reasoning block first), the free part is a lazy lexeme: any text, ended by the first
     occurrence of the marker, then whitespace, then the answer (a nested grammar). With a budget it is a
     greedy lexeme of at most that many tokens followed by the marker, which llguidance then forces; a greedy
@@ -43,8 +45,14 @@ def lark_of(constraint: Constraint) -> str:
     at the first character of the marker (``<``), which the marker then follows.
     """
     answer = _answer_lark(constraint)
-    if not constraint.after:
+    if not constraint.after and not constraint.lead:
         return answer
+    if answer.startswith("start: %json "):
+        inner = "answer: " + answer.removeprefix("start: ")
+    else:
+        inner = f"answer: %lark {{\n{answer}\n}}"
+    if constraint.lead:
+        return f"start: lead answer\n{constraint.lead}\n{inner}"
     close = json.dumps(constraint.after)
     if constraint.after_max_tokens is None:
         free = f"think[lazy]: /(?s:.*){_regex_literal(constraint.after)}/\n"
@@ -54,10 +62,6 @@ def lark_of(constraint: Constraint) -> str:
         block = f"think {close}"
     if constraint.opens:
         block = f"({json.dumps(constraint.opens)} {block})?"
-    if answer.startswith("start: %json "):
-        inner = "answer: " + answer.removeprefix("start: ")
-    else:
-        inner = f"answer: %lark {{\n{answer}\n}}"
     return f"start: {block} /[ \\t\\n]*/ answer\n{free}{inner}"
 
 

@@ -1,0 +1,179 @@
+"""Forced calls whose arguments are not one JSON object but one value per parameter, each written as the
+template renders it: Qwen3-Coder's ``<parameter=KEY>`` blocks and GLM-4.5's ``<arg_key>``/``<arg_value>`` pairs
+(a string as it is, any other value as JSON), ChatGLM3's ``tool_call(key=value, ...)`` (Python literals).
+
+Each parameter gets its own grammar from its schema, and the parameters are written in the order the schema
+declares them, the required ones always, the others optionally. What such a format cannot write exactly is
+refused, naming the parameter: a value is read back by the format's parser, typed by the schema, so the
+grammar only writes what reads back as a value the schema accepts.
+
+* A string written as it is cannot hold ``<`` (it would open the next tag), nor a newline in Qwen3-Coder's
+  calls, and has no ``pattern`` or ``format`` grammar here; its length bounds are kept.
+* ChatGLM3's strings are written as ``repr`` writes them (single quotes), without ``'``, ``\\`` or control
+  characters, so that the template renders the call back byte for byte; objects and arrays are refused (JSON's
+  ``true`` and ``null`` are no Python literals).
+"""
+from __future__ import annotations
+
+import ast
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+
+from ..errors import ConstraintUnsupported
+
+#: JSON written as the templates render values (``tojson``: ", " and ": ")
+JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+#: a number as JSON writes it, its exponent at most two digits: a value Python reads as a finite float (JSON's own
+#: grammar lets a sampled 1e+338 through, which reads as infinity, and the parser then keeps the text)
+FINITE_NUMBER = r"/-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]{1,2})?/"
+BOUNDS = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}
+#: the schema keywords a parameter's own grammar reads; any other is refused rather than ignored
+STRING_WORDS = {"type", "enum", "const", "minLength", "maxLength", "description", "title", "default", "examples"}
+
+
+@attrs.frozen
+class Param:
+    name: str
+    schema: dict[str, Any]
+    required: bool
+
+
+def params(tool: str, schema: dict[str, Any]) -> list[Param]:
+    """A tool's parameters in the order its schema declares them: a flat object of named properties only."""
+    def refuse(why: str) -> ConstraintUnsupported:
+        return ConstraintUnsupported(f"the parameters of {tool!r} cannot be forced in this template's call syntax: "
+                                     f"{why}", field="tools")
+
+    if not isinstance(schema, dict) or schema.get("type", "object") != "object":
+        raise refuse("they are not an object")
+    unknown = set(schema) - {"type", "properties", "required", "additionalProperties", "description", "title",
+                             "$schema"}
+    if unknown:
+        raise refuse(f"the keywords {sorted(unknown)} are not supported here (a flat object of properties only)")
+    properties = schema.get("properties") or {}
+    required = schema.get("required") or []
+    if not isinstance(properties, dict) or not isinstance(required, list):
+        raise refuse("'properties' must be an object and 'required' a list")
+    missing = [r for r in required if r not in properties]
+    if missing:
+        raise refuse(f"the required {missing} are not among the properties")
+    return [Param(name, prop if isinstance(prop, dict) else {}, name in required) for name, prop in properties.items()]
+
+
+def _refuse(tool: str, param: Param, why: str) -> ConstraintUnsupported:
+    return ConstraintUnsupported(f"the parameter {param.name!r} of {tool!r} cannot be forced in this template's "
+                                 f"call syntax: {why}", field="tools")
+
+
+def _text(s: str) -> str:
+    return json.dumps(s, ensure_ascii=False)
+
+
+def _json(schema: dict[str, Any]) -> str:
+    return f"%json {json.dumps({**schema, 'x-guidance': JSON_OPTIONS}, ensure_ascii=False)}"
+
+
+def _number(schema: dict[str, Any]) -> str:
+    """A JSON value of ``schema``; an unbounded number finite (:data:`FINITE_NUMBER`)."""
+    if schema.get("type") == "number" and not BOUNDS & set(schema):
+        return FINITE_NUMBER
+    return _json(schema)
+
+
+def _bounds(tool: str, param: Param) -> str:
+    lo, hi = param.schema.get("minLength", 0), param.schema.get("maxLength")
+    if not isinstance(lo, int) or not (hi is None or isinstance(hi, int)):
+        raise _refuse(tool, param, "minLength and maxLength must be integers")
+    return f"{{{lo},{'' if hi is None else hi}}}"
+
+
+def _choices(tool: str, param: Param, written: Callable[[Any], str], reads: Callable[[str], Any]) -> str | None:
+    """``enum`` or ``const`` as alternatives of the texts their values are written as (None: neither given); a
+    value whose text would not read back as itself is refused."""
+    if "const" in param.schema:
+        values = [param.schema["const"]]
+    elif isinstance(param.schema.get("enum"), list) and param.schema["enum"]:
+        values = param.schema["enum"]
+    else:
+        return None
+    texts = []
+    for value in values:
+        text = written(value)
+        if "<" in text or reads(text) != value:
+            raise _refuse(tool, param, f"the value {value!r} would not be read back as itself")
+        texts.append(_text(text))
+    return f"({' | '.join(texts)})"
+
+
+def tagged_value(tool: str, param: Param, reads: Callable[[str, Any], Any], newlines: bool = True) -> str:
+    """A value between tags (Qwen3-Coder, GLM-4.5): a string as it is, any other value as JSON. ``newlines``:
+    whether a string may hold one (not where a newline comes before the closing tag: the grammar's lexer reads
+    a text as far as it can, and could not end it before that newline)."""
+    declared = param.schema.get("type")
+    choices = _choices(tool, param, lambda v: v if isinstance(v, str) else json.dumps(v, ensure_ascii=False),
+                       lambda text: reads(text, declared))
+    if choices:
+        return choices
+    if isinstance(declared, list):
+        raise _refuse(tool, param, "a value of several types")
+    if declared in (None, "string"):
+        extra = set(param.schema) - STRING_WORDS
+        if extra:
+            raise _refuse(tool, param, f"{sorted(extra)} have no grammar for a string written as it is")
+        return f"/[^<{'' if newlines else chr(92) + 'n'}]{_bounds(tool, param)}/"
+    return _number(param.schema)
+
+
+def python_value(tool: str, param: Param) -> str:
+    """A value as ``repr`` writes it (ChatGLM3's ``tool_call(key=value)``)."""
+    choices = _choices(tool, param, repr, lambda text: ast.literal_eval(text))
+    if choices:
+        return choices
+    declared = param.schema.get("type")
+    if declared == "string":
+        extra = set(param.schema) - STRING_WORDS
+        if extra:
+            raise _refuse(tool, param, f"{sorted(extra)} have no grammar for a Python string")
+        return f"\"'\" /[^'\\\\\\x00-\\x1f\\x7f]{_bounds(tool, param)}/ \"'\""
+    if declared in ("integer", "number"):
+        return _number(param.schema)  # a JSON number is a Python number, written alike
+    if declared == "boolean":
+        return '("True" | "False")'
+    if declared == "null":
+        return '"None"'
+    raise _refuse(tool, param, f"a value of type {declared!r} has no Python-literal grammar here "
+                               "(strings, numbers, booleans and None only)")
+
+
+def in_order(items: Sequence[tuple[str, bool]], rule: str, sep: str = "") -> list[str]:
+    """Rules ``{rule}`` for the items (grammar expression, required) in order, the optional ones left out at
+    will, ``sep`` (a grammar literal, or none) between those written. Returns the rule lines; ``{rule}`` may be
+    empty when no item is required, as ``{rule}?`` where it is used (see :func:`optional_rule`)."""
+    n = len(items)
+    if n == 0:
+        return []
+
+    def tail(i: int) -> str:
+        return " ".join(f"({sep} {e})" + ("" if req else "?") if sep else (e if req else f"({e})?")
+                        for e, req in items[i:])
+
+    lines = []
+    for i, (expr, req) in enumerate(items):
+        alternatives = [f"{expr} {tail(i + 1)}".strip()]
+        if not req and i + 1 < n:
+            alternatives.append(f"{rule}_{i + 1}")
+        lines.append(f"{rule}_{i}: {' | '.join(alternatives)}")
+        if req:
+            break  # a required item is where every sequence passes: no rule after it is referred to as a start
+    return lines
+
+
+def optional_rule(items: Sequence[tuple[str, bool]], rule: str) -> str:
+    """How a sequence of :func:`in_order` is used: ``{rule}_0``, optional when no item is required."""
+    if not items:
+        return ""
+    return f"{rule}_0" if any(req for _, req in items) else f"{rule}_0?"
+
