@@ -46,10 +46,10 @@ CALLS = [("get_weather", {"city": "Paris", "days": 2}), ("add", {"a": 1.5, "b": 
 #: every registered template whose tool-call format can be forced
 FORCED = sorted(n for n in template_names() if template_class(n).tool_format in SYNTAXES)
 #: the formats whose answer holds several calls (the others: one call, which parallel_tool_calls allows too)
-SEVERAL = {"hermes", "mistral", "granite", "granite33", "deepseek_v3", "deepseek_v31", "kimi_k2"}
+SEVERAL = {"hermes", "mistral", "granite", "granite33", "phi4_mini", "deepseek_v3", "deepseek_v31", "kimi_k2"}
 #: templates that leave calls out of the history: the text is rendered by a sibling template of the format or,
 #: where none renders them (Granite 3.x's templates print only the content), written as the parser reads it
-RENDERED_BY = {"deepseek-v3": "deepseek-r1", "deepseek-r1-distill": "deepseek-r1",
+RENDERED_BY = {"deepseek-v3": "deepseek-r1", "deepseek-r1-distill": "deepseek-r1", "deepseek-v2.5": "deepseek-r1",
                # Falcon3's template prints its tool_calls' OpenAI shape ({"id", "type", "function": {...}}),
                # which no parser reads: its calls are checked in the Hermes shape its parser reads
                "falcon3": "qwen2.5",
@@ -60,6 +60,7 @@ RENDERED_BY = {"deepseek-v3": "deepseek-r1", "deepseek-r1-distill": "deepseek-r1
                "mistral-small-3": "mistral-nemo", "mistral-small-3.1": "mistral-nemo",
                "mistral-large-2411": "mistral-nemo"}
 GRANITE = '<|tool_call|>[{}]'
+PHI4_MINI = '<|tool_call|>[{}]<|/tool_call|>'
 #: formats that write a string as it is and a number as JSON, so "2" and 2 are the same text (the parser types
 #: a value by the tool's schema)
 TYPED_BY_SCHEMA = {"qwen3_coder", "glm45"}
@@ -103,6 +104,8 @@ def rendered(template, calls):
     name = RENDERED_BY.get(template, template)
     if fmt_of(name) in ("granite", "granite33"):
         return GRANITE.format(", ".join(json.dumps({"name": n, "arguments": a}) for n, a in calls))
+    if fmt_of(name) == "phi4_mini":  # its template prints an answer's content, never its tool_calls
+        return PHI4_MINI.format(", ".join(json.dumps({"name": n, "arguments": a}) for n, a in calls))
     t = get_template(name)
     ask = [{"role": "user", "content": "The weather in Paris?"}]
     before = t.messages2prompt(ask, tools=TOOLS, add_generation_prompt=True)
@@ -285,7 +288,7 @@ def test_gpt_oss_calls_after_its_free_analysis(vocabs):
 
 #: one template per family of syntax (hermes is sampled in test_serve_tool_choice.py)
 SAMPLED = ["llama3.1", "mistral-v0.3", "granite3", "internlm2", "glm4", "deepseek-v3", "deepseek-v3.1", "kimi-k2",
-           "mistral-small-3.2", "qwen3-coder", "chatglm3", "gpt-oss"]
+           "mistral-small-3.2", "qwen3-coder", "chatglm3", "gpt-oss", "phi4-mini"]
 
 
 def test_every_family_samples_a_valid_call(backend):

@@ -123,6 +123,12 @@ def test_the_call_is_announced_once_its_name_is_complete():
     assert [e.name for e in started if isinstance(e, ToolCallStart)] == ["get_weather"]
 
 
+def test_a_forced_call_is_written_between_phi4_minis_own_tokens():
+    from lmchat.tools.forcing import forced_calls
+    grammar = forced_calls(TOOLS, "phi4-mini", parallel=True).grammar
+    assert grammar.startswith('start: "<|tool_call|>" "[" call (", " call)* "]" "<|/tool_call|>"')
+
+
 def test_phi4_mini_names_its_format():
     t = get_template("Phi-4-mini-instruct")
     assert t.name == "phi4-mini" and type(t).tool_format == "phi4_mini" and not type(t).reasoning

@@ -167,6 +167,12 @@ def _array(marker: str, space: str) -> Callable[[bool, Callable[[str], str]], st
     return start
 
 
+def _phi4_mini(parallel: bool, mark: Callable[[str], str]) -> str:
+    """Phi-4-mini: a JSON array of calls between its own tokens, as its model card writes them."""
+    more = ' (", " call)*' if parallel else ""
+    return f'start: {mark("<|tool_call|>")} "[" call{more} "]" {mark("<|/tool_call|>")}'
+
+
 def _internlm(parallel: bool, mark: Callable[[str], str]) -> str:
     return f'start: {mark("<|action_start|>")} {mark("<|plugin|>")} "\\n" call {mark("<|action_end|>")}'
 
@@ -228,6 +234,7 @@ SYNTAXES: dict[str, Syntax] = {
     "granite": Syntax(_array("<|tool_call|>", ""), _json_calls("arguments")),
     # Granite 3.3 writes its calls as 3.0/3.1 do (its <response> tags wrap answers, never calls)
     "granite33": Syntax(_array("<|tool_call|>", ""), _json_calls("arguments")),
+    "phi4_mini": Syntax(_phi4_mini, _json_calls("arguments")),
     "internlm": Syntax(_internlm, _json_calls("parameters")),
     # GLM-4's template renders a call as an assistant message: the name as its metadata line, then the JSON
     "glm4": Syntax(_single, _named_calls(lambda name, mark: _text(name + "\n"), lambda mark: "")),
