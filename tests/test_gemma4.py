@@ -247,6 +247,26 @@ def test_answer_fields_split_a_leading_thought():
     assert t.answer_fields("<|channel>thought\nplan\n<channel|>Hello.") == \
         {"content": "Hello.", "reasoning_content": "plan"}
     assert t.answer_fields("Hello.") == {"content": "Hello."}
+    # after tool results with thinking on, the prompt opened the channel: the answer starts inside it
+    assert t.answer_fields("the tool says 22\n<channel|>It is 22.") == \
+        {"content": "It is 22.", "reasoning_content": "the tool says 22"}
+
+
+def test_with_thinking_the_answer_after_results_extends_the_context():
+    session = Session("gemma4-e4b", tools=TOOLS, template_kwargs={"enable_thinking": True})
+    session.prompt("Weather in Paris?")
+    answer = "<|channel>thought\nneed the tool\n<channel|>" + call("get_current_weather", f"location:{Q}Paris{Q}")
+    session.commit(answer, stop="<|tool_response>", content="", reasoning_content="need the tool",
+                   tool_calls=[fn_call("get_current_weather", {"location": "Paris"})])
+    delta = session.extend([result("sunny")])
+    assert not delta.reset and delta.text.endswith("<tool_response|><|channel>thought\n")
+    session.commit("it is sunny\n<channel|>Sunny.")
+    assert session.messages[-1]["reasoning_content"] == "it is sunny"
+    history = get_template("gemma4-e4b").messages2prompt(session.messages, tools=TOOLS, enable_thinking=True,
+                                                         add_generation_prompt=False)
+    assert history == session.context + "\n"  # what the engine holds is the history: no rewrite yet
+    delta = session.prompt("Thanks")  # the new query drops both answers' reasoning: an honest reset
+    assert delta.reset and delta.reason
 
 
 # ------------------------------------------------------------------ sessions

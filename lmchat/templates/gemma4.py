@@ -277,13 +277,18 @@ class Gemma4(BaseTemplate):
         return self.assistant + ("" if thinking or not self.empty_thought else THOUGHT + CHANNEL_END)
 
     def answer_fields(self, answer: str) -> dict[str, Any]:
-        """A raw answer as the message its history renders: a leading thought channel as its reasoning."""
+        """A raw answer as the message its history renders: a leading thought channel as its reasoning. An answer
+        that closes a channel it never opened started inside one: after tool results with thinking on, the
+        generation prompt opens it."""
         head = answer.lstrip()
-        if not head.startswith(CHANNEL) or CHANNEL_END not in head:
+        if head.startswith(CHANNEL) and CHANNEL_END in head:
+            thought, _, content = head[len(CHANNEL):].partition(CHANNEL_END)
+            thought = thought.removeprefix("thought").removeprefix("\n")
+        elif CHANNEL_END in answer and CHANNEL not in answer.partition(CHANNEL_END)[0]:
+            thought, _, content = answer.partition(CHANNEL_END)
+        else:
             return {"content": answer}
-        thought, _, content = head[len(CHANNEL):].partition(CHANNEL_END)
-        reasoning = thought.removeprefix("thought").removeprefix("\n").removesuffix("\n")
-        return {"content": content, "reasoning_content": reasoning}
+        return {"content": content, "reasoning_content": thought.removesuffix("\n")}
 
 
 @template("gemma4-e4b", "gemma-4-e4b-it", "gemma-4-E4B-it", "gemma-4-e4b", "gemma-4-e2b-it", "gemma-4-E2B-it",
