@@ -324,3 +324,17 @@ def test_granite_3_0_session_with_its_own_roles_only_appends():
     assert not delta.reset and delta.text == (
         "\n<|start_of_role|>tool_response<|end_of_role|>{\"temperature\": 22}<|end_of_text|>\n"
         "<|start_of_role|>assistant<|end_of_role|>")
+
+
+@pytest.mark.parametrize("name", ["granite3", "granite-3.3"])
+def test_granite_3_call_kept_as_tool_calls_is_not_rendered_and_the_session_resets_honestly(name):
+    # the official templates print an answer's content only: the <|tool_call|>[...] the model wrote is gone from
+    # the history once the turn keeps it as tool_calls, and the next delta says so
+    session = Session(name, tools=TOOLS, date=DATE)
+    session.prompt("Weather in Paris?")
+    raw = '<|tool_call|>[{"name": "get_current_weather", "arguments": {"location": "Paris"}}]'
+    parsed = parse_response(name, raw)
+    session.commit(raw, content=parsed.content, tool_calls=parsed.tool_calls)
+    delta = session.extend([tool('{"temperature": 22}', parsed.tool_calls[0]["id"])])
+    assert delta.reset and "renders earlier turns differently" in delta.reason
+    assert "assistant<|end_of_role|><|end_of_text|>\n<|start_of_role|>tool<|end_of_role|>" in delta.text
