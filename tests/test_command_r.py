@@ -229,6 +229,15 @@ def test_an_r7b_session_keeps_the_response_markers_and_the_plan():
     assert not session.prompt("Thanks").reset
 
 
+def test_an_r7b_session_with_documents_sends_them_once_after_the_first_question():
+    session = Session("command-r7b", tools=[], template_kwargs={"documents": [{"text": "Paris is in France."}]})
+    first = session.prompt("Where is Paris?")
+    assert first.text.count("direct-injected-document") == 2 and '"0": {"text": "Paris is in France."}' in first.text
+    session.commit("<|START_RESPONSE|>In France.<|END_RESPONSE|>", stop=TURN)
+    delta = session.prompt("Thanks")
+    assert not delta.reset and "direct-injected-document" not in delta.text
+
+
 def test_r7b_reasoning_before_a_response_is_dropped_by_the_history_with_a_reason():
     session = Session("command-r7b")
     session.prompt("2+2?")
@@ -309,6 +318,10 @@ GOLDEN = [
     *[("command-r7b", messages, {"tools": tools, "add_generation_prompt": generation_prompt, **extra})
       for messages in R7B_CONVERSATIONS for tools in (None, [], [TOOL])
       for generation_prompt in (True, False) for extra in ({}, {"enable_citations": True})],
+    # documents: a call of the document tool after the first user message (they fail without tools)
+    *[("command-r7b", messages, {"tools": tools, "documents": documents})
+      for messages in R7B_CONVERSATIONS[:4] for tools in (None, [], [TOOL])
+      for documents in (["snippet"], [{"title": "t", "text": "北京"}, {"url": "u", "snippet": "s"}])],
 ]
 
 

@@ -41,8 +41,10 @@ def test_templates_say_whether_their_prompt_opens_the_block():
 
 def test_reasoning_templates_are_known():
     thinking = [name for name in lmchat.template_names() if response_format(name).reasoning]
-    assert thinking == ["deepseek-r1", "deepseek-r1-distill", "deepseek-v3.1", "glm-4.5", "gpt-oss", "granite-3.3",
-                        "phi4", "phi4-reasoning", "qwen3", "qwen3-thinking-2507", "qwq", "smollm3"]
+    assert thinking == ["command-r7b",
+                        "deepseek-r1", "deepseek-r1-distill", "deepseek-v3.1", "gemma4", "gemma4-e4b", "glm-4.5",
+                        "gpt-oss", "granite-3.3", "phi4", "phi4-reasoning", "qwen3", "qwen3-thinking-2507", "qwq",
+                        "smollm3"]
     assert response_format("deepseek_r1") == response_format(lmchat.get_template("deepseek-r1"))
 
 

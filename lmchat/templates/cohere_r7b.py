@@ -17,6 +17,7 @@ from .cohere_texts import (
     R7B_AVAILABLE_TOOLS,
     R7B_DEFAULT_PREAMBLE,
     R7B_DEVELOPER,
+    R7B_DOCUMENT_TOOL,
     R7B_GROUNDING,
     R7B_SAFETY,
     R7B_TOOL_USE,
@@ -27,6 +28,7 @@ START_THINKING, END_THINKING = "<|START_THINKING|>", "<|END_THINKING|>"
 START_ACTION, END_ACTION = "<|START_ACTION|>", "<|END_ACTION|>"
 START_RESPONSE, END_RESPONSE = "<|START_RESPONSE|>", "<|END_RESPONSE|>"
 START_RESULT, END_RESULT = "<|START_TOOL_RESULT|>", "<|END_TOOL_RESULT|>"
+DOCUMENTS_PLAN = "I will look through the document to address the users needs."
 
 
 def _role(chat: Chat, i: int) -> str:
@@ -61,6 +63,20 @@ def _id_number(chat: Chat, call_id: Any, limit: int | None = None) -> str:
     return ""
 
 
+def _documents(chat: Chat) -> list[Any]:
+    """The ``documents`` template keyword, as the official template walks it (none when it is falsy)."""
+    documents = chat.kwargs.get("documents")
+    if not documents:
+        return []
+    if isinstance(documents, (list, dict, str)):
+        return list(documents)
+    raise TemplateConfigError("documents must be a list", field="documents")
+
+
+def _first_user(chat: Chat) -> int | None:
+    return next((j for j in range(len(chat.messages)) if _role(chat, j) == "user"), None)
+
+
 def _tool_block_start(chat: Chat, i: int) -> bool:
     """Whether tool message ``i`` opens a result block: its id is not among those the earlier blocks took in
     (a block takes the ids of the tool messages that follow its first, not the first's own)."""
@@ -87,7 +103,10 @@ class CommandR7B(BaseTemplate):
     are grouped per run of tool messages, each as ``{"tool_call_id": "N", "results": {"0": content}, ...}``.
     Reasoning before a plain response is not rendered back (a reset, with the reason). Roles are read in any
     case (``chatbot`` is the assistant); the generation prompt is always rendered, as the official template
-    does. ``enable_citations`` adds the grounding instructions; ``documents`` are refused (not rendered here).
+    does. ``enable_citations`` adds the grounding instructions. ``documents`` (a template keyword, with
+    ``tools`` given: the official template fails without) add Cohere's document tool to the list and, after the
+    first user message, a call of it answered by the documents as results (the calls after it are numbered from
+    1, though their results are not: the official template's own inconsistency).
     Sampling: the model card's generation example (temperature 0.3); 128K context.
     """
 
@@ -118,16 +137,18 @@ class CommandR7B(BaseTemplate):
         return attr(chat.messages[0], "content") if chat.messages and _role(chat, 0) == "system" else MISSING
 
     def header(self, chat: Chat) -> str:
-        if chat.kwargs.get("documents"):
-            raise TemplateConfigError("documents are not rendered by lmchat's command-r7b; pass them as tool "
-                                      "results, or render the official template", field="documents")
+        documents = _documents(chat)
+        if documents and chat.tools is None:
+            raise TemplateConfigError("documents need tools ([] for none): the official template lists them "
+                                      "beside the tools", field="documents")
         out = [self.bos, self.system, R7B_SAFETY]
-        if chat.tools:
+        if chat.tools or documents:
             out.append(R7B_TOOL_USE)
             if chat.kwargs.get("enable_citations"):
                 out.append(R7B_GROUNDING)
-            out.append(R7B_AVAILABLE_TOOLS + "```json\n[\n" + ",\n".join(self.declared(t) for t in chat.tools))
-            out.append("\n]\n```\n\n")
+            declared = [R7B_DOCUMENT_TOOL] if documents else []
+            declared += [self.declared(t) for t in chat.tools or ()]
+            out.append(R7B_AVAILABLE_TOOLS + "```json\n[\n" + ",\n".join(declared) + "\n]\n```\n\n")
         out.append(R7B_DEFAULT_PREAMBLE)
         developer = self.developer(chat)
         if developer:
@@ -149,7 +170,8 @@ class CommandR7B(BaseTemplate):
         if role == "system":
             return "" if i == 0 and self.developer(chat) else f"{self.system}{content}{END}"
         if role == "user":
-            return f"{self.user}{content}{END}"
+            documents = _documents(chat) if i == _first_user(chat) else []
+            return f"{self.user}{content}{END}" + (self.document_turn(documents) if documents else "")
         if role in ("assistant", "chatbot"):
             if not m.get("tool_calls"):
                 return f"{self.assistant}{START_RESPONSE}{content}{self.eoa}"
@@ -163,10 +185,22 @@ class CommandR7B(BaseTemplate):
             return f"{self.system}{START_RESULT}[\n" + ",\n".join(block) + f"\n]{END_RESULT}{END}"
         return ""
 
+    def document_turn(self, documents: list[Any]) -> str:
+        """The official ``document_turn``: a call of the document tool, and the documents as its results."""
+        results = ",\n            ".join(f'"{k}": {json.dumps(d, ensure_ascii=False)}' for k, d in enumerate(documents))
+        call = '    {"tool_call_id": "0", "tool_name": "direct-injected-document", "parameters": {}}'
+        return (f"{self.assistant}{START_THINKING}{DOCUMENTS_PLAN}{END_THINKING}{START_ACTION}[\n{call}\n]"
+                f"{END_ACTION}{END}{self.system}{START_RESULT}[\n    {{\n        \"tool_call_id\": \"0\",\n"
+                f"        \"results\": {{\n            {results}\n        }},\n        \"is_error\": null\n    }}\n]"
+                f"{END_RESULT}{END}")
+
     @staticmethod
     def action(chat: Chat, i: int) -> str:
-        """The plan and calls of an answer; calls are numbered on from the calls of the answers before it."""
+        """The plan and calls of an answer; calls are numbered on from the calls of the answers before it (and
+        the document call, when there are documents)."""
         first = sum(len(_calls(chat.messages[j], j)) for j in range(i) if _role(chat, j) in ("assistant", "chatbot"))
+        user = _first_user(chat)
+        first += 1 if _documents(chat) and user is not None and user < i else 0
         rendered = []
         for k, call in enumerate(_calls(chat.messages[i], i)):
             fn = call.get("function") if isinstance(call, dict) else None

@@ -184,3 +184,15 @@ R_INSTRUCTION = (
     '    }\n'
     ']```'
 )
+
+R7B_DOCUMENT_TOOL = (
+    '    {"name": "direct-injected-document", "description": "This is a special tool to '
+    'directly inject user-uploaded documents into the chat as additional context. DO NOT use '
+    'this tool by yourself!", "parameters": {"type": "object", "properties": {}, "required": '
+    '[]}, "responses": {"200": {"description": "Successfully returned a list of chunked text '
+    'snippets from the directly uploaded documents.", "content": {"application/json": '
+    '{"schema": {"type": "array", "items": {"type": "object", "required": ["url", "snippet"], '
+    '"properties": {"url": {"type": "string", "description": "The url of the uploaded '
+    'document."}, "snippet": {"type": "string", "description": "The text snippet for the '
+    'returned document chunk."}}}}}}}}}'
+)
