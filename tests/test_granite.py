@@ -243,6 +243,11 @@ GOLDEN = (
     + [("granite-3.3", [u("hi")], {"thinking": True, "date": DATE}),
        ("granite-3.3", [u("hi")], {"thinking": True, "tools": TOOLS}),
        ("granite-4.0", [s("sys"), u("hi")], {"tools": TOOLS})]
+    # variables the official templates loop over or test with `in`: a number or a boolean fails there
+    + [(name, m, o) for name in ("granite3", "granite-3.3") for m in ([u("hi")], [s("sys"), u("hi")])
+       for o in ({"controls": True}, {"controls": 1, "documents": DOCUMENTS_33}, {"documents": 5},
+                 {"controls": "citations", "documents": DOCUMENTS_33})]
+    + [("granite-4.0", [u("hi")], o) for o in ({"documents": 5}, {"available_tools": 3}, {"documents": "ab"})]
 )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import TemplateConfigError
 from ..registry import template
 from .base import BaseTemplate, stops
 from .chat import Chat
@@ -70,6 +71,14 @@ HALLUCINATIONS_33 = (
 )
 
 
+def looped(value: Any, field: str) -> Any:
+    """A template variable the official template loops over or tests with ``in`` (documents, controls): Jinja
+    fails on a value that is neither a list, an object nor a string."""
+    if not isinstance(value, (list, tuple, dict, str)):
+        raise TemplateConfigError(f"must be a list or an object, got {type(value).__name__}", field=field)
+    return value
+
+
 def document_field(document: Any, key: str) -> str:
     """What ``{{ document[key] }}`` (or ``document[key] | string``) prints: nothing for a missing key."""
     return jstr(document[key]) if isinstance(document, dict) and key in document else ""
@@ -108,7 +117,8 @@ class Granite3(BaseTemplate):
     stop_words: tuple[str, ...] | None = stops(EOT)
 
     def builtin_system(self, chat: Chat) -> str:
-        tools, documents, controls = self.tools(chat), chat.kwargs.get("documents"), chat.kwargs.get("controls") or ()
+        tools, documents = self.tools(chat), chat.kwargs.get("documents")
+        controls = looped(chat.kwargs.get("controls") or (), "controls")
         text = DEFAULT_SYSTEM.format(date=chat.today().strftime("%B %d, %Y"))
         if tools and documents:
             text += f"{ROLE_TOOLS}\n\n{ROLE_DOCUMENTS}"
@@ -141,7 +151,7 @@ class Granite3(BaseTemplate):
         out = [self.system, chat.text(0) if own else self.builtin_system(chat), self.eosys, self.tools_block(chat)]
         documents = chat.kwargs.get("documents")
         if documents:
-            out.append(self.documents_block(documents))
+            out.append(self.documents_block(looped(documents, "documents")))
         return "".join(out)
 
     def piece(self, chat: Chat, i: int) -> str:
@@ -182,7 +192,8 @@ class Granite33(Granite3):
         return chat.kwargs.get("available_tools") or chat.tools
 
     def builtin_system(self, chat: Chat) -> str:
-        tools, documents, controls = self.tools(chat), chat.kwargs.get("documents"), chat.kwargs.get("controls") or ()
+        tools, documents = self.tools(chat), chat.kwargs.get("documents")
+        controls = looped(chat.kwargs.get("controls") or (), "controls")
         text = DEFAULT_SYSTEM_33.format(date=chat.today().strftime("%B %d, %Y"))
         if tools and documents:
             text += f"{ROLE_TOOLS_33} {ROLE_DOCUMENTS}"

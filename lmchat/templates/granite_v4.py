@@ -11,7 +11,7 @@ from ..errors import InvalidMessages
 from ..registry import template
 from .base import BaseTemplate, stops
 from .chat import Chat
-from .granite import END, EOT, START
+from .granite import END, EOT, START, looped
 from .render_utils import jstr, tojson
 
 TOOLS_PREFIX = (
@@ -54,8 +54,11 @@ def content_text(message: dict[str, Any], i: int) -> str:
     return text
 
 
-def listing(prefix: str, items: Any, suffix: str) -> str:
-    return prefix + "".join("\n" + tojson(item) for item in items) + suffix if items else ""
+def listing(prefix: str, items: Any, suffix: str, field: str) -> str:
+    """The tools' or documents' system text: each item as a line of compact JSON."""
+    if not items:
+        return ""
+    return prefix + "".join("\n" + tojson(item) for item in looped(items, field)) + suffix
 
 
 def call_text(call: Any, i: int) -> str:
@@ -100,8 +103,8 @@ class Granite4(BaseTemplate):
 
     def header(self, chat: Chat) -> str:
         tools = chat.kwargs.get("available_tools") or chat.tools
-        tools_text = listing(TOOLS_PREFIX, tools, TOOLS_SUFFIX)
-        documents_text = listing(DOCUMENTS_PREFIX, chat.kwargs.get("documents"), DOCUMENTS_SUFFIX)
+        tools_text = listing(TOOLS_PREFIX, tools, TOOLS_SUFFIX, "tools")
+        documents_text = listing(DOCUMENTS_PREFIX, chat.kwargs.get("documents"), DOCUMENTS_SUFFIX, "documents")
         listed = "\n\n".join(t for t in (tools_text, documents_text) if t)
         system = ""
         if chat.role(0) == "system":
