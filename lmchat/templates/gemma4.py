@@ -152,9 +152,9 @@ class Gemma4(BaseTemplate):
 
     official = "google__gemma-4-31B-it"
     hyperparameter_source = (
-        "Gemma 4 model card's recommended sampling (temperature 1.0, top_p 0.95, top_k 64, as Gemma 3's "
-        "generation_config.json); context 256K for the 31B (model card); stop at <turn|>, at <|tool_response>"
-        " after calls (where the template ends a call's turn) and at <eos>"
+        "Gemma 4 model card's recommended sampling as remembered, not checked here (temperature 1.0, top_p 0.95, "
+        "top_k 64, Gemma 3's generation_config.json values); context 256K for the 31B (model card, as remembered); "
+        "stop at <turn|>, at <|tool_response> after calls (where the template ends a call's turn) and at <eos>"
     )
     hf_special_tokens = {"bos_token": "<bos>"}
     supports_tools = True
@@ -299,8 +299,8 @@ class Gemma4E4B(Gemma4):
 
     official = "google__gemma-4-E4B-it"
     hyperparameter_source = (
-        "Gemma 4 model card's recommended sampling (temperature 1.0, top_p 0.95, top_k 64); context 128K for "
-        "the E2B/E4B models (model card); stops as gemma4"
+        "Gemma 4 model card's recommended sampling as remembered, not checked here (temperature 1.0, top_p 0.95, "
+        "top_k 64); context 128K for the E2B/E4B models (model card, as remembered); stops as gemma4"
     )
     prefix_stable = True
     empty_thought: ClassVar[bool] = False

@@ -69,8 +69,8 @@ class ZephyrGemma(ChatML):
 
     official = "HuggingFaceH4__zephyr-7b-gemma-v0.1"
     hyperparameter_source = (
-        "zephyr-7b-gemma-v0.1 model card example (temperature 0.7, top_k 50, top_p 0.95, stop at <|im_end|>); "
-        "8K context (Gemma-7B's)"
+        "zephyr-7b-gemma-v0.1 model card example as remembered, not checked here (temperature 0.7, top_k 50, "
+        "top_p 0.95, stop at <|im_end|>); 8K context (Gemma-7B's)"
     )
     hf_special_tokens = {"bos_token": "<bos>", "eos_token": "<eos>"}
 
