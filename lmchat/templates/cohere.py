@@ -21,8 +21,8 @@ from .render_utils import check_alternation, trimmed
 
 START, END = "<|START_OF_TURN_TOKEN|>", "<|END_OF_TURN_TOKEN|>"
 SYSTEM, USER, CHATBOT = f"{START}<|SYSTEM_TOKEN|>", f"{START}<|USER_TOKEN|>", f"{START}<|CHATBOT_TOKEN|>"
-SAMPLING_SOURCE = ("model card (its generation example samples at temperature 0.3; 128K context); top_p not stated "
-                   "(LMDeploy default)")
+SAMPLING_SOURCE = ("model card as remembered here, not checked (its generation example samples at temperature 0.3; "
+                   "128K context); top_p not stated (LMDeploy default)")
 
 
 def jinja_indent(text: str, width: int, first: bool = False) -> str:

@@ -113,8 +113,8 @@ class CommandR7B(BaseTemplate):
     official = "CohereForAI__c4ai-command-r7b-12-2024-tool_use"
     hf_special_tokens = {"bos_token": "<BOS_TOKEN>"}
     hyperparameter_source = (
-        "c4ai-command-r7b-12-2024 model card (its generation example samples at temperature 0.3; 128K context); "
-        "top_p not stated (LMDeploy default)"
+        "c4ai-command-r7b-12-2024 model card as remembered here, not checked (its generation example samples at "
+        "temperature 0.3; 128K context); top_p not stated (LMDeploy default)"
     )
     prefix_stable = True
     supports_tools = True
