@@ -288,7 +288,7 @@ def test_gpt_oss_calls_after_its_free_analysis(vocabs):
 
 #: one template per family of syntax (hermes is sampled in test_serve_tool_choice.py)
 SAMPLED = ["llama3.1", "mistral-v0.3", "granite3", "internlm2", "glm4", "deepseek-v3", "deepseek-v3.1", "kimi-k2",
-           "mistral-small-3.2", "qwen3-coder", "chatglm3", "gpt-oss", "phi4-mini"]
+           "mistral-small-3.2", "qwen3-coder", "chatglm3", "gpt-oss", "phi4-mini", "glm-4.5", "granite-3.3"]
 
 
 def test_every_family_samples_a_valid_call(backend):
