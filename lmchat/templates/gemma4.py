@@ -109,11 +109,11 @@ class _Results:
         legacy = m.get("tool_responses")
         if legacy:
             for item in iterate(legacy, "tool_responses"):
-                name = item.get("name") if isinstance(item, Mapping) else None
-                if not isinstance(name, str) and name is not None:
+                name = (item.get("name") if isinstance(item, Mapping) else None) or "unknown"  # default(.., true)
+                if not isinstance(name, str):
                     raise InvalidMessages("a tool response's name must be a string", index=i, field="tool_responses")
                 response = item.get("response", UNDEFINED) if isinstance(item, Mapping) else UNDEFINED
-                self.text += tool_response(name or "unknown", response)
+                self.text += tool_response(name, response)
                 self.rendered = True
         elif functions:
             for k in range(i + 1, len(chat.messages)):
