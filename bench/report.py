@@ -124,6 +124,18 @@ SECTIONS = {
          "fewer tokens). (c) `LlamaCppBackend.check_constraint` of each schema the first time (it compiles; "
          "the very first also reads the vocabulary) and the second (cached)."),
     ),
+    "forced_calls": (
+        "Forced tool calls: validity in every syntax",
+        ("For each tool-call format with a grammar, one template that writes it, through the session manager on "
+         "the embedded llama.cpp engine and the bundled SmolLM2-135M (one thread), sampling on (temperature 0.8, "
+         "seeds 0-4, 160 new tokens at most), two tools (`get_weather` with a bounded string and integer, `add` "
+         "with two numbers): `tool_choice` required (either tool) and named (`get_weather`), with the grammar "
+         "(as the server applies it, after a reasoning block or gpt-oss' analysis message, which gets a 30-token "
+         "budget since SmolLM2 never ends it) and without it (the same prompt and seed). Valid: the template's "
+         "own parser reads at least one call, each names a chosen tool, and its arguments validate "
+         "(`jsonschema`). SmolLM2 knows none of these syntaxes: the figures without the grammar are a small "
+         "model's, not the families' own."),
+    ),
     "schema_suite": (
         "Structured outputs on a public suite: JSON-Schema-Test-Suite",
         ("The official JSON-Schema-Test-Suite as jsonschema's sdist on PyPI carries it (draft 2020-12 and "

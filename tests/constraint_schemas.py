@@ -33,3 +33,15 @@ SCHEMAS = {
         "properties": {"question": {"type": "string", "minLength": 3, "maxLength": 40}, "yes": {"type": "boolean"}}},
         "Is the sky blue?"),
 }
+
+#: two tools for forced calls (tests/test_forcing.py, ``python -m bench forced_calls``): bounded arguments, one
+#: a string and an integer, the other two numbers
+WEATHER = {"type": "object", "additionalProperties": False, "required": ["city", "days"],
+           "properties": {"city": {"type": "string", "minLength": 1, "maxLength": 12},
+                          "days": {"type": "integer", "minimum": 1, "maximum": 7}}}
+ADD = {"type": "object", "additionalProperties": False, "required": ["a", "b"],
+       "properties": {"a": {"type": "number"}, "b": {"type": "number"}}}
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "The forecast.",
+                                           "parameters": WEATHER}},
+         {"type": "function", "function": {"name": "add", "description": "a + b", "parameters": ADD}}]
+PARAMS = {"get_weather": WEATHER, "add": ADD}

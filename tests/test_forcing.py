@@ -31,17 +31,9 @@ from lmchat.tools import FORMATS, ResponseFormat, prompt_opens_think  # noqa: E4
 from lmchat.tools.channel_lead import harmony_lead, marker_writer  # noqa: E402
 from lmchat.tools.forcing import SYNTAXES, forced_calls  # noqa: E402
 
+from .constraint_schemas import PARAMS, TOOLS, WEATHER  # noqa: E402
 from .llama_helpers import THREADS  # noqa: E402
 
-WEATHER = {"type": "object", "additionalProperties": False, "required": ["city", "days"],
-           "properties": {"city": {"type": "string", "minLength": 1, "maxLength": 12},
-                          "days": {"type": "integer", "minimum": 1, "maximum": 7}}}
-ADD = {"type": "object", "additionalProperties": False, "required": ["a", "b"],
-       "properties": {"a": {"type": "number"}, "b": {"type": "number"}}}
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "The forecast.",
-                                           "parameters": WEATHER}},
-         {"type": "function", "function": {"name": "add", "description": "a + b", "parameters": ADD}}]
-PARAMS = {"get_weather": WEATHER, "add": ADD}
 CALLS = [("get_weather", {"city": "Paris", "days": 2}), ("add", {"a": 1.5, "b": -2})]
 #: every registered template whose tool-call format can be forced
 FORCED = sorted(n for n in template_names() if template_class(n).tool_format in SYNTAXES)
