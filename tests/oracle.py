@@ -110,6 +110,8 @@ def render(template_cls, messages, *, add_generation_prompt=True, tools=None, da
     stem = official_stem(template_cls, tools)
     mod, text, tokens = module(), template_text(stem), template_tokens(template_cls, tools)
     now = dt.datetime(date.year, date.month, date.day)
+    derived = getattr(template_cls, "official_variables", None)  # what a serving stack derives (FireFunction)
+    kwargs = {**(derived(tools, date) if derived else {}), **kwargs}
     return mod.render(
         text, messages, add_generation_prompt=add_generation_prompt, tools=tools, special_tokens=tokens, now=now,
         **kwargs,

@@ -252,6 +252,13 @@ class BaseTemplate:
         return full[len(held):]
 
     # ------------------------------------------------------------------ metadata
+    @classmethod
+    def official_variables(cls, tools: Any, date: _dt.date | None) -> dict[str, Any]:
+        """Template variables, besides messages and tools, that the official template needs and its model's
+        serving stack derives from the request (FireFunction's ``functions`` and ``datetime``): the template
+        renders them when the caller gives none, and the conformance tests give them to the official template."""
+        return {}
+
     @property
     def name(self) -> str:
         return self.registered_name or type(self).__name__
