@@ -33,7 +33,11 @@ class Constraint:
 
     ``lead``: instead of ``after``, what comes before the answer as a Lark grammar (its rule ``lead`` and the
     rules that one uses, markers as special tokens where the model has them): gpt-oss' free analysis message
-    and its final channel's header (:mod:`lmchat.tools.channel_lead`)."""
+    and its final channel's header (:mod:`lmchat.tools.channel_lead`).
+
+    ``written``: the answer's start, already written (an answer reopened by ``/continue``): the engine advances
+    the grammar past it before the first token, so that the answer goes on where it was cut rather than
+    starting again."""
 
     kind: Literal["json_object", "json_schema", "gbnf", "lark"]
     schema: str | None = None
@@ -43,6 +47,7 @@ class Constraint:
     opens: str = ""
     after_max_tokens: int | None = None
     lead: str = ""
+    written: str = ""
 
     def schema_dict(self) -> dict[str, Any] | None:
         return None if self.schema is None else json.loads(self.schema)
@@ -56,6 +61,15 @@ def after_reasoning(constraint: Constraint, close: str, *, opens: str = "",
     if max_tokens is not None and max_tokens < 1:
         raise ConstraintUnsupported("the reasoning budget is at least one token", field="after_max_tokens")
     return attrs.evolve(constraint, after=close, opens=opens, after_max_tokens=max_tokens)
+
+
+def continued(constraint: Constraint, written: str) -> Constraint:
+    """``constraint`` for an answer reopened after ``written``, its text so far (``/continue``). With text
+    written, any reasoning is over: the answer's own grammar goes on from that text. With none (the answer was
+    cut inside its reasoning), the reasoning block is open already."""
+    if written:
+        return attrs.evolve(constraint, after="", opens="", after_max_tokens=None, lead="", written=written)
+    return attrs.evolve(constraint, opens="")
 
 
 def json_object() -> Constraint:

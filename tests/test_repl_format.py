@@ -187,3 +187,18 @@ def test_a_harmony_template_constrains_the_final_channel(tmp_path):
     chat(conv, "/set format json", "hello")
     sent = constraint_sent(conv)
     assert sent.kind == "json_object" and '"final"' in sent.lead and not sent.after
+
+
+def test_continue_under_a_format_goes_on_where_the_answer_was_cut(tmp_path):
+    """`/continue` after an answer cut by max_new_tokens: the grammar starts past the text already written, so
+    the whole answer validates (it restarted the object before, and the answer could never parse)."""
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = tmp_path / "person.json"
+    schema.write_text(json.dumps(SCHEMA))
+    lines = ["/set temperature 0.8", "/set seed 1", f"/set format @{schema}", "/set max_new_tokens 6",
+             "Describe a person: name, age and favourite colour.", "/set max_new_tokens 300", "/continue"]
+    r = piped(tmp_path, lines)
+    assert r.returncode == 0, r.stderr[-800:]
+    cut, whole = r.stdout.strip().split("\n")  # the cut answer, then the continued one shown whole
+    assert whole.startswith(cut) and len(whole) > len(cut), r.stdout
+    jsonschema.validate(json.loads(whole), SCHEMA)

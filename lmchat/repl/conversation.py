@@ -15,8 +15,11 @@ import json
 from collections.abc import Callable, Hashable
 from typing import Any
 
+import attrs
+
 from ..backends.base import (Backend, SamplingParams, SessionLimit, check_constraint, engine_id, model_sampling,
                              special_tokens)
+from ..constraints import continued
 from ..tools.answer_constraint import for_answer
 from ..errors import ConstraintUnsupported, LmchatError, SessionError, SessionLengthExceeded, StoreConflict
 from ..session import Delta, Session, edits
@@ -136,17 +139,23 @@ class Conversation:
         self._turn(start)
 
     def continue_answer(self) -> None:
-        """Generate more after the last answer: the session reopens it (:meth:`Session.reopen`)."""
+        """Generate more after the last answer: the session reopens it (:meth:`Session.reopen`). Under a format,
+        the answer goes on where it was cut: the grammar starts past the text already written."""
         shown = self.session.messages[-1].get("content") if self.session.messages else None
-        self._turn(self.session.reopen, shown if isinstance(shown, str) else "")
+        shown = shown if isinstance(shown, str) else ""
+        params = self.params
+        if params.constraint is not None:
+            params = attrs.evolve(params, constraint=continued(params.constraint, shown))
+        self._turn(self.session.reopen, shown, params)
 
-    def _turn(self, start: Callable[[], Delta], shown: str = "") -> None:
-        """One turn: ``start`` computes the delta; ``shown`` is text to print before the reply (a reopened answer)."""
+    def _turn(self, start: Callable[[], Delta], shown: str = "", params: SamplingParams | None = None) -> None:
+        """One turn: ``start`` computes the delta; ``shown`` is text to print before the reply (a reopened answer);
+        ``params``: this turn's, if not the session's."""
         self._before = self.session.to_dict()
         # Ctrl-C only cancels from here on, so a prompted turn is always committed (or rolled back)
         with interrupt_flag() as interrupted:
             try:
-                turn = Turn(self, start, self.params, guard=RepetitionGuard())
+                turn = Turn(self, start, params or self.params, guard=RepetitionGuard())
             except SessionLengthExceeded as exc:
                 self.discard(sent=False)
                 raise ContextFull(advice(exc, self.overflow)) from None

@@ -50,7 +50,7 @@ from ...errors import BackendError, ConstraintUnsupported
 from ...stops import StopMatcher
 from ..base import Chunk, GenerationRequest
 from ._lib import lib
-from .grammars import Grammars
+from .grammars import Grammars, advance
 from .kvfiles import DiskEntry, DiskTier
 from .planning import plan_turn
 from .prefix import PrefixIndex
@@ -320,6 +320,8 @@ class Engine(Steps, PrefixReuse, Inspection):
         context = state.ids + job.todo if params.repetition_penalty != 1.0 else ()
         try:  # checked on the caller's thread already: only a grammar that failed to parse again gets here
             guide = None if params.constraint is None else self.grammars.matcher(params.constraint)
+            if guide is not None and params.constraint is not None and params.constraint.written:
+                advance(guide, self.vocab.encode_plain(params.constraint.written))
         except ConstraintUnsupported as exc:
             self._fail(job, exc)
             return

@@ -90,6 +90,14 @@ def _answer_lark(constraint: Constraint) -> str:
     return f"start: %json {json.dumps({**schema, 'x-guidance': JSON_OPTIONS})}"
 
 
+def advance(matcher: LLMatcher, ids: list[int]) -> None:
+    """``matcher`` past an answer's start already written (:attr:`~lmchat.constraints.Constraint.written`);
+    :class:`ConstraintUnsupported` if that text does not fit the constraint (nothing then can continue it)."""
+    if matcher.validate_tokens(ids) < len(ids) or not matcher.consume_tokens(ids):
+        raise ConstraintUnsupported("the answer so far does not fit the format: it cannot be continued under it",
+                                    field="format")
+
+
 class Grammars:
     """The compiled constraints of one vocabulary, least recently used dropped past :data:`KEPT`."""
 
