@@ -38,7 +38,8 @@ CALLS = [("get_weather", {"city": "Paris", "days": 2}), ("add", {"a": 1.5, "b": 
 #: every registered template whose tool-call format can be forced
 FORCED = sorted(n for n in template_names() if template_class(n).tool_format in SYNTAXES)
 #: the formats whose answer holds several calls (the others: one call, which parallel_tool_calls allows too)
-SEVERAL = {"hermes", "mistral", "granite", "granite33", "phi4_mini", "deepseek_v3", "deepseek_v31", "kimi_k2"}
+SEVERAL = {"hermes", "mistral", "granite", "granite33", "phi4_mini", "deepseek_v3", "deepseek_v31", "kimi_k2",
+           "functionary_v3_1", "functionary_v3_2", "firefunction_v2"}
 #: templates that leave calls out of the history: the text is rendered by a sibling template of the format or,
 #: where none renders them (Granite 3.x's templates print only the content), written as the parser reads it
 RENDERED_BY = {"deepseek-v3": "deepseek-r1", "deepseek-r1-distill": "deepseek-r1", "deepseek-v2.5": "deepseek-r1",
@@ -64,7 +65,11 @@ def fmt_of(template):
 
 #: the formats whose markers are partly text in their tokenizers: the special tokens among them
 SPECIAL_MARKERS = {"qwen3_coder": ["<tool_call>", "</tool_call>"],  # <function=...>, <parameter=...> are text
-                   "glm45": ["<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"]}
+                   "glm45": ["<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"],
+                   # Functionary's <function=...>, >>> and FireFunction's functools[ are text in Llama 3's tokenizer
+                   "functionary_v3_1": ["<|python_tag|>"], "functionary_v3_2": [], "firefunction_v2": []}
+#: the formats whose calls are written without special tokens: as the template renders it, the answer is the call
+UNMARKED = ("llama3_json", "glm4", "chatglm3", "functionary_v3_1", "functionary_v3_2", "firefunction_v2")
 
 
 def markers_of(template):
@@ -81,7 +86,8 @@ def message(template, calls):
     """An assistant message holding ``calls`` as ``template`` takes it."""
     if fmt_of(template) == "glm4":  # GLM-4's own convention: the tool name as metadata, the arguments as content
         return [{"role": "assistant", "metadata": name, "content": json.dumps(args)} for name, args in calls]
-    as_text = template.startswith("deepseek")  # DeepSeek's templates print the arguments' JSON string as given
+    # DeepSeek's, Functionary's and FireFunction's templates print the arguments' JSON string as given
+    as_text = template.startswith(("deepseek", "functionary", "firefunction"))
     kimi = fmt_of(template) == "kimi_k2"  # Kimi-K2's template renders the id its model writes, not the name
     tool_calls = [{"id": f"functions.{n}:{i}" if kimi else f"call{i:05d}", "type": "function",
                    "function": {"name": n, "arguments": json.dumps(a) if as_text else a}}
@@ -237,7 +243,7 @@ def test_a_wrong_tool_or_arguments_are_refused(template, vocabs):
         assert not vocab.accepts(constraint, text), (why, text)
 
 
-@pytest.mark.parametrize("template", [t for t in FORCED if fmt_of(t) not in ("llama3_json", "glm4", "chatglm3")])
+@pytest.mark.parametrize("template", [t for t in FORCED if fmt_of(t) not in UNMARKED])
 def test_a_marker_the_tokenizer_has_is_its_token_not_its_spelling(template):
     # (a Llama 3, GLM-4 or ChatGLM3 call is written without markers: as its template renders it, the answer is
     # the call)
@@ -280,7 +286,8 @@ def test_gpt_oss_calls_after_its_free_analysis(vocabs):
 
 #: one template per family of syntax (hermes is sampled in test_serve_tool_choice.py)
 SAMPLED = ["llama3.1", "mistral-v0.3", "granite3", "internlm2", "glm4", "deepseek-v3", "deepseek-v3.1", "kimi-k2",
-           "mistral-small-3.2", "qwen3-coder", "chatglm3", "gpt-oss", "phi4-mini", "glm-4.5", "granite-3.3"]
+           "mistral-small-3.2", "qwen3-coder", "chatglm3", "gpt-oss", "phi4-mini", "glm-4.5", "granite-3.3",
+           "functionary-v3.1", "functionary-v3.2", "firefunction-v2"]
 
 
 def test_every_family_samples_a_valid_call(backend):

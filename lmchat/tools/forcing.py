@@ -222,6 +222,11 @@ def _kimi_head(name: str, mark: Callable[[str], str]) -> str:
            f'{mark("<|tool_call_argument_begin|>")}'
 
 
+def _segments(parallel: bool, mark: Callable[[str], str]) -> str:
+    """Functionary v3.2: the prompt wrote the first ``>>>``; each further call is a segment of its own."""
+    return 'start: call (">>>" call)*' if parallel else "start: call"
+
+
 #: the tool-call formats (:data:`lmchat.tools.FORMATS`) a call can be forced in, with their grammar
 SYNTAXES: dict[str, Syntax] = {
     "hermes": Syntax(_hermes, _json_calls("arguments")),
@@ -252,6 +257,13 @@ SYNTAXES: dict[str, Syntax] = {
     # one parameter at a time (forcing_params): values as the templates render them, typed back by the schema
     "qwen3_coder": Syntax(_hermes, _param_calls(_qwen3_coder_call, _qwen3_coder_param)),
     "glm45": Syntax(_glm45, _param_calls(_glm45_call, _glm45_param)),
+    # Functionary v3.1: <function=NAME>{...}</function> back to back (text in Llama 3's tokenizer)
+    "functionary_v3_1": Syntax(_back_to_back, _named_calls(lambda name, mark: _text(f"<function={name}>"),
+                                                           lambda mark: '"</function>"')),
+    # Functionary v3.2: NAME\n{...}, further calls after ">>>" (the recipient line of each segment)
+    "functionary_v3_2": Syntax(_segments, _named_calls(lambda name, mark: _text(name + "\n"), lambda mark: "")),
+    # FireFunction v2: the JSON list after " functools", as its template renders it
+    "firefunction_v2": Syntax(_array(" functools", ""), _json_calls("arguments")),
     # the answer is one call: the turn ends at <|observation|>, which the template renders before the result
     "chatglm3": Syntax(_single, _param_calls(_chatglm3_call, _chatglm3_param, sep='", "')),
 }
