@@ -192,6 +192,9 @@ class RemoteBackend:
         if constraint.kind == "lark":  # a forced tool call's grammar: no dialect carries llguidance's Lark
             raise ConstraintUnsupported("the remote backend cannot force a tool call: no server dialect carries "
                                         "its grammar", field="tool_choice")
+        if constraint.written:  # the server's grammar would start again after the text already written
+            raise ConstraintUnsupported("the remote backend cannot continue an answer under a format: no server "
+                                        "dialect starts a grammar past the text already written", field="format")
         if constraint.kind not in CONSTRAINT_DIALECTS[self.constraints]:
             what = "GBNF grammars" if constraint.kind == "gbnf" else "JSON constraints"
             raise ConstraintUnsupported(
