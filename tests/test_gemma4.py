@@ -269,6 +269,41 @@ def test_with_thinking_the_answer_after_results_extends_the_context():
     assert delta.reset and delta.reason
 
 
+# ------------------------------------------------------------------ constraints (no model: llguidance alone)
+def test_forced_calls_and_structured_answers_come_after_an_optional_thought():
+    from .test_forcing import CALLS, TOOLS as FORCED_TOOLS, Special, rendered  # skips without llguidance, llama_cpp
+
+    from lmchat import constraints
+    from lmchat.tools.answer_constraint import for_answer
+    from lmchat.tools.forcing import forced_calls
+
+    vocab = Special("gemma4-e4b")
+    single = rendered("gemma4-e4b", CALLS[:1])
+    assert single == '<|tool_call>call:get_weather{city:<|"|>Paris<|"|>,days:2}<tool_call|>'
+    forced = forced_calls(FORCED_TOOLS, "gemma4-e4b", tokens=vocab.tokens)
+    thought = "<|channel>thought\nthe user wants the weather<channel|>"
+    assert vocab.accepts(forced, single) and vocab.accepts(forced, thought + single)
+    assert vocab.accepts(forced, single + "<|tool_response>")  # the stop word the template renders after calls
+    assert not vocab.accepts(forced, thought + "It is sunny.")
+    schema = constraints.json_schema({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]})
+    answer = for_answer(schema, get_template("gemma4"), tokens=vocab.tokens)
+    assert vocab.accepts(answer, '{"a": 1}') and vocab.accepts(answer, thought + '{"a": 1}')
+    assert not vocab.accepts(answer, thought + "one")
+
+
+@pytest.mark.parametrize("schema, why", [
+    ({"type": "object", "properties": {"q": {"type": "array"}}}, "a value of type 'array'"),
+    ({"type": "object", "properties": {"a b": {"type": "string"}}}, "as a bare key"),
+])
+def test_what_gemma4_calls_cannot_write_is_refused(schema, why):
+    from lmchat.errors import ConstraintUnsupported
+    from lmchat.tools.forcing import forced_calls
+
+    tools = [{"type": "function", "function": {"name": "f", "parameters": schema}}]
+    with pytest.raises(ConstraintUnsupported, match=why):
+        forced_calls(tools, "gemma4")
+
+
 # ------------------------------------------------------------------ sessions
 def test_e4b_without_thinking_a_session_only_appends():
     session = Session("gemma4-e4b", system="Be brief.")

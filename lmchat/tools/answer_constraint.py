@@ -14,7 +14,7 @@ import attrs
 from .. import constraints
 from ..constraints import Constraint
 from ..errors import ConstraintUnsupported
-from .channel_lead import harmony_lead, marker_writer
+from .channel_lead import gemma4_lead, harmony_lead, marker_writer
 from .registry import FORMATS, prompt_opens_think, response_format
 from .think import CLOSE, OPEN
 
@@ -25,13 +25,16 @@ def for_answer(constraint: Constraint | None, template: Any, field: str = "respo
     (QwQ, DeepSeek-R1) starts the answer inside the block; otherwise (Qwen3) the model may open one or answer
     at once. In the harmony format (gpt-oss), the answer is the final channel's message, after an analysis
     message if the model writes one (:mod:`.channel_lead`; ``tokens``: the tokenizer's added tokens, so that
-    its markers are required as the special tokens they are). ``field``: the request's, named in a refusal."""
+    its markers are required as the special tokens they are); in Gemma 4's, after an optional thought channel.
+    ``field``: the request's, named in a refusal."""
     if constraint is None or template is None or constraint.after or constraint.lead:
         return constraint
     fmt = response_format(template)
     if not fmt.reasoning:
         return constraint
     if FORMATS[fmt.tools].reasons:
+        if fmt.tools == "gemma4":  # Gemma 4: an optional thought channel, then the answer
+            return attrs.evolve(constraint, lead=gemma4_lead(marker_writer(tokens)))
         if fmt.tools != "harmony":
             raise ConstraintUnsupported(f"structured outputs are not available with the {fmt.tools!r} format yet",
                                         field=field)

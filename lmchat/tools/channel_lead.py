@@ -38,3 +38,16 @@ def harmony_lead(mark: Callable[[str], str], final: bool, max_tokens: int | None
     header = f' {mark("<|channel|>")} "final" {mark("<|message|>")}' if final else ""
     return (f'lead: (analysis {mark("<|start|>")} "assistant")?{header}\n'
             f'analysis: {mark("<|channel|>")} "analysis" {mark("<|message|>")} {free}{lexeme}')
+
+
+def gemma4_lead(mark: Callable[[str], str], max_tokens: int | None = None) -> str:
+    """The rule ``lead`` of a Gemma 4 answer: an optional thought channel, ``<|channel>thought...<channel|>``,
+    free, then the answer (``max_tokens``: a budget for the thought, as :func:`harmony_lead`'s)."""
+    end = mark("<channel|>")
+    if max_tokens is not None:
+        free, lexeme = f"thought_text {end}", f"\nthought_text[max_tokens={int(max_tokens)}]: /[^<]*/"
+    elif end.startswith("<["):  # free text ends where the special token comes
+        free, lexeme = f"/(?s:.*)/ {end}", ""
+    else:  # spelled out as text: the lexeme has to end at its spelling
+        free, lexeme = "thought_text", "\nthought_text[lazy]: /(?s:.*)<channel\\|>/"
+    return f'lead: thought?\nthought: {mark("<|channel>")} {free}{lexeme}'

@@ -16,6 +16,7 @@ family's template) gets it as text, which is all that model can write.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -26,8 +27,9 @@ from ..errors import ConstraintUnsupported
 from ..registry import template_class, template_names
 from . import forcing_params as by_param
 from .base import NAME
-from .channel_lead import harmony_lead, marker_writer
+from .channel_lead import gemma4_lead, harmony_lead, marker_writer
 from .glm45 import typed as glm45_typed
+from .gemma4_args import QUOTE
 from .qwen3_coder import typed as qwen3_coder_typed
 from .registry import ResponseFormat, response_format
 
@@ -227,6 +229,57 @@ def _segments(parallel: bool, mark: Callable[[str], str]) -> str:
     return 'start: call (">>>" call)*' if parallel else "start: call"
 
 
+def _gemma4(parallel: bool, mark: Callable[[str], str]) -> str:
+    # calls back to back, then the <|tool_response> the template renders after them (a stop word) or the end
+    return f"start: call{'+' if parallel else ''} {mark('<|tool_response>')}?"
+
+
+#: what a parameter's name may be to be written as a bare key that Gemma 4's parser reads back
+GEMMA4_KEY = re.compile(r"[\w.\-/]+")
+
+
+def _gemma4_calls(tools: Sequence[Tool], mark: Callable[[str], str]) -> str:
+    """``<|tool_call>call:NAME{key:value,...}<tool_call|>``, the parameters in the order the template sorts them
+    (case-insensitively), one at a time (:mod:`.forcing_params`): strings between ``<|"|>`` tokens, numbers and
+    literals bare; objects and arrays are refused."""
+    _writable(tools)
+    rules = [f"call: {' | '.join(f'call_{i}' for i in range(len(tools)))}"]
+    for i, t in enumerate(tools):
+        params = sorted(by_param.params(t.name, t.parameters), key=lambda p: p.name.lower())
+        items = [(_gemma4_param(t.name, p, mark), p.required) for p in params]
+        args = by_param.optional_rule(items, f"args_{i}")
+        rules.append(f'call_{i}: {mark("<|tool_call>")} {_text("call:" + t.name + "{")} {args} "}}" '
+                     f'{mark("<tool_call|>")}')
+        rules += by_param.in_order(items, f"args_{i}", '","')
+    return "\n".join(rules)
+
+
+def _gemma4_reads(text: str, declared: Any) -> Any:
+    return text if declared in (None, "string") else json.loads(text)
+
+
+def _gemma4_param(tool: str, p: by_param.Param, mark: Callable[[str], str]) -> str:
+    if not GEMMA4_KEY.fullmatch(p.name):
+        raise ConstraintUnsupported(f"the parameter {p.name!r} of {tool!r} cannot be written as a bare key in this "
+                                    "template's call syntax", field="tools")
+    declared = p.schema.get("type")
+    choices = [p.schema["const"]] if "const" in p.schema else p.schema.get("enum")
+    strings = declared in (None, "string") and all(isinstance(v, str) for v in choices or ())
+    if strings:
+        value = f'{mark(QUOTE)} {by_param.tagged_value(tool, p, _gemma4_reads)} {mark(QUOTE)}'
+    elif declared in ("integer", "number"):
+        value = by_param.tagged_value(tool, p, _gemma4_reads)
+    elif declared == "boolean" and not choices:
+        value = '("true" | "false")'
+    elif declared == "null":
+        value = '"null"'
+    else:
+        raise ConstraintUnsupported(f"the parameter {p.name!r} of {tool!r} cannot be forced in this template's call "
+                                    f"syntax: a value of type {declared!r} (strings, numbers, booleans and null "
+                                    "only)", field="tools")
+    return f"{_text(p.name + ':')} {value}"
+
+
 #: the tool-call formats (:data:`lmchat.tools.FORMATS`) a call can be forced in, with their grammar
 SYNTAXES: dict[str, Syntax] = {
     "hermes": Syntax(_hermes, _json_calls("arguments")),
@@ -266,6 +319,8 @@ SYNTAXES: dict[str, Syntax] = {
     "firefunction_v2": Syntax(_array(" functools", ""), _json_calls("arguments")),
     # the answer is one call: the turn ends at <|observation|>, which the template renders before the result
     "chatglm3": Syntax(_single, _param_calls(_chatglm3_call, _chatglm3_param, sep='", "')),
+    # Gemma's notation, after an optional thought channel (the lead)
+    "gemma4": Syntax(_gemma4, _gemma4_calls, lead=lambda mark: gemma4_lead(mark)),
 }
 
 
