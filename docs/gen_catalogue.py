@@ -21,18 +21,25 @@ def render() -> str:
         "`lmchat templates --json` prints the same data.",
         "",
         "*Official* names the Hugging Face chat template a template is byte-exact with (checked by the",
-        "conformance tests). *Stable* templates never reset a session on plain conversations.",
+        "conformance tests), and after a `+` the model's second one, which it renders when tools are given",
+        "(the `tool_use` template). *Stable* templates never reset a session on plain conversations. *Tools*:",
+        "whether the template renders tools, and the syntax its model writes calls in (see tools.md);",
+        "*reasoning*: `<think>` blocks (*opened*: the generation prompt opens one) or its format's own markers.",
         "",
-        "| name | aliases | official template | session_len | top_p | top_k | temperature | "
-        "repetition_penalty | stop words | stable | tools |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| name | family | aliases | official template | session_len | top_p | top_k | temperature | "
+        "repetition_penalty | stop words | stable | tools | reasoning |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         stops = ", ".join(f"`{w}`" for w in r["stop_words"] or []) or "—"
+        official = (r["official"] or "—") + (f" + {r['official_tool_use']}" if r["official_tool_use"] else "")
+        calls = "—" if r["tool_format"] == "plain" else f"`{r['tool_format']}`"
+        tools = f"yes, {calls}" if r["tools"] else calls
+        why = r["reasoning"].replace("<", "&lt;")
         out.append(
-            f"| `{r['name']}` | {', '.join(f'`{a}`' for a in r['aliases']) or '—'} | {r['official'] or '—'} | "
+            f"| `{r['name']}` | {r['family']} | {', '.join(f'`{a}`' for a in r['aliases']) or '—'} | {official} | "
             f"{r['session_len']} | {r['top_p']} | {r['top_k']} | {r['temperature']} | {r['repetition_penalty']} | "
-            f"{stops} | {'yes' if r['prefix_stable'] else 'no'} | {'yes' if r['tools'] else '—'} |"
+            f"{stops} | {'yes' if r['prefix_stable'] else 'no'} | {tools} | {why} |"
         )
     out += ["", "## Notes per template", ""]
     for r in rows:

@@ -99,8 +99,14 @@ def test_templates_json_lists_hyperparameters_and_aliases():
     rows = {r["name"]: r for r in json.loads(out.stdout)}
     assert rows["qwen2.5"]["top_k"] == 20 and "qwen2d5" in rows["qwen2.5"]["aliases"]
     assert rows["internlm-20b"]["capability"] == "completion" and rows["internlm-20b"]["session_len"] == 4096
+    # family, tool-call format and reasoning: what the model writes, beside how it is prompted
+    assert (rows["qwq"]["family"], rows["qwq"]["tool_format"], rows["qwq"]["reasoning"]) == \
+        ("Qwen", "hermes", "<think> (opened)")
+    assert (rows["gpt-oss"]["tool_format"], rows["gpt-oss"]["reasoning"]) == ("harmony", "harmony markers")
+    assert rows["llama3.1"]["reasoning"] == "—" and rows["command-r-plus"]["official_tool_use"]
     table = lmchat("templates").stdout.decode()
-    assert table.splitlines()[0].startswith("NAME") and "internlm2_chat" in table
+    assert table.splitlines()[0].split()[:2] == ["NAME", "FAMILY"] and "internlm2_chat" in table
+    assert "TOOL_CALLS" in table and "REASONING" in table
 
 
 def test_help_describes_every_subcommand():
