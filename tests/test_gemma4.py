@@ -18,8 +18,11 @@ import json
 import pytest
 
 from lmchat import Session, get_template, match_template, parse_response
+from lmchat.backends.base import SamplingParams
+from lmchat.backends.echo import EchoBackend
 from lmchat.interop.battery import TOOLS
 from lmchat.tools import ResponseFormat, ResponseStream, ToolCallArgumentsDelta, ToolCallStart, collect
+from lmchat.turns.turn import Turn
 
 from .parser_chunks import fed_in_sizes
 from .test_conformance import assert_same
@@ -356,6 +359,62 @@ def test_with_thinking_after_results_the_prompt_opens_the_thought_channel():
                 result("sunny")]
     assert t.messages2prompt(messages, enable_thinking=True).endswith("<tool_response|><|channel>thought\n")
     assert t.messages2prompt(messages).endswith("<tool_response|>")
+
+
+class Scripted(EchoBackend):
+    """An engine that answers the given texts in turn (stop words cut as a real engine cuts them)."""
+
+    def __init__(self, answers):
+        super().__init__(prefix="")
+        self.answers = list(answers)
+
+    def reply(self, request):
+        return self.answers.pop(0)
+
+
+class Holder:
+    """The least a turn needs of whoever holds its session."""
+
+    def __init__(self, session, backend):
+        self.session, self.backend = session, backend
+
+    def discard(self, *, sent):
+        raise AssertionError("the turn did not commit")
+
+    def cancel_requested(self):
+        return False
+
+    def failed(self, error):
+        raise error
+
+    def save(self, record):
+        pass
+
+
+def run_turn(holder, start):
+    stop = tuple(holder.session.template.stop_words)
+    steps = Turn(holder, start, SamplingParams(stop=stop), parse=True).run()
+    try:
+        while True:
+            next(steps)
+    except StopIteration as done:
+        return done.value
+
+
+def test_a_turn_after_results_reads_the_thought_its_prompt_opened():
+    session = Session("gemma4-e4b", tools=TOOLS, template_kwargs={"enable_thinking": True})
+    called = "<|channel>thought\nneed the tool\n<channel|>" + call("get_current_weather", f"location:{Q}Paris{Q}")
+    holder = Holder(session, Scripted([called + "<|tool_response>", "it is sunny\n<channel|>Sunny.<turn|>"]))
+    first = run_turn(holder, lambda: session.prompt("Weather in Paris?"))
+    assert first.parsed.reasoning_content == "need the tool" and first.stop == "<|tool_response>"
+    call_id = session.messages[-1]["tool_calls"][0]["id"]
+    answer = run_turn(holder, lambda: session.extend([result("sunny", call_id)]))
+    # the delta ended with '<|channel>thought\n': the answer started inside the channel
+    assert (answer.parsed.content, answer.parsed.reasoning_content, answer.parsed.errors) == \
+        ("Sunny.", "it is sunny", [])
+    history = get_template("gemma4-e4b").messages2prompt(session.messages, tools=TOOLS, enable_thinking=True,
+                                                         add_generation_prompt=False)
+    assert history == session.context + "\n"
 
 
 def test_zephyr_gemma_session_only_appends():

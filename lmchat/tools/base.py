@@ -67,6 +67,9 @@ class Format:
     #: the format carries the model's reasoning itself (harmony's analysis channel): with a template whose
     #: model reasons, no ``<think>`` block is split off before it
     reasons = False
+    #: what a generation prompt ends with when it opened this format's own reasoning channel (Gemma 4's after
+    #: tool results with thinking on): the answer then starts inside it; '' where no prompt does
+    opened_by = ""
 
     def __init__(self, sink: Sink):
         self.sink = sink

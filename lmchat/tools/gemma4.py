@@ -11,8 +11,9 @@ An answer is, for example::
 template's, as vLLM's gemma4 reasoning parser strips them); a call is
 ``<|tool_call>call:NAME{key:value,...}<tool_call|>``, announced once its name is complete, its arguments
 translated to JSON as they stream (:mod:`.gemma4_args`). The model stops at ``<|tool_response>`` after its
-calls (a stop word). After tool results with thinking on, the generation prompt itself opens the channel: pass
-``prompt_opened=True`` then. A call written inside the reasoning is reasoning text.
+calls (a stop word). After tool results with thinking on, the generation prompt itself opens the channel
+(:attr:`Gemma4.opened_by`): a turn reads that from its delta (:func:`.registry.prompt_opened`), a caller of its
+own passes ``prompt_opened=True``. A call written inside the reasoning is reasoning text.
 
 One state machine: ``content``, ``head`` (the channel's name), ``thought``, ``call``.
 """
@@ -70,6 +71,7 @@ class Gemma4(Format):
     markers = (CHANNEL, CHANNEL_END, CALL, CALL_END, QUOTE)
     #: the thought channel is this format's reasoning: no ``<think>`` splitting
     reasons = True
+    opened_by = f"{CHANNEL}{THOUGHT}\n"
 
     def __init__(self, sink: Sink):
         super().__init__(sink)

@@ -98,6 +98,14 @@ def output_markers(template: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys((*FORMATS[fmt.tools].markers, *think)))
 
 
+def prompt_opened(template: Any, prompt: str) -> bool | None:
+    """Whether ``prompt`` (what an answer follows: its turn's delta) opened the reasoning channel of the
+    template's format, for a format whose prompts may (``opened_by``: Gemma 4's after tool results); None for
+    the others, whose parsers decide by the template (:func:`prompt_opens_think`)."""
+    opening = FORMATS[response_format(template).tools].opened_by
+    return prompt.endswith(opening) if opening else None
+
+
 def prompt_opens_think(template: Any, **template_kwargs: Any) -> bool:
     """Whether the template's generation prompt leaves a ``<think>`` block open (QwQ; not Qwen3).
 

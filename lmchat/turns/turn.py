@@ -33,6 +33,7 @@ from ..repetition import RepetitionGuard
 from ..session import Delta, Session
 from ..session.edits import Generation, commit_generation
 from ..tools import ParsedResponse, parse_response
+from ..tools.registry import prompt_opened
 from .bridge import Done
 
 
@@ -162,7 +163,10 @@ class _Turn(Generic[H]):
             final = attrs.evolve(final, finish_reason="repetition")
         finish_reason = final.finish_reason or "cancelled"  # self.final is a chunk with one
         text = "".join(self.texts)
-        parsed = parse_response(session.template, text, tools=session.tools) if self.parse else None
+        # the delta ends with the prompt this answer follows (Gemma 4's may open its thought channel)
+        opened = prompt_opened(session.template, self.delta.text) if self.parse else None
+        parsed = parse_response(session.template, text, tools=session.tools, prompt_opened=opened) \
+            if self.parse else None
         fields: dict[str, Any] = {}
         if parsed is not None and finish_reason == "stop" and parsed.tool_calls:
             # the conversation keeps the parsed calls, so tool results can answer their ids;
