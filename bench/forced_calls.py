@@ -11,17 +11,15 @@ chosen tool and its arguments validate against the tool's ``parameters`` (``json
 
 SmolLM2-135M knows none of these syntaxes (it was trained on ChatML without tools): the figures without the
 grammar show what a small model writes alone, not what the families' own models would. Under gpt-oss' grammar
-its analysis message gets a budget of 30 tokens, past which ``<|end|>`` is forced: SmolLM2 never writes that
-token by itself (a gpt-oss model does).
+its analysis message (and Gemma 4's thought channel) gets a budget of 30 tokens, past which its end is forced:
+SmolLM2 never writes that token by itself (a model of the family does).
 """
 from __future__ import annotations
 
 import argparse
 import json
 
-import attrs
-
-from tests.constraint_schemas import PARAMS, TOOLS
+from tests.constraint_schemas import PARAMS, TOOLS, forced_for_a_small_model
 
 from .common import save, table
 
@@ -31,7 +29,8 @@ TEMPLATES = {"hermes": "qwen2.5", "llama3_json": "llama3.1", "mistral": "mistral
              "granite33": "granite-3.3", "internlm": "internlm2", "glm4": "glm4", "glm45": "glm-4.5",
              "chatglm3": "chatglm3", "deepseek_v3": "deepseek-v3", "deepseek_v31": "deepseek-v3.1",
              "kimi_k2": "kimi-k2", "mistral_v11": "mistral-small-3.2", "qwen3_coder": "qwen3-coder",
-             "harmony": "gpt-oss", "phi4_mini": "phi4-mini"}
+             "harmony": "gpt-oss", "phi4_mini": "phi4-mini", "functionary_v3_1": "functionary-v3.1",
+             "functionary_v3_2": "functionary-v3.2", "firefunction_v2": "firefunction-v2", "gemma4": "gemma4-e4b"}
 MODES = {"required": None, "named": ["get_weather"]}
 
 
@@ -51,19 +50,6 @@ def valid(parsed, names) -> bool:
     return True
 
 
-def constraint_for(backend, template: str, names):
-    from lmchat.registry import get_template
-    from lmchat.tools.answer_constraint import for_answer
-    from lmchat.tools.channel_lead import harmony_lead, marker_writer
-    from lmchat.tools.forcing import forced_calls
-
-    tokens = backend.special_tokens
-    constraint = for_answer(forced_calls(TOOLS, template, names=names, tokens=tokens), get_template(template))
-    if template == "gpt-oss":  # see the module's docstring
-        constraint = attrs.evolve(constraint, lead=harmony_lead(marker_writer(tokens), final=False, max_tokens=30))
-    return constraint
-
-
 def answers(mgr, backend, seeds: int, max_tokens: int) -> dict:
     from lmchat.manager import TurnRequest
     from lmchat.tools.forcing import SYNTAXES
@@ -73,7 +59,7 @@ def answers(mgr, backend, seeds: int, max_tokens: int) -> dict:
         template = TEMPLATES[fmt]
         for mode, names in MODES.items():
             rows: dict[str, list] = {"with": [], "without": []}
-            made = constraint_for(backend, template, names)
+            made = forced_for_a_small_model(template, names, backend.special_tokens)
             for seed in range(seeds):
                 for how, constraint in (("with", made), ("without", None)):
                     r = mgr.run_turn(TurnRequest(mgr.oneoff(tools=TOOLS, template=template), ASK,

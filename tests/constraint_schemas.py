@@ -45,3 +45,22 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "description":
                                            "parameters": WEATHER}},
          {"type": "function", "function": {"name": "add", "description": "a + b", "parameters": ADD}}]
 PARAMS = {"get_weather": WEATHER, "add": ADD}
+
+
+def forced_for_a_small_model(template: str, names, tokens):
+    """A forced call's constraint as the server applies it (after a reasoning block or channel), for the bundled
+    SmolLM2, which never ends gpt-oss' analysis message or Gemma 4's thought channel by itself: there, a budget
+    of 30 tokens forces the end (a model of the family ends them)."""
+    import attrs
+
+    from lmchat.registry import get_template
+    from lmchat.tools.answer_constraint import for_answer
+    from lmchat.tools.channel_lead import gemma4_lead, harmony_lead, marker_writer
+    from lmchat.tools.forcing import forced_calls
+
+    constraint = for_answer(forced_calls(TOOLS, template, names=names, tokens=tokens), get_template(template))
+    if template == "gpt-oss":
+        constraint = attrs.evolve(constraint, lead=harmony_lead(marker_writer(tokens), final=False, max_tokens=30))
+    if template.startswith("gemma4"):
+        constraint = attrs.evolve(constraint, lead=gemma4_lead(marker_writer(tokens), max_tokens=30))
+    return constraint

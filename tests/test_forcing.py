@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import re
 
-import attrs
 import pytest
 
 pytest.importorskip("llama_cpp")
@@ -28,10 +27,9 @@ from lmchat.manager import TurnRequest  # noqa: E402
 from lmchat.registry import get_template, template_class, template_names  # noqa: E402
 from lmchat.tools.answer_constraint import for_answer  # noqa: E402
 from lmchat.tools import FORMATS, ResponseFormat, prompt_opens_think  # noqa: E402
-from lmchat.tools.channel_lead import gemma4_lead, harmony_lead, marker_writer  # noqa: E402
 from lmchat.tools.forcing import SYNTAXES, forced_calls  # noqa: E402
 
-from .constraint_schemas import PARAMS, TOOLS, WEATHER  # noqa: E402
+from .constraint_schemas import PARAMS, TOOLS, WEATHER, forced_for_a_small_model  # noqa: E402
 from .llama_helpers import THREADS  # noqa: E402
 
 CALLS = [("get_weather", {"city": "Paris", "days": 2}), ("add", {"a": 1.5, "b": -2})]
@@ -299,14 +297,7 @@ def test_every_family_samples_a_valid_call(backend):
     ask = [{"role": "user", "content": "What will the weather be in Oslo for the next 3 days?"}]
     for template in SAMPLED:
         for seed, names in ((0, ["get_weather"]), (1, None)):
-            constraint = for_answer(forced_calls(TOOLS, template, names=names, tokens=backend.tokenizer.added),
-                                      get_template(template))
-            if template == "gpt-oss":  # SmolLM2 never ends an analysis message by itself: a budget ends it
-                constraint = attrs.evolve(constraint, lead=harmony_lead(marker_writer(backend.tokenizer.added),
-                                                                        final=False, max_tokens=30))
-            if template == "gemma4-e4b":  # the same for its optional thought channel
-                constraint = attrs.evolve(constraint, lead=gemma4_lead(marker_writer(backend.tokenizer.added),
-                                                                       max_tokens=30))
+            constraint = forced_for_a_small_model(template, names, backend.tokenizer.added)
             r = mgr.run_turn(TurnRequest(mgr.oneoff(tools=TOOLS, template=template), ask, max_new_tokens=120,
                                          params={"temperature": 0.8, "seed": seed, "constraint": constraint}))
             assert r.finish_reason in ("stop", "tool_calls"), (template, seed, r.text)
