@@ -99,13 +99,31 @@ def call_arguments(value: Any) -> Any:
     return parsed if isinstance(parsed, dict) else value
 
 
-def with_object_arguments(calls: list[Any]) -> list[Any]:
-    """OpenAI tool calls with :func:`call_arguments` applied to each ``function.arguments``; a call that is not
-    an object with a function object is kept as it is (validation names what is wrong with it)."""
+def calls_as(calls: list[Any], form: str) -> list[Any]:
+    """OpenAI tool calls with each ``function.arguments`` in the form a template reads them
+    (:attr:`~lmchat.templates.base.BaseTemplate.call_arguments`): ``"object"``, by :func:`call_arguments`;
+    ``"text"``, the JSON text as given (the model's own, printed back as it wrote it), an object written as
+    JSON. A call that is not an object with a function object is kept as it is (validation names what is wrong
+    with it)."""
     out = []
     for call in calls:
         function = call.get("function") if isinstance(call, dict) else None
         if isinstance(function, dict) and "arguments" in function:
-            call = {**call, "function": {**function, "arguments": call_arguments(function["arguments"])}}
+            args = function["arguments"]
+            args = call_arguments(args) if form == "object" else args if isinstance(args, str) else _json_text(args)
+            call = {**call, "function": {**function, "arguments": args}}
         out.append(call)
     return out
+
+
+def in_call_form(messages: list[Message], form: str) -> list[Message]:
+    """Messages whose tool calls are in ``form`` (:func:`calls_as`)."""
+    return [{**m, "tool_calls": calls_as(m["tool_calls"], form)} if isinstance(m.get("tool_calls"), list) else m
+            for m in messages]
+
+
+def _json_text(value: Any) -> Any:
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):
+        return value  # not JSON: validation names it

@@ -18,7 +18,7 @@ import pytest
 
 from lmchat import ResponseStream, Session, get_template, match_template, parse_response
 from lmchat.errors import TemplateRuleError
-from lmchat.messages import with_object_arguments
+from lmchat.messages import calls_as
 from lmchat.registry import template_class
 from lmchat.tools import ResponseFormat, ToolCallStart, collect
 
@@ -219,7 +219,7 @@ def test_an_r7b_session_keeps_the_response_markers_and_the_plan():
     answer = "<|START_THINKING|>I will check.<|END_THINKING|>" + action(
         '{"tool_call_id": "0", "tool_name": "get_weather", "parameters": {"city": "Paris"}}')
     parsed = parse_response("command-r7b", answer)
-    session.commit(answer, content=parsed.content, tool_calls=with_object_arguments(parsed.tool_calls),
+    session.commit(answer, content=parsed.content, tool_calls=calls_as(parsed.tool_calls, "object"),
                    reasoning_content=parsed.reasoning_content, stop=TURN)
     assert session.messages[-1]["tool_plan"] == "I will check."
     results = session.extend([{"role": "tool", "tool_call_id": parsed.tool_calls[0]["id"], "content": "sunny"}])

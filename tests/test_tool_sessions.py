@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 import lmchat
 from lmchat import Session, get_template
+from lmchat.messages import calls_as
 from lmchat.registry import template_class
 
 from .conversations import TOOLS, text_strategy
@@ -62,7 +63,9 @@ def test_tool_turns_keep_the_invariant(name, script, with_tools):
                 break
             raw = json.dumps([c["function"] for c in calls], ensure_ascii=False)
             session.commit(raw, content="", tool_calls=calls)
-            messages.append({"role": "assistant", "content": "", "tool_calls": calls})
+            # the session keeps calls in its template's form, as every path into it does
+            held = calls_as(calls, template.call_arguments)
+            messages.append({"role": "assistant", "content": "", "tool_calls": held})
             step = [{"role": "tool", "content": r, "tool_call_id": c["id"], "name": c["function"]["name"]}
                     for c, r in zip(calls, results)]
         session.commit(answer)
@@ -77,18 +80,32 @@ def test_tool_turns_keep_the_invariant(name, script, with_tools):
 ])
 def test_tool_call_arguments_are_read_by_one_rule_wherever_they_come_from(given, read):
     # a model's parsed call (the turn), a resent history (chat), a Responses function_call item and a history's
-    # digest all read arguments with call_arguments: a session holds them alike whichever way they came
-    from lmchat.manager.history import digest, object_arguments
-    from lmchat.messages import call_arguments, with_object_arguments
+    # digest: a session holds them in its template's form (calls_as) whichever way they came, and a digest
+    # reads them with call_arguments, so the same call matches in either form
+    from lmchat.manager.history import digest, from_openai
+    from lmchat.messages import call_arguments
     from lmchat.serve.items import input_messages
 
     call = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": given}}
     assert call_arguments(given) == read
-    assert with_object_arguments([call])[0]["function"]["arguments"] == read
+    assert calls_as([call], "object")[0]["function"]["arguments"] == read
+    as_text = calls_as([call], "text")[0]["function"]["arguments"]
+    assert as_text == (given if isinstance(given, str) else json.dumps(given))  # the model's own text kept
     sent = [{"role": "assistant", "content": "", "tool_calls": [call]}]
-    assert object_arguments(sent)[0]["tool_calls"][0]["function"]["arguments"] == read
+    assert from_openai(sent) == sent  # the arguments as sent: the session puts them in its form
     held = {**sent[0], "tool_calls": [{**call, "function": {"name": "add", "arguments": read}}]}
     assert digest(sent[0]) == digest(held)
     if isinstance(given, str):
         item = {"type": "function_call", "call_id": "c1", "name": "add", "arguments": given}
-        assert input_messages([item])[0]["tool_calls"][0]["function"]["arguments"] == read
+        assert input_messages([item])[0]["tool_calls"][0]["function"]["arguments"] == given
+
+
+def test_a_null_content_beside_calls_is_no_text():
+    """OpenAI's clients send ``content: null`` with every call they resend; templates that read the content
+    beside calls (DeepSeek) take it as ``""``, which renders what ``null`` renders wherever both render."""
+    from lmchat.manager.history import from_openai
+
+    call = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": "{}"}}
+    assert from_openai([{"role": "assistant", "content": None, "tool_calls": [call]}])[0]["content"] == ""
+    kept = [{"role": "assistant", "content": None}, {"role": "user", "content": None}]
+    assert from_openai(kept) == kept  # no calls: validation says what is wrong

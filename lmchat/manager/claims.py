@@ -265,7 +265,7 @@ def _validated(history: list[Mapping[str, Any]], tools: list[dict[str, Any]] | N
     """The resent conversation, normalised and checked before anything is touched."""
     validate_tools(tools)
     check_tools_supported(session.template, tools)
-    sent = hist.object_arguments(normalize_messages(history))
+    sent = hist.from_openai(normalize_messages(history))
     validate_messages([], sent, start=0, max_chars=session.max_message_chars)
     return sent
 

@@ -20,7 +20,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..messages import call_arguments, flatten_text, with_object_arguments
+from ..messages import call_arguments, flatten_text
 from ..tools import parse_response
 
 
@@ -53,13 +53,11 @@ def new_messages(held: list[str], sent: list[str]) -> int | None:
     return None
 
 
-def object_arguments(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """OpenAI messages as templates expect them: tool call arguments as objects
-    (:func:`lmchat.messages.call_arguments`), not JSON text."""
-    out = []
-    for message in messages:
-        calls = message.get("tool_calls")
-        if calls and isinstance(calls, list):
-            message = {**message, "tool_calls": with_object_arguments(calls)}
-        out.append(message)
-    return out
+def from_openai(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """OpenAI messages as templates take them: an assistant message's ``content: null`` (or none) beside its tool
+    calls is no text (``""``). OpenAI's clients send that null back with every call; the templates that read the
+    content beside calls (DeepSeek, Granite, QwQ...) fail on a missing one, and none renders ``""`` otherwise
+    than ``null`` where both render. The calls' arguments stay as sent: a session keeps them in its template's
+    form (:func:`lmchat.messages.calls_as`)."""
+    return [{**m, "content": ""} if m.get("role") == "assistant" and m.get("content") is None
+            and m.get("tool_calls") else m for m in messages]

@@ -29,7 +29,7 @@ from .errors import as_sent
 from .formats import chat_constraint, tool_constraint
 from .idempotency import releasing
 from ..manager import OneOff, SessionManager, TurnRequest
-from ..manager.history import object_arguments
+from ..manager.history import from_openai
 from ..tools.answer_constraint import for_answer
 from .request_turns import count, parsed_of, run, start_stream
 from .schemas import ChatRequest
@@ -66,7 +66,7 @@ async def _chat(body: ChatRequest, request: Request, who: str | None, constraint
     if sid is None:  # a one-off: in memory for this turn only, the store never sees it (nothing blocks here)
         session: str | OneOff = mgr.oneoff(who, tools=tools)
         headers: dict[str, str] = {}
-        messages, history, template = object_arguments(body.messages), None, mgr.default_template
+        messages, history, template = from_openai(body.messages), None, mgr.default_template
     else:  # the manager matches the resent history with the session (validated before anything changes)
         session, headers = sid, {"X-Session-Id": sid}
         messages, history, template = None, list(body.messages), await blocking(mgr.template_of, sid, who)

@@ -197,7 +197,7 @@ def input_messages(value: Any, param: str = "input") -> list[dict[str, Any]]:
         elif kind == "function_call":
             call = {"id": _string(item, "call_id", where), "type": "function",
                     "function": {"name": _string(item, "name", where),
-                                 "arguments": call_arguments(_string(item, "arguments", where))}}
+                                 "arguments": _string(item, "arguments", where)}}  # the session's form
             if not merge:
                 messages.append({"role": "assistant", "content": ""})
                 if reasoning is not None:

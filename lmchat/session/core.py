@@ -18,7 +18,7 @@ from typing import Any
 
 from .. import validation
 from ..errors import SessionError
-from ..messages import Message, flatten_text, normalize_messages
+from ..messages import Message, flatten_text, in_call_form, normalize_messages
 from ..registry import as_template
 from ..templates.base import BaseTemplate
 from ..templates.chat import Chat
@@ -181,7 +181,7 @@ class Session:
         """
         chat = self._chat
         n_old = len(chat.messages)
-        new = normalize_messages(list(messages), start=n_old)
+        new = in_call_form(normalize_messages(list(messages), start=n_old), self.template.call_arguments)
         validation.validate_messages(chat.messages, new, start=n_old, max_chars=self.max_message_chars)
         if self.injection == "reject":
             validation.injected_specials(new, special_strings(self.template, self._codec), n_old,
@@ -263,6 +263,7 @@ class Session:
         else:
             stored = self.template.answer_fields(answer)  # the content without the lead (gpt-oss: split)
         message = {"role": "assistant", **stored, **fields}  # fields may override the content
+        [message] = in_call_form([message], self.template.call_arguments)
         validation.validate_messages(self._chat.messages, [message], start=len(self._chat.messages), max_chars=None)
         self._chat.messages.extend(normalize_messages([message], len(self._chat.messages)))
         self._changes.lower(messages=len(self._chat.messages) - 1, context=len(held.parts), context_ids=len(held.ids))

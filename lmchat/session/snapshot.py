@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import validation
 from ..errors import LmchatError, SnapshotError, SnapshotTemplateUnknown, UnknownTemplate
-from ..messages import normalize_messages
+from ..messages import in_call_form, normalize_messages
 from ..templates.base import BaseTemplate
 from . import patches
 from .state import SMALL_FIELDS, Held
@@ -123,7 +123,8 @@ def _restore(cls: type[Session], data: Mapping[str, Any], tokenizer: Any) -> "Se
         drift=data.get("drift", "rewind"),
     )
     session._system = data.get("system")
-    session._chat.messages[:] = normalize_messages(data["messages"])
+    # calls stored before the template declared its arguments' form (DeepSeek's as objects) render again
+    session._chat.messages[:] = in_call_form(normalize_messages(data["messages"]), session.template.call_arguments)
     with_ids = tokenizer is not None and data.get("context_ids") is not None
     held = session._held = Held.from_dict(dict(data), with_ids=with_ids)
     if (tokenizer is not None) != (data.get("context_ids") is not None) and held.parts:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import attrs
 
@@ -79,6 +79,10 @@ class BaseTemplate:
     tool_format: ClassVar[str] = "plain"
     #: the model may open its answer with a ``<think>`` block
     reasoning: ClassVar[bool] = False
+    #: how the official template reads a tool call's ``function.arguments``: ``"object"`` (it renders them with
+    #: ``tojson``) or ``"text"`` (it prints the JSON text as it is: DeepSeek, Kimi-K2, Functionary, FireFunction);
+    #: a session keeps its calls in that form (:func:`lmchat.messages.calls_as`), whichever way they came
+    call_arguments: ClassVar[Literal["object", "text"]] = "object"
 
     session_len: int = 2048
     top_p: float = DEFAULT_SAMPLING["top_p"]

@@ -32,6 +32,7 @@ class DeepSeekV3(BaseTemplate):
     template) an answer with content renders without its ``tool_calls`` and one
     without content is rejected.
     """
+    call_arguments = "text"  # its template prints function.arguments as they are
 
     official = "deepseek-ai__DeepSeek-V3"
     hyperparameter_source = (

@@ -114,6 +114,7 @@ class FirefunctionV2(BaseTemplate):
     Content is trimmed, so a committed answer is split into its text and calls (:func:`split_answer`): the
     history then renders `` functools[...]`` back as the model wrote it.
     """
+    call_arguments = "text"  # its template prints function.arguments as they are
 
     official = "fireworks-ai__llama-3-firefunction-v2"
     hyperparameter_source = "LMDeploy defaults (no model-specific values known); 8K context (Llama 3)"

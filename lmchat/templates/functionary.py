@@ -95,6 +95,7 @@ def _calls(message: Mapping[str, Any]) -> list[Any]:
 @attrs.frozen(kw_only=True)
 class _Functionary(BaseTemplate):
     """Llama 3 header blocks; every message's content as given (no trim)."""
+    call_arguments = "text"  # its templates print function.arguments as they are
 
     hf_special_tokens = {"bos_token": BOT}
     prefix_stable = True

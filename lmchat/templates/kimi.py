@@ -67,6 +67,7 @@ class KimiK2(BaseTemplate):
     the name, which is not rendered. Tool results are ``## Return of {tool_call_id}\\n{content}``. Content may be
     a list of parts (text, and an image placeholder followed by a newline).
     """
+    call_arguments = "text"  # a string is printed as it is (an object as tojson writes it): the model's own text
 
     official = "moonshotai__Kimi-K2-Instruct"
     hyperparameter_source = (

@@ -28,7 +28,7 @@ import attrs
 
 from ..backends.base import (AsyncGenerates, Backend, Chunk, GenerationRequest, PrefixCache, SamplingParams,
                              check_constraint)
-from ..messages import with_object_arguments
+from ..messages import calls_as
 from ..repetition import RepetitionGuard
 from ..session import Delta, Session
 from ..session.edits import Generation, commit_generation
@@ -171,7 +171,8 @@ class _Turn(Generic[H]):
         if parsed is not None and finish_reason == "stop" and parsed.tool_calls:
             # the conversation keeps the parsed calls, so tool results can answer their ids;
             # the context keeps the raw text, as the engine holds it
-            fields = {"content": parsed.content, "tool_calls": with_object_arguments(parsed.tool_calls)}
+            fields = {"content": parsed.content,
+                      "tool_calls": calls_as(parsed.tool_calls, session.template.call_arguments)}
             if parsed.reasoning_content is not None:
                 fields["reasoning_content"] = parsed.reasoning_content
         commit_generation(session, Generation(text, tuple(self.ids), finish_reason, final.stop), **fields)
