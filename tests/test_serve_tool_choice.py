@@ -121,7 +121,7 @@ def test_a_structured_answer_and_a_forced_call_are_refused_together(client):
     assert err.value.body["param"] == "response_format" and err.value.body["code"] == "unsupported_value"
 
 
-@pytest.mark.parametrize("template, says", [("phi4-mini", "'phi4-mini'"), ("qwen2.5", "cannot constrain")])
+@pytest.mark.parametrize("template, says", [("command-r7b", "'command-r7b'"), ("qwen2.5", "cannot constrain")])
 def test_templates_without_a_grammar_and_backends_without_constraints_refuse(template, says):
     from .serve_helpers import InProcess
 
