@@ -121,6 +121,8 @@ class Want:
     tools: list[dict[str, Any]] | None
     thinking: bool | None  # None: the template's default
     overflow: str
+    #: ``reasoning.effort`` as sent, for a template that takes its level (gpt-oss); None: the template's default
+    effort: str | None = None
 
 
 @attrs.frozen
@@ -285,6 +287,14 @@ def branch_after_busy(mgr: SessionManager, who: str | None, previous: str, key: 
 
 
 # ---------------------------------------------------------------------------------------------- the turn's edit
+def effort_level(effort: str, levels: tuple[str, ...]) -> str:
+    """OpenAI's ``reasoning.effort`` as one of a template's levels (gpt-oss: low, medium, high): the same name,
+    else the nearest (``minimal`` is the lowest, ``xhigh`` the highest); ``none`` is refused before the turn."""
+    if effort in levels:
+        return effort
+    return levels[0] if effort == "minimal" else levels[-1]
+
+
 def edit_for(want: Want, tokenizer: Any, consume_queue: bool) -> Edit:
     """The ``edit`` of the turn: the session's system prompt, tools, thinking switch and overflow policy
     as the request wants them (an edited copy, whose delta resets when what is rendered changed), and a
@@ -303,7 +313,11 @@ def edit_for(want: Want, tokenizer: Any, consume_queue: bool) -> Edit:
             system = session.template.default_system if state.system_head else None
         kwargs = dict(session.template_kwargs)
         kwargs.pop("enable_thinking", None)
-        if want.thinking is not None:
+        kwargs.pop("reasoning_effort", None)
+        levels = session.template.reasoning_efforts
+        if want.effort is not None and levels:
+            kwargs["reasoning_effort"] = effort_level(want.effort, levels)
+        elif want.thinking is not None:
             kwargs["enable_thinking"] = want.thinking
         reasons = [why for why, changed in (
             ("the instructions changed", system != current),

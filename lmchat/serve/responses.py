@@ -67,7 +67,8 @@ async def create_response(body: ResponsesRequest, request: Request, who: str | N
         validate_tools(tools)
     except InvalidMessages as exc:
         raise bad("tools", str(exc)) from None
-    want = chains.Want(body.instructions, tools, checked["thinking"], overflow_for(mgr, body.truncation))
+    want = chains.Want(body.instructions, tools, checked["thinking"], overflow_for(mgr, body.truncation),
+                       checked["effort"])
 
     def check(template: BaseTemplate) -> None:
         check_tools_supported(template, tools)

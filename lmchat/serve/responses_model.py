@@ -90,7 +90,8 @@ class ResponsesRequest(_Body):
             raise bad("tool_choice.type", "only function tools can be chosen", "unsupported_value")
         names = [t.get("name") for t in self.tools or () if isinstance(t, dict) and t.get("type") == "function"]
         check_tool_choice(choice, [n for n in names if isinstance(n, str)], chat=False)
-        return {"conversation": conversation, "thinking": None if effort is None else effort != "none"}
+        return {"conversation": conversation, "thinking": None if effort is None else effort != "none",
+                "effort": effort}
 
     def fields(self, template: BaseTemplate, text_format: dict[str, Any] | None = None) -> dict[str, Any]:
         """The request's fields a response object repeats (a note keeps them); ``text_format``: ``text.format``

@@ -83,6 +83,9 @@ class BaseTemplate:
     #: ``tojson``) or ``"text"`` (it prints the JSON text as it is: DeepSeek, Kimi-K2, Functionary, FireFunction);
     #: a session keeps its calls in that form (:func:`lmchat.messages.calls_as`), whichever way they came
     call_arguments: ClassVar[Literal["object", "text"]] = "object"
+    #: the ``reasoning_effort`` values the template takes (gpt-oss: low, medium, high), which the Responses API's
+    #: ``reasoning.effort`` sets; none: reasoning is on or off at most (Qwen3's ``enable_thinking``)
+    reasoning_efforts: ClassVar[tuple[str, ...]] = ()
 
     session_len: int = 2048
     top_p: float = DEFAULT_SAMPLING["top_p"]

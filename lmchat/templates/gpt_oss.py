@@ -152,6 +152,7 @@ class GptOss(BaseTemplate):
     supports_tools = True
     tool_format = "harmony"
     reasoning = True
+    reasoning_efforts = ("low", "medium", "high")
 
     session_len: int = 131072
     # generation_config.json sets no sampling values; OpenAI's README (github.com/openai/gpt-oss,
