@@ -12,48 +12,20 @@ character at a time and in odd chunk sizes.
 """
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from lmchat import ResponseStream, Session, get_template, match_template, parse_response
 from lmchat.errors import TemplateRuleError
 from lmchat.messages import calls_as
 from lmchat.registry import template_class
-from lmchat.tools import ResponseFormat, ToolCallStart, collect
+from lmchat.tools import ResponseFormat, ToolCallStart
 
-from .parser_chunks import fed_in_sizes
+from .parser_chunks import calls, check_every_split
 from .test_conformance import assert_same
 
 R, R7B = ResponseFormat("command_r"), ResponseFormat("command_r7b", reasoning=True)
 TURN, CHATBOT = "<|END_OF_TURN_TOKEN|>", "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>"
-
-
-def calls(parsed):
-    return [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in parsed.tool_calls]
-
-
-def normal(parsed):
-    return parsed.content, parsed.reasoning_content, calls(parsed), parsed.errors
-
-
-def chunked(fmt, text, cuts):
-    stream = ResponseStream(fmt)
-    events, start = [], 0
-    for end in [*cuts, len(text)]:
-        events += stream.feed(text[start:end])
-        start = end
-    return collect(events + stream.finish())
-
-
-def check_every_split(fmt, text):
-    whole = parse_response(fmt, text)
-    for k in range(len(text) + 1):
-        assert normal(chunked(fmt, text, [k])) == normal(whole), k
-    assert normal(chunked(fmt, text, list(range(1, len(text))))) == normal(whole)
-    for sizes in ([2], [3, 5], [7, 1, 11]):
-        assert normal(fed_in_sizes(fmt, text, sizes)) == normal(whole), sizes
-    return whole
+SIZES = ([1], [2], [3, 5], [7, 1, 11])  # a character at a time, then odd chunk sizes
 
 
 # ------------------------------------------------------------------ Command R7B's answers
@@ -84,7 +56,7 @@ R7B_CASES = [
 
 @pytest.mark.parametrize("label, text, content, reasoning, expected", R7B_CASES, ids=[c[0] for c in R7B_CASES])
 def test_r7b_cases_whole_and_streamed_at_every_split(label, text, content, reasoning, expected):
-    parsed = check_every_split(R7B, text)
+    parsed = check_every_split(R7B, text, sizes=SIZES)
     assert (parsed.content, parsed.reasoning_content, calls(parsed), parsed.errors) == \
         (content, reasoning, expected, [])
 
@@ -96,12 +68,12 @@ def test_r7b_calls_get_ids_of_their_own_not_the_position_written():
 
 
 def test_r7b_thinking_cut_off_is_reasoning_with_a_note():
-    parsed = check_every_split(R7B, "<|START_THINKING|>I'm\nthink")
+    parsed = check_every_split(R7B, "<|START_THINKING|>I'm\nthink", sizes=SIZES)
     assert parsed.reasoning_content == "I'm\nthink" and parsed.content == "" and parsed.errors
 
 
 def test_r7b_an_action_that_is_no_list_is_content_with_a_note():
-    parsed = check_every_split(R7B, "<|START_ACTION|>not json<|END_ACTION|>")
+    parsed = check_every_split(R7B, "<|START_ACTION|>not json<|END_ACTION|>", sizes=SIZES)
     assert not parsed.tool_calls and "not json" in parsed.content and parsed.errors
 
 
@@ -133,12 +105,12 @@ R_CASES = [
 
 @pytest.mark.parametrize("label, text, content, expected", R_CASES, ids=[c[0] for c in R_CASES])
 def test_command_r_cases_whole_and_streamed_at_every_split(label, text, content, expected):
-    parsed = check_every_split(R, text)
+    parsed = check_every_split(R, text, sizes=SIZES)
     assert (parsed.content, calls(parsed), parsed.errors) == (content, expected, [])
 
 
 def test_command_r_a_broken_list_is_content_with_a_note():
-    parsed = check_every_split(R, "Action: ```json\n[{\"tool\": 1}]\n```")
+    parsed = check_every_split(R, "Action: ```json\n[{\"tool\": 1}]\n```", sizes=SIZES)
     assert not parsed.tool_calls and parsed.content.startswith("Action:") and parsed.errors
 
 
@@ -162,7 +134,7 @@ def test_calls_command_r_plus_renders_parse_back():
     message = {"role": "assistant", "content": "Let me look.",
                "tool_calls": openai_calls(("get_weather", {"city": "Paris", "days": [1, 2]}), ("add", {}))}
     text = rendered_answer("command-r-plus", message, [])
-    parsed = check_every_split(R, text.split("<|START_OF_TURN_TOKEN|>")[0])
+    parsed = check_every_split(R, text.split("<|START_OF_TURN_TOKEN|>")[0], sizes=SIZES)
     assert (parsed.content, calls(parsed)) == ("Let me look.", [("get_weather", {"city": "Paris", "days": [1, 2]}),
                                                                 ("add", {})])
 
@@ -171,7 +143,7 @@ def test_calls_command_r7b_renders_parse_back_with_the_plan():
     message = {"role": "assistant", "tool_plan": "I will check.",
                "tool_calls": openai_calls(("get_weather", {"city": "巴黎"}), ("add", {"a": 1}))}
     text = rendered_answer("command-r7b", message, [TOOL]).removesuffix(TURN + CHATBOT).removesuffix(TURN)
-    parsed = check_every_split(R7B, text)
+    parsed = check_every_split(R7B, text, sizes=SIZES)
     assert (parsed.reasoning_content, calls(parsed)) == ("I will check.", [("get_weather", {"city": "巴黎"}),
                                                                            ("add", {"a": 1})])
 

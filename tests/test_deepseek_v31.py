@@ -11,14 +11,13 @@ time.
 """
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from lmchat import ResponseStream, Session, get_template, match_template, parse_response
 from lmchat.tools import ResponseFormat, ToolCallArgumentsDelta, ToolCallStart, collect
 from lmchat.tools.registry import prompt_opens_think
 
+from .parser_chunks import calls, check_every_split
 from .test_conformance import assert_same
 
 FMT = ResponseFormat("deepseek_v31", reasoning=True)
@@ -29,32 +28,6 @@ EOS = "<｜end▁of▁sentence｜>"
 def call(name, args):
     """The model's text of one call, as the template writes it."""
     return f"<｜tool▁call▁begin｜>{name}<｜tool▁sep｜>{args}<｜tool▁call▁end｜>"
-
-
-def calls(parsed):
-    return [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in parsed.tool_calls]
-
-
-def normal(parsed):
-    return parsed.content, parsed.reasoning_content, calls(parsed), parsed.errors
-
-
-def chunked(text, cuts, opened):
-    stream = ResponseStream(FMT, prompt_opened=opened)
-    events, start = [], 0
-    for end in [*cuts, len(text)]:
-        events += stream.feed(text[start:end])
-        start = end
-    return collect(events + stream.finish())
-
-
-def check_every_split(text, opened=False):
-    """The whole text's result, and the same for the text cut in two at every point and fed a character at a time."""
-    whole = parse_response(FMT, text, prompt_opened=opened)
-    for k in range(len(text) + 1):
-        assert normal(chunked(text, [k], opened)) == normal(whole), k
-    assert normal(chunked(text, list(range(1, len(text))), opened)) == normal(whole)
-    return whole
 
 
 TOKYO = call("get_time", '{"city": "Tokyo"}')
@@ -94,7 +67,7 @@ CASES = [
 @pytest.mark.parametrize("label, text, opened, content, reasoning, expected", CASES, ids=[c[0] for c in CASES])
 def test_llama_cpp_and_vllm_cases_whole_and_streamed_at_every_split(label, text, opened, content, reasoning,
                                                                     expected):
-    parsed = check_every_split(text, opened)
+    parsed = check_every_split(FMT, text, prompt_opened=opened)
     assert (parsed.content, parsed.reasoning_content, calls(parsed)) == (content, reasoning, expected)
     assert bool(parsed.errors) == (label == "llama_cpp_not_opened")
 
@@ -103,7 +76,7 @@ def test_llama_cpp_difference_a_call_in_reasoning_never_closed_stays_reasoning()
     # llama.cpp reads the call out of an unclosed reasoning block when the output is complete (its V3.1 "hack");
     # lmchat keeps the whole output as reasoning, with a note, as it does for every template
     text = "REASONING" + BEGIN + TOKYO + END
-    parsed = check_every_split(text, opened=True)
+    parsed = check_every_split(FMT, text, prompt_opened=True)
     assert (parsed.content, parsed.reasoning_content, calls(parsed)) == ("", text, [])
     assert parsed.errors
 
@@ -124,7 +97,7 @@ def test_the_name_is_announced_at_the_separator_and_arguments_stream():
     (BEGIN + call("f", '{"a": 1} trailing') + END, "text after the tool call's arguments"),
 ])
 def test_markup_that_is_no_call_is_noted(text, note):
-    parsed = check_every_split(text)
+    parsed = check_every_split(FMT, text)
     assert any(note in e for e in parsed.errors), parsed.errors
 
 
@@ -152,7 +125,7 @@ def test_calls_the_template_renders_parse_back():
                "tool_calls": tool_calls(("get_time", '{"city": "Tokyo"}'), ("get_weather", '{"city": "Paris"}'))}
     text = answer_of([{"role": "user", "content": "Hi"}, message])
     assert text == "Let me check." + BEGIN + TOKYO + call("get_weather", '{"city": "Paris"}') + END
-    parsed = check_every_split(text)
+    parsed = check_every_split(FMT, text)
     assert (parsed.content, calls(parsed), parsed.errors) == \
         ("Let me check.", [("get_time", {"city": "Tokyo"}), ("get_weather", {"city": "Paris"})], [])
 

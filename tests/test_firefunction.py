@@ -13,33 +13,17 @@ import json
 
 import pytest
 
-from lmchat import Session, get_template, match_template, parse_response
+from lmchat import Session, get_template, match_template
 from lmchat.errors import TemplateConfigError
 from lmchat.interop.battery import TOOLS
 from lmchat.tools import ResponseFormat
 
-from .parser_chunks import fed_in_sizes
+from .parser_chunks import calls, check_every_split
 from .test_conformance import assert_same
 
 FMT = ResponseFormat("firefunction_v2")
 SIZES = ([1], [2], [3, 5], [7, 1, 4])
 KWARGS = {"functions": json.dumps(TOOLS, indent=4), "datetime": "2024-07-26"}
-
-
-def calls(parsed):
-    return [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in parsed.tool_calls]
-
-
-def check_every_split(text):
-    whole = parse_response(FMT, text)
-    normal = (whole.content, calls(whole), whole.errors)
-    for k in range(1, len(text) + 1):
-        got = fed_in_sizes(FMT, text, [k, len(text)])
-        assert (got.content, calls(got), got.errors) == normal, k
-    for sizes in SIZES:
-        got = fed_in_sizes(FMT, text, sizes)
-        assert (got.content, calls(got), got.errors) == normal, sizes
-    return whole
 
 
 CASES = [
@@ -54,17 +38,17 @@ CASES = [
 
 @pytest.mark.parametrize("label, text, content, expected", CASES, ids=[c[0] for c in CASES])
 def test_llama_cpp_cases_whole_and_streamed_at_every_split(label, text, content, expected):
-    parsed = check_every_split(text)
+    parsed = check_every_split(FMT, text, sizes=SIZES)
     assert (parsed.content, calls(parsed), parsed.errors) == (content, expected, [])
 
 
 def test_a_list_that_is_no_call_is_content_with_a_note():
-    parsed = check_every_split("I like functools[ a lot")
+    parsed = check_every_split(FMT, "I like functools[ a lot", sizes=SIZES)
     assert parsed.content == "I like functools[ a lot" and parsed.errors
 
 
 def test_a_call_cut_off_keeps_what_it_has_with_a_note():
-    parsed = check_every_split(' functools[{"name": "a", "arguments": {"x": 1')
+    parsed = check_every_split(FMT, ' functools[{"name": "a", "arguments": {"x": 1', sizes=SIZES)
     assert calls(parsed) == [("a", {"x": 1})] and parsed.errors
 
 

@@ -9,35 +9,16 @@ chunk sizes.
 """
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from lmchat import ResponseStream, Session, get_template, match_template, parse_response
+from lmchat import ResponseStream, Session, get_template, match_template
 from lmchat.tools import ResponseFormat, ToolCallStart
 
-from .parser_chunks import fed_in_sizes
+from .parser_chunks import calls, check_every_split
 from .test_conformance import assert_same
 
 V31, V32 = ResponseFormat("functionary_v3_1"), ResponseFormat("functionary_v3_2")
 SIZES = ([1], [2], [3, 5], [7, 1, 4])
-
-
-def calls(parsed):
-    return [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in parsed.tool_calls]
-
-
-def normal(parsed):
-    return parsed.content, calls(parsed), parsed.errors
-
-
-def check_every_split(fmt, text):
-    whole = parse_response(fmt, text)
-    for k in range(1, len(text) + 1):
-        assert normal(fed_in_sizes(fmt, text, [k, len(text)])) == normal(whole), k
-    for sizes in SIZES:
-        assert normal(fed_in_sizes(fmt, text, sizes)) == normal(whole), sizes
-    return whole
 
 
 SPECIAL = ("special_function", {"arg1": 1})
@@ -65,7 +46,7 @@ CASES = [
 
 @pytest.mark.parametrize("label, fmt, text, content, expected", CASES, ids=[c[0] for c in CASES])
 def test_llama_cpp_cases_whole_and_streamed_at_every_split(label, fmt, text, content, expected):
-    parsed = check_every_split(fmt, text)
+    parsed = check_every_split(fmt, text, sizes=SIZES)
     assert (parsed.content, calls(parsed), parsed.errors) == (content, expected, [])
 
 
@@ -76,13 +57,13 @@ def test_llama_cpp_cases_whole_and_streamed_at_every_split(label, fmt, text, con
     (V32, 'f\n{"a": 1} trailing>>>all\nok', "text after the tool call's arguments"),
 ])
 def test_markup_that_is_no_call_is_noted(fmt, text, note):
-    parsed = check_every_split(fmt, text)
+    parsed = check_every_split(fmt, text, sizes=SIZES)
     assert any(note in e for e in parsed.errors), parsed.errors
 
 
 @pytest.mark.parametrize("fmt, text", [(V31, '<function=f>{"a": 1'), (V32, 'f\n{"a": 1')])
 def test_a_call_cut_off_keeps_what_it_has_with_a_note(fmt, text):
-    parsed = check_every_split(fmt, text)
+    parsed = check_every_split(fmt, text, sizes=SIZES)
     assert calls(parsed) == [("f", {"a": 1})] and parsed.errors
 
 
@@ -119,8 +100,10 @@ def test_calls_the_templates_render_parse_back():
     v31 = answer_of("functionary-v3.1", message, [TOOL]).removesuffix("<|eom_id|>")
     v32 = answer_of("functionary-v3.2", message, [TOOL]).removesuffix("<|eot_id|>")
     expected = ("Checking.", [("get_weather", {"city": "北京"}), ("add", {"a": 1})])
-    assert (check_every_split(V31, v31).content, calls(check_every_split(V31, v31))) == expected
-    assert (check_every_split(V32, v32).content, calls(check_every_split(V32, v32))) == expected
+    assert (check_every_split(V31, v31, sizes=SIZES).content,
+            calls(check_every_split(V31, v31, sizes=SIZES))) == expected
+    assert (check_every_split(V32, v32, sizes=SIZES).content,
+            calls(check_every_split(V32, v32, sizes=SIZES))) == expected
 
 
 def test_v31_escapes_its_tool_list_as_the_official_markup_does():

@@ -13,57 +13,26 @@ character at a time and in odd chunk sizes.
 """
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from lmchat import Session, get_template, match_template, parse_response
+from lmchat import Session, get_template, match_template
 from lmchat.backends.base import SamplingParams
 from lmchat.backends.echo import EchoBackend
 from lmchat.interop.battery import TOOLS
 from lmchat.tools import ResponseFormat, ResponseStream, ToolCallArgumentsDelta, ToolCallStart, collect
 from lmchat.turns.turn import Turn
 
-from .parser_chunks import fed_in_sizes
+from .parser_chunks import calls, check_every_split
 from .test_conformance import assert_same
 
 FMT = ResponseFormat("gemma4", reasoning=True)
 Q = '<|"|>'
+SIZES = ([1], [2], [3], [5, 1], [7, 2, 3])  # a character at a time, then odd chunk sizes
 
 
 def call(name, body):
     """The model's text of one call: ``body`` in Gemma's notation, without its braces."""
     return f"<|tool_call>call:{name}{{{body}}}<tool_call|>"
-
-
-def calls(parsed):
-    return [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in parsed.tool_calls]
-
-
-def normal(parsed):
-    return parsed.content, parsed.reasoning_content, calls(parsed), parsed.errors
-
-
-def chunked(text, cuts, opened=False):
-    stream = ResponseStream(FMT, prompt_opened=opened)
-    events, start = [], 0
-    for end in [*cuts, len(text)]:
-        events += stream.feed(text[start:end])
-        start = end
-    return collect(events + stream.finish())
-
-
-def check_every_split(text, opened=False):
-    """The whole text's result, and the same for the text cut at every point, a character at a time and in odd
-    chunk sizes."""
-    whole = parse_response(FMT, text, prompt_opened=opened)
-    for k in range(len(text) + 1):
-        assert normal(chunked(text, [k], opened)) == normal(whole), k
-    assert normal(chunked(text, list(range(1, len(text))), opened)) == normal(whole)
-    if not opened:
-        for sizes in ([2], [3], [5, 1], [7, 2, 3]):
-            assert normal(fed_in_sizes(FMT, text, sizes)) == normal(whole), sizes
-    return whole
 
 
 LONDON = call("get_weather", f"location:{Q}London{Q}")
@@ -115,15 +84,15 @@ CASES = [
 
 @pytest.mark.parametrize("label, text, content, expected", CASES, ids=[c[0] for c in CASES])
 def test_vllm_cases_whole_and_streamed_at_every_split(label, text, content, expected):
-    parsed = check_every_split(text)
+    parsed = check_every_split(FMT, text, sizes=SIZES)
     assert (parsed.content, parsed.reasoning_content, calls(parsed), parsed.errors) == (content, None, expected, [])
 
 
 def test_lmchat_difference_a_call_cut_off_keeps_its_complete_values():
     # vLLM keeps '<|tool_call>call:get_weather{location:<|"|>London' as content (no end marker, no match)
-    parsed = check_every_split(f'<|tool_call>call:get_weather{{location:{Q}London')
+    parsed = check_every_split(FMT, f'<|tool_call>call:get_weather{{location:{Q}London', sizes=SIZES)
     assert calls(parsed) == [("get_weather", {"location": "London"})] and parsed.errors
-    parsed = check_every_split("<|tool_call>call:f{a:1,b:tr")
+    parsed = check_every_split(FMT, "<|tool_call>call:f{a:1,b:tr", sizes=SIZES)
     assert calls(parsed) == [("f", {"a": 1})] and parsed.errors  # the bare value cut off is left out
 
 
@@ -135,7 +104,7 @@ def test_lmchat_difference_a_call_cut_off_keeps_its_complete_values():
     ("stray <tool_call|> marker", "outside a channel or call"),
 ])
 def test_markup_that_is_no_call_is_noted(text, note):
-    parsed = check_every_split(text)
+    parsed = check_every_split(FMT, text, sizes=SIZES)
     assert (note is None) == (not parsed.errors)
     assert note is None or any(note in e for e in parsed.errors), parsed.errors
 
@@ -161,15 +130,16 @@ REASONING_CASES = [
 @pytest.mark.parametrize("label, text, opened, content, reasoning, expected", REASONING_CASES,
                          ids=[c[0] for c in REASONING_CASES])
 def test_the_thought_channel_is_reasoning(label, text, opened, content, reasoning, expected):
-    parsed = check_every_split(text, opened)
+    # where the prompt opened the channel: a character at a time, no odd chunk sizes
+    parsed = check_every_split(FMT, text, sizes=[[1]] if opened else SIZES, prompt_opened=opened)
     assert (parsed.content, parsed.reasoning_content, calls(parsed), parsed.errors) == \
         (content, reasoning, expected, [])
 
 
 def test_an_unclosed_thought_is_all_reasoning_and_a_stray_end_is_content():
-    parsed = check_every_split("<|channel>thought\nstill thinking")
+    parsed = check_every_split(FMT, "<|channel>thought\nstill thinking", sizes=SIZES)
     assert (parsed.content, parsed.reasoning_content) == ("", "still thinking") and parsed.errors
-    parsed = check_every_split("the tool said 22<channel|>It is 22.")
+    parsed = check_every_split(FMT, "the tool said 22<channel|>It is 22.", sizes=SIZES)
     assert parsed.content == "the tool said 22<channel|>It is 22." and parsed.errors
 
 
@@ -220,7 +190,7 @@ def test_calls_the_template_renders_parse_back():
     text = answer_of("gemma4-e4b", [u("Weather?"), a("", tool_calls=[fn_call("get_current_weather", args)])])
     assert text == ("<|tool_call>call:get_current_weather{days:[1,2.5],detail:{alerts:null,Units:<|\"|>metric<|\"|>},"
                     "hourly:true,location:<|\"|>上海<|\"|>}<tool_call|><|tool_response>")
-    parsed = check_every_split(text.removesuffix("<|tool_response>"))
+    parsed = check_every_split(FMT, text.removesuffix("<|tool_response>"), sizes=SIZES)
     assert calls(parsed) == [("get_current_weather", args)] and not parsed.errors
 
 

@@ -10,14 +10,12 @@ values. Every case also runs cut at every split point and in odd chunk sizes.
 """
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from lmchat import Session, get_template, match_template, parse_response
+from lmchat import Session, get_template, match_template
 from lmchat.tools import ResponseFormat, response_format
 
-from .parser_chunks import fed_in_sizes
+from .parser_chunks import calls, check_every_split
 from .test_conformance import assert_same
 
 FMT = ResponseFormat("glm45", reasoning=True)
@@ -30,34 +28,14 @@ TIME = {"type": "function", "function": {"name": "get_current_time", "parameters
                                                                                      "properties": {}}}}
 TEXT = {"type": "function", "function": {"name": "write", "parameters": {
     "type": "object", "properties": {"text": {"type": "string"}}}}}
-TOOLS = [WEATHER, SPECIAL, TIME, TEXT]
+TOOLS = [WEATHER, SPECIAL, TIME, TEXT]  # their schemas type the values
+SIZES = ([1], [2], [5, 3], [11])
 
 
 def call(name, *pairs):
     """A call as the template writes it: the name line, then each key and value on lines of their own."""
     return f"<tool_call>{name}\n" + "".join(f"<arg_key>{k}</arg_key>\n<arg_value>{v}</arg_value>\n"
                                             for k, v in pairs) + "</tool_call>"
-
-
-def calls(parsed):
-    return [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in parsed.tool_calls]
-
-
-def normal(parsed):
-    return parsed.content, parsed.reasoning_content, calls(parsed), parsed.errors
-
-
-def check_every_split(text):
-    whole = parse_response(FMT, text, tools=TOOLS)
-    for k in range(1, len(text)):
-        assert normal(fed(text, [k, len(text)])) == normal(whole), k
-    for sizes in ([1], [2], [5, 3], [11]):
-        assert normal(fed(text, sizes)) == normal(whole), sizes
-    return whole
-
-
-def fed(text, sizes):
-    return fed_in_sizes(FMT, text, sizes, tools=TOOLS)  # the tools' schemas type the values
 
 
 DALLAS = ("get_current_weather", {"city": "Dallas", "state": "TX", "unit": "fahrenheit"})
@@ -95,7 +73,7 @@ CASES = [
 
 @pytest.mark.parametrize("label, text, content, reasoning, expected", CASES, ids=[c[0] for c in CASES])
 def test_vllm_and_llama_cpp_cases_whole_and_streamed_at_every_split(label, text, content, reasoning, expected):
-    parsed = check_every_split(text)
+    parsed = check_every_split(FMT, text, sizes=SIZES, tools=TOOLS)
     assert (parsed.content, parsed.reasoning_content, calls(parsed), parsed.errors) == (content, reasoning,
                                                                                          expected, [])
 
@@ -108,12 +86,13 @@ def test_vllm_and_llama_cpp_cases_whole_and_streamed_at_every_split(label, text,
     ("<tool_call>get_current_weather\n<arg_key>city</arg_key>\n<arg_value>Sea", "ends inside an argument"),
 ])
 def test_markup_that_is_no_call_or_a_call_cut_off_is_noted(text, note):
-    parsed = check_every_split(text)
+    parsed = check_every_split(FMT, text, sizes=SIZES, tools=TOOLS)
     assert any(note in e for e in parsed.errors), parsed.errors
 
 
 def test_a_call_cut_off_keeps_its_complete_pairs():
-    parsed = check_every_split(call("get_current_weather", ("city", "Seattle")).removesuffix("</tool_call>"))
+    parsed = check_every_split(FMT, call("get_current_weather", ("city", "Seattle")).removesuffix("</tool_call>"),
+                               sizes=SIZES, tools=TOOLS)
     assert calls(parsed) == [("get_current_weather", {"city": "Seattle"})]
 
 
@@ -128,7 +107,7 @@ def test_calls_the_template_renders_parse_back():
     before = t.messages2prompt(messages[:-1], tools=TOOLS)
     after = t.messages2prompt(messages, tools=TOOLS, add_generation_prompt=False)
     assert after.startswith(before)
-    parsed = check_every_split(after[len(before):])
+    parsed = check_every_split(FMT, after[len(before):], sizes=SIZES, tools=TOOLS)
     assert (parsed.content, parsed.reasoning_content, calls(parsed)) == (
         "Checking.", "need the tool", [("get_current_weather", args), ("get_current_time", {})])
 

@@ -17,10 +17,10 @@ from lmchat import Session, get_template, parse_response
 from lmchat.errors import InvalidMessages, TemplateRuleError
 from lmchat.interop.battery import TOOLS, call
 from lmchat.reasoning import split_reasoning
-from lmchat.tools import FORMATS, ResponseStream, collect
+from lmchat.tools import FORMATS, ResponseStream
 from lmchat.tools.harmony import Harmony
 
-from .parser_chunks import fed_in_sizes
+from .parser_chunks import chunked, fed_in_sizes
 from .test_conformance import assert_same
 
 T = get_template("gpt-oss")
@@ -300,9 +300,7 @@ STREAMED = [text for text, *_ in PARSES] + [
 def test_every_split_point_gives_the_whole_text_parse(text):
     whole = shape(parse_response(T, text))
     for cut in range(len(text) + 1):
-        stream = ResponseStream(T)
-        parsed = collect(stream.feed(text[:cut]) + stream.feed(text[cut:]) + stream.finish())
-        assert shape(parsed) == whole, cut
+        assert shape(chunked(T, text, [cut])) == whole, cut
 
 
 @pytest.mark.parametrize("sizes", [(1,), (2,), (3,), (5,), (7,), (1, 4), (2, 9, 1), (11, 3)])

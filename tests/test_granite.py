@@ -18,48 +18,19 @@ import json
 
 import pytest
 
-from lmchat import ResponseStream, Session, get_template, match_template, parse_response
+from lmchat import Session, get_template, match_template, parse_response
 from lmchat.registry import canonical_name
-from lmchat.tools import ResponseFormat, collect
+from lmchat.tools import ResponseFormat
 
 from .conversations import TOOLS, a, call, s, tool, u
-from .parser_chunks import fed_in_sizes
+from .parser_chunks import calls, check_every_split
 from .test_conformance import assert_same
 
 GRANITE = ResponseFormat("granite")
 GRANITE33 = ResponseFormat("granite33", reasoning=True)
 HERMES = ResponseFormat("hermes")
-SIZES = [[1], [2], [3], [5], [7, 1], [11, 2, 1]]
+SIZES = ([1], [2], [3], [5], [7, 1], [11, 2, 1])  # a character at a time, then odd chunk sizes
 EOT = "<|end_of_text|>"
-
-
-def calls(parsed):
-    return [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in parsed.tool_calls]
-
-
-def normal(parsed):
-    return parsed.content, parsed.reasoning_content, calls(parsed), parsed.errors
-
-
-def chunked(fmt, text, cuts):
-    stream = ResponseStream(fmt)
-    events, start = [], 0
-    for end in [*cuts, len(text)]:
-        events += stream.feed(text[start:end])
-        start = end
-    return collect(events + stream.finish())
-
-
-def check_every_split(fmt, text):
-    """The whole text's result, and the same for the text cut in two at every point, a character at a time and
-    in odd chunk sizes."""
-    whole = parse_response(fmt, text)
-    for k in range(len(text) + 1):
-        assert normal(chunked(fmt, text, [k])) == normal(whole), k
-    assert normal(chunked(fmt, text, list(range(1, len(text))))) == normal(whole)
-    for sizes in SIZES:
-        assert normal(fed_in_sizes(fmt, text, sizes)) == normal(whole), sizes
-    return whole
 
 
 HELLO = "Hello, world!\nWhat's up?"

@@ -9,35 +9,16 @@ against the published files. Every case also runs cut at every split point and i
 """
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from lmchat import Session, get_template, match_template, parse_response
+from lmchat import Session, get_template, match_template
 from lmchat.tools import ResponseFormat
 
-from .parser_chunks import fed_in_sizes
+from .parser_chunks import calls, check_every_split
 from .test_conformance import assert_same
 
 FMT = ResponseFormat("hermes")
 SIZES = ([1], [2], [3, 5], [7, 1, 4])
-
-
-def calls(parsed):
-    return [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in parsed.tool_calls]
-
-
-def normal(parsed):
-    return parsed.content, calls(parsed), parsed.errors
-
-
-def check_every_split(text):
-    whole = parse_response(FMT, text)
-    for k in range(len(text) + 1):
-        assert normal(fed_in_sizes(FMT, text, [k or 1, len(text) + 1])) == normal(whole), k
-    for sizes in SIZES:
-        assert normal(fed_in_sizes(FMT, text, sizes)) == normal(whole), sizes
-    return whole
 
 
 def tag(name, args):
@@ -63,7 +44,7 @@ CASES = [
 
 @pytest.mark.parametrize("label, text, content, expected", CASES, ids=[c[0] for c in CASES])
 def test_vllm_and_llama_cpp_cases_whole_and_streamed_at_every_split(label, text, content, expected):
-    parsed = check_every_split(text)
+    parsed = check_every_split(FMT, text, sizes=SIZES)
     assert (parsed.content, calls(parsed), parsed.errors) == (content, expected, [])
 
 
@@ -100,7 +81,7 @@ def test_with_tools_the_tool_use_template_renders_calls_that_parse_back():
     prefix = before.removesuffix("<|im_start|>assistant\n") + "<|im_start|>assistant\n"
     assert after.startswith(prefix.removesuffix("\n"))
     answer = after[len(prefix):].removesuffix("<|im_end|>\n")
-    assert calls(check_every_split(answer)) == [("get_weather", {"city": "北京"}), ("ping", {})]
+    assert calls(check_every_split(FMT, answer, sizes=SIZES)) == [("get_weather", {"city": "北京"}), ("ping", {})]
 
 
 def test_without_tools_hermes3_keeps_its_default_system_prompt_and_with_tools_it_has_none():

@@ -9,13 +9,12 @@ Every case also runs cut at every split point and a character at a time.
 """
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from lmchat import ResponseStream, Session, get_template, match_template, parse_response
-from lmchat.tools import ResponseFormat, ToolCallStart, collect
+from lmchat import ResponseStream, Session, get_template, match_template
+from lmchat.tools import ResponseFormat, ToolCallStart
 
+from .parser_chunks import calls, check_every_split
 from .test_conformance import assert_same
 
 FMT = ResponseFormat("kimi_k2")
@@ -26,31 +25,6 @@ def call(call_id, args, space=""):
     """The model's text of one call, as the template writes it (``space``: around each marker, as vLLM's cases)."""
     return (f"<|tool_call_begin|>{space}{call_id}{space}<|tool_call_argument_begin|>{space}{args}{space}"
             "<|tool_call_end|>")
-
-
-def calls(parsed):
-    return [(c["id"], c["function"]["name"], json.loads(c["function"]["arguments"])) for c in parsed.tool_calls]
-
-
-def normal(parsed):
-    return parsed.content, parsed.reasoning_content, calls(parsed), parsed.errors
-
-
-def chunked(text, cuts):
-    stream = ResponseStream(FMT)
-    events, start = [], 0
-    for end in [*cuts, len(text)]:
-        events += stream.feed(text[start:end])
-        start = end
-    return collect(events + stream.finish())
-
-
-def check_every_split(text):
-    whole = parse_response(FMT, text)
-    for k in range(len(text) + 1):
-        assert normal(chunked(text, [k])) == normal(whole), k
-    assert normal(chunked(text, list(range(1, len(text))))) == normal(whole)
-    return whole
 
 
 BEIJING = ("functions.get_weather:0", "get_weather", {"city": "Beijing"})
@@ -85,8 +59,8 @@ CASES = [
 
 @pytest.mark.parametrize("label, text, content, expected", CASES, ids=[c[0] for c in CASES])
 def test_vllm_and_llama_cpp_cases_whole_and_streamed_at_every_split(label, text, content, expected):
-    parsed = check_every_split(text)
-    assert (parsed.content, calls(parsed), parsed.errors) == (content, expected, [])
+    parsed = check_every_split(FMT, text, ids=True)
+    assert (parsed.content, calls(parsed, ids=True), parsed.errors) == (content, expected, [])
 
 
 def test_the_call_is_announced_with_the_written_id_once_it_is_complete():
@@ -102,13 +76,14 @@ def test_the_call_is_announced_with_the_written_id_once_it_is_complete():
     (BEGIN + call("functions.f:0", '{"a": 1} trailing') + END, "text after the tool call's arguments"),
 ])
 def test_markup_that_is_no_call_is_noted(text, note):
-    parsed = check_every_split(text)
+    parsed = check_every_split(FMT, text, ids=True)
     assert any(note in e for e in parsed.errors), parsed.errors
 
 
 def test_a_call_cut_off_keeps_what_it_has_with_a_note():
-    parsed = check_every_split(BEGIN + "<|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{\"a\": 1")
-    assert [c[1] for c in calls(parsed)] == ["f"] and parsed.errors
+    parsed = check_every_split(FMT, BEGIN + "<|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{\"a\": 1",
+                               ids=True)
+    assert [c[1] for c in calls(parsed, ids=True)] == ["f"] and parsed.errors
 
 
 # ------------------------------------------------------------------ the template
@@ -125,8 +100,8 @@ def test_calls_the_template_renders_parse_back_with_their_ids():
     before, after = t.messages2prompt(messages[:-1]), t.messages2prompt(messages, add_generation_prompt=False)
     assert after.startswith(before)
     text = after[len(before):].removesuffix("<|im_end|>")
-    parsed = check_every_split(text)
-    assert (parsed.content, calls(parsed)) == ("Checking.", [BEIJING, SHANGHAI])
+    parsed = check_every_split(FMT, text, ids=True)
+    assert (parsed.content, calls(parsed, ids=True)) == ("Checking.", [BEIJING, SHANGHAI])
 
 
 def test_the_template_names_the_format_and_bundles_the_model_settings():

@@ -6,6 +6,8 @@ import pytest
 import lmchat
 from lmchat.tools import ResponseFormat, parse_response
 
+from .parser_chunks import calls
+
 WEATHER = {
     "type": "function",
     "function": {
@@ -19,10 +21,6 @@ WEATHER = {
 }
 GLM45 = ResponseFormat("glm45", reasoning=True)
 DS_CALL = "<｜tool▁call▁begin｜>function<｜tool▁sep｜>{}\n```json\n{}\n```<｜tool▁call▁end｜>"
-
-
-def calls(parsed):
-    return [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in parsed.tool_calls]
 
 
 # (template, model output, content, calls)

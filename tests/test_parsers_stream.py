@@ -18,6 +18,8 @@ from lmchat.tools import (
 )
 from lmchat.tools.registry import output_markers, response_format
 
+from .parser_chunks import normal
+
 COMMON = ["text ", "\n", " ", "{", "}", '"', "\\", "日本😀", "<think>", "</think>", "<", "|"]
 PIECES = {
     "plain": [],
@@ -67,12 +69,6 @@ PIECES = {
                 '{"a": 1}', "<|chan", "<|mess"],
 }
 assert set(PIECES) == set(FORMATS)
-
-
-def normal(parsed):
-    """What must agree: content, reasoning, call names, arguments as values, notes."""
-    args = [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in parsed.tool_calls]
-    return parsed.content, parsed.reasoning_content, args, parsed.errors
 
 
 def streamed(template, text, cuts, **options):

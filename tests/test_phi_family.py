@@ -19,40 +19,15 @@ import pytest
 from lmchat import ResponseStream, Session, get_template, match_template, parse_response
 from lmchat.errors import InvalidMessages
 from lmchat.reasoning import split_reasoning
-from lmchat.tools import ResponseFormat, ToolCallStart, collect
+from lmchat.tools import ResponseFormat, ToolCallStart
 from lmchat.tools.registry import prompt_opens_think
 
-from .parser_chunks import fed_in_sizes
+from .parser_chunks import calls, check_every_split
 from .test_conformance import assert_same
 
 FMT = ResponseFormat("phi4_mini")
 OPEN, CLOSE = "<|tool_call|>", "<|/tool_call|>"
-
-
-def calls(parsed):
-    return [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in parsed.tool_calls]
-
-
-def normal(parsed):
-    return parsed.content, parsed.reasoning_content, calls(parsed), parsed.errors
-
-
-def chunked(fmt, text, cuts):
-    stream = ResponseStream(fmt)
-    events, start = [], 0
-    for end in [*cuts, len(text)]:
-        events += stream.feed(text[start:end])
-        start = end
-    return collect(events + stream.finish())
-
-
-def check_every_split(text, fmt=FMT):
-    whole = parse_response(fmt, text)
-    for k in range(len(text) + 1):
-        assert normal(chunked(fmt, text, [k])) == normal(whole), k
-    for sizes in ([1], [2, 3], [7], [5, 1, 11]):
-        assert normal(fed_in_sizes(fmt, text, sizes)) == normal(whole), sizes
-    return whole
+SIZES = ([1], [2, 3], [7], [5, 1, 11])
 
 
 TOKYO = ("get_weather", {"city": "Tokyo"})
@@ -95,7 +70,7 @@ CASES = [
 
 @pytest.mark.parametrize("label, text, content, expected", CASES, ids=[c[0] for c in CASES])
 def test_vllm_cases_and_the_model_tokens_whole_and_streamed_at_every_split(label, text, content, expected):
-    parsed = check_every_split(text)
+    parsed = check_every_split(FMT, text, sizes=SIZES)
     assert (parsed.content, calls(parsed), parsed.errors) == (content, expected, [])
 
 
@@ -105,14 +80,14 @@ def test_vllm_cases_and_the_model_tokens_whole_and_streamed_at_every_split(label
     (OPEN + '[{"name": "f", "arguments": {}}] trailing' + CLOSE, "text after the tool call"),
 ])
 def test_markup_that_is_no_call_is_noted_and_kept(text, note):
-    parsed = check_every_split(text)
+    parsed = check_every_split(FMT, text, sizes=SIZES)
     assert any(note in e for e in parsed.errors), parsed.errors
     assert not calls(parsed) or "trailing" in text
 
 
 def test_a_call_cut_off_keeps_what_it_has_with_a_note():
     # vLLM's regex needs the closing bracket, and returns the text as content; lmchat announces the call
-    parsed = check_every_split('functools[{"name": "func", "arguments": {"a": 1')
+    parsed = check_every_split(FMT, 'functools[{"name": "func", "arguments": {"a": 1', sizes=SIZES)
     assert calls(parsed) == [("func", {"a": 1})] and parsed.errors
 
 
@@ -147,7 +122,7 @@ REASONING_CASES = [
 @pytest.mark.parametrize("text, reasoning, content", REASONING_CASES)
 def test_phi4_reasoning_splits_its_think_block_at_every_split(text, reasoning, content):
     t = get_template("phi4-reasoning")
-    parsed = check_every_split(text, fmt=t)
+    parsed = check_every_split(t, text, sizes=SIZES)
     assert (parsed.reasoning_content, parsed.content) == (reasoning, content)
     assert split_reasoning(t, text) == (reasoning, content)
 

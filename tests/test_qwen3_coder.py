@@ -17,9 +17,10 @@ import json
 import pytest
 
 from lmchat import ResponseStream, Session, get_template, parse_response
-from lmchat.tools import ResponseFormat, ToolCallArgumentsDelta, ToolCallStart, collect
+from lmchat.tools import ResponseFormat, ToolCallArgumentsDelta, ToolCallStart
 from lmchat.tools.qwen3_coder import typed
 
+from .parser_chunks import calls, check_every_split
 from .test_conformance import assert_same
 
 FMT = ResponseFormat("qwen3_coder")
@@ -120,47 +121,21 @@ LLAMA_CASES = [
 ]
 
 
-def calls(parsed):
-    return [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in parsed.tool_calls]
-
-
-def normal(parsed):
-    return parsed.content, parsed.reasoning_content, calls(parsed), parsed.errors
-
-
-def chunked(text, cuts, tools, fmt=FMT):
-    stream = ResponseStream(fmt, tools=tools)
-    events, start = [], 0
-    for end in [*cuts, len(text)]:
-        events += stream.feed(text[start:end])
-        start = end
-    return collect(events + stream.finish())
-
-
-def check_every_split(text, tools, fmt=FMT):
-    """The whole text's result, and the same for the text cut in two at every point and fed a character at a time."""
-    whole = parse_response(fmt, text, tools=tools)
-    for k in range(len(text) + 1):
-        assert normal(chunked(text, [k], tools, fmt)) == normal(whole), k
-    assert normal(chunked(text, list(range(1, len(text))), tools, fmt)) == normal(whole)
-    return whole
-
-
 @pytest.mark.parametrize("label, text, tools, content, expected", VLLM_CASES, ids=[c[0] for c in VLLM_CASES])
 def test_vllm_cases_whole_and_streamed_at_every_split(label, text, tools, content, expected):
-    parsed = check_every_split(text, tools)
+    parsed = check_every_split(FMT, text, tools=tools)
     assert (parsed.content, calls(parsed), parsed.errors) == (content, expected, [])
 
 
 @pytest.mark.parametrize("label, params, expected", LLAMA_CASES, ids=[c[0] for c in LLAMA_CASES])
 def test_llama_cpp_cases_whole_and_streamed_at_every_split(label, params, expected):
-    parsed = check_every_split(call("llama_cpp", **params), [LLAMA_TOOL])
+    parsed = check_every_split(FMT, call("llama_cpp", **params), tools=[LLAMA_TOOL])
     assert (parsed.content, calls(parsed), parsed.errors) == ("", [("llama_cpp", expected)], [])
 
 
 def test_llama_cpp_empty_parameter():
-    parsed = check_every_split("<tool_call>\n<function=f>\n<parameter=empty_param>\n</parameter>\n</function>\n"
-                               "</tool_call>", [LLAMA_TOOL])
+    parsed = check_every_split(FMT, "<tool_call>\n<function=f>\n<parameter=empty_param>\n</parameter>\n</function>\n"
+                               "</tool_call>", tools=[LLAMA_TOOL])
     assert calls(parsed) == [("f", {"empty_param": ""})]
 
 
@@ -208,11 +183,11 @@ def test_values_are_typed_as_vllm_types_them(raw, declared, value):
 def test_a_call_cut_off_keeps_its_complete_parameters():
     for cut, note in (("<parameter=state>\nT", "inside parameter 'state'"), ("<parameter=sta", "a parameter name")):
         text = DALLAS[:DALLAS.index("<parameter=state>")] + cut
-        parsed = check_every_split(text, VLLM_TOOLS)
+        parsed = check_every_split(FMT, text, tools=VLLM_TOOLS)
         assert calls(parsed) == [("get_current_weather", {"city": "Dallas"})]
         assert note in parsed.errors[0] and parsed.errors[1:] == [  # and the tools' check
             "tool call 0 (get_current_weather): missing required argument 'state'"], parsed.errors
-    parsed = check_every_split(DALLAS[:DALLAS.index("</function>")], VLLM_TOOLS)  # every parameter complete
+    parsed = check_every_split(FMT, DALLAS[:DALLAS.index("</function>")], tools=VLLM_TOOLS)  # every parameter complete
     assert calls(parsed) == [("get_current_weather", DALLAS_ARGS)] and not parsed.errors
 
 
@@ -223,29 +198,29 @@ def test_a_call_cut_off_keeps_its_complete_parameters():
     ("Use <function=get_weather", "ends inside a <function=NAME>"),
 ])
 def test_markup_that_is_no_call_is_content_as_written(text, note):
-    parsed = check_every_split(text, None)
+    parsed = check_every_split(FMT, text)
     assert parsed.tool_calls == [] and parsed.content.startswith(text[:text.index("<")].rstrip())
     assert "".join(parsed.content.split()) in "".join(text.split())
     assert len(parsed.errors) == 1 and note in parsed.errors[0]
 
 
 def test_text_around_a_call_is_content():
-    parsed = check_every_split(f"First part. {call('f', k='v')} second part.", None)
+    parsed = check_every_split(FMT, f"First part. {call('f', k='v')} second part.")
     assert (parsed.content, calls(parsed)) == ("First part.  second part.", [("f", {"k": "v"})])
     stray = "<tool_call>\n<function=f>\nhmm\n<parameter=k>\nv\n</parameter>\n</function>\noops\n</tool_call>"
-    parsed = check_every_split(stray, None)
+    parsed = check_every_split(FMT, stray)
     assert calls(parsed) == [("f", {"k": "v"})] and parsed.content == "hmm\n\noops" and len(parsed.errors) == 2
 
 
 def test_two_functions_in_one_tool_call_and_an_unclosed_function():
     text = "<tool_call>\n<function=a>\n<parameter=x>\n1\n</parameter>\n<function=b>\n</function>\n" \
            "<function=c>\n</function>\n</tool_call>"
-    assert calls(check_every_split(text, None)) == [("a", {"x": "1"}), ("b", {}), ("c", {})]
+    assert calls(check_every_split(FMT, text)) == [("a", {"x": "1"}), ("b", {}), ("c", {})]
 
 
 def test_reasoning_is_split_off_first_when_the_format_is_used_by_a_thinking_model():
     fmt = ResponseFormat("qwen3_coder", reasoning=True)
-    parsed = check_every_split("<think>\nweather, so the tool\n</think>\n\n" + DALLAS, VLLM_TOOLS, fmt)
+    parsed = check_every_split(fmt, "<think>\nweather, so the tool\n</think>\n\n" + DALLAS, tools=VLLM_TOOLS)
     assert (parsed.reasoning_content, parsed.content, calls(parsed)) == \
         ("weather, so the tool", "", [("get_current_weather", DALLAS_ARGS)])
 
@@ -266,7 +241,7 @@ def test_calls_the_template_renders_parse_back():
         for n, a in zip(("get_current_weather", "calculate_area"), arguments)]}
     text = answer_of([{"role": "user", "content": "Hi"}, message], VLLM_TOOLS)
     assert text.startswith("Let me check.\n\n<tool_call>\n<function=get_current_weather>\n<parameter=city>\nDallas\n")
-    parsed = check_every_split(text, VLLM_TOOLS)
+    parsed = check_every_split(FMT, text, tools=VLLM_TOOLS)
     assert (parsed.content, calls(parsed), parsed.errors) == \
         ("Let me check.", list(zip(("get_current_weather", "calculate_area"), arguments)), [])
 

@@ -8,14 +8,12 @@ Each runs whole, cut at every split point and in odd chunk sizes.
 """
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from lmchat import Session, get_template, match_template, parse_response
 from lmchat.tools import response_format
 
-from .parser_chunks import fed_in_sizes
+from .parser_chunks import calls, fed_in_sizes
 from .test_conformance import assert_same
 
 
@@ -123,18 +121,14 @@ DEEPSEEK_CASES = [
 ]
 
 
-def parsed_calls(parsed):
-    return [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in parsed.tool_calls]
-
-
 @pytest.mark.parametrize("label, text, content, expected", DEEPSEEK_CASES, ids=[c[0] for c in DEEPSEEK_CASES])
 def test_deepseek_v25_reads_v3_calls_whole_and_at_every_split(label, text, content, expected):
     t = get_template("deepseek-v2.5")
     whole = parse_response(t, text)
-    assert (whole.content, parsed_calls(whole), whole.errors) == (content, expected, [])
+    assert (whole.content, calls(whole), whole.errors) == (content, expected, [])
     for sizes in [[k, len(text)] for k in range(1, len(text))] + [[1], [3], [7, 2]]:
         parsed = fed_in_sizes(t, text, sizes)
-        assert (parsed.content, parsed_calls(parsed), parsed.errors) == (content, expected, []), sizes
+        assert (parsed.content, calls(parsed), parsed.errors) == (content, expected, []), sizes
 
 
 # ------------------------------------------------------------------ OpenChat 3.6

@@ -20,11 +20,12 @@ from lmchat import Session, get_template, match_template, parse_response
 from lmchat.tools.registry import prompt_opens_think
 
 from .conversations import TOOLS, a, call, s, tool, u
+from .parser_chunks import calls, check_every_split
 from .test_conformance import assert_same
-from .test_granite import calls, check_every_split
 
 HELLO = "Hello, world!\nWhat's up?"
 SPECIAL = ("special_function", {"arg1": 1})
+SIZES = ([1], [2], [3], [5], [7, 1], [11, 2, 1])  # a character at a time, then odd chunk sizes
 SPECIAL_CALL = '<tool_call>\n{"name": "special_function", "arguments": {"arg1": 1}}\n</tool_call>'
 SF = {"location": "San Francisco, California, United States", "unit": "celsius"}
 SF_CALL = '<tool_call>{"name": "get_current_temperature", "arguments": ' + json.dumps(SF) + "}</tool_call>"
@@ -49,7 +50,7 @@ CASES = [
 
 @pytest.mark.parametrize("label, text, content, reasoning, expected", CASES, ids=[c[0] for c in CASES])
 def test_llama_cpp_and_vllm_cases_whole_and_streamed_at_every_split(label, text, content, reasoning, expected):
-    parsed = check_every_split("smollm3", text)
+    parsed = check_every_split("smollm3", text, sizes=SIZES)
     assert (parsed.content, parsed.reasoning_content, calls(parsed), parsed.errors) == \
         (content, reasoning, expected, [])
 
