@@ -162,14 +162,31 @@ class Steps(EngineState):
         conversation's) finds them; the session's next turn then discards that range for nothing."""
         state = self.sessions.get(session_id)
         if state is None or state.seq is None or state.busy or state.shifted_at is not None \
-                or len(state.ids) + len(state.unfed) != start + count or not 0 < start <= len(state.ids):
+                or len(state.ids) + len(state.unfed) != start + count or start <= 0:
             return  # not what the session says the engine holds: its next turn's discard does it
+        if start > len(state.ids) and not self._feed(state, start):  # settling had taken the answer back to feed
+            return
         if start < len(state.ids) and not self._L.llama_memory_seq_rm(self.pool.mem, state.seq, start, -1):
             return
         state.forget_tail(start)
         state.unfed = list(canonical)
         state.rewound = (start, count)
         self.index.put(state)
+
+    def _feed(self, state: SessionState, upto: int) -> bool:
+        """Prefill ``state``'s unfed ids up to position ``upto`` now (a drift rewind that lands while settling
+        has moved the answer's ids out of the cache: those before the drift are the canonical ones, and the
+        rewind keeps them). False if a batch failed (the state is then cleared)."""
+        while len(state.ids) < upto:
+            take = min(upto - len(state.ids), self.n_batch)
+            n, at = 0, len(state.ids)
+            for i in range(take):
+                n = self._put(n, state.unfed[i], at + i, state.resident_seq, False)
+            if not self._run(n, []):
+                self.pool.clear(state)
+                return False
+            state.ids, state.unfed = state.ids + state.unfed[:take], state.unfed[take:]
+        return True
 
     def _run(self, n: int, jobs: list[Job]) -> bool:
         self.batch.n_tokens = n
