@@ -305,3 +305,15 @@ def test_every_family_samples_a_valid_call(backend):
             name = call["function"]["name"]
             assert name in (names or PARAMS), (template, r.text)
             jsonschema.validate(json.loads(call["function"]["arguments"]), PARAMS[name])
+
+
+@pytest.mark.parametrize("template", ["qwen3-coder", "glm-4.5", "chatglm3"])
+def test_an_unbounded_number_is_written_finite(template):
+    """A value the parser reads back as infinity (an exponent past 308, or hundreds of digits) is no call: the
+    parameter's grammar bounds the digits, where JSON's own grammar lets a sampled 1e+338 through."""
+    vocab = Special(template)
+    constraint = forced_calls(TOOLS, template, names=["add"], tokens=vocab.tokens)
+    fine = rendered(template, [("add", {"a": 1.5, "b": -2})])
+    assert vocab.accepts(constraint, fine)
+    for huge in ("1e+338", "1" + "0" * 400):
+        assert not vocab.accepts(constraint, fine.replace("1.5", huge)), huge

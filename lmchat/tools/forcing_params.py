@@ -26,9 +26,10 @@ from ..errors import ConstraintUnsupported
 
 #: JSON written as the templates render values (``tojson``: ", " and ": ")
 JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
-#: a number as JSON writes it, its exponent at most two digits: a value Python reads as a finite float (JSON's own
-#: grammar lets a sampled 1e+338 through, which reads as infinity, and the parser then keeps the text)
-FINITE_NUMBER = r"/-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]{1,2})?/"
+#: a number as JSON writes it, at most 16 digits before its point and two in its exponent: a value Python reads as
+#: a finite float (JSON's own grammar lets a sampled 1e+338, or 400 digits, through, which read as infinity, and
+#: the parser then keeps the text)
+FINITE_NUMBER = r"/-?(0|[1-9][0-9]{0,15})(\.[0-9]+)?([eE][-+]?[0-9]{1,2})?/"
 BOUNDS = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}
 #: the schema keywords a parameter's own grammar reads; any other is refused rather than ignored
 STRING_WORDS = {"type", "enum", "const", "minLength", "maxLength", "description", "title", "default", "examples"}
