@@ -157,7 +157,15 @@ class SessionLengthExceeded(LmchatError, ValueError):
 
 
 class StoreError(LmchatError, RuntimeError):
-    """A session store could not read or write (bad file, newer schema, unusable data)."""
+    """A session store could not read or write (bad file, newer schema, unusable data).
+
+    ``where``: the store's file, when the error names it: it leads ``str(exc)`` (for the operator: logs, the
+    command line), while ``reason`` is the rest, all a server tells its clients (no server path in a response).
+    """
+
+    def __init__(self, reason: str = "", *, where: str | None = None):
+        self.reason, self.where = reason, where
+        super().__init__(f"{where}: {reason}" if where else reason)
 
 
 class StoreCorrupt(StoreError):

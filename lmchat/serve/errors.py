@@ -85,7 +85,11 @@ def api_error(exc: BaseException) -> ApiError:
         if isinstance(exc, cls):
             retry = getattr(exc, "retry_after", 1) if status == 429 or isinstance(exc, RequestInProgress) else None
             headers = None if retry is None else {"Retry-After": str(retry)}
-            return ApiError(status, str(exc), type=kind, param=_param(exc), code=code, headers=headers)
+            # a store's error names its file for the operator (logged below): the client gets the reason alone
+            message = exc.reason if isinstance(exc, StoreError) else str(exc)
+            if isinstance(exc, StoreError) and exc.where:
+                log.warning("%s", exc)
+            return ApiError(status, message, type=kind, param=_param(exc), code=code, headers=headers)
     log.exception("unexpected error", exc_info=exc)
     return ApiError(500, f"internal error: {type(exc).__name__}", type="server_error", code="internal_error")
 

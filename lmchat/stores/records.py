@@ -142,15 +142,17 @@ def fold(session_id: str, stored: Stored) -> dict[str, Any]:
 MAX_VERSION = 2**53
 
 
-def check_versions(session_id: str, version: Any, base_version: Any, where: str = "") -> None:
+def check_versions(session_id: str, version: Any, base_version: Any, where: str | None = None) -> None:
     """Stored versions are whole numbers, 1 <= base version <= version <= :data:`MAX_VERSION`: O(1), whatever
-    a damaged row holds (no work in proportion to a version)."""
+    a damaged row holds (no work in proportion to a version). ``where``: the store, as ``StoreError`` takes it."""
     for what, value in (("version", version), ("base version", base_version)):
         if not isinstance(value, int) or isinstance(value, bool):
-            raise StoreCorrupt(f"{where}session {session_id}: its stored {what} is not a number: {_short(value)}")
+            raise StoreCorrupt(f"session {session_id}: its stored {what} is not a number: {_short(value)}",
+                               where=where)
     if not 1 <= base_version <= version <= MAX_VERSION:
-        raise StoreCorrupt(f"{where}session {session_id}: stored version {_short(version)} on a base of version "
-                           f"{_short(base_version)}: a version is 1..{MAX_VERSION} and no older than its base")
+        raise StoreCorrupt(f"session {session_id}: stored version {_short(version)} on a base of version "
+                           f"{_short(base_version)}: a version is 1..{MAX_VERSION} and no older than its base",
+                           where=where)
 
 
 def _apply(session_id: str, version: int, snapshot: dict[str, Any], patch: Any) -> None:

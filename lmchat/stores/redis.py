@@ -174,7 +174,7 @@ class RedisStore(RecordStore):
             raise StoreCorrupt(f"Redis at {self.spec}: session {session_id} has no stored base (field 'data')")
         version = self._int(version, session_id, "version")
         base_version = version if base_version is None else self._int(base_version, session_id, "base_version")
-        check_versions(session_id, version, base_version, f"Redis at {self.spec}: ")
+        check_versions(session_id, version, base_version, f"Redis at {self.spec}")
         return Stored(version, base_version, tag or "", data, patches)
 
     def _int(self, value: Any, session_id: str, field: str) -> int:
@@ -202,7 +202,7 @@ class RedisStore(RecordStore):
         if version is None:
             return 0
         version = self._int(version, session_id, "version")
-        check_versions(session_id, version, 1, f"Redis at {self.spec}: ")
+        check_versions(session_id, version, 1, f"Redis at {self.spec}")
         return version
 
     def list(self, limit: int = 50, *, owner: str | None = None) -> list[SessionInfo]:

@@ -116,7 +116,7 @@ def _migrate(path: str, conn: sqlite3.Connection) -> None:
         try:
             have = conn.execute("PRAGMA user_version").fetchone()[0]
             if have > len(MIGRATIONS):
-                raise StoreError(f"{path}: schema version {have} is newer than this lmchat ({len(MIGRATIONS)})")
+                raise StoreError(f"schema version {have} is newer than this lmchat ({len(MIGRATIONS)})", where=path)
             for statements in MIGRATIONS[have:]:
                 for sql in statements:
                     conn.execute(sql)
@@ -126,7 +126,7 @@ def _migrate(path: str, conn: sqlite3.Connection) -> None:
             raise
         conn.execute("COMMIT")
     except sqlite3.Error as exc:
-        raise StoreError(f"{path}: not a usable session store: {exc}") from None
+        raise StoreError(f"not a usable session store: {exc}", where=path) from None
 
 
 def _shutdown(writer: Writer, readers: Readers) -> None:
@@ -144,7 +144,7 @@ class SQLiteStore(RecordStore):
         if self.path == ":memory:" or not self.path:
             raise StoreError("SQLiteStore needs a file path (its writer and readers each open it); use MemoryStore")
         if readers < 1:
-            raise StoreError(f"{self.path}: readers must be >= 1, got {readers}")
+            raise StoreError(f"readers must be >= 1, got {readers}", where=self.path)
         self.spec = f"sqlite:{os.path.abspath(self.path)}"
         os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
         conn = connect(self.path)
@@ -272,13 +272,14 @@ class SQLiteStore(RecordStore):
             return None
         version, base_version, tag, base = head
         if base_version is None:
-            raise StoreCorrupt(f"{self.path}: session {session_id} has no stored base: the records are inconsistent")
-        check_versions(session_id, version, base_version, f"{self.path}: ")
+            raise StoreCorrupt(f"session {session_id} has no stored base: the records are inconsistent",
+                               where=self.path)
+        check_versions(session_id, version, base_version, self.path)
         # O(patches stored), never O(version): a damaged row may claim any version
         if len(rows) != version - base_version or any(v != n for n, (v, _) in enumerate(rows, base_version + 1)):
-            raise StoreCorrupt(f"{self.path}: session {session_id} is at version {version} but its stored patches "
+            raise StoreCorrupt(f"session {session_id} is at version {version} but its stored patches "
                                f"are versions {[v for v, _ in rows[:10]]} after base {base_version}: the records "
-                               "are inconsistent")
+                               "are inconsistent", where=self.path)
         return Stored(version, base_version, tag, base, [data for _, data in rows])
 
     def records(self, session_id: str) -> RecordInfo | None:
@@ -294,7 +295,8 @@ class SQLiteStore(RecordStore):
     def _check_int(self, session_id: str, what: str, value: Any) -> int:
         # SQLite columns take any type: a hand-edited file may hold text where a number belongs
         if not isinstance(value, int):
-            raise StoreCorrupt(f"{self.path}: session {session_id}: its stored {what} is not a number: {value!r:.80}")
+            raise StoreCorrupt(f"session {session_id}: its stored {what} is not a number: {value!r:.80}",
+                               where=self.path)
         return value
 
     def version(self, session_id: str) -> int:
@@ -302,7 +304,7 @@ class SQLiteStore(RecordStore):
         if not rows:
             return 0
         version: int = rows[0][0]
-        check_versions(session_id, version, 1, f"{self.path}: ")
+        check_versions(session_id, version, 1, self.path)
         return version
 
     def list(self, limit: int = 50, *, owner: str | None = None) -> list[SessionInfo]:

@@ -39,7 +39,7 @@ _STOP = object()
 def check_process(path: str, pid: int) -> None:
     # after fork() the writer thread is gone and SQLite connections must not be used by two processes
     if os.getpid() != pid:
-        raise StoreError(f"{path}: this store was opened in process {pid}, before a fork: open one in each process")
+        raise StoreError(f"this store was opened in process {pid}, before a fork: open one in each process", where=path)
 
 
 def connect(path: str, *, readonly: bool = False) -> sqlite3.Connection:
@@ -47,7 +47,7 @@ def connect(path: str, *, readonly: bool = False) -> sqlite3.Connection:
     try:
         conn = sqlite3.connect(path, timeout=BUSY_SECONDS, isolation_level=None, check_same_thread=False)
     except sqlite3.Error as exc:
-        raise StoreError(f"{path}: cannot open the session store: {exc}") from None
+        raise StoreError(f"cannot open the session store: {exc}", where=path) from None
     try:
         if readonly:
             conn.execute("PRAGMA query_only = 1")
@@ -59,7 +59,7 @@ def connect(path: str, *, readonly: bool = False) -> sqlite3.Connection:
             conn.execute("PRAGMA synchronous = FULL")
     except sqlite3.Error as exc:
         conn.close()
-        raise StoreError(f"{path}: not a usable session store: {exc}") from None
+        raise StoreError(f"not a usable session store: {exc}", where=path) from None
     return conn
 
 
@@ -137,7 +137,7 @@ class Writer:
         check_process(self.path, self._pid)
         with self._lock:  # a write queued before close()'s stop marker is still run
             if self._closed:
-                raise StoreError(f"{self.path}: the store is closed")
+                raise StoreError("the store is closed", where=self.path)
             self._queue.put(job)
         return job.future
 
@@ -212,11 +212,11 @@ class Writer:
         if isinstance(exc, StoreError):
             return exc
         if isinstance(exc, sqlite3.Error):
-            return StoreError(f"{self.path}: cannot {what}: {exc}")
-        return StoreError(f"{self.path}: cannot {what}: unexpected {type(exc).__name__}: {exc}")
+            return StoreError(f"cannot {what}: {exc}", where=self.path)
+        return StoreError(f"cannot {what}: unexpected {type(exc).__name__}: {exc}", where=self.path)
 
     def _fail(self, batch: list[_Job], exc: Exception) -> None:
-        _deliver([(job, None, StoreError(f"{self.path}: cannot {job.what}: {exc}")) for job in batch])
+        _deliver([(job, None, StoreError(f"cannot {job.what}: {exc}", where=self.path)) for job in batch])
 
 
 class Readers:
@@ -248,7 +248,7 @@ class Readers:
         with self._slots:
             with self._lock:
                 if self._closed:
-                    raise StoreError(f"{self.path}: the store is closed")
+                    raise StoreError("the store is closed", where=self.path)
                 conn = self._idle.pop() if self._idle else None
             if conn is None:
                 conn = connect(self.path, readonly=True)
@@ -271,7 +271,7 @@ class Readers:
                 finally:
                     conn.execute("COMMIT")
             except sqlite3.Error as exc:
-                raise StoreError(f"{self.path}: cannot {what}: {exc}") from None
+                raise StoreError(f"cannot {what}: {exc}", where=self.path) from None
 
     def rows(self, sql: str, params: tuple[Any, ...], what: str) -> list[tuple[Any, ...]]:
         """The rows of one query: a single statement is its own read transaction (no BEGIN and COMMIT around
@@ -280,7 +280,7 @@ class Readers:
             try:
                 return conn.execute(sql, params).fetchall()
             except sqlite3.Error as exc:
-                raise StoreError(f"{self.path}: cannot {what}: {exc}") from None
+                raise StoreError(f"cannot {what}: {exc}", where=self.path) from None
 
     def close(self) -> None:
         with self._lock:
