@@ -16,7 +16,7 @@ from typing import Any, cast
 import attrs
 
 from ..backends.base import Backend, Chunk, SamplingParams
-from ..errors import ConfigError, SessionKindMismatch, SessionMoved
+from ..errors import ConfigError, SessionMoved
 from ..messages import normalize_messages
 from ..session import Delta, Session
 from ..turns.bridge import Done
@@ -24,7 +24,7 @@ from ..turns.turn import AsyncTurn, Turn, TurnResult, result_of
 from ..validation import check_tools_supported, validate_messages, validate_tools
 from . import history as hist
 from .capacity import Capacity
-from .request import AnyKind, TurnRequest
+from .request import TurnRequest, check_kind
 from .sessions import StoredSessions
 from .table import Entry, view
 
@@ -153,9 +153,7 @@ def _plan(claim: Claim, request: TurnRequest, model: Mapping[str, Any]) -> dict[
     """The turn's checks, then what it runs: the record of the turn a retry names, or a fresh turn."""
     entry = claim.entry
     claim.idempotency_key, claim.note = request.idempotency_key, request.note
-    held = (entry.extra or {}).get("kind")
-    if not isinstance(request.kind, AnyKind) and held != request.kind:  # another API's records describe it
-        raise SessionKindMismatch(entry.session.session_id, kind=held, wanted=request.kind)
+    check_kind(entry.session.session_id, entry.extra, request.kind)  # another API's records describe it
     if request.expect is not None and entry.version != request.expect:
         raise SessionMoved(entry.key, expected=request.expect, actual=entry.version)
     last = entry.last_turn

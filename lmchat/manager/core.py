@@ -26,7 +26,7 @@ from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from ..backends.base import AsyncGenerates, Backend, Chunk, GenerationRequest, PrefixCache, model_sampling
-from ..errors import ConfigError, SessionBusy, SessionNotFound
+from ..errors import ConfigError, SessionNotFound
 from ..registry import as_template
 from ..session import Session
 from ..session.edits import restored
@@ -40,7 +40,7 @@ from .capacity import Capacity
 from .ids import checked_id, oneoff_key, owner_key, public_id, store_key
 from .metrics import Metrics
 from .oneoff import OneOff
-from .request import Edit, TurnRequest
+from .request import ANY_KIND, AnyKind, Edit, TurnRequest, check_kind
 from .sessions import StoredSessions
 from .table import Entry, View
 from .turn_calls import AsyncTurns, LoopTurns, PoolTurns, TurnCalls, TurnStream
@@ -187,15 +187,16 @@ class SessionManager:
         except SessionNotFound:
             return None
 
-    def end(self, session_id: str, owner: str | None = None) -> None:
-        """Delete the session from memory and the store; the backend forgets it."""
+    def end(self, session_id: str, owner: str | None = None, kind: str | None | AnyKind = ANY_KIND) -> None:
+        """Delete the session from memory and the store; the backend forgets it. ``kind``: as a turn's
+        (:attr:`TurnRequest.kind`), checked on the session as stored: a session of another API raises
+        ``SessionKindMismatch`` and stays."""
         with self._metrics.counting():
-            entry = self._sessions.lookup(session_id, owner_key(owner))
-            with entry.lock:
-                if entry.running:
-                    raise SessionBusy(session_id)
-                entry.running = True  # no turn starts while the session is deleted
+            # claimed like a turn (no turn starts while the session is deleted), and as stored (another replica
+            # may have saved it since)
+            entry = self._sessions.acquire(session_id, owner_key(owner), False, None)
             try:
+                check_kind(session_id, entry.extra, kind)
                 self.store.delete(entry.key)
                 self._sessions.table.remove(entry)
             finally:
@@ -272,12 +273,17 @@ class SessionManager:
             return [SessionInfo(public_id(i.id), i.title, i.turns, i.updated_at, i.template, i.version, i.owner)
                     for i in infos]
 
-    def cancel(self, session_id: str | OneOff, owner: str | None = None) -> bool:
-        """Stop the turn running on this replica for the session (or the one-off); False when none runs here."""
+    def cancel(self, session_id: str | OneOff, owner: str | None = None, kind: str | None | AnyKind = ANY_KIND
+               ) -> bool:
+        """Stop the turn running on this replica for the session (or the one-off); False when none runs here.
+        ``kind``: as in :meth:`end` (another API's turn is not stopped)."""
         with self._metrics.counting():
             okey = owner_key(owner)
-            entry = session_id.entry_for(okey) if isinstance(session_id, OneOff) else self._sessions.lookup(
-                session_id, okey)
+            if isinstance(session_id, OneOff):
+                entry = session_id.entry_for(okey)
+            else:
+                entry = self._sessions.lookup(session_id, okey)
+                check_kind(session_id, entry.extra, kind)  # a session's kind is set when it is made, never changed
             if not entry.running:
                 return False
             entry.cancel_requested = True

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ..backends.base import SamplingParams
-from ..errors import ConfigError
+from ..errors import ConfigError, SessionKindMismatch
 from ..session import Session
 from .table import View
 
@@ -29,6 +29,14 @@ class AnyKind:
 
 #: see :attr:`TurnRequest.kind`
 ANY_KIND = AnyKind()
+
+def check_kind(session_id: str, extra: Mapping[str, Any] | None, wanted: str | None | AnyKind) -> None:
+    """Refuse a change of ``wanted``'s API (a turn, an end) on a session whose ``extra`` says another API keeps
+    records of it (:attr:`TurnRequest.kind`); :data:`ANY_KIND` takes any session."""
+    held = (extra or {}).get("kind")
+    if not isinstance(wanted, AnyKind) and held != wanted:
+        raise SessionKindMismatch(session_id, kind=held, wanted=wanted)
+
 
 #: what an :attr:`TurnRequest.edit` returns: replacements of the session and its ``extra`` (None keeps one), or None
 Edit = Callable[[View], tuple[Session | None, dict[str, Any] | None] | None]

@@ -21,7 +21,7 @@ from fastapi import APIRouter, Body, Depends, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field
 
-from ..errors import InvalidMessages, SessionNotFound
+from ..errors import InvalidMessages, SessionKindMismatch, SessionNotFound
 from ..manager import SessionManager
 from ..manager.table import View
 from ..messages import normalize_messages
@@ -148,8 +148,10 @@ async def delete_conversation(cid: str, request: Request, who: str | None = Depe
     mgr: SessionManager = request.app.state.manager
 
     def delete(sid: str) -> None:
-        mgr.inspect(sid, lambda v: _conversation(v, cid), who)
-        mgr.end(sid, who)
+        try:
+            mgr.end(sid, who, "conversation")  # checked on the session it deletes, in the same claim
+        except SessionKindMismatch:  # a chain's session, or chat's: no conversation of this id
+            raise chains.not_found("conversation", cid, "conversation_id") from None
 
     await blocking(_call, delete, sid)
     return {"id": cid, "object": "conversation.deleted", "deleted": True}

@@ -19,8 +19,11 @@ FastAPI's layers cost more CPU than a turn.
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import hashlib
 import json
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -66,10 +69,12 @@ class Interactive:
                    key: str | None = None) -> None:
         mgr: SessionManager = self.state.manager
         sid = None if body.session_id in (-1, "-1") else str(body.session_id)
+        # kind None everywhere: a session of the Responses or Conversations API is refused (409), its records
+        # would break; ending or cancelling it is a change like a turn
         if body.cancel or body.stop is True:
             if sid is None:
                 raise ApiError(400, "cancel needs the session_id of the running turn", param="session_id")
-            cancelled = await blocking(mgr.cancel, sid, who)
+            cancelled = await blocking(mgr.cancel, sid, who, None)
             return await asgi.send_json(send, reply(sid, "", 0, Chunk(), finish_reason=None, cancelled=cancelled))
         if body.ignore_eos:
             raise ApiError(400, "ignore_eos is not supported: the answer ends at the model's end-of-turn marker",
@@ -84,54 +89,44 @@ class Interactive:
                                     "ends the session)", param="prompt")
             if sid is None:
                 raise ApiError(400, "session_id -1 names no session to end", param="session_id")
-            await blocking(mgr.end, sid, who)
+            await blocking(mgr.end, sid, who, None)
             return await asgi.send_json(send, reply(sid, "", 0, Chunk(), finish_reason="stop", ended=True))
-        # to_end: a stored session that interactive_mode=false ends here once its turn is over, however it ends
-        created = False
         session: str | OneOff
         if sid is None and end:  # a one-off: the store never sees it, and it is gone with its turn
             oneoff = mgr.oneoff(who)
-            session, sid, to_end = oneoff, oneoff.session_id, False
-        else:
-            created = sid is None  # made for this turn: a turn refused before it starts leaves nothing behind
-            session = sid = sid if sid is not None else await blocking(mgr.create, None, who)
-            to_end = end
+            session, sid = oneoff, oneoff.session_id
+        else:  # session_id -1 keeping its session: a new one, which the turn creates (a refused turn leaves none)
+            session = sid = sid if sid is not None else new_sid(key, who)
         stop = None if isinstance(body.stop, bool) else body.stop
-        # kind None: a session of the Responses or Conversations API is refused (its records would break)
         turn = TurnRequest(session, messages, params=body.sampling(), stop=stop, owner=who, create=True,
                            max_new_tokens=body.request_output_len, idempotency_key=key, kind=None)
         # a stored turn with a key: its retry waits for it, then is answered the saved turn (a one-off saves nothing)
         release = await self.state.inflight.hold(who, None if isinstance(session, OneOff) else key)
-        try:
-            await self._answer(mgr, turn, sid, body, to_end, receive, send, created)
+        try:  # a stored session that interactive_mode=false ends once its turn is committed
+            await self._answer(mgr, turn, sid, body, end and not isinstance(session, OneOff), receive, send)
         except InvalidMessages as exc:  # named as the client sent it: prompt, or prompt[k] of a list
             raise as_sent(exc, len(messages), lambda k, field: _prompt_param(body.prompt, kept, k, field)) from None
         finally:
             release()
 
     async def _answer(self, mgr: SessionManager, turn: TurnRequest, sid: str, body: InteractiveRequest, to_end: bool,
-                      receive: Receive, send: Send, created: bool = False) -> None:
-        end = not body.interactive_mode
+                      receive: Receive, send: Send) -> None:
+        """The turn, answered; ``to_end``: the session ends once the turn is committed (streamed: once the
+        stream is over, however it ends but by an error; cancelled: once its partial answer is). A turn that
+        fails, refused (4xx) or not (5xx), ends nothing: a refusal changes nothing."""
         session, who = turn.session, turn.owner
         try:
             if body.stream:
                 chunks = await start_stream(mgr, turn, receive)
             else:
                 result = await run(mgr, turn, receive)
-        except LmchatError as exc:
-            if created:  # refused before it started: the session made for it goes now (no turn holds it)
-                with contextlib.suppress(LmchatError):
-                    await blocking(mgr.end, sid, who)
-            elif to_end:
-                end_soon(mgr, sid, who)
-            if isinstance(exc, SessionLengthExceeded):
-                return await _overflow(send, sid, exc)
-            raise
-        except BaseException:
-            if to_end or created:
+        except SessionLengthExceeded as exc:
+            return await _overflow(send, sid, exc)
+        except asyncio.CancelledError:  # the response task: its turn commits what it generated, then it ends
+            if to_end:
                 end_soon(mgr, sid, who)
             raise
-        if body.stream:  # the session ends (interactive_mode=false) when the stream does, however it ends
+        if body.stream:  # the session ends (interactive_mode=false) when the stream does
             # a client that leaves closes the stream: the turn is cancelled and its partial answer saved
             async with contextlib.aclosing(chunks), cancel_on_disconnect(receive, lambda: mgr.cancel(session, who)):
                 return await asgi.send_lines(send, _lines(mgr, sid, who, chunks, to_end), b"application/x-ndjson")
@@ -141,7 +136,17 @@ class Interactive:
         last = Chunk(prefilled=result.prefilled, reused=result.reused, cached_from=result.cached_from,
                      cache_miss_reason=result.cache_miss_reason)
         generated = count(mgr.tokenizer, len(result.text), len(result.token_ids))
-        await asgi.send_json(send, reply(sid, result.text, generated, last, result.finish_reason, ended=end or None))
+        await asgi.send_json(send, reply(sid, result.text, generated, last, result.finish_reason,
+                                         ended=not body.interactive_mode or None))
+
+
+def new_sid(key: str | None, who: str | None) -> str:
+    """The id of the session a ``session_id=-1`` request keeps: random, or derived from its Idempotency-Key and
+    its owner, so that a retry finds the session (and the turn) its first attempt made."""
+    if key is None:
+        return uuid.uuid4().hex
+    seed = f"interactive\0{who or ''}\0{key}"
+    return hashlib.sha256(seed.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 async def _lines(mgr: SessionManager, sid: str, who: str | None, chunks: AsyncIterator[Chunk], end: bool
@@ -154,9 +159,10 @@ async def _lines(mgr: SessionManager, sid: str, who: str | None, chunks: AsyncIt
             generated = count(mgr.tokenizer, chars, ids)
             yield json.dumps(reply(sid, chunk.text, generated, chunk, chunk.finish_reason), ensure_ascii=False) + "\n"
     except LmchatError as exc:  # the status line is sent already: the error is the stream's last line
+        end = False  # the turn failed: nothing of it was committed, and the session stays as it was
         yield json.dumps({**api_error(exc).body(), "finish_reason": "error", "session_id": sid}) + "\n"
     finally:
-        if end:
+        if end:  # a client that left: its partial answer is committed, then the session ends
             end_soon(mgr, sid, who)
 
 
