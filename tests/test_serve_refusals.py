@@ -7,9 +7,9 @@ memory or in the store, so nothing after a restart either.
    ``interactive_mode: false`` (a prompt over the limit, one that does not fit, a bad message or field) does not
    end its session. Each case seeds a session and a chain, sends the refused request, then reads both back
    through the API: the same, also after ``lmchat serve`` restarts on its SQLite file.
-9. No error body names a server file (the SQLite store's path); an interactive turn retried with its
-   Idempotency-Key after a 503 (Redis stalled: SIGSTOP) is stored once, and a turn that failed so does not end
-   its session.
+9. No error body names a server file (the SQLite store's path); a conversation holds at most 100,000 items, as a
+   response's input; an interactive turn retried with its Idempotency-Key after a 503 (Redis stalled: SIGSTOP) is
+   stored once, and a turn that failed so does not end its session.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import pytest
 
 pytest.importorskip("fastapi")
 
-from lmchat.validation import DEFAULT_MAX_CHARS  # noqa: E402
+from lmchat.validation import DEFAULT_MAX_CHARS, MAX_MESSAGES  # noqa: E402
 
 from .serve_helpers import InProcess, Server, lines  # noqa: E402
 
@@ -176,6 +176,22 @@ def test_deleting_a_chains_session_as_a_conversation_is_404_and_the_chain_stays(
 
 
 # ---------------------------------------------------------------------------------------------- item 9
+def test_a_conversation_holds_at_most_as_many_items_as_a_response_takes(app):
+    item = {"type": "message", "role": "user", "content": "x"}
+    with app.client(OWNER, base="/v1", timeout=300) as api:
+        too_many = api.post("/conversations", json={"items": [item] * (MAX_MESSAGES + 1)})
+        assert too_many.status_code == 400 and too_many.json()["error"]["param"] == "items"
+        cid = api.post("/conversations", json={"items": [item] * (MAX_MESSAGES - 25)}).json()["id"]
+        assert api.post(f"/conversations/{cid}/items", json={"items": [item] * 20}).status_code == 200
+        latest = api.get(f"/conversations/{cid}/items", params={"limit": 1}).json()
+        over = api.post(f"/conversations/{cid}/items", json={"items": [item] * 6})
+        assert over.status_code == 400 and over.json()["error"]["param"] == "items"
+        assert f"holds {MAX_MESSAGES - 5} items" in over.json()["error"]["message"]
+        assert api.get(f"/conversations/{cid}/items", params={"limit": 1}).json() == latest  # nothing added
+        assert api.post(f"/conversations/{cid}/items", json={"items": [item] * 5}).status_code == 200  # 100,000
+        assert api.post(f"/conversations/{cid}/items", json={"items": [item]}).status_code == 400
+
+
 def test_no_error_body_names_the_stores_file(tmp_path, caplog):
     db = tmp_path / "private-folder" / "sessions.db"
     server = InProcess(*serve_args(db), keys=(OWNER, OTHER))

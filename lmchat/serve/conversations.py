@@ -27,7 +27,7 @@ from ..manager.table import View
 from ..messages import normalize_messages
 from ..session import Session
 from ..session.edits import restored
-from ..validation import validate_messages
+from ..validation import MAX_MESSAGES, validate_messages
 from . import chains
 from .chain_state import Cut, SessionState
 from .deps import blocking, owner
@@ -42,7 +42,7 @@ T = TypeVar("T")
 
 
 class NewConversation(_Body):
-    items: list[Any] | None = None
+    items: list[Any] | None = Field(default=None, max_length=MAX_MESSAGES)
     metadata: Metadata | None = None
 
 
@@ -180,8 +180,11 @@ async def add_items(cid: str, body: NewItems, request: Request, who: str | None 
 
     def change(v: View) -> tuple[None, dict[str, Any]]:
         state = _conversation(v, cid)
-        _checked(_tail(v, state), messages, "items")
         count, serials = _count(v, state), Serials(state.deleted_items)
+        if count + len(messages) > MAX_MESSAGES:
+            raise bad("items", f"the conversation holds {count} items: at most {MAX_MESSAGES} in all, as many as "
+                               "a response's input")
+        _checked(_tail(v, state), messages, "items")
         for j, message in enumerate(messages):
             added.extend(message_items(sid, serials.serial(count + j), message, v.session.template, v.session.tools))
         return None, state.evolve(queue=(*state.queue, *messages)).to_json()
