@@ -7,6 +7,13 @@ byte of the body is read; a chunked body is counted as it arrives and cut
 off at the limit, so a huge upload never sits in memory. The guard also
 serves the routes given to it as plain ASGI apps (:mod:`.asgi`), before the
 framework sees their requests.
+
+Nothing a route raises gets past the guard once it is answered. Starlette's ``ServerErrorMiddleware`` answers an
+unexpected exception (with the app's handler: 500 ``internal_error``) and then raises it again, for the server to
+log; uvicorn closes the connection of an app that raised, so the client's next request on that connection was
+reset. The handler has logged it: here it ends. An exception before any answer is answered here; one after a
+response began and before it ended (a stream that broke) is raised on, since closing the connection is then the
+only way to tell the client that the response is incomplete (the routes' streams end with an error event instead).
 """
 from __future__ import annotations
 
@@ -18,7 +25,7 @@ import types
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .asgi import send_json
+from .asgi import send_error, send_json
 from .errors import ApiError
 from .metrics import RequestStats
 
@@ -111,10 +118,14 @@ class Guard:
                 body_done = not message.get("more_body", False)
             return message
 
+        started = ended = False
+
         async def watched_send(message: Message) -> None:
-            nonlocal status
+            nonlocal status, started, ended
             if message["type"] == "http.response.start":
-                status = message["status"]
+                status, started = message["status"], True
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                ended = True
             await send(message)
 
         own = self.routes.get(scope["path"])
@@ -127,6 +138,11 @@ class Guard:
                 await _refuse_method(watched_send, own[0])
             else:
                 await own[1](scope, counted_receive, watched_send)
+        except Exception as exc:  # answered already, or answered here: the connection stays open (see above)
+            if not started:
+                await send_error(watched_send, exc)
+            elif not ended:
+                raise
         finally:
             if own is not None:
                 path = scope["path"]

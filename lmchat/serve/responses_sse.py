@@ -7,8 +7,9 @@ their ``.done`` events); function calls come once the turn is committed, with
 the call ids the session keeps (a tool result must name them), as one
 ``function_call_arguments.delta`` each; ``response.completed`` (or
 ``response.incomplete``) carries the whole response, sent once the turn is
-saved and the session free. A failure after the stream began is an ``error``
-event followed by ``response.failed``.
+saved and the session free. A failure after the stream began (any: an
+unexpected one is logged as a 500 would be) is an ``error`` event followed by
+``response.failed``, and the stream ends as any does: its connection goes on.
 """
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ import json
 from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
-from ..errors import LmchatError
 from ..tools import ContentDelta, ReasoningDelta, ResponseStream
 from ..tools.events import Event
 from ..manager import TurnResult, TurnStream
@@ -141,7 +141,7 @@ async def response_events(turn: TurnStream, base: dict[str, Any], *, sid: str, s
         response = finish(result, output)
         kind = "response.completed" if response["status"] == "completed" else "response.incomplete"
         yield event(kind, response=response)
-    except LmchatError as exc:  # the status line is sent already: the error is an event, then the failure
+    except Exception as exc:  # the status line is sent already: the error is an event, then the failure
         error = api_error(exc)
         yield event("error", code=error.code, message=error.message, param=error.param)
         yield event("response.failed", response=failed(base, error))

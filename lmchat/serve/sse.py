@@ -16,7 +16,6 @@ from typing import Any
 import attrs
 
 from ..backends.base import Chunk
-from ..errors import LmchatError
 from ..tools.events import Event
 from ..tools import ContentDelta, ReasoningDelta, ResponseStream, ToolCallArgumentsDelta, ToolCallStart
 from .errors import api_error
@@ -82,7 +81,7 @@ async def chat_events(chunks: AsyncIterator[Chunk], meta: Meta, *, template: Any
                 if include_usage:
                     yield meta.event([], usage=usage(chunk, count(chars, ids)))
         yield DONE
-    except LmchatError as exc:
+    except Exception as exc:  # any: the status line is sent, the error is the stream's last line
         yield f"data: {json.dumps(api_error(exc).body())}\n\n"
 
 
@@ -113,5 +112,5 @@ async def completion_events(chunks: AsyncIterator[Chunk], meta: Meta, *, include
             if chunk.finish_reason and include_usage:
                 yield meta.event([], usage=usage(chunk, count(chars, ids)))
         yield DONE
-    except LmchatError as exc:
+    except Exception as exc:  # any: the status line is sent, the error is the stream's last line
         yield f"data: {json.dumps(api_error(exc).body())}\n\n"
