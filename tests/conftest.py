@@ -8,13 +8,100 @@ file's own, under a name of its own.
 """
 from __future__ import annotations
 
+import os
+import subprocess
 import uuid
 
 import pytest
 
 from lmchat.stores import open_store
 
+from . import hypothesis_profiles, tiers
 from .store_helpers import STORES, RedisServer, open_kind, redis_binary
+
+hypothesis_profiles.load()
+
+
+# ---------------------------------------------------------------------- tiers (tests/tiers.py)
+def pytest_configure(config):
+    for name, meaning in tiers.MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {meaning}")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Each test marked with the resources it uses; tests on a module- or class-scoped fixture (a server, a
+    backend) grouped by their file, so that ``--dist loadgroup`` starts each such fixture on one worker only."""
+    for item in items:
+        for name in sorted(tiers.markers_for(item)):
+            item.add_marker(name)
+        definitions = getattr(item, "_fixtureinfo", None)
+        scopes = {d.scope for defs in (definitions.name2fixturedefs.values() if definitions else ()) for d in defs}
+        if scopes & {"module", "class", "package"}:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+
+
+GUARD = tiers.Guard()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _tier_guard():
+    """Checks every process start and model load against the running test's markers (tiers.Guard)."""
+    patches = pytest.MonkeyPatch()
+    popen_init = subprocess.Popen.__init__
+
+    def popen(self, args, *rest, **kw):
+        GUARD.process(args)
+        popen_init(self, args, *rest, **kw)
+
+    patches.setattr(subprocess.Popen, "__init__", popen)
+    try:
+        import ptyprocess
+
+        spawn = ptyprocess.PtyProcess.spawn.__func__
+
+        def pty_spawn(cls, argv, *rest, **kw):
+            GUARD.process(argv)
+            return spawn(cls, argv, *rest, **kw)
+
+        patches.setattr(ptyprocess.PtyProcess, "spawn", classmethod(pty_spawn))
+    except ImportError:
+        pass
+    try:
+        import llama_cpp.llama_cpp as L
+
+        load = L.llama_model_load_from_file
+
+        def load_model(path, params):
+            GUARD.model(bool(params.vocab_only))
+            return load(path, params)
+
+        patches.setattr(L, "llama_model_load_from_file", load_model)
+    except ImportError:
+        pass
+    yield
+    patches.undo()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    GUARD.current = item
+    try:
+        return (yield)
+    finally:
+        GUARD.current = None
+
+
+@pytest.fixture(autouse=True)
+def _tier_check(request):
+    yield
+    found = [v for v in GUARD.violations if v.startswith(request.node.nodeid + " ")]
+    GUARD.violations[:] = [v for v in GUARD.violations if v not in found]
+    report = os.environ.get("LMCHAT_TIERS_REPORT")  # a file: list what is missed there instead of failing
+    if found and report:
+        with open(report, "a", encoding="utf-8") as f:
+            f.writelines(line + "\n" for line in found)
+    elif found:
+        pytest.fail("\n".join(found), pytrace=False)
 
 
 # ---------------------------------------------------------------------- Redis

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 import lmchat
 from lmchat.registry import template_class
 
+from .hypothesis_profiles import examples
 from . import golden, oracle
 from .conversations import conversations
 
@@ -49,7 +50,7 @@ def assert_same_as_oracle(name, messages, **options):
 
 @oracle.needs_oracle_for_random
 @pytest.mark.parametrize("name", OFFICIAL)
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(messages=conversations())
 def test_random_conversations(name, messages):
     assert_same_as_oracle(name, messages, add_generation_prompt=True)

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from lmchat import Session, get_template
 from lmchat.registry import canonical_name
 
+from .hypothesis_profiles import examples
 from . import oracle
 from .conversations import a, call, s, text_strategy, tool, u
 from .test_conformance import assert_same, assert_same_as_oracle
@@ -50,7 +51,7 @@ def messages_with_tools(draw):
 
 @oracle.needs_oracle_for_random
 @pytest.mark.parametrize("name", NAMES)
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(messages=messages_with_tools(), generation_prompt=st.booleans())
 def test_random_tool_conversations(name, messages, generation_prompt):
     assert_same_as_oracle(name, messages, add_generation_prompt=generation_prompt)
@@ -156,7 +157,7 @@ def test_later_turns_are_pure_deltas(name):
 
 
 @pytest.mark.parametrize("name", NAMES)
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(steps=st.lists(st.tuples(st.sampled_from(["user", "tool", "system"]), text_strategy(), text_strategy()),
                       max_size=6))
 def test_session_invariant_with_tool_results(name, steps):

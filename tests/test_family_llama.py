@@ -11,6 +11,7 @@ from lmchat import Session, get_template
 from lmchat.errors import TemplateRuleError
 from lmchat.registry import canonical_name
 
+from .hypothesis_profiles import examples
 from . import oracle
 from .conversations import TOOLS, a, call, s, text_strategy, tool, u
 from .test_conformance import assert_same, assert_same_as_oracle
@@ -164,7 +165,7 @@ def tool_conversations(draw):
 
 @oracle.needs_oracle_for_random
 @pytest.mark.parametrize("name", LLAMA31)
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     messages=tool_conversations(),
     tools=st.sampled_from([TOOLS, None]),

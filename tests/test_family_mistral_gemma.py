@@ -9,6 +9,7 @@ from lmchat import Session, get_template
 from lmchat.errors import TemplateRuleError
 from lmchat.registry import canonical_name
 
+from .hypothesis_profiles import examples
 from . import oracle
 from .conversations import TOOLS, a, s, text_strategy, u
 from .test_conformance import assert_same, assert_same_as_oracle
@@ -161,13 +162,13 @@ def tool_conversations(max_messages=7):
 
 
 @oracle.needs_oracle_for_random
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(250), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(messages=tool_conversations(), tools=st.sampled_from([None, TOOLS]), prompt=st.booleans())
 def test_random_tool_conversations_v3(messages, tools, prompt):
     assert_same_as_oracle("mistral-v0.3", messages, add_generation_prompt=prompt, tools=tools)
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(script=st.lists(session_batch(), min_size=1, max_size=5), system=st.none() | text_strategy())
 def test_v3_session_invariant_with_tools(script, system):
     """Deltas extend the context or reset to the full prompt, tools moving between repeated user turns."""

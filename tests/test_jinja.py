@@ -11,6 +11,7 @@ from lmchat.errors import InvalidMessages, TemplateConfigError, TemplateRuleErro
 from lmchat.interop.jinja import compile_template
 from lmchat.registry import CHAT_TEMPLATES
 
+from .hypothesis_profiles import examples
 from . import oracle
 from .conversations import PLAIN, REASONING, TOOL_CONVERSATIONS, TOOLS, dialogues, plain_dialogues
 from .test_session_invariant import play
@@ -78,7 +79,7 @@ def session_templates():
 
 
 @pytest.mark.parametrize("name", list(SESSION_STEMS))
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
 @given(dialogue=dialogues())
 def test_session_delta_invariant(session_templates, name, dialogue):
@@ -86,7 +87,7 @@ def test_session_delta_invariant(session_templates, name, dialogue):
 
 
 @pytest.mark.parametrize("name", list(SESSION_STEMS))
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
 @given(dialogue=plain_dialogues())
 def test_plain_sessions_never_reset(session_templates, name, dialogue):

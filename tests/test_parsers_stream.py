@@ -18,6 +18,7 @@ from lmchat.tools import (
 )
 from lmchat.tools.registry import output_markers, response_format
 
+from .hypothesis_profiles import examples
 from .parser_chunks import normal
 
 COMMON = ["text ", "\n", " ", "{", "}", '"', "\\", "日本😀", "<think>", "</think>", "<", "|"]
@@ -89,7 +90,7 @@ def answers(draw, name):
 
 
 @pytest.mark.parametrize("name", sorted(FORMATS))
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=examples(120), deadline=None)
 @given(data=st.data())
 def test_any_chunking_gives_the_whole_text_result(name, data):
     text, cuts, reasoning, opened = data.draw(answers(name))
@@ -155,7 +156,7 @@ def test_a_finished_stream_takes_no_more_text():
 
 
 @pytest.mark.parametrize("template", lmchat.template_names())
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(data=st.data())
 def test_every_template_parses_a_whole_answer_as_its_stream_does(template, data):
     """``parse_response`` skips the parser for answers without markup (most of them): on every registered

@@ -11,6 +11,7 @@ import lmchat
 from lmchat import Session
 from lmchat.session import patches
 
+from .hypothesis_profiles import examples
 from . import tokenizers_fixtures as tf
 
 OPS = st.lists(st.tuples(st.sampled_from(["turn", "turn", "cut", "undo", "reopen", "reset", "bad", "reload"]),
@@ -27,7 +28,7 @@ def as_constructed(held):
     return type(held)(**{a.name: getattr(held, a.name) for a in attrs.fields(type(held)) if a.init})
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(name=st.sampled_from(lmchat.template_names()), tokens=st.booleans(), overflow=st.sampled_from(
     ["error", "truncate", "shift"]), drift=st.sampled_from(["rewind", "reset", "keep"]), ops=OPS)
 def test_changes_patch_the_saved_snapshot_into_the_current_one(name, tokens, overflow, drift, ops):

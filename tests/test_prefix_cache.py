@@ -32,6 +32,7 @@ from lmchat.backends.llamacpp.kvformat import SUFFIX  # noqa: E402
 from lmchat.backends.llamacpp.prefix import BLOCK, common_prefix  # noqa: E402
 from lmchat.manager import TurnRequest
 
+from .hypothesis_profiles import examples
 from .backend_turns import commit  # noqa: E402
 from .llama_helpers import (  # noqa: E402
     THREADS, decoded, greedy, llama_greedy, new_session, reference_llama, settled, turn,
@@ -343,7 +344,7 @@ _ops = st.one_of(
 )
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(6), deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.lists(_ops, min_size=4, max_size=9))
 def test_interleavings_never_change_an_answer(tmp_path_factory, llm, ops):
     """Stateless conversations, branches, sessions, drops, restarts and forgotten caches in any order, on an

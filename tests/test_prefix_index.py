@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 
 from lmchat.backends.llamacpp.prefix import BLOCK, PrefixIndex, block_keys, common_prefix
 
+from .hypothesis_profiles import examples
+
 
 @attrs.define(eq=False)
 class Entry:
@@ -39,7 +41,7 @@ def brute(entries, ids):
 ids_st = st.lists(st.integers(0, 3), min_size=0, max_size=5 * BLOCK)  # a tiny alphabet: many shared prefixes
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(st.tuples(ids_st, st.one_of(st.none(), st.integers(0, 5 * BLOCK))), max_size=6), ids_st,
        st.lists(st.tuples(st.integers(0, 5), st.sampled_from(["grow", "cut", "replace"]), ids_st), max_size=4))
 def test_longest_is_exact_and_maximal(held, prompt, changes):

@@ -14,6 +14,8 @@ from lmchat.tools import (
     response_format,
 )
 
+from .hypothesis_profiles import examples
+
 
 @pytest.mark.parametrize("template, text, reasoning, content", [
     ("qwen3", "<think>\nThe user greets.\n</think>\n\nHello!", "The user greets.", "Hello!"),
@@ -90,7 +92,7 @@ def test_reasoning_streams_before_the_block_closes():
     assert "".join(e.text for e in early if isinstance(e, ReasoningDelta)) == "First, consider"
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     pieces=st.lists(st.sampled_from(["<think>", "</think>", "\n", " ", "a", "<th", "</", "b\n\n"]), max_size=12),
     cut_seed=st.lists(st.integers(0, 200), max_size=10),

@@ -14,6 +14,7 @@ from lmchat.repl.conversation import Conversation
 from lmchat.repl.rendering import PlainOutput
 from lmchat.stores import MemoryStore
 
+from .hypothesis_profiles import examples
 from .conversations import TRICKY
 
 
@@ -21,7 +22,7 @@ def naive_period(s: str) -> int:
     return next(p for p in range(1, len(s) + 1) if all(s[i] == s[i + p] for i in range(len(s) - p)))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.text(alphabet="ab c", max_size=40), st.integers(1, 6))
 def test_shortest_period_is_the_naive_one(unit, repeats):
     s = unit * repeats

@@ -17,11 +17,8 @@ import time
 from pathlib import Path
 
 import httpx
-import pytest
 
 from .serve_helpers import Server
-
-pytestmark = pytest.mark.slow
 
 TURNS, SESSIONS = 10_000, 2_000
 

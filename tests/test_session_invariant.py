@@ -10,6 +10,7 @@ import lmchat
 from lmchat import Session, get_template
 from lmchat.registry import template_class
 
+from .hypothesis_profiles import examples
 from .conversations import dialogues, plain_dialogues
 
 DATE = __import__("datetime").date(2024, 7, 26)
@@ -50,14 +51,14 @@ def play(name, system, turns, *, check_stable=False, roundtrip=False):
 
 
 @pytest.mark.parametrize("name", ALL)
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(dialogue=dialogues())
 def test_delta_invariant(name, dialogue):
     play(name, *dialogue)
 
 
 @pytest.mark.parametrize("name", STABLE)
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(dialogue=plain_dialogues())
 def test_prefix_stable_templates_never_reset(name, dialogue):
     play(name, *dialogue, check_stable=True, roundtrip=True)

@@ -12,9 +12,10 @@ from lmchat.errors import ConfigError, SessionError
 from lmchat.stops import StopMatcher, combine_stops
 from lmchat.session.tokens import TokenCodec
 
+from .hypothesis_profiles import examples
 from .tokenizers_fixtures import deepseek
 
-FAST = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def reference(text: str, stops) -> tuple[str, str | None]:
@@ -217,7 +218,7 @@ def test_incomplete_character_at_the_end_of_the_stream_is_flushed():
 WORDS = ["Hello", " world", "你好", "世界", " 🎉", "👍🏽", " ok", "\n\n", "END", "é", " the", "<", "|"]
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.sampled_from(WORDS), max_size=20), st.data())
 def test_random_token_streams_match_the_reference(words, data):
     text = "".join(words)

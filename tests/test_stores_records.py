@@ -16,6 +16,7 @@ from lmchat.stores import VERSION_KEY, MemoryStore, SQLiteStore, Summary
 from lmchat.stores import records
 from lmchat.stores.records import COMPACT_AFTER, fold
 
+from .hypothesis_profiles import examples
 from .store_helpers import open_kind
 from .test_stores import conversation, first_save, json_copy, turn
 
@@ -162,7 +163,7 @@ OPS = st.lists(st.one_of(
 ), min_size=1, max_size=25)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=OPS, data=st.data())
 def test_random_interleavings_equal_a_reference_dict(any_store, ops, data):
     reference = json_copy({**conversation("start", turns=2), "owner": "o", "notes": ["n0"]})

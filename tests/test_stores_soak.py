@@ -19,7 +19,6 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -129,7 +128,6 @@ def soak(path: str, appends: int = 5000, sessions: int = 2000, workers: int = 8)
     }
 
 
-@pytest.mark.slow
 def test_soak_descriptors_memory_and_latency_stay_flat(tmp_path):
     proc = subprocess.run([sys.executable, "-c", "import json, sys; from tests.test_stores_soak import soak; "
                            "print(json.dumps(soak(sys.argv[1])))", str(tmp_path / "soak.db")],

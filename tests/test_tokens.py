@@ -11,6 +11,7 @@ import lmchat
 from lmchat import Session, SessionLengthExceeded, get_template
 from lmchat.session.tokens import codec_for, encode_prompt
 
+from .hypothesis_profiles import examples
 from . import tokenizers_fixtures as tf
 from .conversations import dialogues
 
@@ -59,7 +60,7 @@ def play_tokens(template, tokenizer, system, turns):
 
 
 @pytest.mark.parametrize("name", lmchat.template_names())
-@settings(max_examples=6, deadline=None,
+@settings(max_examples=examples(6), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(dialogue=dialogues(max_turns=3))
 def test_token_invariant_every_template(name, tokenizer, dialogue):
@@ -69,7 +70,7 @@ def test_token_invariant_every_template(name, tokenizer, dialogue):
 WORDS = st.text(alphabet=st.sampled_from(list("abc XYZ,.?!\n中文é😀")), max_size=24)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(chunks=st.lists(st.tuples(WORDS, st.booleans()), max_size=6))
 def test_codec_equals_the_tokenizers_own_encoding_without_injected_specials(tokenizer, chunks):
     """Split at structural specials, our encoding is the tokenizer's (transformers' tokenize=True)."""

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from lmchat import Session, get_template
 
+from .hypothesis_profiles import examples
 from .conversations import PLAIN_WORDS, TOOLS, a, s, text_strategy, u
 from .test_tool_prompts import DATE, GLM_MESSAGES, WEATHER_TOOLS, raw_actions
 from .tool_prompt_seeds import call
@@ -134,14 +135,14 @@ def play(name, system, turns):
 
 
 @pytest.mark.parametrize("name", ["internlm2", "chatglm3"])
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(dialogue=tool_dialogues(text_strategy()))
 def test_tool_sessions_never_reset(name, dialogue):
     play(name, *dialogue)
 
 
 @pytest.mark.parametrize("name", ["internlm2", "chatglm3"])
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(dialogue=tool_dialogues(PLAIN_WORDS))
 def test_tool_sessions_with_plain_words(name, dialogue):
     play(name, *dialogue)

@@ -13,6 +13,7 @@ from lmchat import Session, get_template
 from lmchat.messages import calls_as
 from lmchat.registry import template_class
 
+from .hypothesis_profiles import examples
 from .conversations import TOOLS, text_strategy
 
 DATE = dt.date(2024, 7, 26)
@@ -37,7 +38,7 @@ def tool_scripts(draw):
 
 
 @pytest.mark.parametrize("name", TOOL_TEMPLATES)
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(script=tool_scripts(), with_tools=st.booleans())
 def test_tool_turns_keep_the_invariant(name, script, with_tools):
     template = get_template(name)

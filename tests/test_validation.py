@@ -9,6 +9,7 @@ import lmchat
 from lmchat import InvalidMessages, Session
 from lmchat.session.tokens import codec_for, encode_prompt
 
+from .hypothesis_profiles import examples
 from . import tokenizers_fixtures as tf
 from .conversations import TOOLS
 
@@ -152,7 +153,7 @@ TOKENIZERS = ("smollm2", "deepseek", "spm-legacy", "spm")
 
 @pytest.mark.parametrize("tokenizer", TOKENIZERS)
 @pytest.mark.parametrize("name", lmchat.template_names())
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(6), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_content_never_adds_structural_special_ids(name, tokenizer, codecs, data):
     """Content stuffed with marker strings: the engine holds only the control ids the template wrote

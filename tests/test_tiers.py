@@ -1,0 +1,128 @@
+"""The tiers (tests/tiers.py): what a test's code reaches decides its markers, and the guard fails a test that
+starts a process or loads a model its markers do not name. The functions below are never run: they are read."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from . import tiers
+from .serve_helpers import Server
+from .store_helpers import RedisServer
+
+ECHO = ("--template", "qwen2.5", "--backend", "echo")
+LLAMA = ("--backend", "llamacpp", "--template", "smollm2")
+
+
+class Item:
+    """What tiers reads of a collected test: its function, its fixtures, its parameters, its node id."""
+
+    def __init__(self, function, fixtures=(), params=None, nodeid="tests/test_x.py::test_x"):
+        self.function, self.fixturenames, self.nodeid = function, list(fixtures), nodeid
+        if params is not None:
+            self.callspec = type("CallSpec", (), {"params": params})()
+
+
+def pure():
+    return sorted([3, 1, 2])
+
+
+def starts_the_echo_server():
+    with Server(*ECHO) as server:
+        return server
+
+
+def starts_a_server_on_the_model():
+    return Server(*LLAMA)
+
+
+def helper_running_lmchat():
+    return subprocess.run([sys.executable, "-m", "lmchat", "render", "--template", "qwen2.5"])
+
+
+def through_a_helper():
+    return helper_running_lmchat()
+
+
+def one_shot_on_the_bundled_model():
+    return subprocess.run([sys.executable, "-m", "lmchat", "chat", "--store", "memory", "Hi"])
+
+
+def runs_redis(tmp_path):
+    return RedisServer(tmp_path, "redis-server")
+
+
+class Booted:
+    def __init__(self):
+        self.server = Server(*ECHO)
+
+
+def makes_a_helper_object():
+    return Booted()
+
+
+@pytest.mark.parametrize("function, expected", [
+    (pure, set()),
+    (starts_the_echo_server, {"server"}),
+    (starts_a_server_on_the_model, {"server", "model"}),
+    (through_a_helper, {"server"}),
+    (one_shot_on_the_bundled_model, {"server", "model"}),
+    (runs_redis, {"redis"}),
+    (makes_a_helper_object, {"server"}),
+])
+def test_markers_come_from_what_the_code_reaches(function, expected):
+    assert tiers.markers_for(Item(function)) == expected
+
+
+def test_fixtures_and_parameters_name_resources_too():
+    assert tiers.markers_for(Item(pure, fixtures=["redis_server"])) == {"redis"}
+    assert tiers.markers_for(Item(pure, fixtures=["any_store"], params={"any_store": "redis"})) == {"redis"}
+    assert tiers.markers_for(Item(pure, fixtures=["any_store"], params={"any_store": "sqlite"})) == set()
+
+
+def test_the_soaks_are_slow_by_their_node_id():
+    assert tiers.markers_for(Item(pure, nodeid=tiers.SLOW[0] + "::test_anything")) == {"slow"}
+
+
+class Running:
+    """A running test, as the guard reads it: its markers."""
+
+    def __init__(self, *marks: str):
+        self.nodeid = "tests/test_x.py::test_x"
+        self._marks = [getattr(pytest.mark, name).mark for name in marks]
+
+    def iter_markers(self):
+        return iter(self._marks)
+
+
+@pytest.mark.parametrize("argv, marks, missing", [
+    ([sys.executable, "-m", "lmchat", "render", "--template", "qwen2.5"], (), ("server",)),
+    ([sys.executable, "-m", "lmchat", "render"], ("server",), None),
+    ([sys.executable, "-m", "lmchat", "serve", "--backend", "echo", "--backend", "llamacpp"], ("server",), ("model",)),
+    ([sys.executable, "-m", "lmchat", "serve", "--backend", "llamacpp", "--backend", "echo"], ("server",), None),
+    ([sys.executable, "-m", "lmchat", "chat", "--store", "memory"], ("server",), ("model",)),
+    ([sys.executable, "-m", "lmchat", "serve", "--help"], ("server",), None),
+    (["/usr/bin/redis-server", "--port", "1"], (), ("redis",)),
+    (["/usr/bin/redis-server", "--port", "1"], ("redis",), None),
+    (["git", "ls-files"], (), None),
+    ("lmchat chat --backend echo", (), ("server",)),
+])
+def test_the_guard_names_the_marker_a_process_needs(argv, marks, missing):
+    guard = tiers.Guard()
+    guard.current = Running(*marks)
+    guard.process(argv)
+    # (the missing marker in a tuple: a parameter "redis" would mean a store on redis-server to tiers.PARAMS)
+    assert [f"not marked {missing[0]}" in v for v in guard.violations] == ([True] if missing else [])
+
+
+def test_the_guard_lets_a_vocabulary_load_through_but_not_the_weights():
+    guard = tiers.Guard()
+    guard.current = Running("server")
+    guard.model(vocab_only=True)
+    assert guard.violations == []
+    guard.model(vocab_only=False)
+    assert len(guard.violations) == 1 and "not marked model" in guard.violations[0]
+    guard.current = None  # between tests (a session fixture's setup): nothing to check against
+    guard.model(vocab_only=False)
+    assert len(guard.violations) == 1

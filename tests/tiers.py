@@ -1,0 +1,221 @@
+"""The tiers of the suite: which tests load a model, start a process, drive a browser, run redis-server or soak,
+decided here, in one place, from what each test uses (its fixtures and the code it reaches), not by hand in each
+file. tests/conftest.py applies it at collection and guards it while the tests run.
+
+At collection (:func:`markers_for`), a test is given the marker of every resource its code can reach: the names
+in :data:`USES` met in the test function, in the fixtures it requests (their whole closure) and, through them,
+in every function and class of this package they call, followed to any depth. A string constant naming the
+llama.cpp engine (``"llamacpp"``, as in ``Server("--backend", "llamacpp")``) means the model too. ``slow`` is a
+judgement, not a use: :data:`SLOW` lists those tests.
+
+While the tests run (:class:`Guard`), starting a process or loading a GGUF's weights checks the running test's
+markers, so a test that reaches a resource by a path the collection did not see fails with what to add here,
+rather than running in a tier that promises it does not: ``pytest -m "not model and not server"`` starts no
+process and loads no model, or fails saying which test would have.
+"""
+from __future__ import annotations
+
+import os
+import types
+from typing import Any
+
+import pytest
+
+#: the markers and what each means (registered by tests/conftest.py; ``pytest --markers`` lists them)
+MARKERS = {
+    "model": "loads a real GGUF's weights into llama.cpp, in this process or in a process it starts",
+    "server": "starts a process: lmchat serve, the REPL in a terminal, an lmchat command, a reference server",
+    "browser": "drives a real browser (Debian's chromium)",
+    "redis": "runs a real redis-server",
+    "slow": "a soak or a long run of one path (a minute or more); tests/tiers.py SLOW lists them",
+}
+
+#: names met in a test's code (a call, a class, a fixture) and the resources each one means
+USES: dict[str, frozenset[str]] = {
+    # the llama.cpp engine and llama-cpp-python's own Llama, on a GGUF's weights
+    "LlamaCppBackend": frozenset({"model"}),
+    "Llama": frozenset({"model"}),
+    # processes: tests/serve_helpers.Service and its kinds, a pseudo-terminal, any subprocess of a helper
+    "Service": frozenset({"server"}),
+    "Server": frozenset({"server"}),
+    "spawn": frozenset({"server"}),
+    "Popen": frozenset({"server"}),
+    "check_output": frozenset({"server"}),
+    # a real redis-server (tests/store_helpers.RedisServer and the fixtures on it)
+    "RedisServer": frozenset({"redis"}),
+    "redis_server": frozenset({"redis"}),
+    "own_redis": frozenset({"redis"}),
+    # a real browser
+    "sync_playwright": frozenset({"browser"}),
+    "async_playwright": frozenset({"browser"}),
+    "webdriver": frozenset({"browser"}),
+}
+
+#: string constants that name the llama.cpp engine or a server on it: a process started with them loads a model
+MODEL_WORDS = ("llamacpp", "llama_cpp.server", "llama-server")
+
+#: parameters (of a parametrized fixture or test) that mean a resource: the store kinds on a real redis-server
+PARAMS = {"redis": frozenset({"redis"})}
+
+#: the soaks: node ids (a file, or a file::test)
+SLOW = (
+    "tests/test_serve_soak.py",
+    "tests/test_stores_soak.py::test_soak_descriptors_memory_and_latency_stay_flat",
+    "tests/test_prefix_cache.py::test_a_soak_of_stateless_requests_stays_within_every_bound",
+)
+
+#: conftest's fixtures that watch for resources (they name Popen to wrap it, and use nothing)
+GUARD_FIXTURES = frozenset({"_tier_guard", "_tier_check"})
+
+#: the processes a test may start without a marker: git (the style check lists tracked files)
+FREE_PROGRAMS = frozenset({"git"})
+#: the helpers that start only those (not followed into)
+FREE_HELPERS = frozenset({"tracked_python_files"})
+#: modules whose use in a test's code means it starts a process
+PROCESS_MODULES = frozenset({"subprocess", "pexpect", "ptyprocess", "multiprocessing"})
+
+
+# ---------------------------------------------------------------------- at collection
+def markers_for(item: pytest.Item) -> set[str]:
+    """The markers of the resources ``item`` uses (a subset of :data:`MARKERS`)."""
+    walk = _Walk()
+    function = getattr(item, "function", None)
+    if function is not None:
+        walk.reach(function)
+    info = getattr(item, "_fixtureinfo", None)
+    for name in getattr(item, "fixturenames", ()):
+        if name in GUARD_FIXTURES:
+            continue
+        walk.found |= USES.get(name, frozenset())
+        for definition in (info.name2fixturedefs.get(name, ()) if info is not None else ()):
+            walk.reach(definition.func)
+    found = walk.found
+    if "server" in found and _loads_a_model(walk.strings):
+        found.add("model")
+    for value in getattr(getattr(item, "callspec", None), "params", {}).values():
+        found |= PARAMS.get(value, frozenset()) if isinstance(value, str) else frozenset()
+    if any(item.nodeid == slow or item.nodeid.startswith(slow + "::") for slow in SLOW):
+        found.add("slow")
+    return found
+
+
+def _ours(obj: Any) -> bool:
+    """Whether ``obj`` is defined in this test package (followed into), not in lmchat or a library."""
+    module = getattr(obj, "__module__", None) or ""
+    return module.startswith(("tests.", "test_", "conftest")) and module != __name__
+
+
+class _Walk:
+    """What a test's code reaches: the resources met (``found``) and the string constants read on the way
+    (``strings``: a command line a process is started with is made of them)."""
+
+    def __init__(self) -> None:
+        self.found: set[str] = set()
+        self.strings: list[str] = []
+        self.seen: set[int] = set()
+
+    def reach(self, obj: Any) -> None:
+        if id(obj) in self.seen or getattr(obj, "__name__", None) in FREE_HELPERS:
+            return
+        self.seen.add(id(obj))
+        if isinstance(obj, type):
+            for member in vars(obj).values():
+                self.reach(getattr(member, "__func__", member))
+            for base in obj.__mro__[1:]:
+                self.found |= USES.get(base.__name__, frozenset()) if _ours(base) else set()
+            return
+        code = getattr(obj, "__code__", None)
+        if code is None:
+            wrapped = getattr(obj, "__wrapped__", None) or getattr(obj, "func", None)  # decorators, partials
+            if wrapped is not None:
+                self.reach(wrapped)
+            return
+        self._code(code, getattr(obj, "__globals__", {}))
+
+    def _code(self, code: types.CodeType, namespace: dict[str, Any]) -> None:
+        names = list(code.co_names)
+        for name in names:
+            if name in USES:  # its meaning is the table's: not followed (a RedisServer is redis, not a process)
+                self.found |= USES[name]
+                continue
+            target = namespace.get(name)
+            if isinstance(target, types.ModuleType):
+                if target.__name__ in PROCESS_MODULES:
+                    self.found.add("server")
+                elif target.__name__.startswith("tests.") and target.__name__ != __name__:  # module.name
+                    for attribute in names:
+                        self._follow(getattr(target, attribute, None))
+            else:
+                self._follow(target)
+        for constant in code.co_consts:
+            if isinstance(constant, types.CodeType):
+                self._code(constant, namespace)
+            else:
+                self._constant(constant)
+
+    def _follow(self, target: Any) -> None:
+        if _ours(target) and callable(target):
+            self.reach(target)
+        else:
+            self._constant(target)
+
+    def _constant(self, value: Any) -> None:
+        for v in value if isinstance(value, (tuple, list, frozenset, set)) else (value,):
+            if isinstance(v, str):
+                self.strings.append(v)
+                if v in MODEL_WORDS:
+                    self.found.add("model")
+
+
+# ---------------------------------------------------------------------- while the tests run
+class Guard:
+    """Checks each process start and model load against the running test's markers.
+
+    ``current`` is the test being set up, run or torn down (conftest sets it); what it starts without the
+    marker is kept in ``violations`` and fails that test at its teardown, naming what to add to :data:`USES`.
+    """
+
+    def __init__(self) -> None:
+        self.current: pytest.Item | None = None
+        self.violations: list[str] = []
+
+    def require(self, needs: set[str], what: str) -> None:
+        item = self.current
+        if item is None:
+            return
+        missing = needs - {mark.name for mark in item.iter_markers()}
+        if missing:
+            self.violations.append(
+                f"{item.nodeid} {what} but is not marked {', '.join(sorted(missing))}: the collection did not see "
+                "it use the resource; name the helper or fixture it goes through in tests/tiers.py USES")
+
+    def process(self, argv: Any) -> None:
+        """A process is being started with ``argv`` (a list, or a string run by a shell)."""
+        words = [os.fspath(a) for a in argv] if isinstance(argv, (list, tuple)) else str(argv).split()
+        program = os.path.basename(str(words[0])) if words else ""
+        if program in FREE_PROGRAMS:
+            return
+        needs = {"redis"} if program == "redis-server" else {"server"}
+        if _loads_a_model(words):
+            needs.add("model")
+        command = " ".join(map(str, words[:6])).replace("\n", " ")
+        self.require(needs, f"starts {command[:160]}")
+
+    def model(self, vocab_only: bool) -> None:
+        if not vocab_only:
+            self.require({"model"}, "loads a GGUF's weights")
+
+
+def _loads_a_model(words: list[Any]) -> bool:
+    """Whether an ``lmchat chat``/``lmchat serve`` command line runs the llama.cpp engine (its default)."""
+    text = [str(w) for w in words]
+    if any("LlamaCppBackend" in w or "Llama(" in w or w in MODEL_WORDS[1:] for w in text):  # the engine, a server
+        return True
+    if "--help" in text or "--version" in text:
+        return False
+    command = next((w for w in text if w in ("chat", "serve")), None)
+    if command is None or not any("lmchat" in w or w == "-c" for w in text):
+        return False
+    backends = [text[i + 1] for i, w in enumerate(text[:-1]) if w == "--backend"]
+    backends += [w.split("=", 1)[1] for w in text if w.startswith("--backend=")]
+    return (backends[-1] if backends else "llamacpp") in MODEL_WORDS
