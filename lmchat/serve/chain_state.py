@@ -7,12 +7,18 @@ release 1 (one-letter keys: ``{"s", "e", "at"}`` notes, ``{"ref": k}`` reference
 ``from_json`` reads them as they are and nothing rewrites them, so a store keeps answering across the upgrade;
 a session's state is written in the current format the next time it changes (its old notes stay as they were:
 notes are only appended, so one session may hold both formats).
+
+A record this lmchat cannot read (another format, a missing or mistyped key) is a ``ValueError`` here, and
+:func:`state_of` and :func:`note_of` turn it into ``StoreCorrupt`` naming the session (500 ``store_corrupt``).
 """
 from __future__ import annotations
 
 from typing import Any
 
 import attrs
+
+from ..errors import StoreCorrupt
+from ..manager.table import View
 
 #: the format this module writes; 1 is release 1's (no ``format`` key)
 FORMAT = 2
@@ -22,8 +28,8 @@ KINDS = ("responses", "conversation")
 
 def _version(data: dict[str, Any]) -> int:
     version = data.get("format", 1)
-    if version not in (1, FORMAT):
-        raise ValueError(f"state format {version!r}: this lmchat reads formats 1 to {FORMAT}")
+    if isinstance(version, bool) or version not in (1, FORMAT):
+        raise ValueError(f"format {str(version)[:40]!r}: this lmchat reads formats 1 to {FORMAT}")
     return FORMAT if version == FORMAT else 1
 
 
@@ -71,6 +77,12 @@ class Cut:
     def stales(self, k: int, end_serial: int) -> bool:
         """Whether response ``k``, whose items end before ``end_serial``, held the deleted item."""
         return k < self.responses and self.serial < end_serial
+
+
+def _int(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{str(value)[:40]!r} is no serial")
+    return value
 
 
 @attrs.frozen
@@ -123,9 +135,10 @@ class SessionState:
                     "cuts": data.get("cuts"), "queue": data.get("queue"), "deleted_responses": data.get("deleted"),
                     "origin": data.get("origin"), "created_at": data.get("created_at"),
                     "metadata": data.get("metadata")}
-        return cls(data["kind"], bool(data.get("system_head")), tuple(sorted(data.get("deleted_items") or ())),
+        return cls(data["kind"], bool(data.get("system_head")),
+                   tuple(sorted(_int(s) for s in data.get("deleted_items") or ())),
                    tuple(Cut.from_json(c) for c in data.get("cuts") or ()), tuple(data.get("queue") or ()),
-                   tuple(sorted(data.get("deleted_responses") or ())),
+                   tuple(sorted(_int(k) for k in data.get("deleted_responses") or ())),
                    tuple(Run.from_json(r) for r in data.get("origin") or ()), data.get("created_at") or 0,
                    dict(data.get("metadata") or {}))
 
@@ -204,13 +217,42 @@ class Note:
             return cls(data["s"], data["e"], data["at"], data.get("key"), data.get("prev"), model, request,
                        instructions, tools, data.get("turn"))
         model, request, instructions, tools = (_carried(data.get(key)) for key in CARRIED)
-        return cls(data["first_serial"], data["end_serial"], data["created_at"], data.get("idempotency_key"),
-                   data.get("previous_response_id"), model, request, instructions, tools, data.get("turn"))
+        return cls(_int(data["first_serial"]), _int(data["end_serial"]), data["created_at"],
+                   data.get("idempotency_key"), data.get("previous_response_id"), model, request, instructions, tools,
+                   data.get("turn"))
 
 
-def resolve(notes: list[dict[str, Any]], k: int, field: str) -> tuple[int, Any]:
-    """(index of the note that holds it, value) of a carried ``field`` of note ``k`` (of the stored ``notes``)."""
-    value = getattr(Note.from_json(notes[k]), field)
+#: what a record that cannot be read raises while it is parsed
+UNREADABLE = (KeyError, IndexError, TypeError, ValueError, AttributeError)
+
+
+def _corrupt(v: View, what: str, exc: BaseException) -> StoreCorrupt:
+    why = f"no {exc.args[0]!r}" if isinstance(exc, KeyError) and exc.args else str(exc)
+    return StoreCorrupt(f"session {v.session.session_id}: its stored {what} cannot be read ({why[:200]}): "
+                        "delete it")
+
+
+def state_of(v: View) -> SessionState | None:
+    """The session's state (None: a session neither API made); unreadable, ``StoreCorrupt``."""
+    try:
+        return SessionState.from_json(v.extra)
+    except UNREADABLE as exc:
+        raise _corrupt(v, "Responses state", exc) from None
+
+
+def note_of(v: View, k: int) -> Note:
+    """Note ``k`` of the session (one it has); unreadable, ``StoreCorrupt``."""
+    try:
+        return Note.from_json(v.notes[k])
+    except UNREADABLE as exc:
+        raise _corrupt(v, f"note of response {k}", exc) from None
+
+
+def resolve(v: View, k: int, field: str) -> tuple[int, Any]:
+    """(index of the note that holds it, value) of a carried ``field`` of note ``k`` of the session."""
+    value = getattr(note_of(v, k), field)
     if isinstance(value, Same):
-        return value.response, getattr(Note.from_json(notes[value.response]), field)
+        if not 0 <= value.response < len(v.notes):
+            raise _corrupt(v, f"note of response {k}", ValueError(f"same_as {value.response} names no note"))
+        return value.response, getattr(note_of(v, value.response), field)
     return k, value

@@ -38,7 +38,7 @@ from ..manager.table import View
 from ..session import Session
 from ..session.edits import restored
 from ..templates.base import BaseTemplate
-from .chain_state import CARRIED, Note, Same, SessionState, resolve
+from .chain_state import CARRIED, Note, Same, SessionState, note_of, resolve, state_of
 from .errors import ApiError
 from .item_names import Names, count_below
 from .items import Serials, conversation_id, parse_conversation_id, parse_response_id, response_id
@@ -85,10 +85,10 @@ def _keyed_note(key: str, k: int | None) -> Callable[[View], int | None]:
     """A reader: note ``k`` (None: the latest) if it holds ``key`` and its response is not deleted."""
 
     def read(v: View) -> int | None:
-        n, state = len(v.notes) - 1 if k is None else k, SessionState.from_json(v.extra)
+        n, state = len(v.notes) - 1 if k is None else k, state_of(v)
         if state is None or not 0 <= n < len(v.notes) or n in state.deleted_responses:
             return None
-        return n if Note.from_json(v.notes[n]).idempotency_key == key else None
+        return n if note_of(v, n).idempotency_key == key else None
 
     return read
 
@@ -170,37 +170,37 @@ class ResponseAt:
     responses: int  # how many responses the session noted
 
 
-def _last_carried(notes: list[Any]) -> dict[str, Any] | None:
-    if not notes:
+def _last_carried(v: View) -> dict[str, Any] | None:
+    if not v.notes:
         return None
-    k = len(notes) - 1
-    return {key: resolve(notes, k, key) for key in CARRIED}
+    k = len(v.notes) - 1
+    return {key: resolve(v, k, key) for key in CARRIED}
 
 
 def read_response(k: int) -> Callable[[View], ResponseAt | None]:
     """A reader (for ``mgr.inspect``) of response ``k``: a :class:`ResponseAt`, or None."""
 
     def read(v: View) -> ResponseAt | None:
-        state = SessionState.from_json(v.extra)
+        state = state_of(v)
         if state is None or k >= len(v.notes) or k in state.deleted_responses:
             return None
-        note = Note.from_json(v.notes[k])
+        note = note_of(v, k)
         m = state.head + count_below(state.deleted_items, note.end_serial)
         stale = any(cut.stales(k, note.end_serial) for cut in state.cuts)
         latest = state.kind == "responses" and k == len(v.notes) - 1 and v.messages == m and not state.queue
-        return ResponseAt(v.version, note, state, m, stale, latest, _last_carried(v.notes), v.session.template,
+        return ResponseAt(v.version, note, state, m, stale, latest, _last_carried(v), v.session.template,
                           len(v.notes))
 
     return read
 
 
 def read_conversation(v: View) -> dict[str, Any] | None:
-    state = SessionState.from_json(v.extra)
+    state = state_of(v)
     if state is None or state.kind != "conversation":
         return None
     items = v.messages - state.head + len(state.queue)
     return {"version": v.version, "k": len(v.notes), "serial": Serials(state.deleted_items).serial(items),
-            "queue": list(state.queue), "last": _last_carried(v.notes), "template": v.session.template}
+            "queue": list(state.queue), "last": _last_carried(v), "template": v.session.template}
 
 
 # ---------------------------------------------------------------------------------------------- planning
@@ -302,7 +302,7 @@ def edit_for(want: Want, tokenizer: Any, consume_queue: bool) -> Edit:
 
     def edit(v: View) -> tuple[Session | None, dict[str, Any] | None] | None:
         # the manager checked the session's kind before the edit: it is one of ours
-        session, state = v.session, SessionState.from_json(v.extra)
+        session, state = v.session, state_of(v)
         assert state is not None  # noqa: S101 - the manager checked the session's kind (ours) before the edit
         first = session.first_message() if state.system_head else None
         current = first["content"] if first else None
@@ -356,9 +356,9 @@ def note_for(p: Plan, n_input: int, *, model: str, previous: str | None, want: W
 def expanded(v: View, sid: str, k: int) -> tuple[Note, str | None]:
     """Note ``k`` whole (its carried fields resolved, its previous response named) and the id of the
     conversation it belongs to (None: a chain's)."""
-    state, note = SessionState.from_json(v.extra), Note.from_json(v.notes[k])
+    state, note = state_of(v), note_of(v, k)
     assert state is not None  # noqa: S101 - the caller read note k of a session of ours
-    note = attrs.evolve(note, **{key: resolve(v.notes, k, key)[1] for key in CARRIED})
+    note = attrs.evolve(note, **{key: resolve(v, k, key)[1] for key in CARRIED})
     if note.previous_response_id is None and k and state.kind == "responses":
         note = attrs.evolve(note, previous_response_id=response_id(sid, k - 1))
     return note, conversation_id(sid) if state.kind == "conversation" else None

@@ -21,7 +21,7 @@ from fastapi import APIRouter, Body, Depends, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field
 
-from ..errors import InvalidMessages, SessionKindMismatch, SessionNotFound
+from ..errors import InvalidMessages, SessionKindMismatch, SessionNotFound, SnapshotError, StoreCorrupt
 from ..manager import SessionManager
 from ..manager.table import View
 from ..messages import normalize_messages
@@ -29,8 +29,8 @@ from ..session import Session
 from ..session.edits import restored
 from ..validation import MAX_MESSAGES, validate_messages
 from . import chains
-from .chain_state import Cut, SessionState
-from .deps import blocking, owner
+from .chain_state import Cut, SessionState, state_of
+from .deps import blocking, end_session, owner
 from .items import (Serials, bad, conversation_id, input_messages, message_items, page, parse_conversation_id,
                     parse_item_id)
 from .responses import walk
@@ -76,7 +76,7 @@ def _checked(history: list[dict[str, Any]], new: list[dict[str, Any]], param: st
 
 
 def _conversation(v: View, cid: str) -> SessionState:
-    state = SessionState.from_json(v.extra)
+    state = state_of(v)
     if state is None or state.kind != "conversation":
         raise chains.not_found("conversation", cid, "conversation_id")
     return state
@@ -152,6 +152,8 @@ async def delete_conversation(cid: str, request: Request, who: str | None = Depe
             mgr.end(sid, who, "conversation")  # checked on the session it deletes, in the same claim
         except SessionKindMismatch:  # a chain's session, or chat's: no conversation of this id
             raise chains.not_found("conversation", cid, "conversation_id") from None
+        except (StoreCorrupt, SnapshotError):  # nothing of it can be read, its kind neither: it goes all the same
+            end_session(mgr, sid, who)
 
     await blocking(_call, delete, sid)
     return {"id": cid, "object": "conversation.deleted", "deleted": True}

@@ -12,8 +12,9 @@ from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 from starlette.types import Receive
 
-from ..errors import LmchatError
+from ..errors import LmchatError, SnapshotError, StoreCorrupt
 from ..manager import SessionManager
+from ..manager.ids import owner_key, store_key
 from ..validation import DEFAULT_MAX_CHARS
 from .errors import ApiError
 
@@ -49,6 +50,18 @@ def bearer_ok(header: str, keys: Iterable[str]) -> bool:
 async def blocking(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """A manager call that may touch the store (disk, network): off the event loop."""
     return await run_in_threadpool(fn, *args, **kwargs)
+
+
+def end_session(mgr: SessionManager, session_id: str, who: str | None) -> None:
+    """``mgr.end`` (blocking), and a damaged session deleted all the same: one whose stored records or snapshot
+    cannot be read (``StoreCorrupt``, ``SnapshotError``), which the manager cannot load to end, is deleted by its
+    key, which holds the caller's owner hash (another key's session has another key: it stays)."""
+    try:
+        mgr.end(session_id, who)
+    except (StoreCorrupt, SnapshotError):
+        key = store_key(session_id, owner_key(who))
+        mgr.store.delete(key)
+        mgr.backend.drop(key)
 
 
 def check_n(n: int) -> None:

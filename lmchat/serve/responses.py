@@ -24,13 +24,14 @@ from ..backends.base import special_tokens
 from ..constraints import Constraint
 from ..manager import SessionManager, TurnRequest, TurnResult, TurnStream
 from ..manager.table import View
-from ..errors import InvalidMessages, LmchatError, SessionBusy, SessionLengthExceeded, SessionMoved, SessionNotFound
+from ..errors import (InvalidMessages, LmchatError, SessionBusy, SessionLengthExceeded, SessionMoved, SessionNotFound,
+                      SnapshotError, StoreCorrupt)
 from ..templates.base import BaseTemplate
 from ..tools.answer_constraint import for_answer
 from ..validation import check_tools_supported, validate_tools
 from . import chains
-from .chain_state import Note, SessionState
-from .deps import blocking, owner, text_limit
+from .chain_state import Note, state_of
+from .deps import blocking, end_session, owner, text_limit
 from .formats import text_constraint, tool_constraint
 from .idempotency import releasing
 from .item_names import Names, count_below
@@ -248,12 +249,16 @@ async def delete_response(rid: str, request: Request, who: str | None = Depends(
         return None, info.state.evolve(deleted_responses=deleted).to_json()
 
     def gone(v: View) -> bool:
-        state = SessionState.from_json(v.extra)
+        state = state_of(v)
         return state is not None and state.kind == "responses" and len(state.deleted_responses) == len(v.notes)
 
     def delete() -> None:
         try:
-            mgr.update(sid, change, who)
+            try:
+                mgr.update(sid, change, who)
+            except (StoreCorrupt, SnapshotError):  # nothing of it can be read: its whole session goes
+                end_session(mgr, sid, who)
+                return
             gone_all = mgr.inspect(sid, gone, who)
             if gone_all:  # every response of the chain is deleted: so is its session
                 with contextlib.suppress(SessionBusy):
@@ -269,7 +274,7 @@ def walk(v: View, sid: str, lo: int, hi: int, desc: bool, after: str | None) -> 
     """The items of messages ``[lo, hi)`` (item indices: the session's messages after its head, then a
     conversation's queue), in order or reversed, from the message of ``after`` on; named as
     :class:`~.item_names.Names` says (a branch's first items keep their ancestry's ids)."""
-    state = SessionState.from_json(v.extra)
+    state = state_of(v)
     assert state is not None  # noqa: S101 - the caller read a response of this session
     head, queue = state.head, state.queue
     names, held = Names(sid, state), v.messages - head

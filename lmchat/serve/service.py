@@ -12,12 +12,11 @@ from fastapi import APIRouter, Body, Depends, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from ..backends.base import PromptFormat
-from ..errors import SnapshotError, StoreCorrupt, StoreError
+from ..errors import StoreError
 from ..manager import SessionManager
-from ..manager.ids import owner_key, store_key
 from ..session import Session
 from ..validation import check_text
-from .deps import authorized, blocking, owner, text_limit
+from .deps import authorized, blocking, end_session, owner, text_limit
 from .errors import ApiError, api_error
 from .metrics import render
 from .schemas import Fork, NewSession
@@ -61,19 +60,8 @@ async def get_session(session_id: str, request: Request, who: str | None = Depen
 
 @router.delete("/v1/sessions/{session_id}", response_model=None)
 async def delete_session(session_id: str, request: Request, who: str | None = Depends(owner)) -> dict[str, Any]:
-    mgr: SessionManager = request.app.state.manager
-    try:
-        await blocking(mgr.end, session_id, who)
-    except (StoreCorrupt, SnapshotError):
-        # a damaged row cannot be read, so the manager cannot end it: delete its records by key, which holds the
-        # caller's owner hash (another key's session has another key: it stays)
-        await blocking(_forget, mgr, store_key(session_id, owner_key(who)))
+    await blocking(end_session, request.app.state.manager, session_id, who)
     return {"id": session_id, "object": "session.deleted", "deleted": True}
-
-
-def _forget(mgr: SessionManager, key: str) -> None:
-    mgr.store.delete(key)
-    mgr.backend.drop(key)
 
 
 @router.post("/v1/sessions/{session_id}/fork", status_code=201, response_model=None)
