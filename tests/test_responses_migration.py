@@ -19,7 +19,8 @@ pytest.importorskip("fastapi")
 
 import httpx  # noqa: E402
 
-from lmchat.serve.chain_state import FORMAT, Cut, Note, Run, Same, SessionState  # noqa: E402
+from lmchat.serve.chain_state import (DROPPED_FORMAT, FORMAT, Cut, Dropped, DroppedMessage, Note, Run,  # noqa: E402
+                                      Same, SessionState)
 from lmchat.stores.sqlite import SQLiteStore  # noqa: E402
 
 from .serve_helpers import InProcess, Server  # noqa: E402
@@ -246,5 +247,10 @@ def test_today_s_format_round_trips():
     assert SessionState.from_json(conversation.to_json()) == conversation
     note = Note(0, 2, 3.25, None, None, "m", Same(0), "Be brief.", [{"type": "function"}])
     assert Note.from_json(note.to_json()) == note and note.to_json()["request"] == {"same_as": 0}
+    # a record holding dropped items is written in a format that a reader of formats 1 and 2 refuses
+    truncated = SessionState("responses", dropped=(Dropped(0, 4),))
+    assert truncated.to_json()["format"] == DROPPED_FORMAT and SessionState.from_json(truncated.to_json()) == truncated
+    dropped = Note(4, 6, 1.0, dropped=(DroppedMessage(0, {"role": "user", "content": "hi"}),))
+    assert dropped.to_json()["format"] == DROPPED_FORMAT and Note.from_json(dropped.to_json()) == dropped
     with pytest.raises(ValueError, match="format"):
-        SessionState.from_json({"kind": "responses", "format": FORMAT + 1})
+        SessionState.from_json({"kind": "responses", "format": DROPPED_FORMAT + 1})

@@ -172,8 +172,14 @@ def _plan(claim: Claim, request: TurnRequest, model: Mapping[str, Any]) -> dict[
 
     def start() -> Delta:
         if sent is not None:
-            return _from_history(claim.sessions, entry, sent, tools, budget)
-        return entry.session.extend(messages or (), max_new_tokens=budget)
+            delta = _from_history(claim.sessions, entry, sent, tools, budget)
+        else:
+            delta = entry.session.extend(messages or (), max_new_tokens=budget)
+        if delta.removed and request.on_drop is not None:  # restored by _starting if the turn does not start
+            extra, note = request.on_drop(view(entry), delta)
+            entry.extra = entry.extra if extra is None else extra
+            claim.note = claim.note if note is None else note
+        return delta
 
     return _Fresh(start, params)
 

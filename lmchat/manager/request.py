@@ -13,7 +13,7 @@ import attrs
 
 from ..backends.base import SamplingParams
 from ..errors import ConfigError, SessionKindMismatch
-from ..session import Session
+from ..session import Delta, Session
 from .table import View
 
 if TYPE_CHECKING:
@@ -40,6 +40,9 @@ def check_kind(session_id: str, extra: Mapping[str, Any] | None, wanted: str | N
 
 #: what an :attr:`TurnRequest.edit` returns: replacements of the session and its ``extra`` (None keeps one), or None
 Edit = Callable[[View], tuple[Session | None, dict[str, Any] | None] | None]
+#: what an :attr:`TurnRequest.on_drop` returns: replacements of the session's ``extra`` and of the turn's ``note``
+#: (None keeps one)
+OnDrop = Callable[[View, Delta], tuple[dict[str, Any] | None, dict[str, Any] | None]]
 
 
 def _messages(value: Iterable[Mapping[str, Any]] | None) -> tuple[Mapping[str, Any], ...] | None:
@@ -70,7 +73,11 @@ class TurnRequest:
     :func:`lmchat.session.edits.restored`, so that its delta resets): they replace the session only if the
     turn starts, and are saved with it. ``note``: a JSON object appended to the session's notes when the turn
     is saved, in the same compare-and-set, with the turn's counts under ``"turn"`` (:func:`lmchat.turns.turn.
-    record_of` with ``chars``, the answer's length, instead of its text). ``kind``: the session's
+    record_of` with ``chars``, the answer's length, instead of its text). ``on_drop(view, delta)``: called when
+    the overflow policy dropped messages to fit the turn (``delta.removed``, which the session no longer holds;
+    ``view``: the session after the drop, with the ``extra`` the turn started from); the ``extra`` and ``note``
+    it returns replace the session's and the turn's, saved with the turn (a caller keeping records of the
+    session's messages keeps the dropped ones that way). ``kind``: the session's
     ``extra["kind"]`` the turn requires (None: a session with no kind, as chat completions and the interactive
     API make); a session of another kind raises ``SessionKindMismatch`` and nothing changes (the default,
     :data:`ANY_KIND`: any session).
@@ -89,6 +96,7 @@ class TurnRequest:
     expect: int | None = attrs.field(default=None, kw_only=True)
     edit: Edit | None = attrs.field(default=None, kw_only=True)
     note: dict[str, Any] | None = attrs.field(default=None, kw_only=True)
+    on_drop: OnDrop | None = attrs.field(default=None, kw_only=True)
     kind: str | None | AnyKind = attrs.field(default=ANY_KIND, kw_only=True)
 
     def __attrs_post_init__(self) -> None:

@@ -6,7 +6,9 @@ Both carry the format they were written in (``"format"``, :data:`FORMAT`). Recor
 release 1 (one-letter keys: ``{"s", "e", "at"}`` notes, ``{"ref": k}`` references, ``head``, ``removed``...):
 ``from_json`` reads them as they are and nothing rewrites them, so a store keeps answering across the upgrade;
 a session's state is written in the current format the next time it changes (its old notes stay as they were:
-notes are only appended, so one session may hold both formats).
+notes are only appended, so one session may hold both formats). A record that holds dropped items
+(``truncation: "auto"``) is written in :data:`DROPPED_FORMAT`, the same keys and those: an lmchat that reads
+formats 1 and 2 only would misread such a session, and refuses it instead.
 
 A record this lmchat cannot read (another format, a missing or mistyped key) is a ``ValueError`` here, and
 :func:`state_of` and :func:`note_of` turn it into ``StoreCorrupt`` naming the session (500 ``store_corrupt``).
@@ -22,15 +24,17 @@ from ..manager.table import View
 
 #: the format this module writes; 1 is release 1's (no ``format`` key)
 FORMAT = 2
+#: the format of a record holding dropped items (written only then)
+DROPPED_FORMAT = 3
 #: the kinds of session the two APIs make (the manager refuses a turn of another kind on them)
 KINDS = ("responses", "conversation")
 
 
 def _version(data: dict[str, Any]) -> int:
     version = data.get("format", 1)
-    if isinstance(version, bool) or version not in (1, FORMAT):
-        raise ValueError(f"format {str(version)[:40]!r}: this lmchat reads formats 1 to {FORMAT}")
-    return FORMAT if version == FORMAT else 1
+    if isinstance(version, bool) or version not in (1, FORMAT, DROPPED_FORMAT):
+        raise ValueError(f"format {str(version)[:40]!r}: this lmchat reads formats 1 to {DROPPED_FORMAT}")
+    return 1 if version == 1 else FORMAT
 
 
 @attrs.frozen
@@ -79,6 +83,47 @@ class Cut:
         return k < self.responses and self.serial < end_serial
 
 
+@attrs.frozen
+class Dropped:
+    """Items ``truncation: "auto"`` dropped from the session to fit a turn: the items of serials ``first_serial``
+    to ``end_serial`` (deleted ones aside). They are still items (listed, read back, deleted), which the model no
+    longer sees; the notes of the turns that dropped them hold their messages (:attr:`Note.dropped`).
+
+    JSON ``{"first_serial": a, "end_serial": b}``.
+    """
+
+    first_serial: int
+    end_serial: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"first_serial": self.first_serial, "end_serial": self.end_serial}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Dropped:
+        return cls(_int(data["first_serial"]), _int(data["end_serial"]))
+
+
+@attrs.frozen
+class DroppedMessage:
+    """The message of a dropped item (:class:`Dropped`), kept in the note of the turn that dropped it.
+
+    JSON ``{"serial": s, "message": {...}}`` (the message as the session held it).
+    """
+
+    serial: int
+    message: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"serial": self.serial, "message": self.message}
+
+    @classmethod
+    def from_json(cls, data: Any) -> DroppedMessage:
+        message = data["message"]
+        if not isinstance(message, dict):
+            raise ValueError(f"a dropped message is an object, not {type(message).__name__}")
+        return cls(_int(data["serial"]), message)
+
+
 def _int(value: Any) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
         raise ValueError(f"{str(value)[:40]!r} is no serial")
@@ -98,6 +143,7 @@ class SessionState:
     - ``deleted_responses`` [``deleted``]: indices of the session's responses that were deleted.
     - ``origin``: a branch's first items, which keep the ids they had where they came from (:class:`Run`).
     - ``created_at``, ``metadata``: a conversation's own.
+    - ``dropped``: the items the session no longer holds, dropped to fit a turn (:class:`Dropped`).
     """
 
     kind: str
@@ -109,6 +155,7 @@ class SessionState:
     origin: tuple[Run, ...] = ()
     created_at: int = 0
     metadata: dict[str, Any] = attrs.field(factory=dict)
+    dropped: tuple[Dropped, ...] = ()
 
     @property
     def head(self) -> int:
@@ -116,10 +163,11 @@ class SessionState:
         return int(self.system_head)
 
     def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"kind": self.kind, "format": FORMAT, "system_head": self.system_head}
+        data: dict[str, Any] = {"kind": self.kind, "format": DROPPED_FORMAT if self.dropped else FORMAT,
+                                "system_head": self.system_head}
         lists = {"deleted_items": list(self.deleted_items), "cuts": [c.to_json() for c in self.cuts],
                  "queue": list(self.queue), "deleted_responses": list(self.deleted_responses),
-                 "origin": [r.to_json() for r in self.origin]}
+                 "origin": [r.to_json() for r in self.origin], "dropped": [d.to_json() for d in self.dropped]}
         data.update((key, value) for key, value in lists.items() if value)
         if self.kind == "conversation":
             data.update(created_at=self.created_at, metadata=self.metadata)
@@ -140,7 +188,7 @@ class SessionState:
                    tuple(Cut.from_json(c) for c in data.get("cuts") or ()), tuple(data.get("queue") or ()),
                    tuple(sorted(_int(k) for k in data.get("deleted_responses") or ())),
                    tuple(Run.from_json(r) for r in data.get("origin") or ()), data.get("created_at") or 0,
-                   dict(data.get("metadata") or {}))
+                   dict(data.get("metadata") or {}), tuple(Dropped.from_json(d) for d in data.get("dropped") or ()))
 
     def evolve(self, **changes: Any) -> SessionState:
         return attrs.evolve(self, **changes)
@@ -187,6 +235,8 @@ class Note:
     - ``model``, ``request`` [``req``: the request's fields a response repeats], ``instructions``, ``tools``:
       a value, or :class:`Same` as an earlier note's (None: not given).
     - ``turn``: the turn's counts, which the manager adds under this key when the turn commits (None: running).
+    - ``dropped``: the messages of the items this turn dropped to fit (a branch's first turn: and those the
+      branch was made with dropped), :class:`DroppedMessage` s.
     """
 
     first_serial: int
@@ -199,14 +249,18 @@ class Note:
     instructions: Any = None
     tools: Any = None
     turn: dict[str, Any] | None = None
+    dropped: tuple[DroppedMessage, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"format": FORMAT, "first_serial": self.first_serial, "end_serial": self.end_serial,
+        data: dict[str, Any] = {"format": DROPPED_FORMAT if self.dropped else FORMAT,
+                                "first_serial": self.first_serial, "end_serial": self.end_serial,
                                 "created_at": self.created_at}
         for key in ("idempotency_key", "previous_response_id", *CARRIED, "turn"):
             value = getattr(self, key)
             if value is not None:
                 data[key] = _carried_json(value)
+        if self.dropped:
+            data["dropped"] = [d.to_json() for d in self.dropped]
         return data
 
     @classmethod
@@ -219,7 +273,7 @@ class Note:
         model, request, instructions, tools = (_carried(data.get(key)) for key in CARRIED)
         return cls(_int(data["first_serial"]), _int(data["end_serial"]), data["created_at"],
                    data.get("idempotency_key"), data.get("previous_response_id"), model, request, instructions, tools,
-                   data.get("turn"))
+                   data.get("turn"), tuple(DroppedMessage.from_json(d) for d in data.get("dropped") or ()))
 
 
 #: what a record that cannot be read raises while it is parsed
@@ -256,3 +310,13 @@ def resolve(v: View, k: int, field: str) -> tuple[int, Any]:
             raise _corrupt(v, f"note of response {k}", ValueError(f"same_as {value.response} names no note"))
         return value.response, getattr(note_of(v, value.response), field)
     return k, value
+
+
+def dropped_messages(v: View) -> dict[int, dict[str, Any]]:
+    """serial -> message of every dropped item whose message the session's notes keep (O(notes): read only where a
+    dropped item is)."""
+    found: dict[int, dict[str, Any]] = {}
+    for k, raw in enumerate(v.notes):
+        if isinstance(raw, dict) and "dropped" in raw:
+            found.update((d.serial, d.message) for d in note_of(v, k).dropped)
+    return found

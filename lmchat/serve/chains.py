@@ -38,10 +38,11 @@ from ..manager.table import View
 from ..session import Session
 from ..session.edits import restored
 from ..templates.base import BaseTemplate
-from .chain_state import CARRIED, Note, Same, SessionState, note_of, resolve, state_of
+from .chain_state import CARRIED, Dropped, DroppedMessage, Note, Same, SessionState, note_of, resolve, state_of
 from .errors import ApiError
 from .item_names import Names, count_below
 from .items import Serials, conversation_id, parse_conversation_id, parse_response_id, response_id
+from .truncation import Places, inherited
 
 _SWITCH: dict[str, bool] = {}
 T = TypeVar("T")
@@ -140,6 +141,8 @@ class Plan:
     last: dict[str, tuple[int, Any]] | None = None
     conversation: str | None = None
     oneoff: OneOff | None = None  # store=false: the session the turn runs on, gone with it (``sid`` is its id)
+    #: a branch's dropped items (those of the items it was made with), whose messages its first note keeps
+    dropped: tuple[DroppedMessage, ...] = ()
 
     @property
     def target(self) -> str | OneOff:
@@ -162,7 +165,8 @@ class ResponseAt:
     version: int  # the store version read
     note: Note
     state: SessionState
-    messages: int  # how many of the session's messages the response's state holds (its answer the last)
+    items: int  # how many items the response's state has (its answer the last)
+    messages: int  # how many of the session's messages the response's state holds (dropped items aside)
     stale: bool  # an item its state held was deleted since: it cannot be continued
     latest: bool  # the latest response of an unchanged chain: continuing it extends the session
     last: dict[str, Any] | None  # the carried fields of the session's last note (:attr:`Plan.last`)
@@ -185,10 +189,11 @@ def read_response(k: int) -> Callable[[View], ResponseAt | None]:
         if state is None or k >= len(v.notes) or k in state.deleted_responses:
             return None
         note = note_of(v, k)
-        m = state.head + count_below(state.deleted_items, note.end_serial)
+        n = count_below(state.deleted_items, note.end_serial)
+        m = state.head + Places(v, state).held_below(n)
         stale = any(cut.stales(k, note.end_serial) for cut in state.cuts)
         latest = state.kind == "responses" and k == len(v.notes) - 1 and v.messages == m and not state.queue
-        return ResponseAt(v.version, note, state, m, stale, latest, _last_carried(v), v.session.template,
+        return ResponseAt(v.version, note, state, n, m, stale, latest, _last_carried(v), v.session.template,
                           len(v.notes))
 
     return read
@@ -198,7 +203,7 @@ def read_conversation(v: View) -> dict[str, Any] | None:
     state = state_of(v)
     if state is None or state.kind != "conversation":
         return None
-    items = v.messages - state.head + len(state.queue)
+    items = Places(v, state).count
     return {"version": v.version, "k": len(v.notes), "serial": Serials(state.deleted_items).serial(items),
             "queue": list(state.queue), "last": _last_carried(v), "template": v.session.template}
 
@@ -244,23 +249,27 @@ def plan(mgr: SessionManager, who: str | None, previous: str | None, conversatio
 def _aside(mgr: SessionManager, who: str | None, previous: str, info: ResponseAt) -> Plan:
     """A ``store: false`` continuation of the response ``previous``: a one-off copy of its session up to that
     response (the stored chain is only read)."""
-    sid, head = _parsed(previous)[0], info.state.head
+    sid = _parsed(previous)[0]
     extra = SessionState("responses", system_head=info.state.system_head).to_json()
     oneoff = mgr.oneoff(who, extra=extra, parent=sid, at=info.messages)
-    return Plan(oneoff.session_id, 0, info.messages - head, created=True, oneoff=oneoff)
+    return Plan(oneoff.session_id, 0, info.items, created=True, oneoff=oneoff)
 
 
 def _branch(mgr: SessionManager, who: str | None, previous: str, info: ResponseAt, key: str | None) -> Plan:
     """A new session holding the conversation up to the response ``previous`` (``info`` describes it); with an
-    Idempotency-Key its id derives from the key, so that a retry finds it (:func:`replayed`)."""
-    sid, head = _parsed(previous)[0], info.state.head
-    origin = Names(sid, info.state).runs(info.messages - head)
-    extra = SessionState("responses", system_head=info.state.system_head, origin=origin).to_json()
+    Idempotency-Key its id derives from the key, so that a retry finds it (:func:`replayed`). The items its
+    chain dropped stay dropped on the branch: it holds the messages the chain's session still holds."""
+    sid = _parsed(previous)[0]
+    origin = Names(sid, info.state).runs(info.items)
+    at, spans, dropped = info.messages, tuple[Dropped, ...](), tuple[DroppedMessage, ...]()
+    if info.state.dropped:  # their messages are read where the session is read again: the fork point with them
+        at, spans, dropped = mgr.inspect(sid, lambda v: inherited(v, info.items), who)
+    extra = SessionState("responses", system_head=info.state.system_head, origin=origin, dropped=spans).to_json()
     try:
-        branch = mgr.fork(sid, new_sid(key, who, branch_of=previous), who, at=info.messages, extra=extra)
+        branch = mgr.fork(sid, new_sid(key, who, branch_of=previous), who, at=at, extra=extra)
     except SessionExists:  # an earlier attempt made the branch but its turn never landed: start another
-        branch = mgr.fork(sid, new_sid(), who, at=info.messages, extra=extra)
-    return Plan(branch, 0, info.messages - head, created=True)
+        branch = mgr.fork(sid, new_sid(), who, at=at, extra=extra)
+    return Plan(branch, 0, info.items, created=True, dropped=dropped)
 
 
 def _parsed(previous: str) -> tuple[str, int]:
@@ -346,7 +355,7 @@ def note_for(p: Plan, n_input: int, *, model: str, previous: str | None, want: W
     """What the turn notes (compact: fields equal to the last note's by reference, the previous response only
     when it is not the chain's previous one), as JSON; and the same note whole, as a response object reads it."""
     whole = Note(p.serial, p.serial + n_input + 1, round(time.time(), 3), idempotency_key or None, previous, model,
-                 request, want.instructions, want.tools)
+                 request, want.instructions, want.tools, dropped=p.dropped)
     chained = previous is None or (p.k and previous == response_id(p.sid, p.k - 1))
     note = attrs.evolve(whole, previous_response_id=None if chained else previous,
                         **{key: carried(p.last, key, getattr(whole, key)) for key in CARRIED})

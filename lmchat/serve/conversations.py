@@ -36,6 +36,7 @@ from .items import (Serials, bad, conversation_id, input_messages, message_items
 from .responses import walk
 from .responses_model import Metadata
 from .schemas import _Body
+from .truncation import Places
 
 router = APIRouter()
 T = TypeVar("T")
@@ -83,8 +84,9 @@ def _conversation(v: View, cid: str) -> SessionState:
 
 
 def _count(v: View, state: SessionState) -> int:
-    """How many items the conversation has: the session's messages after its head, then the queue."""
-    return v.messages - state.head + len(state.queue)
+    """How many items the conversation has: the session's messages after its head and those dropped, then the
+    queue."""
+    return Places(v, state).count
 
 
 def _tail(v: View, state: SessionState) -> list[dict[str, Any]]:
@@ -235,14 +237,15 @@ async def delete_item(cid: str, item_id: str, request: Request, who: str | None 
             raise chains.not_found("item", item_id, "item_id")
         (index, serial), state = at, _conversation(v, cid)
         result[:] = [state]
+        places = Places(v, state)
         state = state.evolve(deleted_items=tuple(sorted((*state.deleted_items, serial))))
-        held = v.messages - state.head
-        if index >= held:  # not seen by the model yet: only the queue changes
-            queue = list(state.queue)
-            del queue[index - held]
+        position = places.held_at(index)
+        if position is None:  # not seen by the model now (queued, or dropped): only the state changes
+            queued = index - places.held - places.dropped
+            queue = [m for j, m in enumerate(state.queue) if j != queued]
             return None, state.evolve(queue=tuple(queue)).to_json()
         data = v.session.to_dict()
-        del data["messages"][state.head + index]
+        del data["messages"][position]
         _checked([], data["messages"], "item_id")
         template = v.session.template
         template.render(template.make_chat(data["messages"], tools=data.get("tools"), **data["template_kwargs"]))

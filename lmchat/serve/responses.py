@@ -40,6 +40,7 @@ from .items import (Serials, answer_items, answer_parts, bad, input_messages, me
 from .request_turns import parsed_of, run
 from .responses_model import ResponsesRequest, check_effort, input_error, response_object, turn_of
 from .responses_sse import Events, response_events
+from .truncation import Places, recording
 
 router = APIRouter()
 #: how often a request re-plans when the session moved under it (another request extended it first)
@@ -148,7 +149,7 @@ async def _start(request: Request, mgr: SessionManager, who: str | None, body: R
             plan.target, turn_messages, owner=who, expect=plan.expect, note=note,
             params={"temperature": body.temperature, "top_p": body.top_p, "constraint": constraint},
             max_new_tokens=body.max_output_tokens, edit=chains.edit_for(want, mgr.tokenizer, bool(plan.queued)),
-            kind="responses" if plan.conversation is None else "conversation")
+            on_drop=recording(note), kind="responses" if plan.conversation is None else "conversation")
         try:
             if not turn_messages:
                 raise bad("input", "nothing to answer: the input is empty")
@@ -213,11 +214,12 @@ def _response_reader(mgr: SessionManager) -> Callable[[str, int], Callable[[View
             info = chains.read_response(k)(v)
             if info is None:
                 return None
-            head, serial = info.state.head, info.note.end_serial - 1
+            serial = info.note.end_serial - 1
             index = Serials(info.state.deleted_items).index(serial)
             output: list[dict[str, Any]] = []
-            if index is not None and head + index < v.messages:
-                message = v.slice(head + index, head + index + 1)[0]
+            places = Places(v, info.state)
+            if index is not None and index < places.held + places.dropped:
+                message = places.message(index)
                 status = "completed" if (info.note.turn or {}).get("finish_reason") == "stop" else "incomplete"
                 output = answer_items(sid, serial, *answer_parts(message, v.session.template, v.session.tools),
                                       status=status)
@@ -276,8 +278,7 @@ def walk(v: View, sid: str, lo: int, hi: int, desc: bool, after: str | None) -> 
     :class:`~.item_names.Names` says (a branch's first items keep their ancestry's ids)."""
     state = state_of(v)
     assert state is not None  # noqa: S101 - the caller read a response of this session
-    head, queue = state.head, state.queue
-    names, held = Names(sid, state), v.messages - head
+    names, places = Names(sid, state), Places(v, state)
     indices = range(hi - 1, lo - 1, -1) if desc else range(lo, hi)
     if after is not None:
         found = parse_item_id(after)
@@ -286,8 +287,7 @@ def walk(v: View, sid: str, lo: int, hi: int, desc: bool, after: str | None) -> 
             return
         indices = range(at, lo - 1, -1) if desc else range(at, hi)
     for i in indices:
-        message = v.slice(head + i, head + i + 1)[0] if i < held else queue[i - held]
-        items = message_items(*names.of(i), message, v.session.template, v.session.tools)
+        items = message_items(*names.of(i), places.message(i), v.session.template, v.session.tools)
         yield from reversed(items) if desc else items
 
 

@@ -10,10 +10,12 @@
   context is exactly the canonical prompt of the remaining conversation;
   otherwise the session falls back to ``'truncate'`` and says so.
 
-``d.dropped`` counts the messages removed and ``d.reason`` says why: nothing is
-ever dropped silently.
+``d.removed`` holds the messages removed (``d.dropped`` counts them) and
+``d.reason`` says why: nothing is ever dropped silently.
 """
 from __future__ import annotations
+
+from typing import Any
 
 import attrs
 
@@ -86,18 +88,21 @@ def _cut(frame: Frame, budget: Budget, used: int, new: int) -> tuple[int, int]:
     return first, cuts[lo]
 
 
-def _drop(chat: Chat, first: int, cut: int) -> None:
+def _drop(chat: Chat, first: int, cut: int) -> tuple[dict[str, Any], ...]:
+    """Remove messages ``[first:cut]``; they are returned, for the delta to say what went."""
+    removed = tuple(chat.messages[first:cut])
     del chat.messages[first:cut]
     chat.forget_rounds()
+    return removed
 
 
 def truncate(frame: Frame, held: Held, budget: Budget, used: int, new: int, why: str = "") -> Plan:
     first, cut = _cut(frame, budget, used, new)
-    _drop(frame.chat, first, cut)
+    removed = _drop(frame.chat, first, cut)
     fresh = Held(needs_reset=bool(held.parts) or held.needs_reset)  # the offsets no longer apply
     plan = full_plan(frame, fresh, f"dropped the {cut - first} oldest messages to fit session_len "
                                    f"{budget.session_len}{why}")
-    plan.delta = attrs.evolve(plan.delta, dropped=cut - first)
+    plan.delta = attrs.evolve(plan.delta, removed=removed, removed_at=first)
     return plan
 
 
@@ -125,11 +130,12 @@ def shift(frame: Frame, held: Held, budget: Budget, used: int, new: int) -> Plan
              and full[: len(head) + len(tail)] == head + tail)
     if not exact:
         return truncate(frame, held, budget, used, new, ": the kept tokens would split differently")
-    _drop(chat, first, cut)
+    removed = _drop(chat, first, cut)
     delta = Delta(
         text[len(kept):],
         token_ids=full[len(head) + len(tail):],
-        dropped=cut - first,
+        removed=removed,
+        removed_at=first,
         discard=(len(head), len(ids_held) - len(head) - len(tail)),
         reason=f"shifted out the {cut - first} oldest messages to fit session_len {budget.session_len}",
     )

@@ -20,8 +20,10 @@ class Delta:
     ``sequence_start`` is true for the first delta of a sequence (and for resets).
     ``reason`` says why the engine could not simply extend what it held (a
     reset, a drift rewind, an overflow). With a tokenizer, ``token_ids`` are
-    the ids of ``text`` (content never parsed as special tokens). ``dropped``
-    counts the messages an overflow policy removed from the front.
+    the ids of ``text`` (content never parsed as special tokens). ``removed``:
+    the messages an overflow policy dropped from the front to fit the turn, which
+    were the session's messages ``[removed_at:removed_at + dropped]`` (after its
+    system prompt, which stays); the session holds them no more.
     ``discard=(start, count)`` is a range the engine removes from what it
     holds before appending the delta (no reset): old turns shifted out by the
     ``'shift'`` overflow policy, drifted ids rewound, the end marker of an
@@ -33,8 +35,14 @@ class Delta:
     sequence_start: bool = False
     reason: str | None = None
     token_ids: list[int] | None = None
-    dropped: int = 0
+    removed: tuple[dict[str, Any], ...] = ()
+    removed_at: int = 0
     discard: tuple[int, int] | None = None
+
+    @property
+    def dropped(self) -> int:
+        """How many messages the overflow policy removed."""
+        return len(self.removed)
 
 
 @attrs.define
