@@ -14,6 +14,7 @@ pytest.importorskip("fastapi")
 
 from lmchat.backends.echo import EchoBackend  # noqa: E402
 from lmchat.manager import SessionManager, TurnRequest  # noqa: E402
+from lmchat.serve.interactive import _lines as interactive_lines  # noqa: E402
 from lmchat.serve.responses_sse import response_events  # noqa: E402
 from lmchat.serve.sse import Meta, chat_events, completion_events  # noqa: E402
 
@@ -64,16 +65,22 @@ def test_streams_whose_engine_dies_end_with_an_error_event():
                                                        parse=True, include_usage=True, count=lambda c, i: c)]
         return [line async for line in completion_events(turn, meta, include_usage=True, count=lambda c, i: c)]
 
+    async def interactive() -> list[str]:
+        turn = await mgr.astream_turn(TurnRequest(plain, [{"role": "user", "content": "one two three four"}])).start()
+        return [line async for line in interactive_lines(mgr, plain, None, turn, end=True)]
+
     plain = mgr.create("plain")
     try:
         sent = asyncio.run(events())
         chat, completion = asyncio.run(lines(True)), asyncio.run(lines(False))
+        lmdeploy = asyncio.run(interactive())
+        assert mgr.get(plain) is not None  # a failed turn ends nothing, interactive_mode false or not
     finally:
         mgr.close()
     kinds = [e.split("\n", 1)[0] for e in sent]
     assert kinds[:2] == ["event: response.created", "event: response.in_progress"]
     assert kinds[-2:] == ["event: error", "event: response.failed"], kinds
     assert '"code": "internal_error"' in sent[-2] and '"status": "failed"' in sent[-1]
-    for stream in (chat, completion):  # chat completions' and completions' streams: an error line last
+    for stream in (chat, completion, lmdeploy):  # chat completions', completions', interactive: an error line last
         assert '"code": "internal_error"' in stream[-1] and "[DONE]" not in "".join(stream), stream
 

@@ -158,7 +158,7 @@ async def _lines(mgr: SessionManager, sid: str, who: str | None, chunks: AsyncIt
             ids += len(chunk.token_ids)
             generated = count(mgr.tokenizer, chars, ids)
             yield json.dumps(reply(sid, chunk.text, generated, chunk, chunk.finish_reason), ensure_ascii=False) + "\n"
-    except LmchatError as exc:  # the status line is sent already: the error is the stream's last line
+    except Exception as exc:  # any (an engine's own too): the status line is sent, the error is the last line
         end = False  # the turn failed: nothing of it was committed, and the session stays as it was
         yield json.dumps({**api_error(exc).body(), "finish_reason": "error", "session_id": sid}) + "\n"
     finally:
