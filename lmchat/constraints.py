@@ -13,6 +13,7 @@ from typing import Any, Literal
 import attrs
 
 from .errors import ConstraintUnsupported
+from .schema_bounds import NEVER, shortest
 
 #: the largest schema accepted, in characters of its JSON text (a bound on the work of compiling it)
 MAX_SCHEMA_CHARS = 100_000
@@ -77,9 +78,18 @@ def json_object() -> Constraint:
     return Constraint(kind="json_object")
 
 
-def json_schema(schema: Any, *, name: str = "", field: str = "schema") -> Constraint:
+@attrs.frozen
+class Budget:
+    """How much an answer can write: ``tokens`` (its ``max_tokens``, else the context), each at most
+    ``token_bytes`` bytes (the vocabulary's longest token)."""
+
+    tokens: int
+    token_bytes: int
+
+
+def json_schema(schema: Any, *, name: str = "", field: str = "schema", budget: Budget | None = None) -> Constraint:
     """JSON that validates against ``schema`` (a JSON Schema object). ``field`` names the request field in
-    errors."""
+    errors; ``budget``: what the answer can write, which the schema's shortest text must fit in."""
     if not isinstance(schema, dict):
         raise ConstraintUnsupported(f"a JSON schema is an object, not {type(schema).__name__}", field=field)
     try:
@@ -91,7 +101,25 @@ def json_schema(schema: Any, *, name: str = "", field: str = "schema") -> Constr
         raise ConstraintUnsupported(f"the schema is {len(text):,} characters long, over {MAX_SCHEMA_CHARS:,}",
                                     field=field)
     _check_draft(schema, field)
+    check_writable(schema, field, budget)
     return Constraint(kind="json_schema", schema=text, name=name)
+
+
+def check_writable(schema: Any, field: str, budget: Budget | None = None) -> None:
+    """Refuse, naming ``field``, a schema no JSON text is valid against (the grammar would let the model write
+    nothing, or the start of a value for ever, and the turn would end as if answered), or whose shortest valid
+    text is longer than ``budget`` can write (:func:`lmchat.schema_bounds.shortest`)."""
+    bound = shortest(schema)
+    if bound == NEVER:
+        raise ConstraintUnsupported(
+            "no JSON value is valid against this schema (a reference that leads back to itself with no other way, "
+            "a required member of the object's own kind, an empty enum, false...): no answer could be written",
+            field=field)
+    if budget is not None and bound > budget.tokens * budget.token_bytes:
+        raise ConstraintUnsupported(
+            f"the shortest JSON valid against this schema is {int(bound):,} characters, more than {budget.tokens:,} "
+            f"tokens can write (at most {budget.token_bytes} bytes each): raise max_tokens or loosen the schema",
+            field=field)
 
 
 #: drafts in which every keyword beside ``$ref`` is ignored (2019-09 and later apply them)
