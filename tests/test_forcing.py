@@ -244,6 +244,26 @@ def test_a_wrong_tool_or_arguments_are_refused(template, vocabs):
         assert not vocab.accepts(constraint, text), (why, text)
 
 
+#: WEATHER as pydantic writes a model of enums and nested models: each a ``$defs`` entry, referred to (with an
+#: annotation beside the reference)
+WEATHER_DEFS = {"$defs": {"City": {"type": "string", "minLength": 1, "maxLength": 12, "title": "City"},
+                          "Days": {"type": "integer", "minimum": 1, "maximum": 7}},
+                "type": "object", "additionalProperties": False, "required": ["city", "days"],
+                "properties": {"city": {"$ref": "#/$defs/City"},
+                               "days": {"$ref": "#/$defs/Days", "description": "How many days"}}}
+
+
+@pytest.mark.parametrize("template", FORCED)
+def test_parameters_that_refer_to_their_definitions_are_forced_as_they_read(template, vocabs):
+    """Their references hold where the grammar places them: inside the call's JSON, or one parameter at a time
+    (they pointed into the call's schema: llguidance answered "Pointer '/$defs/City' does not exist")."""
+    vocab = vocabs(template)
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER_DEFS}}, TOOLS[1]]
+    constraint = forced_calls(tools, template, parallel=True, tokens=vocab.tokens)
+    assert vocab.accepts(constraint, rendered(template, CALLS[:1]))
+    assert not vocab.accepts(constraint, rendered(template, [("get_weather", {"city": "Paris", "days": 30})]))
+
+
 @pytest.mark.parametrize("template", [t for t in FORCED if fmt_of(t) not in UNMARKED])
 def test_a_marker_the_tokenizer_has_is_its_token_not_its_spelling(template):
     # (a Llama 3, GLM-4 or ChatGLM3 call is written without markers: as its template renders it, the answer is

@@ -22,9 +22,10 @@ from typing import Any
 
 import attrs
 
-from ..constraints import Constraint
+from ..constraints import Budget, Constraint, check_writable
 from ..errors import ConstraintUnsupported
 from ..registry import template_class, template_names
+from ..schema_refs import embedded
 from . import forcing_params as by_param
 from .base import NAME
 from .channel_lead import gemma4_lead, harmony_lead, marker_writer
@@ -64,8 +65,10 @@ def _json_calls(key: str, **optional: dict[str, Any]) -> Callable[[Sequence[Tool
     """Calls as one JSON object each, ``{"name": ..., key: {...}}`` (the key the template renders), then the
     ``optional`` members the template renders too."""
     def calls(tools: Sequence[Tool], mark: Callable[[str], str]) -> str:
+        # each tool's parameters a resource of their own: their references (#/$defs/...) resolve against them
         schemas = [{"type": "object", "additionalProperties": False, "required": ["name", key],
-                    "properties": {"name": {"const": t.name}, key: t.parameters, **optional}} for t in tools]
+                    "properties": {"name": {"const": t.name}, key: embedded(t.parameters, f"tools:{i}"), **optional}}
+                   for i, t in enumerate(tools)]
         return f"call: %json {_schema(schemas[0] if len(schemas) == 1 else {'anyOf': schemas})}"
     return calls
 
@@ -336,12 +339,15 @@ def forceable() -> str:
 
 
 def forced_calls(tools: Sequence[dict[str, Any]], template: Any, *, names: Sequence[str] | None = None,
-                 parallel: bool = False, tokens: Mapping[str, int] | None = None) -> Constraint:
+                 parallel: bool = False, tokens: Mapping[str, int] | None = None,
+                 budget: Budget | None = None) -> Constraint:
     """One call (``parallel``: one or more, where the format can hold several) of ``tools`` (OpenAI's schemas,
     chat's nested shape or Responses' flat one), of those named ``names`` only when given, in ``template``'s
     tool-call syntax. ``tokens``: the model tokenizer's added tokens (text -> id, e.g. the llama.cpp backend's
     ``tokenizer.added``, whose control tokens and ``<...>`` user-defined ones llguidance reads as special); a
-    marker among them is required as that token."""
+    marker among them is required as that token. ``budget``: what the answer can write; a chosen tool whose
+    arguments cannot be that short, or whose arguments no JSON is valid against, is refused, naming its
+    ``parameters``."""
     fmt = response_format(template).tools
     syntax = SYNTAXES.get(fmt)
     if syntax is None:
@@ -354,11 +360,15 @@ def forced_calls(tools: Sequence[dict[str, Any]], template: Any, *, names: Seque
             f"format {fmt!r} has no grammar (forced calls: {forceable()}); use tool_choice 'auto'",
             field="tool_choice")
     chosen = []
-    for tool in tools:
+    for i, tool in enumerate(tools):
         fn = tool.get("function", tool) if isinstance(tool, dict) else {}
         if names is not None and fn.get("name") not in names:
             continue
-        chosen.append(Tool(fn.get("name"), fn.get("parameters") or {"type": "object"}))
+        parameters = fn.get("parameters") or {"type": "object"}
+        # a tool whose arguments no JSON satisfies, or none short enough, could be named and never called
+        check_writable(parameters, f"tools[{i}].function.parameters" if fn is not tool else f"tools[{i}].parameters",
+                       budget)
+        chosen.append(Tool(fn.get("name"), parameters))
     if not chosen:
         raise ConstraintUnsupported("no tool to call: the request gives none of those chosen", field="tool_choice")
     mark = marker_writer(tokens)

@@ -23,6 +23,7 @@ from typing import Any
 import attrs
 
 from ..errors import ConstraintUnsupported
+from ..schema_refs import relocated
 
 #: JSON written as the templates render values (``tojson``: ", " and ": ")
 JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
@@ -48,10 +49,13 @@ def params(tool: str, schema: dict[str, Any]) -> list[Param]:
         return ConstraintUnsupported(f"the parameters of {tool!r} cannot be forced in this template's call syntax: "
                                      f"{why}", field="tools")
 
+    if not isinstance(schema, dict):
+        raise refuse("they are not an object")
+    schema = relocated(schema)  # each parameter below is written on its own: its references must hold there
     if not isinstance(schema, dict) or schema.get("type", "object") != "object":
         raise refuse("they are not an object")
     unknown = set(schema) - {"type", "properties", "required", "additionalProperties", "description", "title",
-                             "$schema"}
+                             "$schema", "$defs"}
     if unknown:
         raise refuse(f"the keywords {sorted(unknown)} are not supported here (a flat object of properties only)")
     properties = schema.get("properties") or {}
@@ -61,7 +65,11 @@ def params(tool: str, schema: dict[str, Any]) -> list[Param]:
     missing = [r for r in required if r not in properties]
     if missing:
         raise refuse(f"the required {missing} are not among the properties")
-    return [Param(name, prop if isinstance(prop, dict) else {}, name in required) for name, prop in properties.items()]
+    out = []
+    for name in properties:
+        prop = relocated(schema, ("properties", name))
+        out.append(Param(name, prop if isinstance(prop, dict) else {}, name in required))
+    return out
 
 
 def _refuse(tool: str, param: Param, why: str) -> ConstraintUnsupported:
