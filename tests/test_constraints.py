@@ -83,6 +83,7 @@ def test_malformed_constraints_are_refused_when_made(make, field):
 @pytest.mark.parametrize("constraint, field", [
     (constraints.grammar("root ::= undefined-rule"), "grammar"),
     (constraints.json_schema({"type": "object", "properties": {"a": {"$ref": "#/nowhere"}}}), "schema"),
+    (constraints.grammar("root ::= root"), "grammar"),  # no text at all: no first token (the engine wrote "")
 ])
 def test_unenforceable_constraints_are_refused_before_the_session_changes(mgr, constraint, field):
     sid = f"refused-{field}"

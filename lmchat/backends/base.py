@@ -6,7 +6,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from ..constraints import Constraint
+from ..constraints import Budget, Constraint
 from ..errors import ConfigError, ConstraintUnsupported
 from ..extras import load
 from ..session import Delta, Session
@@ -214,6 +214,16 @@ class Constrains(Protocol):
 
 
 @runtime_checkable
+class TokenBytes(Protocol):
+    """A backend that knows its vocabulary's longest token (llamacpp): an answer of so many characters takes at
+    least so many tokens, so a budget too small for a constraint's shortest answer is refused before the turn."""
+
+    @property
+    def longest_token(self) -> int:
+        """The most bytes one token writes."""
+
+
+@runtime_checkable
 class SpecialTokens(Protocol):
     """A backend whose model's tokenizer has added tokens (llamacpp): a constraint requires a marker among them
     (``[TOOL_CALLS]``, ``<|channel|>``) as that token, as the model was trained to write it."""
@@ -270,6 +280,15 @@ def check_constraint(backend: Backend, constraint: Constraint | None) -> None:
                                     f"grammars): the embedded llama.cpp backend can, and the remote backend told "
                                     f"how its server takes them (its constraints option)", field="response_format")
     backend.check_constraint(constraint)
+
+
+def answer_budget(backend: Backend, max_tokens: int | None) -> Budget | None:
+    """What one answer of ``backend`` can write: ``max_tokens`` (else a session's most) tokens of its vocabulary's
+    longest (:class:`TokenBytes`); None where the backend does not know (no bound is then checked)."""
+    if not isinstance(backend, TokenBytes):
+        return None
+    tokens = max_tokens or (backend.session_len if isinstance(backend, SessionLimit) else None)
+    return Budget(tokens, backend.longest_token) if tokens else None
 
 
 def model_sampling(backend: Backend) -> dict[str, Any]:

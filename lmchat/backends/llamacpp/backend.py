@@ -185,6 +185,11 @@ class LlamaCppBackend:
         """The model's added tokens (:class:`~lmchat.backends.base.SpecialTokens`)."""
         return self.tokenizer.added
 
+    @property
+    def longest_token(self) -> int:
+        """The most bytes one token of the model writes (:class:`~lmchat.backends.base.TokenBytes`)."""
+        return self._engine().grammars.longest_token()
+
     def check_constraint(self, constraint: Constraint) -> None:
         """Parse ``constraint``'s grammar for this model once (cached); raise
         :class:`~lmchat.errors.ConstraintUnsupported` if llama.cpp cannot enforce it

@@ -17,6 +17,7 @@ import threading
 import warnings
 from collections import OrderedDict
 from collections.abc import Iterable
+from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
 from ...constraints import Constraint
@@ -99,14 +100,22 @@ def advance(matcher: LLMatcher, ids: list[int]) -> None:
 
 
 class Grammars:
-    """The compiled constraints of one vocabulary, least recently used dropped past :data:`KEPT`."""
+    """The compiled constraints of one vocabulary (one model's tokenizer: the cache's other key), by their grammar's
+    text (a schema's canonical JSON in it), least recently used dropped past :data:`KEPT`. A constraint that cannot
+    be enforced is kept too, so that a client repeating it costs no compile again.
+
+    A compile runs on the caller's thread, never under the lock: a slow one holds up neither the engine's thread
+    copying another prototype nor other callers; those asking for the same grammar meanwhile wait for its result."""
 
     def __init__(self, vocab: llama_vocab_p, eog_ids: Iterable[int]) -> None:
         self._vocab = vocab
         self._eog = sorted(eog_ids)
         self._tokenizer: LLTokenizer | None = None
-        self._kept: OrderedDict[str, LLMatcher] = OrderedDict()
-        self._lock = threading.Lock()  # checked on the caller's thread, copied on the scheduler's
+        self._longest: int | None = None
+        self._kept: OrderedDict[str, LLMatcher | ConstraintUnsupported] = OrderedDict()
+        self._compiling: dict[str, Future[LLMatcher | ConstraintUnsupported]] = {}
+        self._lock = threading.Lock()  # checked on the callers' threads, copied on the scheduler's
+        self._tokenizer_lock = threading.Lock()
 
     def check(self, constraint: Constraint) -> None:
         """Raise :class:`ConstraintUnsupported` if ``constraint`` cannot be enforced (compiling it if new)."""
@@ -116,36 +125,81 @@ class Grammars:
         """A fresh ``LLMatcher`` for one answer."""
         return self._prototype(constraint).deep_copy()
 
+    def longest_token(self) -> int:
+        """The most bytes one token of the vocabulary writes (how few tokens a text of so many bytes can take)."""
+        if self._longest is None:
+            tokenizer = self._llguidance_tokenizer()
+            self._longest = max(len(tokenizer.decode_bytes([i])) for i in range(tokenizer.vocab_size))
+        return self._longest
+
     def close(self) -> None:
         with self._lock:
             self._kept.clear()
 
     def _prototype(self, constraint: Constraint) -> LLMatcher:
-        lark = lark_of(constraint)
+        outcome = self._outcome(lark_of(constraint), constraint)
+        if isinstance(outcome, ConstraintUnsupported):  # a fresh one: the kept one would carry its old traceback
+            raise ConstraintUnsupported(outcome.reason, field=outcome.field)
+        return outcome
+
+    def _outcome(self, lark: str, constraint: Constraint) -> LLMatcher | ConstraintUnsupported:
         with self._lock:
-            proto = self._kept.get(lark)
-            if proto is not None:
+            kept = self._kept.get(lark)
+            if kept is not None:
                 self._kept.move_to_end(lark)
-                return proto
-            proto = self._compile(lark, constraint)
-            self._kept[lark] = proto
+                return kept
+            pending = self._compiling.get(lark)
+            compiles = pending is None
+            if pending is None:
+                pending = self._compiling[lark] = Future()
+        if not compiles:
+            return pending.result()  # the same grammar, being compiled by another caller
+        try:
+            outcome: LLMatcher | ConstraintUnsupported = self._compile(lark, constraint)
+        except ConstraintUnsupported as exc:
+            outcome = exc
+        except BaseException as exc:
+            with self._lock:
+                del self._compiling[lark]
+            pending.set_exception(exc)
+            raise
+        with self._lock:
+            del self._compiling[lark]
+            self._kept[lark] = outcome
             while len(self._kept) > KEPT:
                 self._kept.popitem(last=False)
-            return proto
+        pending.set_result(outcome)
+        return outcome
+
+    def _llguidance_tokenizer(self) -> LLTokenizer:
+        with needs("constraints on answers", "local"):
+            from llguidance.llamacpp import lltokenizer_from_vocab
+
+        with self._tokenizer_lock:
+            if self._tokenizer is None:
+                with warnings.catch_warnings():  # it reads each token's attributes through a deprecated alias
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    self._tokenizer = lltokenizer_from_vocab(self._vocab, eos_token=self._eog)
+            return self._tokenizer
 
     def _compile(self, lark: str, constraint: Constraint) -> LLMatcher:
         with needs("constraints on answers", "local"):
             from llguidance import LLMatcher
-            from llguidance.llamacpp import lltokenizer_from_vocab
 
-        tokenizer = self._tokenizer
-        if tokenizer is None:
-            with warnings.catch_warnings():  # it reads each token's attributes through a deprecated alias
-                warnings.simplefilter("ignore", DeprecationWarning)
-                tokenizer = self._tokenizer = lltokenizer_from_vocab(self._vocab, eos_token=self._eog)
-        matcher = LLMatcher(tokenizer, LLMatcher.grammar_from_lark(lark), log_level=0)
+        field = {"gbnf": "grammar", "json_schema": "schema", "lark": "tool_choice"}.get(constraint.kind,
+                                                                                        "response_format")
+        matcher = LLMatcher(self._llguidance_tokenizer(), LLMatcher.grammar_from_lark(lark), log_level=0)
         if matcher.is_error():
-            field = {"gbnf": "grammar", "json_schema": "schema", "lark": "tool_choice"}.get(constraint.kind,
-                                                                                            "response_format")
-            raise ConstraintUnsupported(f"cannot be enforced: {matcher.get_error()}", field=field)
+            raise ConstraintUnsupported(f"cannot be enforced: {_first_line(matcher.get_error())}", field=field)
+        # the first step's tokens, worked out here rather than by the engine's thread at the answer's first token:
+        # llguidance builds a pattern's lexer lazily, seconds for some
+        matcher.compute_bitmask()
+        if matcher.is_error():  # no token can start it: a rule defined only by itself, say
+            raise ConstraintUnsupported(f"cannot be enforced: no answer can even start under it "
+                                        f"({_first_line(matcher.get_error())})", field=field)
         return matcher
+
+
+def _first_line(error: str) -> str:
+    """llguidance's error without the parser state it appends (its tokens, counters, the grammar again)."""
+    return error.split("\n<state>", 1)[0].strip()
