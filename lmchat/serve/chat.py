@@ -43,7 +43,8 @@ async def chat_completions(body: ChatRequest, request: Request, who: str | None 
     check_n(body.n)
     check_tool_choice(body.tool_choice, tool_names(body.tools))
     # before any session is read or made: a format the backend cannot enforce changes nothing
-    constraint = chat_constraint(body.response_format, request.app.state.manager.backend)
+    budget = body.max_completion_tokens or body.max_tokens
+    constraint = await chat_constraint(body.response_format, request.app.state.manager.backend, budget)
     try:
         return await _chat(body, request, who, constraint)
     except (InvalidMessages, SessionLengthExceeded) as exc:  # the client's messages[k], not the session's
@@ -71,8 +72,8 @@ async def _chat(body: ChatRequest, request: Request, who: str | None, constraint
         session, headers = sid, {"X-Session-Id": sid}
         messages, history, template = None, list(body.messages), await blocking(mgr.template_of, sid, who)
     # a forced tool_choice is a grammar of the template's call syntax (400 where it has none, before the turn)
-    forced = tool_constraint(body.tool_choice, tools, template, mgr.backend, parallel=body.parallel_tool_calls,
-                             response=constraint)
+    forced = await tool_constraint(body.tool_choice, tools, template, mgr.backend, parallel=body.parallel_tool_calls,
+                                   max_tokens=body.max_completion_tokens or body.max_tokens, response=constraint)
     answer = for_answer(forced or constraint, template, tokens=special_tokens(mgr.backend))  # reasoning: free
     # kind None: a session of the Responses or Conversations API is refused (its records would break)
     turn = TurnRequest(

@@ -25,6 +25,7 @@ from ..manager import SessionManager
 from ..templates.base import BaseTemplate
 
 from ..backends.base import Chunk, GenerationRequest, Prompt, SamplingParams
+from ..constraints import Constraint
 from ..errors import SessionLengthExceeded
 from ..manager.ids import oneoff_key
 from ..session import Delta
@@ -60,7 +61,8 @@ async def completions(body: CompletionRequest, request: Request, who: str | None
         prompt = cast("str | list[int]", given[0])
     state = request.app.state
     mgr: SessionManager = state.manager
-    generation = _request(mgr, prompt, body)
+    constraint = await chat_constraint(body.response_format, mgr.backend, body.max_tokens)
+    generation = _request(mgr, prompt, body, constraint)
     meta = Meta(new_id("cmpl"), "text_completion", int(time.time()), body.model or state.model_name)
 
     def counter(chars: int, ids: int) -> int:
@@ -85,12 +87,12 @@ async def completions(body: CompletionRequest, request: Request, who: str | None
             "usage": usage(last, counter(len(text), ids))}
 
 
-def _request(mgr: SessionManager, prompt: str | list[int], body: CompletionRequest) -> GenerationRequest:
+def _request(mgr: SessionManager, prompt: str | list[int], body: CompletionRequest, constraint: Constraint | None
+             ) -> GenerationRequest:
     template = mgr.default_template
     stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
     # the template's sampling defaults (same model), but only the request's stop words: a raw prompt
     # need not be a chat
-    constraint = chat_constraint(body.response_format, mgr.backend)
     params = SamplingParams.from_template(template, **body.sampling(), stop=stop, max_new_tokens=body.max_tokens,
                                           constraint=constraint)
     ids = None

@@ -62,7 +62,7 @@ async def create_response(body: ResponsesRequest, request: Request, who: str | N
     mgr: SessionManager = state.manager
     checked = body.checked(text_limit(mgr))
     # before any session is read or made: a format the backend cannot enforce changes nothing
-    constraint, text_format = text_constraint(body.text, mgr.backend)
+    constraint, text_format = await text_constraint(body.text, mgr.backend, body.max_output_tokens)
     messages = input_messages(body.input)
     tools = session_tools(body.tools)
     try:
@@ -77,8 +77,8 @@ async def create_response(body: ResponsesRequest, request: Request, who: str | N
         check_effort(template, want.thinking)
 
     template = mgr.default_template
-    forced = tool_constraint(body.tool_choice, tools, template, mgr.backend, parallel=body.parallel_tool_calls,
-                             response=constraint, chat=False)
+    forced = await tool_constraint(body.tool_choice, tools, template, mgr.backend, parallel=body.parallel_tool_calls,
+                                   max_tokens=body.max_output_tokens, response=constraint, chat=False)
     # a reasoning block stays free text
     constraint = for_answer(forced or constraint, template, "text.format", special_tokens(mgr.backend))
     fields = body.fields(template, text_format)

@@ -16,6 +16,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, model_validator
 
 from ..validation import MAX_MESSAGES
+from .errors import ApiError
 
 #: deeper JSON is refused (a conversation with tools nests about 10 levels)
 MAX_DEPTH = 64
@@ -30,29 +31,45 @@ Count = Annotated[StrictInt, Field(ge=1, le=MAX_TOKENS)]
 SessionId = Annotated[StrictStr, Field(min_length=1)]
 
 
+#: a value's place in a body, kept as its key and its parent's place: (key, parent) or None for the body itself
+Place = tuple[str | int, "Place"] | None
+
+
 def check_json(value: Any) -> None:
-    """Refuse nesting deeper than :data:`MAX_DEPTH` and lone surrogates, walking ``value`` iteratively."""
-    stack = [(value, 1)]
+    """Refuse nesting deeper than :data:`MAX_DEPTH` and lone surrogates, walking ``value`` iteratively: a 400
+    naming the field at fault (``response_format.json_schema.schema.properties.a...``), as a pydantic error
+    would."""
+    stack: list[tuple[Any, int, Place]] = [(value, 1, None)]
     while stack:
-        item, depth = stack.pop()
+        item, depth, place = stack.pop()
         if depth > MAX_DEPTH:
-            raise ValueError(f"nested more than {MAX_DEPTH} levels deep")
+            raise _refused(place, f"nested more than {MAX_DEPTH} levels deep")
         if isinstance(item, str):
-            _text(item)
+            _text(item, place)
         elif isinstance(item, dict):
             for key, child in item.items():
                 if isinstance(key, str):
-                    _text(key)
-                stack.append((child, depth + 1))
+                    _text(key, place)
+                stack.append((child, depth + 1, (key, place)))
         elif isinstance(item, list):
-            stack.extend((child, depth + 1) for child in item)
+            stack.extend((child, depth + 1, (i, place)) for i, child in enumerate(item))
 
 
-def _text(text: str) -> None:
+def _text(text: str, place: Place) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise ValueError(f"a lone UTF-16 surrogate {text[exc.start]!r} is not text: send valid UTF-8") from None
+        raise _refused(place, f"a lone UTF-16 surrogate {text[exc.start]!r} is not text: send valid UTF-8") from None
+
+
+def _refused(place: Place, reason: str) -> ApiError:
+    """The 400 for the value at ``place`` (raised past pydantic, which would name the whole body)."""
+    keys: list[str | int] = []
+    while place is not None:
+        key, place = place
+        keys.append(key)
+    param = "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in reversed(keys)).lstrip(".") or None
+    return ApiError(400, f"{param or 'body'}: {reason}", param=param, code="invalid_value")
 
 
 class _Body(BaseModel):
