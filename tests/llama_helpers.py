@@ -21,16 +21,35 @@ STOPS = ("<|im_end|>", "<|endoftext|>")
 
 
 def llama_greedy(llm, ids, n=24, fresh=False):
-    """``Llama.generate`` greedy on ``ids`` (``fresh``: without the prefix it cached from earlier calls)."""
+    """The greedy answer a prefill computes, by llama-cpp-python's own ``Llama.eval`` (``fresh``: without the
+    prefix it cached from earlier calls): the prompt, then each new id beside the one before it, fed again. Two
+    rows, never one: llama.cpp computes a sequence's single row with another attention kernel than two or more
+    (lmchat/backends/llamacpp/probe.py), so ``Llama.generate``'s one-row steps are not what a prefill of the
+    answer computes; two-row steps are, bit for bit (tests/test_batch_invariance.py checks it against whole
+    prefills)."""
+    import numpy as np
+    from llama_cpp import llama_cpp as L
+
     if fresh:
         llm.reset()
+    held = list(llm.input_ids[:llm.n_tokens])
+    keep = 0
+    while keep < min(len(held), len(ids) - 2) and held[keep] == ids[keep]:
+        keep += 1
+    llm.n_tokens = keep  # eval cuts the cache there: at least two ids are computed
+    llm.eval(ids[keep:])
     out = []
-    for token in llm.generate(ids, temp=0.0, repeat_penalty=1.0):
+    while True:
+        logits = np.ctypeslib.as_array(L.llama_get_logits_ith(llm.ctx, -1), shape=(llm.n_vocab(),))
+        token = int(np.argmax(logits))
         if llm.token_eos() == token or token in (0, 2, 4):
             break
         out.append(token)
         if len(out) == n:
             break
+        previous = int(llm.input_ids[llm.n_tokens - 1])
+        llm.n_tokens -= 1
+        llm.eval([previous, token])
     return out
 
 

@@ -62,6 +62,7 @@ SLOW = (
     "tests/test_serve_soak.py",
     "tests/test_stores_soak.py::test_soak_descriptors_memory_and_latency_stay_flat",
     "tests/test_prefix_cache.py::test_a_soak_of_stateless_requests_stays_within_every_bound",
+    "tests/test_batch_invariance.py::test_sixteen_conversations_of_five_turns_answer_as_alone",
 )
 
 #: conftest's fixtures that watch for resources (they name Popen to wrap it, and use nothing)

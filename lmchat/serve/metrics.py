@@ -107,6 +107,15 @@ def _kv_lines(kv: dict[str, Any] | None) -> list[str]:
                  "Decoded answer tokens prefilled again while the engine had spare capacity (the cache then holds "
                  "what a prefill computes)")
     out.append(f"lmchat_kv_settled_tokens_total {kv.get('settled_tokens', 0)}")
+    probe = kv.get("step_probe")
+    if probe is not None:  # the llama.cpp engine's start-up probe (docs/backends.md, "Which steps are exact")
+        out += _head("lmchat_llamacpp_step_exact", "gauge",
+                     "1 if llama_decode steps of this many rows per sequence give a prefill's logits bit for bit")
+        out += [f'lmchat_llamacpp_step_exact{{rows="{rows}"}} {int(probe[key])}'
+                for rows, key in (("1", "one_row_exact"), ("2", "two_row_exact"))]
+        out += _head("lmchat_llamacpp_pair_rows", "gauge",
+                     "1 if the engine gives every sequence two rows per llama_decode (one row is inexact)")
+        out.append(f"lmchat_llamacpp_pair_rows {int(probe['pair_rows'])}")
     out += _head("lmchat_kv_orphans", "gauge", "Ended sessions' states kept as prefixes (resident or host)")
     out.append(f"lmchat_kv_orphans {kv['orphans']}")
     out += _head("lmchat_kv_misses_total", "counter", "Held prefixes that could not be used, by reason")

@@ -54,6 +54,7 @@ from .grammars import Grammars, advance
 from .kvfiles import DiskEntry, DiskTier
 from .planning import plan_turn
 from .prefix import PrefixIndex
+from .probe import probe_steps
 from .reuse import PrefixReuse
 from .sampler import Sampler
 from .sequences import HostCache, SequencePool, SessionState
@@ -110,6 +111,8 @@ class Engine(Steps, PrefixReuse, Inspection):
             self.batch.n_seq_id[i] = 1
         self.host = HostCache(host_bytes)
         self.pool = SequencePool(self.ctx, n_seq, self.host)
+        self.step_probe = probe_steps(L, self.ctx, self.batch, self.pool.mem, self.n_vocab, 0)
+        self.pair_rows = self.step_probe.pair_rows
         self.sessions: dict[str, SessionState] = {}
         self.orphans: set[SessionState] = set()  # dropped sessions' states, kept as prefixes
         self.index: PrefixIndex[SessionState | DiskEntry] = PrefixIndex()

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from .grammars import Grammars
     from .kvfiles import DiskEntry, DiskTier
     from .prefix import PrefixIndex
+    from .probe import StepProbe
     from .sequences import HostCache, SequencePool, SessionState
     from .vocab import LlamaVocab
 
@@ -42,6 +43,8 @@ class EngineState:
     served: Counter[str]
     misses: Counter[str]
     settled: int
+    step_probe: StepProbe
+    pair_rows: bool  # give every sequence two rows per llama_decode (steps.py, probe.py)
     _waiting: deque[Job]
     _active: list[Job]
 

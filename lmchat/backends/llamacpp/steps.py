@@ -12,9 +12,17 @@ depend on what else was running. Decoding tokens and each prompt chunk
 therefore go to ``llama_decode`` separately (little is lost: with a stream per
 sequence llama.cpp computes a prompt beside decoders in micro-batches of its
 own anyway, all but its first id), and a prompt is never split so that its last chunk is one id (the logits of an id
-computed alone differ the same way). Then every turn gives exactly the tokens
-it gives alone, and those ``Llama.generate`` gives when it prefills the same
-ids.
+computed alone differ the same way).
+
+One row of a sequence in a micro-batch takes another attention kernel than
+two or more (:mod:`.probe`: llamafile's sgemm serves only two rows or more),
+whatever the other sequences in the batch hold. Where the start-up probe
+finds one row inexact and two exact (``pair_rows``), every sequence gets two
+rows per ``llama_decode``: a decoding token goes beside its sequence's
+previous id, computed again at its position (:meth:`Steps._again`), and so
+does a prompt with a single id left. Then every turn gives exactly the
+tokens a prefill of its prompt and of its answer so far gives, alone or
+beside others, whatever was cached.
 
 An answer is decoded a token at a time, and a token computed alone gets
 other keys and values than a prefill of it (measured: logits up to 0.84
@@ -24,9 +32,9 @@ its decoded tail is prefilled again, which makes the whole sequence exact.
 The session's next turn then prefills only its delta, and a stateless
 client's next request or a branch may reuse the answer too. Settling costs
 the prefill the next turn would otherwise pay, earlier and off its critical
-path. (Decoding two rows a step, the previous token again beside the new
-one, would keep the cache exact at once, bit for bit; measured here it makes
-every decode step 1.45-1.8x slower, so decoding stays one row.) An idle
+path. (With paired rows the decoded keys and values are already a
+prefill's and settling recomputes the same bits; it is kept until its
+removal is measured and tested.) An idle
 engine settles :data:`SETTLE_CHUNK` ids per look at its queue: a request that
 arrives meanwhile waits for one chunk, not for a whole answer (all at once, a
 300-token answer held the next request 1.9 s on this CPU).
@@ -71,14 +79,15 @@ class Steps(EngineState):
             self._settle(self.prefill_chunk if decoding else None)
 
     def _decode(self, jobs: list[Job]) -> None:
-        n = 0
+        n, rows = 0, []
         for job in jobs:
             state, token = job.admitted, job.token
             assert token is not None, "a decoding job has its next token"
-            n = self._put(n, token, len(state.ids), state.resident_seq, True)
+            n = self._put(self._again(n, state), token, len(state.ids), state.resident_seq, True)
+            rows.append(n - 1)
         if not self._run(n, jobs):
             return
-        for i, job in enumerate(jobs):
+        for i, job in zip(rows, jobs):
             state, token = job.admitted, job.token
             assert token is not None, "a decoding job has its next token"
             if state.decoded_at is None:
@@ -95,7 +104,7 @@ class Steps(EngineState):
         if left - take == 1:  # never a lone last id (see the module docstring)
             take = take - 1 if take > 2 else left
         last = take == left
-        n = 0
+        n = self._again(0, state) if take == 1 else 0
         for i in range(take):
             n = self._put(n, todo[job.fed + i], len(state.ids) + i, state.resident_seq, last and i == take - 1)
         if self._run(n, [job]):
@@ -106,7 +115,7 @@ class Steps(EngineState):
                 if job.request.params.max_new_tokens <= 0:
                     self._finish(job, "length")
                 else:
-                    self._sample(job, take - 1)
+                    self._sample(job, n - 1)
         return take
 
     def unsettled_states(self) -> list[SessionState]:
@@ -179,7 +188,8 @@ class Steps(EngineState):
         rewind keeps them). False if a batch failed (the state is then cleared)."""
         while len(state.ids) < upto:
             take = min(upto - len(state.ids), self.n_batch)
-            n, at = 0, len(state.ids)
+            at = len(state.ids)
+            n = self._again(0, state) if take == 1 else 0
             for i in range(take):
                 n = self._put(n, state.unfed[i], at + i, state.resident_seq, False)
             if not self._run(n, []):
@@ -187,6 +197,18 @@ class Steps(EngineState):
                 return False
             state.ids, state.unfed = state.ids + state.unfed[:take], state.unfed[take:]
         return True
+
+    def _again(self, n: int, state: SessionState) -> int:
+        """Where one-row steps are not exact (:mod:`.probe`): put ``state``'s last id again, at its position, before
+        the one row the step would give the sequence, so that the sequence has two rows in the micro-batch and its
+        attention takes the prefill's kernel (the id's cell is cut first: a position is held once). The id's keys
+        and values are then recomputed as a two-row prefill computes them."""
+        if not self.pair_rows or not state.ids:
+            return n
+        at = len(state.ids) - 1
+        if not self._L.llama_memory_seq_rm(self.pool.mem, state.seq, at, -1):
+            return n  # a memory that cannot cut (recurrent models) has no attention to pair
+        return self._put(n, state.ids[at], at, state.resident_seq, False)
 
     def _run(self, n: int, jobs: list[Job]) -> bool:
         self.batch.n_tokens = n

@@ -1,0 +1,106 @@
+"""Which ``llama_decode`` step sizes compute what a prefill computes, checked on the loaded model at start-up.
+
+llama.cpp's attention multiplies each sequence's queries by its keys with one
+matrix product per sequence (KQ, then KQV). With llamafile's sgemm built in
+(the default), a product of two or more query rows goes to tinyBLAS and one of
+a single row falls back to ggml's own ``vec_dot`` (``llamafile_sgemm``
+returns false for ``n < 2``), which adds in another order: the scores of a
+sequence fed one row per call differ from a prefill's in the last bits, and
+that flips a greedy near-tie now and then (measured on the bundled SmolLM2:
+logits up to 0.54 apart after 20 one-row steps; the first differing tensor
+is layer 0's ``kq``). What counts is the rows *of one sequence* in a
+micro-batch: several sessions decoding together, one row each, are as
+inexact as one session alone. Whether a given GGUF, build, thread count or
+CPU has the difference is measured here rather than assumed.
+"""
+from __future__ import annotations
+
+import logging
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+if TYPE_CHECKING:
+    from llama_cpp.llama_cpp import llama_context_p
+
+log = logging.getLogger("lmchat.llamacpp")
+
+#: ids prefilled before the stepped part, then ids fed in steps: enough positions that a one-row difference
+#: shows (on SmolLM2 one position in four or five differs, and a difference in the cache carries on to the
+#: later positions), few enough for a short start (24 one-id steps)
+PREFIX, STEPPED = 4, 12
+
+
+@attrs.frozen
+class StepProbe:
+    """The probe's answer: whether one-row steps, and two-row steps as the engine pairs rows (the previous id
+    computed again beside the new one), give a prefill's logits bit for bit; ``max_diff``: the largest
+    difference of one-row steps."""
+
+    one_row_exact: bool
+    two_row_exact: bool
+    max_diff: float
+
+    @property
+    def pair_rows(self) -> bool:
+        """The engine's rule: two rows per sequence where one row is inexact and two are exact. Where even two
+        rows differ (Gemma 3 270M Q4_K_M here), pairing would cost without making anything exact: not done."""
+        return not self.one_row_exact and self.two_row_exact
+
+    def as_stats(self) -> dict[str, Any]:
+        return {"one_row_exact": self.one_row_exact, "two_row_exact": self.two_row_exact,
+                "one_row_max_diff": self.max_diff, "pair_rows": self.pair_rows}
+
+
+def probe_steps(L: ModuleType, ctx: llama_context_p, batch: Any, mem: Any, n_vocab: int, seq: int) -> StepProbe:
+    """Feed the same ids to sequence ``seq`` (empty, and left empty) as one prefill, in one-row steps and in
+    paired steps, and compare the logits of every stepped position bit for bit."""
+    import numpy as np
+
+    n = PREFIX + STEPPED
+    ids = [(7 + 7919 * i) % n_vocab for i in range(n)]  # any ids: only the arithmetic is compared
+
+    def run(rows: list[tuple[int, int, bool]]) -> list[Any]:
+        for i, (token, pos, logits) in enumerate(rows):
+            batch.token[i], batch.pos[i], batch.seq_id[i][0], batch.logits[i] = token, pos, seq, logits
+        batch.n_tokens = len(rows)
+        if L.llama_decode(ctx, batch) != 0:
+            raise RuntimeError("llama_decode failed in the start-up probe")
+        return [np.ctypeslib.as_array(L.llama_get_logits_ith(ctx, i), shape=(n_vocab,)).copy()
+                for i, (_, _, logits) in enumerate(rows) if logits]
+
+    def stepped(pair: bool) -> list[Any]:
+        L.llama_memory_seq_rm(mem, seq, -1, -1)
+        run([(ids[p], p, False) for p in range(PREFIX)])
+        out: list[Any] = []
+        for p in range(PREFIX, n):
+            first = p - 1 if pair else p  # the engine's paired row: the previous id computed again
+            if not L.llama_memory_seq_rm(mem, seq, first, -1):
+                raise RuntimeError("the memory cannot cut a sequence (a recurrent model): nothing to pair")
+            out += run([(ids[q], q, q == p) for q in range(first, p + 1)])
+        return out
+
+    try:
+        L.llama_memory_seq_rm(mem, seq, -1, -1)
+        reference = run([(ids[p], p, p >= PREFIX) for p in range(n)])
+        one, two = stepped(False), stepped(True)
+    except RuntimeError as exc:  # the engine then decodes as it always did: one row per sequence
+        log.warning("llama.cpp step probe: not measured (%s); one row per sequence", exc)
+        return StepProbe(one_row_exact=False, two_row_exact=False, max_diff=float("nan"))
+    finally:
+        L.llama_memory_seq_rm(mem, seq, -1, -1)
+
+    def equal(out: list[Any]) -> bool:
+        return all(np.array_equal(a, b) for a, b in zip(out, reference))
+
+    result = StepProbe(one_row_exact=equal(one), two_row_exact=equal(two),
+                       max_diff=max(float(np.max(np.abs(a - b))) for a, b in zip(one, reference)))
+    log.info("llama.cpp step probe: one-row steps %s a prefill's logits (max difference %.3g), two-row steps %s%s",
+             "give" if result.one_row_exact else "do not give", result.max_diff,
+             "do" if result.two_row_exact else "do not",
+             ": every sequence gets two rows per llama_decode" if result.pair_rows else "")
+    if not result.two_row_exact and not result.one_row_exact:
+        log.warning("llama.cpp step probe: on this model and build neither one-row nor paired steps compute what "
+                    "a prefill computes; greedy answers may depend on batching and caching (docs/backends.md)")
+    return result
