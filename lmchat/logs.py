@@ -23,6 +23,16 @@ def to_file(path: Path) -> Path:
     return path
 
 
+def to_console(level: str) -> None:
+    """lmchat's own records at ``level`` and above on stderr, beside uvicorn's lines (a server's console:
+    ``--log-level``); without it they had no handler, and nothing below a warning was ever shown."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s: %(name)s: %(message)s"))
+    logger = logging.getLogger("lmchat")
+    logger.handlers = [handler]
+    logger.setLevel(level.upper())
+
+
 def to_debug(logger: str = "lmchat.serve") -> None:
     """Log warnings and library records under ``logger`` at debug level (a server's console)."""
     target = logging.getLogger(logger)

@@ -109,9 +109,10 @@ def _gpu_layers(value: str) -> int | str:
 
 def _warnings_to_stderr() -> None:
     """The llamacpp backend's own warnings (e.g. --gpu-layers on a CPU-only build) as one stderr line each;
-    llama.cpp's log lines (INFO there) stay out of the terminal."""
+    llama.cpp's log lines (INFO there) stay out of the terminal. A server's console (``logs.to_console``)
+    shows them already."""
     logger = logging.getLogger("lmchat.llamacpp")
-    if not any(isinstance(h, _Stderr) for h in logger.handlers):
+    if not logging.getLogger("lmchat").handlers and not any(isinstance(h, _Stderr) for h in logger.handlers):
         logger.addHandler(_Stderr(logging.WARNING))
 
 

@@ -95,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
         import uvicorn
 
         from ..serve.timeouts import protocol
+    logs.to_console(args.log_level)  # before the backend starts: what it finds in its KV directory is logged
     app = build_app(args)
     # what is alive now (modules, templates, the model) lives until exit: keeping it out of every
     # garbage collection shortens the collector's pauses, which land on request latency
