@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
 import sys
 import textwrap
@@ -259,15 +260,18 @@ def test_a_hostile_kv_file_is_a_reprefill_with_its_reason(tmp_path, llm, damage,
 
 
 def test_a_file_replaced_with_other_ids_is_refused(tmp_path, llm):
-    with LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048, kv_dir=tmp_path / "a") as b:
+    key = tmp_path / "shared.key"  # engines whose files may be swapped share a key: each file is authentic
+    key.write_text(secrets.token_hex(32))
+    key.chmod(0o600)
+    with LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048, kv_dir=tmp_path / "a", kv_key_file=key) as b:
         session = new_session(b, system=SYSTEM)
         turn(b, session, QUESTIONS[0], greedy(8))
         stored = session.to_dict()
-    with LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048, kv_dir=tmp_path / "b") as b:
+    with LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048, kv_dir=tmp_path / "b", kv_key_file=key) as b:
         other = new_session(b, system="Something else entirely. " * 20)
         turn(b, other, QUESTIONS[0], greedy(8))
     mine, theirs = _session_files(tmp_path / "a")[-1], _session_files(tmp_path / "b")[-1]
-    with LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048, kv_dir=tmp_path / "a") as b:
+    with LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048, kv_dir=tmp_path / "a", kv_key_file=key) as b:
         session = reopened(stored, b)
         mine.write_bytes(theirs.read_bytes())  # a valid file, of other ids, under the name the index knows
         ids, last, delta = turn(b, session, QUESTIONS[1], greedy(8))

@@ -37,6 +37,9 @@ def add_backend_arguments(p: argparse.ArgumentParser) -> None:
                         help="KV files kept across restarts, verified before use (default: <data dir>/kv)")
     engine.add_argument("--kv-disk-mb", type=float, metavar="MB",
                         help="the most the KV files may take (default: 4096; 0: no disk tier)")
+    engine.add_argument("--kv-key-file", metavar="FILE",
+                        help="the key that authenticates the KV files, the same file for replicas that share a "
+                             "--kv-dir (default: <kv dir>.key, made at the first start with mode 0600)")
     engine.add_argument("--gpu-layers", type=_gpu_layers, metavar="N|auto",
                         help="layers offloaded to the GPU (default: auto, all of them when llama-cpp-python was "
                              "built with a GPU backend, else 0; N > 0 without one: a warning, the CPU)")
@@ -69,9 +72,11 @@ def backend_options(args: argparse.Namespace) -> dict[str, Any]:
                  "host_cache_mb": args.kv_host_mb, "kv_disk_mb": args.kv_disk_mb, "gpu_layers": args.gpu_layers}
         options.update((k, v) for k, v in given.items() if v is not None)
         options["kv_dir"] = args.kv_dir or str(_default_kv_dir())
+        if args.kv_key_file:
+            options["kv_key_file"] = args.kv_key_file
         _warnings_to_stderr()
     elif any(v is not None for v in (args.threads, args.ctx, args.sessions, args.kv_host_mb, args.kv_dir,
-                                      args.kv_disk_mb, args.gpu_layers)):
+                                      args.kv_disk_mb, args.kv_key_file, args.gpu_layers)):
         raise UsageError("--threads, --ctx, --sessions, --gpu-layers and the --kv-* options are options of the "
                          "llamacpp backend")
     if backend == "remote":

@@ -46,7 +46,10 @@ class LlamaCppBackend:
     files, the disk tier (states pushed out of host memory, and every state
     when the backend closes; the next backend on the same model starts from
     them), at most ``kv_disk_mb``; None (the default here; ``lmchat chat`` and
-    ``lmchat serve`` pass ``<data dir>/kv``): no disk tier. ``template``: the
+    ``lmchat serve`` pass ``<data dir>/kv``): no disk tier. ``kv_key_file``:
+    the key that authenticates the KV files, for replicas that share
+    ``kv_dir`` (None: ``<kv_dir>.key``, made at the first start, mode 0600;
+    see docs/backends.md). ``template``: the
     chat template name, instead of the one matched from the GGUF (its
     embedded ``tokenizer.chat_template`` when that is a built-in's official
     text, else its metadata names, else its file name: see ``lmchat match``;
@@ -73,6 +76,7 @@ class LlamaCppBackend:
         prefill_chunk: int = 256,
         kv_dir: str | Path | None = None,
         kv_disk_mb: float = DEFAULT_DISK_MB,
+        kv_key_file: str | Path | None = None,
         gpu_layers: int | str = "auto",
     ) -> None:
         path = Path(model).expanduser() if model else default_gguf()
@@ -111,7 +115,8 @@ class LlamaCppBackend:
             disk = None
             if kv_dir is not None and kv_disk_mb > 0:
                 disk = DiskTier(Path(kv_dir).expanduser(), int(kv_disk_mb * 2**20),
-                                _identity(path, flash_attn=flash_attn, gpu_layers=self.gpu_layers))
+                                _identity(path, flash_attn=flash_attn, gpu_layers=self.gpu_layers),
+                                None if kv_key_file is None else Path(kv_key_file).expanduser())
             self.engine: Engine | None = Engine(
                 self._model, self.tokenizer, n_ctx=ctx, n_seq=int(sessions), threads=self.threads,
                 host_bytes=int(host_cache_mb * 2**20), flash_attn=flash_attn, prefill_chunk=prefill_chunk, disk=disk)

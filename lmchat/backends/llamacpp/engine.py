@@ -118,7 +118,7 @@ class Engine(Steps, PrefixReuse, Inspection):
         self.index: PrefixIndex[SessionState | DiskEntry] = PrefixIndex()
         self.disk = disk
         if disk is not None:
-            for entry in [*disk.entries.values(), *disk.foreign]:
+            for entry in disk.start(self.n_ctx_seq):
                 self.index.put(entry)
         self.served: Counter[str] = Counter()  # prompt tokens by where they came from (prefilled included)
         self.misses: Counter[str] = Counter()  # held prefixes not used, by reason

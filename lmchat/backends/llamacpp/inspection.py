@@ -74,6 +74,6 @@ class Inspection(EngineState):
                        disk_tokens=sum(len(e.ids) for e in disk.entries.values()),
                        disk_budget=disk.budget, disk_writes=disk.writes, disk_write_failures=disk.write_failures,
                        disk_write_seconds=disk.write_seconds, disk_read_seconds=disk.read_seconds,
-                       disk_problem=disk.problem)
+                       disk_removed=dict(disk.removed), disk_problem=disk.problem)
         return out
 

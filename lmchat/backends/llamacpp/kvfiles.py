@@ -1,35 +1,47 @@
-"""The disk tier: KV states in a bounded directory of files, verified before every use.
+"""The disk tier: KV states in a bounded directory of files, authenticated before every use.
 
-Files are written and read as :mod:`.kvformat` says, each verified before it is
-used. Writes and deletions run on a thread of their own, off the scheduler; a state
-waiting to be written is served from memory meanwhile. A directory that cannot
-be created or written (read-only, full) makes every failed write a logged miss:
-the engine goes on without the files.
+Files are written and read as :mod:`.kvformat` says, through :mod:`.kvdir` (no link followed, no FIFO or
+device opened, nothing read past a file's size nor more than the tier's budget), each checked before use, its MAC
+under the key of :mod:`.kvkey`. Writes and deletions run on a thread of their own, off the scheduler; a
+state waiting to be written is served from memory meanwhile. A directory that cannot be created or written
+(read-only, full), or a key that cannot be had, costs only the files: the engine goes on without them (each
+failed write a logged miss).
+
+A file found unusable at the start (not a regular file, truncated, of another format, not named by its ids,
+larger than the tier) is removed, counted and logged, and its name kept: the turn that would have started
+from it says why it did not.
 """
 from __future__ import annotations
 
 import hashlib
 import itertools
-import json
 import logging
 import os
 import queue
+import re
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import attrs
 
+from ...errors import ConfigError
+from . import kvdir
 from .kvformat import (
-    HEAD, MAGIC, SUFFIX, VERSION, KVFileRejected, difference, digest, ids_bytes, parse, read_head,
+    SUFFIX, TAG_BYTES, KVFileRejected, authenticated, difference, file_name, head_bytes, ids_bytes, ids_of,
+    parse_header, read_head, read_ids, tagger,
 )
+from .kvkey import KVKeyError, default_key_path, given_key, own_key
 
 log = logging.getLogger("lmchat.llamacpp")
 
 #: the smallest state worth a file: fewer ids are prefilled again faster than a file is read
 MIN_IDS = 64
+#: the names this tier writes (a digest of the ids, the suffix); anything else in the directory is not its own
+_NAME = re.compile(r"[0-9a-f]{32}" + re.escape(SUFFIX))
 
 
 @attrs.define(eq=False)
@@ -51,9 +63,12 @@ class DiskEntry:
 
 
 class DiskTier:
-    """KV files under ``directory``, at most ``budget`` bytes of them (least recently used go first)."""
+    """KV files under ``directory``, at most ``budget`` bytes of them (least recently used go first),
+    authenticated with the key in ``key_file`` (None: the directory's own, ``<directory>.key``, made at the
+    first start; a key file given that cannot be read is a :class:`ConfigError`)."""
 
-    def __init__(self, directory: str | Path, budget: int, identity: dict[str, Any]) -> None:
+    def __init__(self, directory: str | Path, budget: int, identity: dict[str, Any],
+                 key_file: str | Path | None = None) -> None:
         self.directory = Path(directory)
         self.budget = int(budget)
         self.identity = identity
@@ -61,51 +76,101 @@ class DiskTier:
         self.nbytes = 0
         self.writes = self.write_failures = 0
         self.write_seconds = self.read_seconds = 0.0
-        self.ignored: Counter[str] = Counter()  # files found at start and not indexed, by reason
+        self.removed: Counter[str] = Counter()  # files removed as unusable (at the start or on a read), by reason
+        self.lost: dict[bytes, KVFileRejected] = {}  # the digest in the name of a file removed at the start -> why
         self.foreign: list[DiskEntry] = []  # files of another model or other parameters: indexed, never loaded
         self._ticks = itertools.count(1)
         self._jobs: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()  # ("write", ...), ("unlink", name)
         self._idle = threading.Condition()
         self._pending = 0
+        self.key = b""
+        self._dir = -1  # the directory's descriptor: every file is opened relative to it
         self.problem: str | None = None  # why the directory cannot be used, if it cannot
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
+            self._dir = kvdir.open_dir(self.directory)
         except OSError as exc:
             self.problem = f"cannot create the KV directory {self.directory}: {exc.strerror or exc}"
-            log.warning("%s: KV states will not be kept on disk", self.problem)
         else:
-            self._scan()
+            try:
+                self.key = given_key(Path(key_file)) if key_file is not None else own_key(
+                    default_key_path(self.directory))
+            except KVKeyError as exc:
+                if key_file is not None:
+                    os.close(self._dir)
+                    raise ConfigError(str(exc), field="kv_key_file") from None
+                self.problem = str(exc)
+        if self.problem is not None:
+            log.warning("%s: KV states will not be kept on disk", self.problem)
         self._thread = threading.Thread(target=self._work, name="lmchat-kv-writer", daemon=True)
         self._thread.start()
 
     # ------------------------------------------------------------------ start: what the directory holds
-    def _scan(self) -> None:
+    def start(self, max_ids: int) -> list[DiskEntry]:
+        """Index the directory for an engine whose sequences hold at most ``max_ids`` ids: returns the
+        entries for its index (the usable files, and other engines' files, which say why they are not used)."""
+        if self.problem is not None:
+            return []
         found = []
-        for path in self.directory.iterdir():
-            if path.name.startswith(".") and ".tmp-" in path.name:
-                _unlink(path)  # a write cut short by a crash
+        for name in os.listdir(self._dir):
+            if kvdir.is_temporary(name):
+                kvdir.unlink(self._dir, name)  # a write cut short by a crash
                 continue
-            if path.suffix != SUFFIX:
+            if not _NAME.fullmatch(name):
                 continue
             try:
-                header, ids = read_head(path)
+                fd, st = kvdir.open_regular(self._dir, name)
+                try:
+                    header = read_head(fd, st.st_size)
+                    foreign = header.identity != self.identity  # another engine's: kept, never read whole
+                    if header.n_ids > max_ids:
+                        if foreign:
+                            continue  # of a longer context than ours: not even indexed
+                        raise KVFileRejected(f"holds {header.n_ids} ids, more than a sequence here ({max_ids})",
+                                             "too long")
+                    if not foreign and st.st_size > self.budget:
+                        raise KVFileRejected(f"is larger than the whole disk tier ({self.budget} bytes)", "too large")
+                    raw = read_ids(fd, header)
+                finally:
+                    os.close(fd)
+                if file_name(raw) != name:
+                    raise KVFileRejected("is not named by the ids it holds", "misnamed")
             except KVFileRejected as exc:
-                log.info("ignored KV file %s: %s", path.name, exc)
-                self.ignored["unreadable"] += 1
+                self._removed(name, exc)
+                kvdir.unlink(self._dir, name)
+                self.lost[bytes.fromhex(name[:32])] = KVFileRejected(
+                    f"KV file {name} {exc}: it was removed at the start", exc.kind)
                 continue
-            if header["identity"] != self.identity:  # indexed, never used: a hit on it says why
-                why = (f"KV file {path.name} was made by another model or with other cache parameters "
-                       f"({difference(header['identity'], self.identity)})")
-                self.foreign.append(DiskEntry(path.name, ids, 0, header["exact"], why_not=why,
+            if foreign:  # indexed, never used: a hit on it says why
+                why = (f"KV file {name} was made by another model or with other cache parameters "
+                       f"({difference(header.identity, self.identity)})")
+                self.foreign.append(DiskEntry(name, ids_of(raw), 0, header.exact, why_not=why,
                                               miss_kind="other model"))
                 continue
-            found.append((path.stat().st_mtime, path.name, ids, header["exact"]))
-        for _, name, ids, exact in sorted(found):  # oldest first: the ticks keep their order
-            entry = DiskEntry(name, ids, (self.directory / name).stat().st_size, exact, tick=next(self._ticks))
+            found.append((st.st_mtime, name, ids_of(raw), header.exact, st.st_size))
+        for _, name, ids, exact, size in sorted(found):  # oldest first: the ticks keep their order
+            entry = DiskEntry(name, ids, size, exact, tick=next(self._ticks))
             self.entries[name] = entry
             self.nbytes += entry.nbytes
-        if self.entries:
-            log.info("KV directory %s: %d states, %d bytes", self.directory, len(self.entries), self.nbytes)
+        self._trim()  # a budget lowered since the files were written: the oldest go
+        if self.entries or self.removed:
+            log.info("KV directory %s: %d states, %d bytes; files removed: %d", self.directory, len(self.entries),
+                     self.nbytes, sum(self.removed.values()))
+        return [*self.entries.values(), *self.foreign]
+
+    def removed_prefix(self, ids: list[int], beyond: int) -> KVFileRejected | None:
+        """Why the file removed at the start that held the longest prefix of ``ids``, longer than ``beyond``
+        ids, is not there (None: none did). Told once: the turn that would have started from it says why."""
+        first = max(beyond + 1, MIN_IDS)
+        if not self.lost or len(ids) < first:
+            return None
+        raw = memoryview(ids_bytes(ids))
+        h = hashlib.blake2b(raw[:4 * (first - 1)], digest_size=16)
+        found = None
+        for n in range(first, len(ids) + 1):  # a file is named by the digest of all its ids
+            h.update(raw[4 * n - 4:4 * n])
+            if (digest := h.copy().digest()) in self.lost:
+                found = digest
+        return None if found is None else self.lost.pop(found)
 
     # ------------------------------------------------------------------ the scheduler's side
     def put(self, ids: list[int], exact: int, blob: bytes | bytearray) -> tuple[DiskEntry | None, list[DiskEntry]]:
@@ -115,14 +180,13 @@ class DiskTier:
         if self.problem is not None or exact < MIN_IDS:
             return None, []
         raw_ids = ids_bytes(ids)
-        name = hashlib.blake2b(raw_ids, digest_size=16).hexdigest() + SUFFIX
+        name = file_name(raw_ids)
         old = self.entries.get(name)
         if old is not None and old.why_not is None and old.exact >= exact:  # on disk already
             old.tick = next(self._ticks)
             return old, []
-        header = json.dumps({"identity": self.identity, "n_ids": len(ids), "exact": exact,
-                             "state_bytes": len(blob), "blake2b": digest(raw_ids, blob)}).encode()
-        size = HEAD.size + len(header) + len(raw_ids) + len(blob)
+        head = head_bytes(self.identity, len(ids), exact, len(blob))
+        size = len(head) + len(raw_ids) + len(blob) + TAG_BYTES
         if size > self.budget:
             return None, []
         if old is not None:
@@ -131,48 +195,52 @@ class DiskTier:
         self.entries[name] = entry
         self.nbytes += size
         gone = self._trim()
-        self._submit(("write", entry, header, raw_ids))
+        self._submit(("write", entry, head, raw_ids))
         return entry, gone
 
     def touch(self, entry: DiskEntry) -> None:
         entry.tick = next(self._ticks)
 
     def read(self, entry: DiskEntry, needed: list[int]) -> bytes | bytearray | memoryview:
-        """The state of ``entry``, verified: the identity, the ids (those indexed, starting with
-        ``needed``), the digest. A file that fails is deleted; :class:`KVFileRejected` says why."""
+        """The state of ``entry``, verified: a regular file (no larger than the tier: no more is read) of the
+        size its header says, the identity, its MAC, the ids (those indexed, starting with ``needed``). A
+        file that fails is removed, but for another engine's (another identity: the directory may be
+        shared); :class:`KVFileRejected` says why."""
         blob = entry.blob
         if blob is not None:
             return blob
-        path = self.directory / entry.name
         started = time.perf_counter()
         try:
-            try:
-                data = path.read_bytes()
-            except OSError as exc:
-                raise KVFileRejected(f"KV file {entry.name} could not be read ({exc.strerror or exc})",
-                                     "unreadable") from None
-            header, ids, state = parse(data, entry.name)
-            if header["identity"] != self.identity:
-                raise KVFileRejected(f"KV file {entry.name} was made by another model or with other "
-                                     f"cache parameters ({difference(header['identity'], self.identity)})",
-                                     "other model")
-            if ids != entry.ids or header["exact"] != entry.exact or ids[:len(needed)] != needed:
-                raise KVFileRejected(f"KV file {entry.name} holds other token ids than it was indexed with",
-                                     "ids differ")
-            return state
+            return self._verified(entry, needed)
         except KVFileRejected as exc:
             self._forget(entry)
             if exc.kind != "other model":  # another engine's file in a shared directory is not ours to delete
+                self._removed(entry.name, exc)
                 self._submit(("delete", entry.name))
-            raise
+            raise KVFileRejected(f"KV file {entry.name} {exc}", exc.kind) from None
         finally:
             self.read_seconds += time.perf_counter() - started
 
+    def _verified(self, entry: DiskEntry, needed: list[int]) -> memoryview:
+        data = kvdir.read_regular(self._dir, entry.name, self.budget)
+        header = parse_header(data, len(data))
+        if header.identity != self.identity:  # another engine's, under a key of its own: not ours to judge
+            raise KVFileRejected(f"was made by another model or with other cache parameters "
+                                 f"({difference(header.identity, self.identity)})", "other model")
+        ids, state = authenticated(data, header, self.key)
+        if ids != entry.ids or header.exact != entry.exact or ids[:len(needed)] != needed:
+            raise KVFileRejected("holds other token ids than it was indexed with", "ids differ")
+        return state
+
     def reject(self, entry: DiskEntry) -> None:
-        """Delete a file whose state llama.cpp refused (a corrupt state that passed the digest cannot
+        """Delete a file whose state llama.cpp refused (a corrupt state that passed the MAC cannot
         happen; a state of a llama.cpp that changed its format without its version can)."""
         self._forget(entry)
         self._submit(("delete", entry.name))
+
+    def _removed(self, name: str, exc: KVFileRejected) -> None:
+        self.removed[exc.kind] += 1
+        log.warning("KV directory %s: removing %s (%s)", self.directory, name, exc)
 
     def _trim(self) -> list[DiskEntry]:
         gone = []
@@ -198,6 +266,9 @@ class DiskTier:
         self.flush()
         self._jobs.put(None)
         self._thread.join()
+        if self._dir >= 0:
+            os.close(self._dir)
+            self._dir = -1
 
     # ------------------------------------------------------------------ the writer thread
     def _submit(self, job: tuple[Any, ...]) -> None:
@@ -211,28 +282,29 @@ class DiskTier:
                 if job[0] == "write":
                     self._write(*job[1:])
                 else:
-                    _unlink(self.directory / job[1])
+                    kvdir.unlink(self._dir, job[1])
             finally:
                 with self._idle:
                     self._pending -= 1
                     self._idle.notify_all()
 
-    def _write(self, entry: DiskEntry, header: bytes, raw_ids: bytes) -> None:
+    def _write(self, entry: DiskEntry, head: bytes, raw_ids: bytes) -> None:
         if entry.gone:  # evicted before its turn came
             return
+        blob = entry.blob
+        assert blob is not None, "an entry is written once, then forgets its blob"
         started = time.perf_counter()
-        path = self.directory / entry.name
-        tmp = self.directory / f".{entry.name}.tmp-{os.getpid()}-{threading.get_ident()}"
+        mac = tagger(self.key)
+
+        def parts() -> Iterator[bytes | bytearray]:
+            for part in (head, raw_ids, blob):
+                mac.update(part)
+                yield part
+            yield mac.digest()
+
         try:
-            with open(tmp, "wb") as f:
-                f.write(HEAD.pack(MAGIC, VERSION, len(header)))
-                f.write(header)
-                f.write(raw_ids)
-                assert entry.blob is not None, "an entry is written once, then forgets its blob"
-                f.write(entry.blob)
-            os.replace(tmp, path)
+            kvdir.write(self._dir, entry.name, parts())
         except OSError as exc:
-            _unlink(tmp)
             entry.why_not = f"KV file {entry.name} could not be written ({exc.strerror or exc})"
             entry.miss_kind = "write failed"
             self.write_failures += 1
@@ -242,12 +314,5 @@ class DiskTier:
             self.write_seconds += time.perf_counter() - started
         self.writes += 1
         if entry.gone:  # evicted while being written
-            _unlink(path)
+            kvdir.unlink(self._dir, entry.name)
         entry.blob = None
-
-
-def _unlink(path: Path) -> None:
-    try:
-        path.unlink()
-    except OSError:
-        pass

@@ -138,6 +138,10 @@ class PrefixReuse(EngineState):
                 # _usable refuses a state only once it lost its tier, and that reset its ids: none matches
                 assert isinstance(blocked, DiskEntry), "only a KV file is indexed and refused"
                 self._missed(job, blocked.why_not, blocked.miss_kind)
+            elif not have and self.disk is not None and (lost := self.disk.removed_prefix(target, n)) is not None:
+                # a file removed at the start held a state from before it: only a sequence holding nothing yet
+                # could have started from it (and only those pay for the look)
+                self._missed(job, str(lost), lost.kind)
             if donor is None or n - have < max(BLOCK, len(donor.ids) // 16):
                 return
             try:
