@@ -35,6 +35,10 @@ USES: dict[str, frozenset[str]] = {
     # the llama.cpp engine and llama-cpp-python's own Llama, on a GGUF's weights
     "LlamaCppBackend": frozenset({"model"}),
     "Llama": frozenset({"model"}),
+    "load_model": frozenset({"model"}),
+    # transformers on the GGUF's weights (--backend hf): not guarded while running (the guard would have to
+    # import torch in every worker), so this name is the only way it is seen
+    "HFBackend": frozenset({"model"}),
     # processes: tests/serve_helpers.Service and its kinds, a pseudo-terminal, any subprocess of a helper
     "Service": frozenset({"server"}),
     "Server": frozenset({"server"}),
@@ -52,7 +56,7 @@ USES: dict[str, frozenset[str]] = {
 }
 
 #: string constants that name the llama.cpp engine or a server on it: a process started with them loads a model
-MODEL_WORDS = ("llamacpp", "llama_cpp.server", "llama-server")
+MODEL_WORDS = ("llamacpp", "hf", "llama_cpp.server", "llama-server")
 
 #: parameters (of a parametrized fixture or test) that mean a resource: the store kinds on a real redis-server
 PARAMS = {"redis": frozenset({"redis"})}
@@ -68,8 +72,9 @@ SLOW = (
 #: conftest's fixtures that watch for resources (they name Popen to wrap it, and use nothing)
 GUARD_FIXTURES = frozenset({"_tier_guard", "_tier_check"})
 
-#: the processes a test may start without a marker: git (the style check lists tracked files)
-FREE_PROGRAMS = frozenset({"git"})
+#: the processes a test may start without a marker: git (the style check lists tracked files), uname (the openai
+#: client asks it for the processor once, through platform.processor())
+FREE_PROGRAMS = frozenset({"git", "uname"})
 #: the helpers that start only those (not followed into)
 FREE_HELPERS = frozenset({"tracked_python_files"})
 #: modules whose use in a test's code means it starts a process
@@ -210,7 +215,7 @@ class Guard:
 def _loads_a_model(words: list[Any]) -> bool:
     """Whether an ``lmchat chat``/``lmchat serve`` command line runs the llama.cpp engine (its default)."""
     text = [str(w) for w in words]
-    if any("LlamaCppBackend" in w or "Llama(" in w or w in MODEL_WORDS[1:] for w in text):  # the engine, a server
+    if any("LlamaCppBackend" in w or "Llama(" in w or w in MODEL_WORDS[2:] for w in text):  # the engine, a server
         return True
     if "--help" in text or "--version" in text:
         return False
