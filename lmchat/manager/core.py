@@ -312,10 +312,14 @@ class SessionManager:
         return True
 
     # ------------------------------------------------------------------ service
-    def metrics(self) -> dict[str, Any]:
+    def occupancy(self) -> dict[str, int]:
+        """The sessions held in memory and those running a turn: the manager's own counts, which ``/health``
+        reports without waiting for the engine (whose stats are read between two of its steps)."""
         self._sessions.table.sweep()
-        active = self._capacity.active
-        out = {"sessions_in_memory": len(self._sessions.table), "sessions_active": active, **self._metrics.snapshot()}
+        return {"sessions_in_memory": len(self._sessions.table), "sessions_active": self._capacity.active}
+
+    def metrics(self) -> dict[str, Any]:
+        out: dict[str, Any] = {**self.occupancy(), **self._metrics.snapshot()}
         if isinstance(self.backend, PrefixCache):
             out["kv"] = self.backend.stats()
         return out

@@ -100,10 +100,9 @@ async def health(request: Request) -> JSONResponse | dict[str, Any]:
         return JSONResponse({"status": "unavailable", **error.body()}, status_code=error.status)
     if state.api_keys and not await authorized(request, state.api_keys):
         return {"status": "ok"}
-    metrics = mgr.metrics()
+    held = await blocking(mgr.occupancy)  # not metrics(): the engine's stats wait for its current step
     body = {"status": "ok", "model": state.model_name, "backend": mgr.backend.name, "engine": mgr.engine,
-            "store": mgr.store.spec,
-            "sessions_in_memory": metrics["sessions_in_memory"], "sessions_active": metrics["sessions_active"]}
+            "store": mgr.store.spec, **held}
     if isinstance(mgr.backend, PromptFormat):  # remote: prompts go upstream as 'ids' or 'text' (no I/O here)
         body["prompt_format"] = mgr.backend.prompt_mode
     return body
