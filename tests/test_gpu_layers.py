@@ -74,7 +74,7 @@ def test_cli_flag_reaches_the_backend(tmp_path):
 
 
 def test_cli_refuses_bad_values_and_other_backends(tmp_path):
-    out = _lmchat(tmp_path, "chat", "--gpu-layers", "-1", "Hi")
+    out = _lmchat(tmp_path, "chat", "--backend", "llamacpp", "--gpu-layers", "-1", "Hi")  # the default, said
     assert out.returncode == 2 and "--gpu-layers" in out.stderr
     out = _lmchat(tmp_path, "chat", "--backend", "echo", "--gpu-layers", "2", "Hi")
     assert out.returncode != 0 and "--gpu-layers" in out.stderr
