@@ -157,6 +157,22 @@ def test_the_start_up_probe_and_the_engine_rule(any_backend, request):
         assert not probe["two_row_exact"] and not probe["pair_rows"]
 
 
+def test_the_probe_is_measured_once_per_model_and_shape_in_a_process(any_backend):
+    """An engine opened again on the same model, context and threads takes the probe its process measured (a suite
+    or a server opening the model again does not pay it again); another shape is measured anew."""
+    from lmchat.backends.llamacpp import probe
+
+    measured = dict(probe._MEASURED)
+    assert any_backend.stats()["step_probe"] in [p.as_stats() for p in measured.values()]
+    with LlamaCppBackend(model=any_backend.path, threads=THREADS, sessions=2, ctx=2 * 1024) as again:
+        assert again.stats()["step_probe"] == any_backend.stats()["step_probe"]
+        assert probe._MEASURED == measured
+    # a shape no other test opens
+    with LlamaCppBackend(model=any_backend.path, threads=THREADS, sessions=1, ctx=2304) as other:
+        assert len(probe._MEASURED) == len(measured) + 1
+        assert other.stats()["step_probe"]["pair_rows"] is any_backend.stats()["step_probe"]["pair_rows"]
+
+
 def test_the_reference_is_what_whole_prefills_compute():
     """tests/llama_helpers.llama_greedy (two-row steps in llama-cpp-python's own Llama.eval), the reference of
     the engine's exactness tests, gives the ids that prefilling the prompt and the answer so far from an empty

@@ -36,6 +36,7 @@ and at :meth:`Engine.close` every state, go to disk.
 from __future__ import annotations
 
 import atexit
+import ctypes
 import itertools
 import queue
 import threading
@@ -111,7 +112,11 @@ class Engine(Steps, PrefixReuse, Inspection):
             self.batch.n_seq_id[i] = 1
         self.host = HostCache(host_bytes)
         self.pool = SequencePool(self.ctx, n_seq, self.host)
-        self.step_probe = probe_steps(L, self.ctx, self.batch, self.pool.mem, self.n_vocab, 0)
+        desc = ctypes.create_string_buffer(128)
+        L.llama_model_desc(model, desc, len(desc))  # "llama 135M Q4_1": architecture, size, weight type
+        shape = (desc.value, int(L.llama_model_size(model)), int(L.llama_model_n_params(model)), self.n_vocab,
+                 n_ctx, n_seq, threads, n_batch, flash_attn)
+        self.step_probe = probe_steps(L, self.ctx, self.batch, self.pool.mem, self.n_vocab, 0, shape)
         self.pair_rows = self.step_probe.pair_rows
         self.sessions: dict[str, SessionState] = {}
         self.orphans: set[SessionState] = set()  # dropped sessions' states, kept as prefixes
