@@ -28,6 +28,7 @@ def pytest_configure(config):
         config.addinivalue_line("markers", f"{name}: {meaning}")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the groups
 def pytest_collection_modifyitems(config, items):
     """Each test marked with the resources it uses; tests on a module- or class-scoped fixture (a server, a
     backend) grouped by their file, so that ``--dist loadgroup`` starts each such fixture on one worker only."""
