@@ -73,13 +73,21 @@ def test_chat_answers_validate_against_the_schema(client, name, stream):
 
 
 def test_json_object_answers_are_json_objects(client):
-    # any object: nothing bounds its strings, so the budget is larger (a cut answer would not parse)
+    # any object: nothing bounds its strings, so the budget is larger; SmolLM2 at temperature 0.8 sometimes writes
+    # one string to the limit, and a cut answer is an object's beginning that does not parse: every answer that
+    # stopped is an object, and most stop
+    stopped = 0
     for seed in SEEDS:
         r = client.chat.completions.create(**{**ASK, "max_tokens": 300}, seed=seed,
                                            response_format={"type": "json_object"},
                                            messages=[{"role": "user", "content": "Describe your favourite animal."}])
-        text = r.choices[0].message.content
-        assert r.choices[0].finish_reason == "stop" and isinstance(json.loads(text), dict), text
+        text, finish = r.choices[0].message.content, r.choices[0].finish_reason
+        if finish == "stop":
+            assert isinstance(json.loads(text), dict), text
+            stopped += 1
+        else:
+            assert finish == "length" and text.startswith("{"), (finish, text)
+    assert stopped >= len(SEEDS) - 1, f"{stopped} of {len(SEEDS)} answers ended within 300 tokens"
 
 
 def test_a_text_format_changes_nothing(client):

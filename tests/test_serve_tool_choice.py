@@ -60,7 +60,9 @@ def test_parallel_calls_are_each_valid(client):
         choice = r.choices[0]
         assert choice.finish_reason in ("tool_calls", "length"), (seed, choice.message)
         valid_calls(choice.message.tool_calls, PARAMETERS)
-        assert choice.message.content is None  # nothing but calls
+        content = choice.message.content
+        # nothing but calls; a cut answer may end inside the closing marker of its last call ("</tool")
+        assert content is None or (choice.finish_reason == "length" and "</tool_call>".startswith(content)), content
 
 
 def test_a_named_function_is_the_one_called(client):
