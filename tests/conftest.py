@@ -30,14 +30,16 @@ def pytest_configure(config):
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the groups
 def pytest_collection_modifyitems(config, items):
-    """Each test marked with the resources it uses; tests on a module- or class-scoped fixture (a server, a
-    backend) grouped by their file, so that ``--dist loadgroup`` starts each such fixture on one worker only."""
+    """Each test marked with the resources it uses; the tests of a resource on a module- or class-scoped fixture
+    (a server, a backend) grouped by their file, so that ``--dist loadgroup`` starts each such fixture on one
+    worker only. A cheap shared fixture (a tokenizer, a template) groups nothing: its tests spread one by one."""
     for item in items:
-        for name in sorted(tiers.markers_for(item)):
+        markers = tiers.markers_for(item)
+        for name in sorted(markers):
             item.add_marker(name)
         definitions = getattr(item, "_fixtureinfo", None)
         scopes = {d.scope for defs in (definitions.name2fixturedefs.values() if definitions else ()) for d in defs}
-        if scopes & {"module", "class", "package"}:
+        if scopes & {"module", "class", "package"} and markers & tiers.RESOURCES:
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
 
 

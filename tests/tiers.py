@@ -30,6 +30,9 @@ MARKERS = {
     "slow": "a soak or a long run of one path (a minute or more); tests/tiers.py SLOW lists them",
 }
 
+#: the markers of something a fixture starts or loads (what a worker should start once, not the soaks)
+RESOURCES = frozenset({"model", "server", "browser", "redis"})
+
 #: names met in a test's code (a call, a class, a fixture) and the resources each one means
 USES: dict[str, frozenset[str]] = {
     # the llama.cpp engine and llama-cpp-python's own Llama, on a GGUF's weights
