@@ -193,3 +193,14 @@ def llama_app():
                     "--template", "qwen2.5")
     yield app
     app.stop()
+
+
+@pytest.fixture(scope="module")
+def llm():
+    """llama-cpp-python's own ``Llama`` on the bundled GGUF (tests/llama_helpers.reference_llama): the reference
+    the engine's greedy answers are compared with; one for a test module."""
+    from .llama_helpers import reference_llama
+
+    model = reference_llama()
+    yield model
+    model.close()

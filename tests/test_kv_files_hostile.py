@@ -39,7 +39,7 @@ from lmchat import Session  # noqa: E402
 from lmchat.backends.llamacpp import LlamaCppBackend  # noqa: E402
 from lmchat.errors import ConfigError  # noqa: E402
 
-from .llama_helpers import THREADS, greedy, llama_greedy, new_session, reference_llama, request_ids, turn  # noqa: E402
+from .llama_helpers import THREADS, greedy, llama_greedy, new_session, request_ids, turn  # noqa: E402
 from .serve_helpers import InProcess, Server  # noqa: E402
 
 SYSTEM = ("You are the support assistant of a bicycle shop. " + " ".join(
@@ -51,12 +51,6 @@ QUESTIONS = ["Do you repair brakes?", "How long does it take?", "And gears?"]
 GUARD_SECONDS = 120
 HEAD = struct.Struct("<8sII")
 
-
-@pytest.fixture(scope="module")
-def llm():
-    model = reference_llama()
-    yield model
-    model.close()
 
 
 @pytest.fixture(scope="module")

@@ -32,7 +32,7 @@ from lmchat.session.vocab import Vocabulary  # noqa: E402
 from . import gguf_files  # noqa: E402
 from .backend_turns import commit  # noqa: E402
 from .llama_helpers import (  # noqa: E402
-    QUESTIONS, THREADS, converse, decoded, greedy, llama_greedy, new_session, reference_llama, request_ids,
+    QUESTIONS, THREADS, converse, decoded, greedy, llama_greedy, new_session, request_ids,
     settled, turn,
 )
 
@@ -43,13 +43,6 @@ def backend():
     yield b
     b.close()
 
-
-@pytest.fixture(scope="module")
-def llm():
-    """llama-cpp-python's own high-level API on the same GGUF: the reference."""
-    model = reference_llama()
-    yield model
-    model.close()
 
 
 # ---------------------------------------------------------------------------------------------- loading

@@ -36,7 +36,7 @@ from lmchat.manager import TurnRequest
 from .hypothesis_profiles import examples
 from .backend_turns import commit  # noqa: E402
 from .llama_helpers import (  # noqa: E402
-    THREADS, decoded, greedy, llama_greedy, new_session, reference_llama, settled, turn,
+    THREADS, decoded, greedy, llama_greedy, new_session, settled, turn,
 )
 
 SYSTEM = ("You are the support assistant of a bicycle shop. " + " ".join(
@@ -45,12 +45,6 @@ SYSTEM = ("You are the support assistant of a bicycle shop. " + " ".join(
 QUESTIONS = ["Do you repair brakes?", "How long does it take?", "And gears?", "Is it expensive?",
              "Can I wait in the shop?", "Do you sell helmets?", "What colours?", "Thanks!"]
 
-
-@pytest.fixture(scope="module")
-def llm():
-    model = reference_llama()
-    yield model
-    model.close()
 
 
 @pytest.fixture
