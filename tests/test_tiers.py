@@ -6,6 +6,8 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from . import tiers
 from .serve_helpers import Server
@@ -62,6 +64,17 @@ def makes_a_helper_object():
     return Booted()
 
 
+@given(st.integers())
+def a_property_on_the_model(n):  # @given hides this body behind hypothesis' wrapper
+    return Server(*LLAMA)
+
+
+def imports_its_helper_inside():  # as a fixture does: the name is local to the function
+    from .llama_helpers import reference_llama
+
+    return reference_llama()
+
+
 @pytest.mark.parametrize("function, expected", [
     (pure, set()),
     (starts_the_echo_server, {"server"}),
@@ -70,6 +83,8 @@ def makes_a_helper_object():
     (one_shot_on_the_bundled_model, {"server", "model"}),
     (runs_redis, {"redis"}),
     (makes_a_helper_object, {"server"}),
+    (a_property_on_the_model, {"server", "model"}),
+    (imports_its_helper_inside, {"model"}),
 ])
 def test_markers_come_from_what_the_code_reaches(function, expected):
     assert tiers.markers_for(Item(function)) == expected

@@ -15,6 +15,8 @@ process and loads no model, or fails saying which test would have.
 """
 from __future__ import annotations
 
+import dis
+import importlib
 import os
 import types
 from typing import Any
@@ -127,6 +129,10 @@ class _Walk:
         if id(obj) in self.seen or getattr(obj, "__name__", None) in FREE_HELPERS:
             return
         self.seen.add(id(obj))
+        inner = getattr(getattr(obj, "hypothesis", None), "inner_test", None)
+        if inner is not None:  # @given's wrapper is hypothesis' code: the test is the function it wraps
+            self.reach(inner)
+            return
         if isinstance(obj, type):
             for member in vars(obj).values():
                 self.reach(getattr(member, "__func__", member))
@@ -156,6 +162,8 @@ class _Walk:
                         self._follow(getattr(target, attribute, None))
             else:
                 self._follow(target)
+        for target in _imported_inside(code, namespace):
+            self._follow(target)
         for constant in code.co_consts:
             if isinstance(constant, types.CodeType):
                 self._code(constant, namespace)
@@ -174,6 +182,30 @@ class _Walk:
                 self.strings.append(v)
                 if v in MODEL_WORDS:
                     self.found.add("model")
+
+
+_IMPORT_NAME = dis.opmap["IMPORT_NAME"]
+
+
+def _imported_inside(code: types.CodeType, namespace: dict[str, Any]) -> list[Any]:
+    """What ``from .module import name`` inside a function brings from this package (a fixture's import is
+    local to it, so its names are not in the module's namespace). Only this package's modules are looked up:
+    importing a library here would slow every collection."""
+    if _IMPORT_NAME not in code.co_code[::2]:  # most code imports nothing: reading its opcodes is cheap
+        return []
+    package, module, targets, level = namespace.get("__package__") or "", None, [], 0
+    for instruction in dis.get_instructions(code):
+        if instruction.opname == "LOAD_CONST" and isinstance(instruction.argval, int):
+            level = instruction.argval
+        elif instruction.opname == "IMPORT_NAME":  # its level (the dots) is the integer loaded before the names
+            name = f"{package}.{instruction.argval}".rstrip(".") if level else instruction.argval
+            module = name if name.split(".")[0] == "tests" else None
+        elif instruction.opname == "IMPORT_FROM" and module is not None:
+            try:
+                targets.append(getattr(importlib.import_module(module), instruction.argval, None))
+            except ImportError:
+                pass
+    return targets
 
 
 # ---------------------------------------------------------------------- while the tests run
