@@ -14,7 +14,7 @@ from starlette.types import Receive, Scope, Send
 
 from ..errors import LmchatError
 from ..manager import SessionManager
-from . import chat, completions, conversations, interactive, responses, service
+from . import chat, completions, conversations, interactive, page, responses, service
 from .asgi import error_of
 from .errors import ApiError
 from .guard import BODY_SECONDS, Guard
@@ -67,6 +67,7 @@ def create_app(manager: SessionManager, *, api_keys: Iterable[str] | None = None
     app.state.stats = RequestStats()
     for module in (chat, completions, responses, conversations, service):
         app.include_router(module.router)
+    app.include_router(page.router())  # the web chat page at / (docs/web.md): a client of the routes above
     # one mapping for every failure (.asgi.error_of): FastAPI's handlers and the plain ASGI routes
     for kind in (ApiError, LmchatError, RequestValidationError, HTTPException, RecursionError, Exception):
         app.add_exception_handler(kind, _respond)

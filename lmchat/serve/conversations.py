@@ -121,6 +121,31 @@ async def create_conversation(request: Request, body: NewConversation = Body(def
     return JSONResponse(view(sid, state))
 
 
+def _listed(mgr: SessionManager, who: str | None, limit: int) -> tuple[list[dict[str, Any]], bool]:
+    """The caller's conversations, most recently changed first: the store lists sessions newest first, each is
+    read for its kind (chains and chat sessions are no conversations), a session gone meanwhile is left out."""
+    found: list[dict[str, Any]] = []
+    infos = mgr.list(who, limit)
+    for info in infos:
+        try:
+            state = mgr.inspect(info.id, state_of, who)
+        except (SessionNotFound, StoreCorrupt, SnapshotError):  # deleted since, or unreadable: not listed
+            continue
+        if state is not None and state.kind == "conversation":
+            found.append({**view(info.id, state), "updated_at": int(info.updated_at)})
+    return found, len(infos) == limit
+
+
+@router.get("/v1/conversations", response_model=None)
+async def list_conversations(request: Request, limit: int = Query(20, ge=1, le=100),
+                             who: str | None = Depends(owner)) -> dict[str, Any]:
+    """lmchat's own (OpenAI's API lists no conversations): the caller's, most recently changed first. ``limit``
+    counts the caller's sessions read, so a page may hold fewer conversations when chains are among them."""
+    data, more = await blocking(_listed, request.app.state.manager, who, limit)
+    return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
+            "last_id": data[-1]["id"] if data else None, "has_more": more}
+
+
 @router.get("/v1/conversations/{cid}")
 async def get_conversation(cid: str, request: Request, who: str | None = Depends(owner)) -> JSONResponse:
     sid = _sid(cid)
