@@ -15,7 +15,7 @@ from ..registry import get_template
 from ..repl.commands import help_lines
 from ..repl import settings
 from ..repl.context import DEFAULT_OVERFLOW, choose_context
-from ..repl.conversation import Conversation
+from ..repl.conversation import NOTES, Conversation
 from ..repl.resuming import find, recap
 from ..paths import data_dir
 from ..repl.history import default_store_path, input_history
@@ -30,6 +30,7 @@ from .backend_args import DEFAULT as DEFAULT_BACKEND
 from .backend_args import add_backend_arguments, backend_options, injection_policy
 from .common import add_template_arguments, resolve_template
 from .main import UsageError
+from .sampling_args import add_sampling_arguments, given
 
 LATEST = "latest"  # --resume without an id
 
@@ -77,6 +78,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(as /set format json | @FILE; 'off' drops a resumed session's); llamacpp and remote backends")
     p.add_argument("--store", metavar="PATH",
                    help="SQLite file of saved sessions (default: <data dir>/sessions.db); 'memory' keeps nothing")
+    add_sampling_arguments(p)  # as /set NAME VALUE: saved with the session; with --resume, they replace its own
 
 
 def run(args: argparse.Namespace) -> int:
@@ -103,7 +105,9 @@ def run(args: argparse.Namespace) -> int:
         conv = _open(args, store, backend, template, out)
         if args.format:
             _set_format(conv, args.format)
+        conv.overrides.update(given(args))
         if one_shot:
+            conv.notes = _one_shot_notes(keep)
             return run_plain(conv, io.StringIO(_one_message(args.prompt)))
         if not interactive:  # a script has its own record of the conversation: no recap on its stderr
             return run_plain(conv, sys.stdin)
@@ -218,6 +222,12 @@ def _resume_hint(args: argparse.Namespace, conv: Conversation) -> str:
         if getattr(args, option, None):
             command += ["--" + option.replace("_", "-"), getattr(args, option)]
     return f"session {conv.session.session_id[:8]} saved; continue it with: {shlex.join(command)}"
+
+
+def _one_shot_notes(kept: bool) -> dict[str, str]:
+    """What a one-shot says under its answer: it has no prompt to type /continue at."""
+    more = "; `lmchat chat --resume` then /continue extends this one" if kept else ""
+    return {**NOTES, "length": f"[stopped at max_new_tokens: --max-new-tokens N allows a longer answer{more}]"}
 
 
 def _one_message(prompt: str) -> str:

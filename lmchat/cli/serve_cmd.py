@@ -15,6 +15,7 @@ from ..session import DRIFT_POLICIES, OVERFLOW_POLICIES
 from .backend_args import add_backend_arguments, backend_options, injection_policy, session_len
 from .common import add_template_arguments, resolve_template
 from .main import UsageError
+from .sampling_args import add_sampling_arguments, given
 
 if TYPE_CHECKING:
     from ..serve.app import App
@@ -71,10 +72,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sessions.add_argument("--session-len", type=int, help="tokens a session may hold (default: the template's)")
     sessions.add_argument("--overflow", choices=OVERFLOW_POLICIES, default="error",
                           help="what a turn that does not fit does (default: error)")
-    sessions.add_argument("--max-new-tokens", type=int, help="default answer budget per turn")
     sessions.add_argument("--drift", choices=DRIFT_POLICIES, default="rewind",
                           help="when the engine's ids of an answer differ from their canonical encoding "
                                "(default: rewind; docs/tokens.md)")
+    add_sampling_arguments(p, answer_budget="an answer's budget when a request gives none (max_tokens...)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
 
 
@@ -140,6 +141,7 @@ def build_app(args: argparse.Namespace) -> App:
             backend, template, store, max_sessions=args.max_sessions, max_active=args.max_active,
             idle_ttl=args.idle_ttl, store_ttl=args.store_ttl,
             session_defaults={k: v for k, v in defaults.items() if v is not None}, engine=engine,
+            sampling={k: v for k, v in given(args).items() if k != "max_new_tokens"},  # that one: a session's
         )
     except BaseException:
         backend.close()

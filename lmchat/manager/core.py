@@ -58,7 +58,7 @@ class SessionManager:
         self, backend: Backend, template: str | BaseTemplate = "smollm2", store: SessionStore | None = None,
         tokenizer: Any = None, max_sessions: int = 10_000, max_active: int = 64, idle_ttl: float | None = None,
         store_ttl: float | None = None, session_defaults: Mapping[str, Any] | None = None,
-        engine: str | None = None, on_loop: bool | None = None,
+        engine: str | None = None, on_loop: bool | None = None, sampling: Mapping[str, Any] | None = None,
     ):
         self.backend = backend
         #: what generates the answers (e.g. ``embedded:SmolLM2-135M-Instruct.gguf``); stored with each session,
@@ -89,7 +89,11 @@ class SessionManager:
         self._sessions = StoredSessions(self.store, backend, self.tokenizer, engine, self.new_session, self._metrics,
                                         max_sessions, idle_ttl)
         self._capacity = Capacity(max_active)
-        self._turns = TurnCalls(self._sessions, self._capacity, model_sampling(backend), self.cancel)
+        #: sampling values over the templates' (``lmchat serve --temperature``...): a turn's are the template's, the
+        #: model's (:func:`~lmchat.backends.base.model_sampling`), these, then the request's
+        self.sampling: dict[str, Any] = dict(sampling or {})
+        self._turns = TurnCalls(self._sessions, self._capacity, {**model_sampling(backend), **self.sampling},
+                                self.cancel)
         self._async_turns: AsyncTurns = LoopTurns(self._turns) if self.on_loop else PoolTurns(self._turns)
 
     # ------------------------------------------------------------------ turns

@@ -86,6 +86,7 @@ class Conversation:
         self.version = version  # the stored version of this session (0: not stored yet)
         self.debug = False
         self.failures = 0  # inputs that ended in an error (piped mode exits 1 if any)
+        self.notes = NOTES  # what a turn's finish reason adds under its answer (a one-shot has its own)
         self.last_delta: Delta | None = None
         self.last: Outcome | None = None
         self.cached = False  # whether the backend may hold a cache for this session id (sent by this process)
@@ -181,7 +182,7 @@ class Conversation:
             except BaseException:
                 self.out.end_reply()
                 raise
-            self.out.end_reply(NOTES.get(outcome.finish_reason))
+            self.out.end_reply(self.notes.get(outcome.finish_reason))
             self.last = outcome
 
     # ------------------------------------------------------------------ the turn protocol's owner

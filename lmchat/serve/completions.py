@@ -91,10 +91,11 @@ def _request(mgr: SessionManager, prompt: str | list[int], body: CompletionReque
              ) -> GenerationRequest:
     template = mgr.default_template
     stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
-    # the template's sampling defaults (same model), but only the request's stop words: a raw prompt
-    # need not be a chat
-    params = SamplingParams.from_template(template, **body.sampling(), stop=stop, max_new_tokens=body.max_tokens,
-                                          constraint=constraint)
+    # the template's sampling defaults (same model) and the server's (its command line), but only the request's
+    # stop words: a raw prompt need not be a chat
+    asked = {k: v for k, v in body.sampling().items() if v is not None}
+    params = SamplingParams.from_template(template, **{**mgr.sampling, **asked}, stop=stop,
+                                          max_new_tokens=body.max_tokens, constraint=constraint)
     ids = None
     if mgr.backend.tokenizer is not None:
         from ..session.tokens import codec_for
