@@ -105,3 +105,13 @@ def test_serve_sampling_flags_are_every_turns_defaults(test_backend, data_dir):
         assert backend.requests[-1].params.temperature == 0.9  # the request's own goes over the server's
     finally:
         app.stop()
+
+
+@pytest.mark.parametrize("command", ["chat", "serve"])
+def test_llama_servers_short_flags_are_accepted(command):
+    """`-m`, `-c`, `-ngl`/`--n-gpu-layers`, `-t`: llama-server's spellings of --model, --ctx, --gpu-layers and
+    --threads."""
+    args = cli.build_parser().parse_args([command, "-m", "x.gguf", "-c", "2048", "-ngl", "0", "-t", "1"])
+    assert (args.model, args.ctx, args.gpu_layers, args.threads) == ("x.gguf", 2048, 0, 1)
+    args = cli.build_parser().parse_args([command, "--n-gpu-layers", "auto", "--ctx-size", "512"])
+    assert (args.gpu_layers, args.ctx) == ("auto", 512)

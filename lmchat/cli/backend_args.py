@@ -23,11 +23,13 @@ def add_backend_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", choices=[*BACKENDS, *BACKEND_ALIASES], default=DEFAULT,
                    help="what generates the answers (default: llamacpp, the bundled SmolLM2 or --model, offline; "
                         "'embedded' is the same; hf: transformers and torch, for model folders)")
-    p.add_argument("--model", metavar="PATH",
-                   help="llamacpp: any .gguf file instead of the bundled model; hf: a model folder or .gguf")
+    p.add_argument("--model", "-m", metavar="PATH",
+                   help="llamacpp: any .gguf file instead of the bundled model (default: the bundled SmolLM2; "
+                        "`lmchat models` says where it is); hf: a model folder or .gguf")
     engine = p.add_argument_group("llamacpp backend (docs/backends.md)")
-    engine.add_argument("--threads", type=int, metavar="N", help="llama.cpp threads (default: the CPUs available)")
-    engine.add_argument("--ctx", type=int, metavar="TOKENS",
+    engine.add_argument("--threads", "-t", type=int, metavar="N",
+                        help="llama.cpp threads (default: the CPUs available; said at start)")
+    engine.add_argument("--ctx", "-c", "--ctx-size", type=int, metavar="TOKENS",
                         help="KV cache over all resident sessions (default: --sessions x min(4096, the model's))")
     engine.add_argument("--sessions", type=int, metavar="N",
                         help="sessions whose KV stays in llama.cpp at once (default: 4); others wait in host memory")
@@ -40,13 +42,15 @@ def add_backend_arguments(p: argparse.ArgumentParser) -> None:
     engine.add_argument("--kv-key-file", metavar="FILE",
                         help="the key that authenticates the KV files, the same file for replicas that share a "
                              "--kv-dir (default: <kv dir>.key, made at the first start with mode 0600)")
-    engine.add_argument("--gpu-layers", type=_gpu_layers, metavar="N|auto",
+    engine.add_argument("--gpu-layers", "-ngl", "--n-gpu-layers", type=_gpu_layers, metavar="N|auto",
                         help="layers offloaded to the GPU (default: auto, all of them when llama-cpp-python was "
                              "built with a GPU backend, else 0; N > 0 without one: a warning, the CPU)")
     remote = p.add_argument_group("remote backend (an OpenAI-compatible completions server)")
-    remote.add_argument("--base-url", metavar="URL")
-    remote.add_argument("--remote-api-key", dest="remote_api_key", metavar="KEY", help="the server's API key")
-    remote.add_argument("--remote-model", dest="remote_model", metavar="NAME", help="the model name to send")
+    remote.add_argument("--base-url", metavar="URL", help="the server's URL (no default: --backend remote needs it)")
+    remote.add_argument("--remote-api-key", dest="remote_api_key", metavar="KEY",
+                        help="the server's API key (default: none)")
+    remote.add_argument("--remote-model", dest="remote_model", metavar="NAME",
+                        help="the model name to send (default: none, the server's own)")
     remote.add_argument("--prompt-format", choices=PROMPT_FORMATS, default=None,
                         help="send prompts as token ids (content never parsed as special tokens; needs --tokenizer) "
                              "or as text; auto (default): ids when --tokenizer is given and the server takes them")
@@ -58,7 +62,8 @@ def add_backend_arguments(p: argparse.ArgumentParser) -> None:
                         "(e.g. echo: prefix= , delay=0.01)")
     p.add_argument("--tokenizer", metavar="PATH",
                    help="tokenizer.json, model folder or .gguf file (the served model's): token-level sessions for "
-                        "the echo or remote backend; remote: prompts as token ids when the server takes them")
+                        "the echo or remote backend; remote: prompts as token ids when the server takes them "
+                        "(default: the backend's own, none for echo and remote: sessions count characters)")
 
 
 def backend_options(args: argparse.Namespace) -> dict[str, Any]:

@@ -16,7 +16,9 @@ CHAT_TEMPLATE_HELP = (
 def add_template_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
     """``--template NAME`` or ``--chat-template FILE``: one of them (at most one when not ``required``)."""
     group = parser.add_mutually_exclusive_group(required=required)
-    group.add_argument("--template", metavar="NAME", help="registered template name or alias (see `lmchat templates`)")
+    group.add_argument("--template", metavar="NAME",
+                       help="registered template name or alias (see `lmchat templates`; default, where there is one: "
+                            "the model's own, as `lmchat match` finds it)")
     group.add_argument("--chat-template", metavar="FILE", help=CHAT_TEMPLATE_HELP)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import gc
 import hashlib
+import logging
 import os
 import re
 from pathlib import Path
@@ -16,6 +17,7 @@ from .backend_args import add_backend_arguments, backend_options, injection_poli
 from .common import add_template_arguments, resolve_template
 from .main import UsageError
 from .sampling_args import add_sampling_arguments, given
+from .startup import serving_lines
 
 if TYPE_CHECKING:
     from ..serve.app import App
@@ -49,7 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", metavar="SPEC",
                    help="memory | sqlite:PATH | redis://HOST:PORT/DB (default: an SQLite file per backend and model)")
     p.add_argument("--api-key", action="append", default=[], metavar="KEY",
-                   help="accepted Bearer key (repeatable); none: no authentication")
+                   help="accepted Bearer key (repeatable; default: none, no authentication)")
     p.add_argument("--model-name", metavar="NAME", help="the model name /v1/models lists (default: the template's)")
     p.add_argument("--metrics-key", action="append", default=[], metavar="KEY",
                    help="Bearer key /metrics takes (repeatable; default: the API keys; none and no API keys: open)")
@@ -57,8 +59,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     limits.add_argument("--max-sessions", type=int, default=10_000,
                         help="stored sessions kept in memory (default: 10000; one-off requests' are not counted)")
     limits.add_argument("--max-active", type=int, default=64, help="turns running at once (default: 64)")
-    limits.add_argument("--idle-ttl", type=float, metavar="SECONDS", help="evict sessions idle this long from memory")
-    limits.add_argument("--store-ttl", type=float, metavar="SECONDS", help="expire sessions in the store (Redis)")
+    limits.add_argument("--idle-ttl", type=float, metavar="SECONDS",
+                        help="evict sessions idle this long from memory (default: never; --max-sessions bounds them)")
+    limits.add_argument("--store-ttl", type=float, metavar="SECONDS",
+                        help="expire sessions in the store (Redis; default: never)")
     limits.add_argument("--max-body-bytes", type=int, default=MAX_BODY,
                         help=f"request size limit (default: {MAX_BODY})")
     limits.add_argument("--header-timeout", type=float, default=10.0, metavar="SECONDS",
@@ -76,7 +80,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                           help="when the engine's ids of an answer differ from their canonical encoding "
                                "(default: rewind; docs/tokens.md)")
     add_sampling_arguments(p, answer_budget="an answer's budget when a request gives none (max_tokens...)")
-    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
+                   help="what the console shows (default: info: the start lines, each request, lmchat's notices)")
 
 
 def default_store_path(engine: str) -> Path:
@@ -98,6 +103,9 @@ def run(args: argparse.Namespace) -> int:
         from ..serve.timeouts import protocol
     logs.to_console(args.log_level)  # before the backend starts: what it finds in its KV directory is logged
     app = build_app(args)
+    log = logging.getLogger("lmchat.serve")
+    for line in serving_lines(app.state.manager, app.state.model_name, args.host, args.port):
+        log.info("%s", line)
     # what is alive now (modules, templates, the model) lives until exit: keeping it out of every
     # garbage collection shortens the collector's pauses, which land on request latency
     gc.freeze()

@@ -177,6 +177,13 @@ class SessionManager:
         """The template a new session renders with: ``template`` itself, or an instance of the name it gives."""
         return as_template(self.template)
 
+    @property
+    def session_len(self) -> int | None:
+        """The most a new session may hold (``session_defaults``, else the default template's): what ``/v1/models``
+        gives as the model's context length."""
+        length: int | None = self.session_defaults.get("session_len") or self.default_template.session_len
+        return length
+
     def template_of(self, session_id: str, owner: str | None = None) -> BaseTemplate:
         """The template the session renders with (the manager's for a session not created yet)."""
         try:

@@ -42,8 +42,11 @@ router = APIRouter()
 @router.get("/v1/models", response_model=None)
 async def models(request: Request, who: str | None = Depends(owner)) -> dict[str, Any]:
     state = request.app.state
+    mgr: SessionManager = state.manager
+    # the context a session may hold, as vLLM names it (tokens; characters on a backend without a tokenizer)
     return {"object": "list",
-            "data": [{"id": state.model_name, "object": "model", "created": state.started, "owned_by": "lmchat"}]}
+            "data": [{"id": state.model_name, "object": "model", "created": state.started, "owned_by": "lmchat",
+                      "max_model_len": mgr.session_len}]}
 
 
 @router.post("/v1/completions", response_model=None)
