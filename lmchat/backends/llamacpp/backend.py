@@ -17,6 +17,7 @@ from ._lib import ALL_LAYERS, gpu_offload, lib, load_model, meta
 from .engine import Engine
 from .kvfiles import DiskTier
 from .kvformat import model_identity
+from .probe import Settle
 from .vocab import LlamaVocab
 
 if TYPE_CHECKING:
@@ -58,7 +59,10 @@ class LlamaCppBackend:
     ``"auto"`` (the default: every layer when this llama.cpp build can
     offload, else 0); a number > 0 on a build that cannot is run on the CPU
     with a warning (logger ``lmchat.llamacpp``). ``backend.gpu_layers`` is
-    what was offloaded.
+    what was offloaded. ``settle``: ``"auto"`` (the default) prefills a
+    decoded answer again only where the start-up probe finds that decoding
+    steps compute other keys and values than a prefill (docs/backends.md);
+    ``"always"`` does it whatever the probe finds.
     """
 
     name = "llamacpp"
@@ -78,6 +82,7 @@ class LlamaCppBackend:
         kv_disk_mb: float = DEFAULT_DISK_MB,
         kv_key_file: str | Path | None = None,
         gpu_layers: int | str = "auto",
+        settle: Settle = "auto",
     ) -> None:
         path = Path(model).expanduser() if model else default_gguf()
         if not path.is_file():
@@ -119,7 +124,8 @@ class LlamaCppBackend:
                                 None if kv_key_file is None else Path(kv_key_file).expanduser())
             self.engine: Engine | None = Engine(
                 self._model, self.tokenizer, n_ctx=ctx, n_seq=int(sessions), threads=self.threads,
-                host_bytes=int(host_cache_mb * 2**20), flash_attn=flash_attn, prefill_chunk=prefill_chunk, disk=disk)
+                host_bytes=int(host_cache_mb * 2**20), flash_attn=flash_attn, prefill_chunk=prefill_chunk, disk=disk,
+                settle=settle)
         except BaseException:
             L.llama_model_free(self._model)
             raise

@@ -55,7 +55,7 @@ from .grammars import Grammars, advance
 from .kvfiles import DiskEntry, DiskTier
 from .planning import plan_turn
 from .prefix import PrefixIndex
-from .probe import probe_steps
+from .probe import Settle, probe_steps
 from .reuse import PrefixReuse
 from .sampler import Sampler
 from .sequences import HostCache, SequencePool, SessionState
@@ -86,7 +86,7 @@ class Engine(Steps, PrefixReuse, Inspection):
 
     def __init__(self, model: llama_model_p, vocab: LlamaVocab, *, n_ctx: int, n_seq: int, threads: int,
                  host_bytes: int, n_batch: int = 512, prefill_chunk: int = 256, flash_attn: bool = False,
-                 disk: DiskTier | None = None) -> None:
+                 disk: DiskTier | None = None, settle: Settle = "auto") -> None:
         L = self._L = lib()
         params = L.llama_context_default_params()
         params.n_ctx = n_ctx
@@ -118,6 +118,7 @@ class Engine(Steps, PrefixReuse, Inspection):
                  n_ctx, n_seq, threads, n_batch, flash_attn)
         self.step_probe = probe_steps(L, self.ctx, self.batch, self.pool.mem, self.n_vocab, 0, shape)
         self.pair_rows = self.step_probe.pair_rows
+        self.settle_decoded = settle == "always" or not self.step_probe.exact_steps
         self.sessions: dict[str, SessionState] = {}
         self.orphans: set[SessionState] = set()  # dropped sessions' states, kept as prefixes
         self.index: PrefixIndex[SessionState | DiskEntry] = PrefixIndex()

@@ -66,7 +66,8 @@ class Inspection(EngineState):
                "host_dropped": self.host.dropped, "evict_seconds": self.pool.evict_seconds,
                "restore_seconds": self.pool.restore_seconds, "indexed": len(self.index),
                "tokens_by_source": dict(self.served), "misses_by_reason": dict(self.misses),
-               "settled_tokens": self.settled, "step_probe": self.step_probe.as_stats(),
+               "settled_tokens": self.settled, "settle_decoded": self.settle_decoded,
+               "step_probe": self.step_probe.as_stats(),
                "unsettled_tokens": sum(len(s.ids) - (len(s.ids) if s.decoded_at is None else s.decoded_at)
                                    + len(s.unfed[:-1]) for s in self.unsettled_states())}
         if disk is not None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
@@ -25,6 +25,10 @@ if TYPE_CHECKING:
     from llama_cpp.llama_cpp import llama_context_p
 
 log = logging.getLogger("lmchat.llamacpp")
+
+#: when the engine prefills decoded ids again (steps.py): "auto" where the probe finds its steps inexact, "always"
+#: whatever it finds (the rule before the probe existed: tests of settling itself, and a build the probe misjudges)
+Settle = Literal["auto", "always"]
 
 #: ids prefilled before the stepped part, then ids fed in steps: enough positions that a one-row difference
 #: shows (on SmolLM2 one position in four or five differs, and a difference in the cache carries on to the
@@ -48,9 +52,15 @@ class StepProbe:
         rows differ (Gemma 3 270M Q4_K_M here), pairing would cost without making anything exact: not done."""
         return not self.one_row_exact and self.two_row_exact
 
+    @property
+    def exact_steps(self) -> bool:
+        """Whether the engine's decoding steps (one row, or paired rows where :attr:`pair_rows`) compute the keys
+        and values a prefill computes: then a decoded answer needs no second prefill (steps.py's settling)."""
+        return self.one_row_exact or self.pair_rows
+
     def as_stats(self) -> dict[str, Any]:
         return {"one_row_exact": self.one_row_exact, "two_row_exact": self.two_row_exact,
-                "one_row_max_diff": self.max_diff, "pair_rows": self.pair_rows}
+                "one_row_max_diff": self.max_diff, "pair_rows": self.pair_rows, "exact_steps": self.exact_steps}
 
 
 #: the probes this process measured, by what decides the kernels a step takes (the model's tensors and types,

@@ -45,6 +45,7 @@ class EngineState:
     settled: int
     step_probe: StepProbe
     pair_rows: bool  # give every sequence two rows per llama_decode (steps.py, probe.py)
+    settle_decoded: bool  # decoded ids hold other keys and values than a prefill's: prefill them again (steps.py)
     _waiting: deque[Job]
     _active: list[Job]
 

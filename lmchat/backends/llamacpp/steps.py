@@ -24,17 +24,18 @@ does a prompt with a single id left. Then every turn gives exactly the
 tokens a prefill of its prompt and of its answer so far gives, alone or
 beside others, whatever was cached.
 
-An answer is decoded a token at a time, and a token computed alone gets
-other keys and values than a prefill of it (measured: logits up to 0.84
-apart); only what a prefill computes may be kept for another turn or another
-prompt. So prefill capacity the step does not use *settles* an idle sequence:
-its decoded tail is prefilled again, which makes the whole sequence exact.
-The session's next turn then prefills only its delta, and a stateless
-client's next request or a branch may reuse the answer too. Settling costs
-the prefill the next turn would otherwise pay, earlier and off its critical
-path. (With paired rows the decoded keys and values are already a
-prefill's and settling recomputes the same bits; it is kept until its
-removal is measured and tested.) An idle
+An answer is decoded a token at a time. Where the probe finds the engine's
+steps exact (one row exact, or paired rows), a decoded token's keys and
+values are a prefill's bit for bit and the answer is reusable as it stands:
+nothing more is done. Elsewhere (neither exact: Gemma 3 270M Q4_K_M here,
+or ``settle="always"``) a token computed alone gets other keys and values
+than a prefill of it (measured: logits up to 0.84 apart), and only what a
+prefill computes may be kept for another turn or another prompt. So prefill
+capacity the step does not use *settles* an idle sequence: its decoded tail
+is prefilled again, which makes the whole sequence exact. The session's
+next turn then prefills only its delta, and a stateless client's next
+request or a branch may reuse the answer too. Settling costs the prefill
+the next turn would otherwise pay, earlier and off its critical path. An idle
 engine settles :data:`SETTLE_CHUNK` ids per look at its queue: a request that
 arrives meanwhile waits for one chunk, not for a whole answer (all at once, a
 300-token answer held the next request 1.9 s on this CPU).
@@ -90,7 +91,7 @@ class Steps(EngineState):
         for i, job in zip(rows, jobs):
             state, token = job.admitted, job.token
             assert token is not None, "a decoding job has its next token"
-            if state.decoded_at is None:
+            if state.decoded_at is None and self.settle_decoded:
                 state.decoded_at = len(state.ids)
             state.ids.append(token)
             job.token = None
