@@ -1,5 +1,5 @@
 // The page: the chats of the key (conversations, docs/web.md), the one shown, its settings, the key.
-import { call, setApiKey } from "./api.js";
+import { all, call, setApiKey } from "./api.js";
 import { Chat, turns } from "./chat.js";
 import { el } from "./render.js";
 import { chats, latest, leafFor, rootOf } from "./tree.js";
@@ -96,12 +96,12 @@ class Page {
     $("chat-title").textContent = (root && root.metadata.title) || "New chat";
     $("sidebar").classList.remove("open");
     $("menu").setAttribute("aria-expanded", "false");
+    await this.context();
     try {
       await this.chat.load(conversation);
     } catch (error) {
       this.chat.failed(error);
     }
-    await this.context();
   }
 
   sidebar() {
@@ -210,6 +210,7 @@ class Page {
       try {
         const session = await call("GET", `/v1/sessions/${this.current.id.slice(5)}`);
         template = session.template;
+        this.unit = session.unit;
         $("context").textContent = `${session.step} / ${session.session_len} ${session.unit}`;
       } catch {
         $("context").textContent = "";
@@ -278,8 +279,8 @@ class Page {
       throw new Error("The JSON schema in Settings is not valid JSON.");
     }
     const before = this.chat.items.length + (typeof input === "string" ? 1 : 0);
-    const failure = await this.chat.run(conversation, input, request);
-    await this.settle(conversation);
+    const { failure, stopped } = await this.chat.run(conversation, input, request);
+    if (stopped) await this.settle(conversation, before + 1);
     await this.refresh();
     this.current = this.conversations.find((c) => c.id === conversation.id) || conversation;
     await this.open(this.current);
@@ -289,12 +290,12 @@ class Page {
     }
   }
 
-  // A stopped turn is saved once the server has seen the connection close: wait (up to 4 s) for its answer.
-  async settle(conversation) {
-    for (let i = 0; i < 40; i += 1) {
-      const page = await call("GET", `/v1/conversations/${conversation.id}/items?limit=1&order=desc`).catch(() => null);
-      const last = page && page.data[0];
-      if (!last || !(last.type === "message" && last.role === "user")) return;
+  // A stopped turn is saved once the server has seen the connection close: wait (up to 5 s) for its answer,
+  // the conversation's `count`-th item.
+  async settle(conversation, count) {
+    for (let i = 0; i < 50; i += 1) {
+      const items = await all(`/v1/conversations/${conversation.id}/items?order=asc`).catch(() => []);
+      if (items.length >= count) return;
       await sleep(100);
     }
   }

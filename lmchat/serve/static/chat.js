@@ -37,11 +37,11 @@ export function turns(items) {
 
 export const textOf = (item) => (item.content || []).map((p) => p.text || "").join("");
 
-function statsText(usage, live) {
+function statsText(usage, live, unit) {
   if (!usage && !live) return "";
   const parts = [];
   if (usage) {
-    parts.push(`${usage.output_tokens} tokens`);
+    parts.push(`${usage.output_tokens} ${unit || "tokens"}`);
     parts.push(`prompt ${usage.input_tokens} (${usage.input_tokens_details.cached_tokens} cached)`);
   }
   if (live && live.ttft !== null) parts.push(`first token ${(live.ttft / 1000).toFixed(2)} s`);
@@ -126,7 +126,6 @@ export class Chat {
           el("span", { class: "label", text: "Tool result " }), el("code", { text: String(item.output) })));
       } else if (item.type === "message") {
         content.append(markdown(textOf(item)));
-        if (item.status === "incomplete") content.append(el("p", { class: "note", text: "(stopped)" }));
       }
     }
     const stats = el("p", { class: "stats", "aria-label": "Answer statistics" });
@@ -136,11 +135,12 @@ export class Chat {
       el("button", { type: "button", text: "Copy", "aria-label": `Copy answer ${t + 1}`,
         onclick: (e) => copyText(items.filter((i) => i.type === "message").map(textOf).join("\n"), e.target) }));
     node.append(content, stats, actions);
-    if (!live) this.stats(stats, t);
+    if (!live && items.length) this.stats(node, t);
     return node;
   }
 
   // The answer's usage, from its response (GET /v1/responses/ID: the turn's counts as the server kept them).
+  // A stopped or cut answer says so (its items do not: their status is the message's).
   async stats(node, t) {
     const members = this.page.members();
     const byId = new Map(members.map((c) => [c.id, c]));
@@ -150,9 +150,13 @@ export class Chat {
     const live = this.live.get(`${holder.id}:${t}`);
     try {
       const response = await call("GET", `/v1/responses/resp_${holder.id.slice(5)}_${k}`);
-      node.textContent = statsText(response.usage, live);
+      node.querySelector(".stats").textContent = statsText(response.usage, live, this.page.unit);
+      const why = response.incomplete_details && response.incomplete_details.reason;
+      const note = response.status === "cancelled" ? "(stopped)"
+        : why === "max_output_tokens" ? "(cut: the answer reached Max tokens)" : null;
+      if (note) node.querySelector(".content").append(el("p", { class: "note", text: note }));
     } catch {
-      node.textContent = statsText(null, live);
+      node.querySelector(".stats").textContent = statsText(null, live, this.page.unit);
     }
   }
 
@@ -176,6 +180,7 @@ export class Chat {
     let reasoning = "";
     let usage = null;
     let failure = null;
+    let stopped = false;
     let drawing = false;
     const paint = () => {
       drawing = false;
@@ -200,14 +205,15 @@ export class Chat {
         }
       }, controller.signal);
     } catch (error) {
-      if (error.name !== "AbortError") failure = error;
+      if (error.name === "AbortError") stopped = true;
+      else failure = error;
     } finally {
       this.page.busy(null);
     }
     const seconds = (performance.now() - (first ?? started)) / 1000;
     const rate = usage && first !== null && seconds > 0 ? usage.output_tokens / seconds : null;
     this.live.set(`${conversation.id}:${t}`, { ttft: first === null ? null : first - started, rate });
-    return failure;
+    return { failure, stopped };
   }
 
   failed(error) {

