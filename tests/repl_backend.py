@@ -10,7 +10,9 @@ rest of it when the context already ends with its start: /continue), ends
 with its template's end marker, and honours ``max_new_tokens`` (counted in
 chunks), ``cancel`` and ``drop``. ``$REPL_TEST_DELAY`` (seconds per chunk)
 makes it slow in a subprocess; ``$REPL_TEST_WARN`` makes it raise that Python warning on
-every turn, as libraries do.
+every turn, as libraries do. ``$REPL_TEST_THREADS`` gives it a ``threads`` count, as an engine on the CPU
+has, and ``$REPL_TEST_SLOWDOWN`` (``N:SECONDS``) makes every chunk from its N-th generation on take that long, as
+a CPU other work takes over does.
 """
 from __future__ import annotations
 
@@ -41,6 +43,10 @@ class CacheBackend:
         self.requests: list[GenerationRequest] = []
         self.dropped: list[str] = []
         self.started = threading.Event()  # set once a chunk of a generation is out
+        if os.environ.get("REPL_TEST_THREADS"):
+            self.threads = int(os.environ["REPL_TEST_THREADS"])
+        after, _, delay = os.environ.get("REPL_TEST_SLOWDOWN", "").partition(":")
+        self.slowdown = (int(after), float(delay)) if delay else None
         self._cancel: set[str] = set()
 
     def _ids(self, text: str) -> list[int]:
@@ -55,6 +61,9 @@ class CacheBackend:
             warnings.warn(os.environ["REPL_TEST_WARN"], FutureWarning, stacklevel=1)
         sid, delta = request.session_id, request.delta
         self.requests.append(request)
+        delay = self.delay
+        if self.slowdown and len(self.requests) >= self.slowdown[0]:
+            delay = self.slowdown[1]
         self._cancel.discard(sid)
         self.started.clear()
         if delta.reset or delta.sequence_start:
@@ -88,7 +97,7 @@ class CacheBackend:
             if sid in self._cancel:
                 finish, stop = "cancelled", None
                 break
-            time.sleep(self.delay)
+            time.sleep(delay)
             piece_ids = self._ids(piece)
             text, ids = text + piece, ids + piece_ids
             self.held[sid] = (text, ids)

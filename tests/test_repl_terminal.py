@@ -341,3 +341,32 @@ def test_the_toolbar_fits_80_columns_in_plain_words_and_follows_undo(tmp_path):
         assert len(line) < 80 and not line.endswith("…"), line  # it fits: nothing cut at the edge
     finally:
         child.close(force=True)
+
+
+def test_the_banner_says_the_threads_and_a_slowdown_is_told_once_with_the_fix(tmp_path):
+    """On a CPU others share, llama.cpp's default threads decoded at 1.1 tok/s where one thread did 40, and nothing
+    said why (issue 39): the banner gives the threads, and an answer far slower than an earlier one says so once,
+    with the fix. The test backend counts 4 threads and slows down from its second answer on."""
+    env = dict(os.environ, LMCHAT_DATA_DIR=str(tmp_path), REPL_TEST_DELAY="0.01", REPL_TEST_THREADS="4",
+               REPL_TEST_SLOWDOWN="2:0.4", PROMPT_TOOLKIT_NO_CPR="1", TERM="xterm")
+    child = pexpect.spawn(sys.executable, ["-c", LAUNCH, "chat", "--backend", "test"], cwd=str(ROOT), env=env,
+                          encoding="utf-8", dimensions=(30, 300), timeout=30)
+    try:
+        child.expect("qwen2.5 · test-cache · 4 threads · session")
+        child.expect(">>>")
+        child.send("a message long enough to be timed\r")
+        child.expect("You said: a message long enough")
+        child.expect(">>>")
+        child.send("a second one, slower to come back\r")
+        child.expect(r"\[decoding at [\d.]+ chars/s, \d+x slower than the [\d.]+ chars/s of an earlier answer: other "
+                     r"work is using the CPU; llama.cpp's 4 threads wait for the slowest of them")
+        child.expect(r"lmchat chat --resume --threads 2 \(or 1\)\]")
+        child.expect(">>>")
+        child.send("a third one, as slow as the second\r")
+        child.expect("You said: a third one")
+        child.expect(">>>")
+        assert "slower than" not in child.before  # told once
+        child.sendcontrol("d")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)

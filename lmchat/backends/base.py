@@ -249,6 +249,14 @@ class ModelTemplate(Protocol):
 
 
 @runtime_checkable
+class Threaded(Protocol):
+    """A backend computing on this machine's CPU with so many threads (llamacpp): on a CPU other work shares,
+    fewer threads can decode many times faster, so the REPL and the server say how many."""
+
+    threads: int
+
+
+@runtime_checkable
 class SessionLimit(Protocol):
     """A backend that holds at most so many tokens per session (llamacpp: its context per sequence): callers give
     sessions a ``session_len`` no larger, so the session's overflow policy acts before the engine would refuse."""

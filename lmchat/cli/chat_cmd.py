@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import logs
-from ..backends.base import BACKEND_ALIASES, Backend, ModelTemplate, SessionLimit, engine_id, get_backend
+from ..backends.base import BACKEND_ALIASES, Backend, ModelTemplate, SessionLimit, Threaded, engine_id, get_backend
 from ..errors import SessionError, UnknownTemplate
 from ..registry import get_template
 from ..repl.commands import help_lines
@@ -31,6 +31,7 @@ from .backend_args import add_backend_arguments, backend_options, injection_poli
 from .common import add_template_arguments, resolve_template
 from .main import UsageError
 from .sampling_args import add_sampling_arguments, given
+from .startup import kv_lines, model_line
 
 LATEST = "latest"  # --resume without an id
 
@@ -111,13 +112,15 @@ def run(args: argparse.Namespace) -> int:
             return run_plain(conv, io.StringIO(_one_message(args.prompt)))
         if not interactive:  # a script has its own record of the conversation: no recap on its stderr
             return run_plain(conv, sys.stdin)
+        threads = f" · {backend.threads} threads" if isinstance(backend, Threaded) else ""
         out.info(
-            f"lmchat chat · {conv.session.template.name} · {backend.name} · session "
+            f"lmchat chat · {conv.session.template.name} · {backend.name}{threads} · session "
             f"{conv.session.session_id[:8]} ({'resumed' if args.resume else 'new'}) · /help lists the commands, "
             "Ctrl-D leaves"
         )
-        if context:
-            out.info(context)
+        for line in (model_line(backend), context, *kv_lines(backend)[1:]):  # host memory: not for one session
+            if line:
+                out.info(line)
         if args.resume:
             out.info(f"resumed session {conv.session.session_id[:8]}: {recap(conv)}")
         status = run_terminal(conv, history=input_history())

@@ -10,24 +10,19 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from ..backends.base import Backend, PrefixCache
+from ..backends.base import Backend, PrefixCache, Threaded
 
 if TYPE_CHECKING:
     from ..manager import SessionManager
 
 
 @runtime_checkable
-class LocalModel(Protocol):
-    """A backend running a model file in this process with so many threads (llamacpp)."""
+class LocalModel(Threaded, Protocol):
+    """A backend running a model file in this process (llamacpp), its context shared by so many sessions."""
 
     path: Path
-    threads: int
     ctx: int
     sessions: int
-
-
-def threads_of(backend: Backend) -> int | None:
-    return backend.threads if isinstance(backend, LocalModel) else None
 
 
 def model_line(backend: Backend) -> str:

@@ -17,10 +17,12 @@ from prompt_toolkit.completion import CompleteEvent, Completer, Completion
 from prompt_toolkit.document import Document
 from prompt_toolkit.key_binding import KeyBindings
 
+from ..backends.base import Threaded
 from ..errors import LmchatError
 from ..registry import template_names
 from .commands import completion_tree, dispatch
 from .conversation import Conversation
+from .speed import SpeedWatch
 from .toolbar import toolbar_text
 
 if TYPE_CHECKING:
@@ -97,6 +99,7 @@ def run_terminal(conv: Conversation, *, history: History | None = None, input: I
         input=input,
         output=output,
     )
+    watch = SpeedWatch(conv.backend.threads if isinstance(conv.backend, Threaded) else None)
     while True:
         try:
             text = prompt.prompt()
@@ -105,11 +108,16 @@ def run_terminal(conv: Conversation, *, history: History | None = None, input: I
             continue
         except EOFError:
             return 0
+        last = conv.last
         try:
             if not handle(conv, text):
                 return 0
         except KeyboardInterrupt:  # Ctrl-C while a command ran (a turn only ever cancels)
             conv.out.info(f"interrupted {EXIT_HINT}")
+        if conv.last is not None and conv.last is not last:  # a turn ran (a message, /retry, /continue)
+            note = watch.note(conv.last)
+            if note:
+                conv.out.info(note)
 
 
 def _columns() -> int | None:
