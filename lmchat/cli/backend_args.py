@@ -76,7 +76,7 @@ def backend_options(args: argparse.Namespace) -> dict[str, Any]:
         given = {"threads": args.threads, "ctx": args.ctx, "sessions": args.sessions,
                  "host_cache_mb": args.kv_host_mb, "kv_disk_mb": args.kv_disk_mb, "gpu_layers": args.gpu_layers}
         options.update((k, v) for k, v in given.items() if v is not None)
-        options["kv_dir"] = args.kv_dir or str(_default_kv_dir())
+        options["kv_dir"] = args.kv_dir or str(default_kv_dir())
         if args.kv_key_file:
             options["kv_key_file"] = args.kv_key_file
         _warnings_to_stderr()
@@ -131,7 +131,8 @@ class _Stderr(logging.Handler):
         print(f"lmchat: warning: {record.getMessage()}", file=sys.stderr)  # today's stderr, not the first one
 
 
-def _default_kv_dir() -> Path:
+def default_kv_dir() -> Path:
+    """Where the llamacpp backend keeps its KV files unless ``--kv-dir`` says (the data dir's ``kv``)."""
     from ..paths import data_dir
 
     return data_dir() / "kv"

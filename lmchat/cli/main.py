@@ -23,6 +23,8 @@ COMMANDS = {
     "match": ("lmchat.cli.match_cmd", "which template fits a model folder, GGUF file or hub id, and the evidence"),
     "chat": ("lmchat.cli.chat_cmd", "interactive chat with a model; sessions are saved after every turn and resumable"),
     "serve": ("lmchat.cli.serve_cmd", "serve sessions over HTTP: LMDeploy's interactive protocol and OpenAI's API"),
+    "models": ("lmchat.cli.models_cmd", "where the bundled model's GGUF is, its size, template and context"),
+    "cache": ("lmchat.cli.cache_cmd", "where the KV files of past conversations are and how big; 'clear' removes them"),
 }
 
 

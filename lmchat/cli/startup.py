@@ -54,8 +54,8 @@ def kv_lines(backend: Backend) -> list[str]:
         return [*lines, "KV files: none kept (--kv-disk-mb 0)"]
     if stats.get("disk_problem"):
         return [*lines, f"KV files: none kept ({stats['disk_problem']})"]
-    return [*lines, f"KV files: {stats['disk_dir']}: {stats['disk_files']} files, {_mb(stats['disk_bytes'])} of at "
-                    f"most {_mb(stats['disk_budget'])} (--kv-disk-mb; `lmchat cache clear` empties it)"]
+    return [*lines, f"KV files: {stats['disk_dir']}: {count(stats['disk_files'], 'file')}, {_mb(stats['disk_bytes'])} "
+                    f"of at most {_mb(stats['disk_budget'])} (--kv-disk-mb; `lmchat cache clear` empties it)"]
 
 
 def serving_lines(manager: SessionManager, model_name: str, host: str, port: int) -> list[str]:
@@ -82,6 +82,11 @@ def url(host: str, port: int) -> str:
     if not port:
         return f"http://{shown}:PORT/, PORT the one uvicorn names below"
     return f"http://{shown}:{port}/"
+
+
+def count(n: int, noun: str) -> str:
+    """``1 file``, ``2 files``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _size(path: Path) -> int:

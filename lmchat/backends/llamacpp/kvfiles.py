@@ -44,6 +44,16 @@ MIN_IDS = 64
 _NAME = re.compile(r"[0-9a-f]{32}" + re.escape(SUFFIX))
 
 
+def own_files(directory: Path) -> list[Path]:
+    """The files in ``directory`` this tier wrote: its states, and writes a crash cut short (what ``lmchat cache``
+    counts and clears; nothing else there, the key beside it included, is its own)."""
+    try:
+        names = sorted(os.listdir(directory))
+    except FileNotFoundError:
+        return []
+    return [directory / name for name in names if _NAME.fullmatch(name) or kvdir.is_temporary(name)]
+
+
 @attrs.define(eq=False)
 class DiskEntry:
     """A KV file the index knows (``ids`` as a list: the index compares them with lists)."""
