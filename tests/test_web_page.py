@@ -14,7 +14,8 @@ from .serve_helpers import Server
 from .web_helpers import Browser, answer, ask, cached, chromium_path, setting, settled, shot
 
 ENGINE = ("--backend", "llamacpp", "--threads", "1", "--ctx", "4096", "--sessions", "2", "--log-level", "warning")
-ECHO = ("--template", "qwen2.5", "--store", "memory", "--backend-option", "prefix=")
+#: the echo engine answers with the question: reasoning and markup in a question come back as the model's
+ECHO = ("--template", "qwen3", "--store", "memory", "--backend-option", "prefix=", "--session-len", "3000")
 KEYS = ("key-a", "key-b")
 
 
@@ -124,6 +125,7 @@ def test_a_conversation_streams_stops_branches_and_comes_back_after_a_restart(br
         ask(page, "And of Portugal?")
         settled(page)
         assert cached(page, 3) > 0  # the KV of the turns before came back from the disk tier
+        assert "cached, disk)" in answer(page, 3).get_by_label("Answer statistics").inner_text()
 
         # delete the chat: gone, and still gone after a reload
         page.get_by_role("button", name="Delete chat What is the capital of France?").click()
@@ -186,3 +188,46 @@ def test_two_keys_in_two_browsers_see_only_their_own(browser, echo):
         chats.first.wait_for()
         assert [c for c in chats.all_inner_texts() if c.startswith("a question of")] == [f"a question of {key}"]
         assert [e for e in page.errors if "401" not in e] == []
+
+
+def test_reasoning_tool_calls_and_errors_are_shown_and_a_chat_renamed_by_keyboard(browser, echo):
+    agent = echo.client("key-a")  # another client of the same key: a conversation with a tool call
+    agent.post("/v1/conversations", json={"metadata": {"title": "weather"}, "items": [
+        {"type": "message", "role": "user", "content": "Weather in Paris?"},
+        {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city": "Paris"}'},
+        {"type": "function_call_output", "call_id": "call_1", "output": '{"temp": 21}'},
+        {"type": "message", "role": "assistant", "content": "It is 21 degrees."}]}).raise_for_status()
+    page = browser.page(echo.url)
+    page.get_by_label("Key", exact=True).fill("key-a")
+    page.get_by_label("Key", exact=True).press("Enter")
+    page.get_by_role("link", name="weather").click()
+    tools = answer(page, 1)
+    assert tools.get_by_role("note", name="Tool call").inner_text() == 'Tool call get_weather({"city": "Paris"})'
+    assert tools.get_by_role("note", name="Tool result").inner_text() == 'Tool result {"temp": 21}'
+
+    ask(page, "<think>\nI ponder.\n</think>\n\nThe **answer**.")
+    settled(page)
+    reasoning = answer(page, 2).locator("details")
+    assert reasoning.get_attribute("open") is None and not reasoning.get_by_text("I ponder.").is_visible()
+    reasoning.get_by_text("Reasoning").click()
+    assert reasoning.get_by_text("I ponder.").is_visible()
+    assert answer(page, 2).locator("strong").inner_text() == "answer"
+
+    # a question the context cannot hold: an error that says what to do, and the question is kept to edit
+    long = "too long " * 400
+    ask(page, long)
+    alert = page.get_by_role("alert")
+    alert.filter(has_text="no longer fits").wait_for()
+    assert page.get_by_role("textbox", name="Message", exact=True).input_value() == long
+    shot(page, "error")
+
+    # rename with the keyboard alone
+    page.get_by_role("button", name="Rename chat weather").focus()
+    page.keyboard.press("Enter")
+    page.get_by_role("textbox", name="Chat title").fill("Paris weather")
+    page.keyboard.press("Enter")
+    page.get_by_role("link", name="Paris weather").wait_for()
+    page.reload()
+    assert page.get_by_role("heading", level=1).inner_text() == "Paris weather"
+    expected = ("401", "400")  # the key asked for; the question refused, shown above
+    assert [e for e in page.errors if not any(f"status of {code}" in e for code in expected)] == []

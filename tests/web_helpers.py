@@ -68,9 +68,9 @@ def ask(page, text: str) -> None:
 
 
 def settled(page) -> None:
-    """Until the turn is over and its answer redrawn from the server (Send is back, the answer not busy)."""
-    page.get_by_role("button", name="Send", exact=True).wait_for(state="visible", timeout=TURN_MS)
-    page.locator("article[aria-busy]").wait_for(state="detached", timeout=TURN_MS)
+    """Until the turn is over and the conversation redrawn from the server: the page marks its log busy from the
+    key press that asks (before the handler returns) until then."""
+    page.locator("[role=log][aria-busy]").wait_for(state="detached", timeout=TURN_MS)
 
 
 def answer(page, n: int):
@@ -81,7 +81,7 @@ def cached(page, n: int) -> int:
     """The cached prompt tokens answer ``n``'s statistics show."""
     stats = answer(page, n).get_by_label("Answer statistics")
     stats.filter(has_text="cached").wait_for()
-    return int(re.search(r"\((\d+) cached\)", stats.inner_text()).group(1))
+    return int(re.search(r"\((\d+) cached", stats.inner_text()).group(1))
 
 
 def setting(page, label: str, value: str) -> None:

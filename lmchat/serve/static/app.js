@@ -1,6 +1,6 @@
 // The page: the chats of the key (conversations, docs/web.md), the one shown, its settings, the key.
 import { all, call, setApiKey } from "./api.js";
-import { Chat, turns } from "./chat.js";
+import { CLIENT, Chat, turns } from "./chat.js";
 import { el } from "./render.js";
 import { chats, latest, leafFor, rootOf } from "./tree.js";
 
@@ -227,14 +227,21 @@ class Page {
     else $("prompt").focus();
   }
 
+  // The log is busy from the moment a turn is asked for until it is drawn again from the server.
+  working(on) {
+    if (on) $("messages").setAttribute("aria-busy", "true");
+    else $("messages").removeAttribute("aria-busy");
+  }
+
   async send() {
     const text = $("prompt").value;
-    if (!text.trim() || this.controller) return;
+    if (!text.trim() || this.controller || $("messages").hasAttribute("aria-busy")) return;
+    this.working(true);
     $("prompt").value = "";
     let conversation = this.current;
     try {
       if (!conversation) {
-        const metadata = { title: text.trim().slice(0, 80), ...this.pending };
+        const metadata = { title: text.trim().slice(0, 80), client: CLIENT, ...this.pending };
         conversation = await call("POST", "/v1/conversations", { metadata });
         this.conversations.unshift({ ...conversation, updated_at: conversation.created_at });
         this.current = conversation;
@@ -246,18 +253,21 @@ class Page {
     } catch (error) {
       $("prompt").value = text;
       this.chat.failed(error);
+    } finally {
+      this.working(false);
     }
   }
 
   // A new version of turn t: a conversation of its own holding the turns before it (and, to regenerate, the
   // question of turn t), then the turn (docs/web.md, "Branches").
   async branch(t, text) {
-    if (this.controller || !this.current) return;
+    if (this.controller || !this.current || $("messages").hasAttribute("aria-busy")) return;
+    this.working(true);
     const base = this.current;
     const list = turns(this.chat.items);
     const items = list.slice(0, t).flatMap((turn) => [turn.user, ...turn.answer]);
     if (text === null) items.push(list[t].user);
-    const metadata = { ...pick(base.metadata), root: rootOf(base), parent: base.id, turn: String(t) };
+    const metadata = { ...pick(base.metadata), client: CLIENT, root: rootOf(base), parent: base.id, turn: String(t) };
     try {
       const conversation = await call("POST", "/v1/conversations", { items, metadata });
       this.conversations.unshift({ ...conversation, updated_at: conversation.created_at });
@@ -268,6 +278,8 @@ class Page {
       await this.turn(conversation, text === null ? [] : text, null);
     } catch (error) {
       this.chat.failed(error);
+    } finally {
+      this.working(false);
     }
   }
 

@@ -3,6 +3,9 @@ import { all, call, stream } from "./api.js";
 import { el, markdown, copyText } from "./render.js";
 import { owner, versions } from "./tree.js";
 
+// the metadata the page marks its conversations with (docs/web.md)
+export const CLIENT = "lmchat-web";
+
 // What a failure means to the person, and what to do about it.
 const ADVICE = {
   context_length_exceeded: "The conversation no longer fits in the model's context. Start a new chat, edit an "
@@ -42,7 +45,9 @@ function statsText(usage, live, unit) {
   const parts = [];
   if (usage) {
     parts.push(`${usage.output_tokens} ${unit || "tokens"}`);
-    parts.push(`prompt ${usage.input_tokens} (${usage.input_tokens_details.cached_tokens} cached)`);
+    const details = usage.input_tokens_details || {};
+    const from = details.cached_tokens && details.cached_from ? `, ${details.cached_from}` : "";
+    parts.push(`prompt ${usage.input_tokens} (${details.cached_tokens || 0} cached${from})`);
   }
   if (live && live.ttft !== null) parts.push(`first token ${(live.ttft / 1000).toFixed(2)} s`);
   if (live && live.rate) parts.push(`${live.rate.toFixed(1)} tok/s`);
@@ -145,7 +150,9 @@ export class Chat {
     const members = this.page.members();
     const byId = new Map(members.map((c) => [c.id, c]));
     const holder = owner(byId, this.page.current, t);
-    if (!holder) return;
+    // only the page's own conversations answer turn t with response t - turn: another client's may hold answers
+    // added as items (no response), and asking for a response that is not there would be a 404 in the console
+    if (!holder || holder.metadata.client !== CLIENT) return;
     const k = t - Number(holder.metadata.turn || 0);
     const live = this.live.get(`${holder.id}:${t}`);
     try {

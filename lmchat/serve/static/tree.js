@@ -9,6 +9,7 @@ export const rootOf = (c) => (c.metadata && c.metadata.root) || c.id;
 const turnOf = (c) => Number((c.metadata && c.metadata.turn) || 0);
 
 export function owner(byId, c, t) {
+  c = c && (byId.get(c.id) || c); // the listed record of c, whichever copy of it was given
   while (c && turnOf(c) > t) c = byId.get(c.metadata.parent);
   return c || null;
 }
