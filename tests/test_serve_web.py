@@ -111,3 +111,33 @@ def test_a_branch_holds_copies_of_the_earlier_turns(memory_app):
     texts = [i["content"][0]["text"] for i in http.get(f"/v1/conversations/{branch}/items",
                                                         params={"order": "asc"}).json()["data"]]
     assert texts == ["one", "one", "deux", "deux"]
+
+
+def test_serve_open_opens_the_page_once_the_server_answers(tmp_path):
+    """``lmchat serve --open``: the user's browser ($BROWSER here: a script that notes what it was asked to open)
+    gets the page's URL once the server answers; the page is there."""
+    import sys
+    import time
+
+    from tests.serve_helpers import Server
+
+    opened = tmp_path / "opened"
+    script = tmp_path / "browser.py"
+    script.write_text(f"import sys\nopen({str(opened)!r}, 'w').write(sys.argv[1])\n")
+    server = Server("--template", "qwen2.5", "--store", "memory", "--open",
+                    env={"BROWSER": f"{sys.executable} {script} %s"})
+    try:
+        deadline = time.monotonic() + 30
+        while not opened.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert opened.read_text() == f"{server.url}/"
+        assert '<script type="module" src="/static/app.js">' in server.client().get("/").text
+    finally:
+        server.stop()
+
+
+def test_the_help_says_where_the_page_is():
+    from lmchat.cli import main
+
+    help_text = main.build_parser()._subparsers._group_actions[0].choices["serve"].format_help()
+    assert "web chat page" in help_text and "--open" in help_text

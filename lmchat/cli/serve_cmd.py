@@ -7,6 +7,10 @@ import hashlib
 import logging
 import os
 import re
+import threading
+import time
+import urllib.request
+import webbrowser
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -38,7 +42,8 @@ Endpoints (docs/server.md):
 OpenAI's Responses and Conversations APIs, for agents (docs/agents.md):
   POST /v1/responses; GET, DELETE /v1/responses/ID; GET /v1/responses/ID/input_items;
   POST /v1/conversations; GET, POST, DELETE /v1/conversations/ID;
-  GET, POST /v1/conversations/ID/items; GET, DELETE /v1/conversations/ID/items/ITEM_ID."""
+  GET /v1/conversations; GET, POST /v1/conversations/ID/items; GET, DELETE /v1/conversations/ID/items/ITEM_ID.
+The web chat page (docs/web.md): open http://HOST:PORT/ in a browser, or start with --open."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -52,7 +57,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="memory | sqlite:PATH | redis://HOST:PORT/DB (default: an SQLite file per backend and model)")
     p.add_argument("--api-key", action="append", default=[], metavar="KEY",
                    help="accepted Bearer key (repeatable; default: none, no authentication)")
-    p.add_argument("--model-name", metavar="NAME", help="the model name /v1/models lists (default: the template's)")
+    p.add_argument("--model-name", "--served-model-name", metavar="NAME",
+                   help="the model name /v1/models lists; given, a request naming another model is refused (404 "
+                        "model_not_found) (default: the template's, and any name a request gives is answered)")
     p.add_argument("--metrics-key", action="append", default=[], metavar="KEY",
                    help="Bearer key /metrics takes (repeatable; default: the API keys; none and no API keys: open)")
     limits = p.add_argument_group("limits")
@@ -80,6 +87,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                           help="when the engine's ids of an answer differ from their canonical encoding "
                                "(default: rewind; docs/tokens.md)")
     add_sampling_arguments(p, answer_budget="an answer's budget when a request gives none (max_tokens...)")
+    p.add_argument("--open", action="store_true",
+                   help="open the web chat page in the browser once the server answers (docs/web.md)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
                    help="what the console shows (default: info: the start lines, each request, lmchat's notices)")
 
@@ -94,6 +103,35 @@ def default_store_path(engine: str) -> Path:
     return data_dir() / f"server-{slug}.db"
 
 
+def page_url(host: str, port: int) -> str:
+    """Where a browser on this machine finds the web chat page (a wildcard address is reached on loopback)."""
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}/"
+
+
+def open_page(url: str, seconds: float = 60.0) -> threading.Thread:
+    """Opens ``url`` in the user's browser (``webbrowser``: $BROWSER, else the desktop's) once ``/health`` answers
+    there, from a thread: uvicorn.run, which starts listening, does not return."""
+
+    def wait_then_open() -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(url + "health", timeout=2):  # noqa: S310 - our own http:// URL
+                    break
+            except OSError:
+                time.sleep(0.1)
+        else:
+            logging.getLogger("lmchat.serve").warning("the server did not answer at %s: no page opened", url)
+            return
+        if not webbrowser.open(url):
+            logging.getLogger("lmchat.serve").warning("no browser found: open %s", url)
+
+    thread = threading.Thread(target=wait_then_open, name="lmchat-open-page", daemon=True)
+    thread.start()
+    return thread
+
+
 def run(args: argparse.Namespace) -> int:
     from ..extras import needs
 
@@ -106,6 +144,10 @@ def run(args: argparse.Namespace) -> int:
     log = logging.getLogger("lmchat.serve")
     for line in serving_lines(app.state.manager, app.state.model_name, args.host, args.port):
         log.info("%s", line)
+    url = page_url(args.host, args.port)
+    log.info("web chat page: %s", url)
+    if args.open:
+        open_page(url)
     # what is alive now (modules, templates, the model) lives until exit: keeping it out of every
     # garbage collection shortens the collector's pauses, which land on request latency
     gc.freeze()
@@ -156,4 +198,4 @@ def build_app(args: argparse.Namespace) -> App:
         raise
     return create_app(manager, api_keys=[k.strip() for k in keys], model_name=args.model_name or template.name,
                       max_body=args.max_body_bytes, close_manager=True, metrics_keys=args.metrics_key,
-                      body_timeout=args.body_timeout)
+                      body_timeout=args.body_timeout, strict_model=args.model_name is not None)
