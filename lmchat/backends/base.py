@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
@@ -254,6 +255,16 @@ class Threaded(Protocol):
     fewer threads can decode many times faster, so the REPL and the server say how many."""
 
     threads: int
+
+
+@runtime_checkable
+class LocalModel(Threaded, Protocol):
+    """A backend running a model file in this process (llamacpp), its context shared by so many resident sessions:
+    what the CLI's start lines and ``GET /props`` say."""
+
+    path: Path
+    ctx: int
+    sessions: int
 
 
 @runtime_checkable

@@ -39,6 +39,7 @@ Endpoints (docs/server.md):
   POST /v1/chat/interactive, /v1/chat/completions, /v1/completions;
   GET /v1/models, /v1/sessions[/ID[/export]], /health, /metrics; DELETE /v1/sessions/ID;
   POST /v1/sessions[/ID/fork].
+llama-server's: GET /props; POST /tokenize, /detokenize.
 OpenAI's Responses and Conversations APIs, for agents (docs/agents.md):
   POST /v1/responses; GET, DELETE /v1/responses/ID; GET /v1/responses/ID/input_items;
   POST /v1/conversations; GET, POST, DELETE /v1/conversations/ID;

@@ -8,21 +8,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any
 
-from ..backends.base import Backend, PrefixCache, Threaded
+from ..backends.base import Backend, LocalModel, PrefixCache
 
 if TYPE_CHECKING:
     from ..manager import SessionManager
 
-
-@runtime_checkable
-class LocalModel(Threaded, Protocol):
-    """A backend running a model file in this process (llamacpp), its context shared by so many sessions."""
-
-    path: Path
-    ctx: int
-    sessions: int
 
 
 def model_line(backend: Backend) -> str:

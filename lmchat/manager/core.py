@@ -25,7 +25,8 @@ import time
 from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
-from ..backends.base import AsyncGenerates, Backend, Chunk, GenerationRequest, PrefixCache, model_sampling
+from ..backends.base import (AsyncGenerates, Backend, Chunk, GenerationRequest, PrefixCache, SamplingParams,
+                             model_sampling)
 from ..errors import ConfigError, SessionNotFound
 from ..registry import as_template
 from ..session import Session
@@ -176,6 +177,12 @@ class SessionManager:
     def default_template(self) -> BaseTemplate:
         """The template a new session renders with: ``template`` itself, or an instance of the name it gives."""
         return as_template(self.template)
+
+    def default_sampling(self) -> SamplingParams:
+        """What a turn of a new session samples with when its request gives no value: the default template's
+        bundled values, the model's, :attr:`sampling`, the session defaults' answer budget."""
+        return SamplingParams.from_template(self.default_template, **self._turns.model,
+                                            max_new_tokens=self.session_defaults.get("max_new_tokens") or None)
 
     @property
     def session_len(self) -> int | None:

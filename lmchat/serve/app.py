@@ -14,7 +14,7 @@ from starlette.types import Receive, Scope, Send
 
 from ..errors import LmchatError
 from ..manager import SessionManager
-from . import chat, completions, conversations, interactive, page, responses, service
+from . import chat, completions, conversations, interactive, llama_routes, page, responses, service
 from .asgi import error_of
 from .errors import ApiError
 from .guard import BODY_SECONDS, Guard
@@ -40,10 +40,11 @@ class App(FastAPI):
 
 def create_app(manager: SessionManager, *, api_keys: Iterable[str] | None = None, model_name: str = "lmchat",
                max_body: int = MAX_BODY, close_manager: bool = False, metrics_keys: Iterable[str] | None = None,
-               body_timeout: float = BODY_SECONDS) -> App:
+               body_timeout: float = BODY_SECONDS, strict_model: bool = False) -> App:
     """An app serving ``manager``'s sessions. ``api_keys``: accepted Bearer keys (None or empty: no
     authentication); each key sees only the sessions it created. ``metrics_keys``: the keys ``/metrics``
-    takes (default: the API keys). ``model_name``: what ``/v1/models`` lists and responses name.
+    takes (default: the API keys). ``model_name``: what ``/v1/models`` lists and responses name; ``strict_model``:
+    a request whose ``model`` names another is refused (404 ``model_not_found``), else any name is answered.
     ``body_timeout``: seconds a client may take to send its body. ``close_manager``: close it when the
     server shuts down (running turns get its grace period to save); otherwise the caller keeps
     ownership of ``manager``. The app is FastAPI's, behind the guard (:class:`App`): middleware added
@@ -63,9 +64,10 @@ def create_app(manager: SessionManager, *, api_keys: Iterable[str] | None = None
     app.state.api_keys = tuple(api_keys or ())
     app.state.metrics_keys = tuple(metrics_keys or ())
     app.state.model_name = model_name
+    app.state.strict_model = strict_model
     app.state.started = int(time.time())
     app.state.stats = RequestStats()
-    for module in (chat, completions, responses, conversations, service):
+    for module in (chat, completions, responses, conversations, service, llama_routes):
         app.include_router(module.router)
     app.include_router(page.router())  # the web chat page at / (docs/web.md): a client of the routes above
     # one mapping for every failure (.asgi.error_of): FastAPI's handlers and the plain ASGI routes

@@ -24,7 +24,7 @@ from ..backends.base import Chunk, special_tokens
 from ..constraints import Constraint
 from ..errors import InvalidMessages, SessionLengthExceeded
 from ..validation import check_tool_choice, tool_names
-from .deps import blocking, check_n, new_id, owner
+from .deps import blocking, check_n, model_named, new_id, owner
 from .errors import as_sent
 from .formats import chat_constraint, tool_constraint
 from .idempotency import releasing
@@ -82,7 +82,7 @@ async def _chat(body: ChatRequest, request: Request, who: str | None, constraint
         stop=body.stop, max_new_tokens=body.max_completion_tokens or body.max_tokens, owner=who,
         idempotency_key=key, kind=None)
     kind = "chat.completion.chunk" if body.stream else "chat.completion"
-    meta = Meta(new_id("chatcmpl"), kind, int(time.time()), body.model or request.app.state.model_name)
+    meta = Meta(new_id("chatcmpl"), kind, int(time.time()), model_named(request.app.state, body.model))
     parse = body.tool_choice != "none"
     # a stored turn with a key: its retry waits for it, then is answered the saved turn (a one-off saves nothing)
     release = await request.app.state.inflight.hold(who, key if sid is not None else None)

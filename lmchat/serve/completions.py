@@ -29,7 +29,7 @@ from ..constraints import Constraint
 from ..errors import SessionLengthExceeded
 from ..manager.ids import oneoff_key
 from ..session import Delta
-from .deps import cancel_on_disconnect, check_n, new_id, owner
+from .deps import cancel_on_disconnect, check_n, model_named, new_id, owner
 from .errors import ApiError
 from .formats import chat_constraint
 from .request_turns import count
@@ -66,7 +66,7 @@ async def completions(body: CompletionRequest, request: Request, who: str | None
     mgr: SessionManager = state.manager
     constraint = await chat_constraint(body.response_format, mgr.backend, body.max_tokens)
     generation = _request(mgr, prompt, body, constraint)
-    meta = Meta(new_id("cmpl"), "text_completion", int(time.time()), body.model or state.model_name)
+    meta = Meta(new_id("cmpl"), "text_completion", int(time.time()), model_named(state, body.model))
 
     def counter(chars: int, ids: int) -> int:
         return count(mgr.backend.tokenizer, chars, ids)

@@ -47,6 +47,19 @@ def bearer_ok(header: str, keys: Iterable[str]) -> bool:
     return scheme.lower() == "bearer" and any([hmac.compare_digest(token.encode(), k.encode()) for k in keys])
 
 
+def model_named(state: Any, name: str | None) -> str:
+    """The model a response names: the request's ``model``, else the served one. A server given its model's name
+    (``--model-name``) refuses any other, as OpenAI and vLLM do (404 ``model_not_found``); otherwise any name is
+    answered by the one model served, as llama-server does (clients send names of their own: "gpt-4o", "m")."""
+    served: str = state.model_name
+    if name is None:
+        return served
+    if state.strict_model and name != served:
+        raise ApiError(404, f"the model {name!r} does not exist: this server serves {served!r} (GET /v1/models)",
+                       param="model", code="model_not_found")
+    return name
+
+
 async def blocking(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """A manager call that may touch the store (disk, network): off the event loop."""
     return await run_in_threadpool(fn, *args, **kwargs)

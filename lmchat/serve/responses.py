@@ -31,7 +31,7 @@ from ..tools.answer_constraint import for_answer
 from ..validation import check_tools_supported, validate_tools
 from . import chains
 from .chain_state import Note, state_of
-from .deps import blocking, end_session, owner, text_limit
+from .deps import blocking, end_session, model_named, owner, text_limit
 from .formats import text_constraint, tool_constraint
 from .idempotency import releasing
 from .item_names import Names, count_below
@@ -82,7 +82,7 @@ async def create_response(body: ResponsesRequest, request: Request, who: str | N
     # a reasoning block stays free text
     constraint = for_answer(forced or constraint, template, "text.format", special_tokens(mgr.backend))
     fields = body.fields(template, text_format)
-    model = body.model or state.model_name
+    model = model_named(state, body.model)
     key = request.headers.get("idempotency-key") if body.store else None
     release = await state.inflight.hold(who, key)  # a retry waits here for its first attempt to be saved
     streaming = False  # a turn's stream lets go of the key once it ends
