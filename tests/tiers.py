@@ -89,25 +89,39 @@ PROCESS_MODULES = frozenset({"subprocess", "pexpect", "ptyprocess", "multiproces
 # ---------------------------------------------------------------------- at collection
 def markers_for(item: pytest.Item) -> set[str]:
     """The markers of the resources ``item`` uses (a subset of :data:`MARKERS`)."""
-    walk = _Walk()
     function = getattr(item, "function", None)
-    if function is not None:
-        walk.reach(function)
     info = getattr(item, "_fixtureinfo", None)
-    for name in getattr(item, "fixturenames", ()):
-        if name in GUARD_FIXTURES:
-            continue
-        walk.found |= USES.get(name, frozenset())
-        for definition in (info.name2fixturedefs.get(name, ()) if info is not None else ()):
-            walk.reach(definition.func)
-    found = walk.found
-    if "server" in found and _loads_a_model(walk.strings):
-        found.add("model")
+    fixtures = tuple(getattr(item, "fixturenames", ()))
+    found = set(_reached(function, fixtures, info))
     for value in getattr(getattr(item, "callspec", None), "params", {}).values():
         found |= PARAMS.get(value, frozenset()) if isinstance(value, str) else frozenset()
     if any(item.nodeid == slow or item.nodeid.startswith(slow + "::") for slow in SLOW):
         found.add("slow")
     return found
+
+
+#: what a test function and its fixtures reach, walked once for all the items of one parametrized test
+_REACHED: dict[tuple[Any, ...], frozenset[str]] = {}
+
+
+def _reached(function: Any, fixtures: tuple[str, ...], info: Any) -> frozenset[str]:
+    definitions = tuple(d.func for name in fixtures if name not in GUARD_FIXTURES
+                        for d in (info.name2fixturedefs.get(name, ()) if info is not None else ()))
+    key = (function, fixtures, definitions)
+    if key in _REACHED:
+        return _REACHED[key]
+    walk = _Walk()
+    if function is not None:
+        walk.reach(function)
+    for name in fixtures:
+        if name not in GUARD_FIXTURES:
+            walk.found |= USES.get(name, frozenset())
+    for definition in definitions:
+        walk.reach(definition)
+    if "server" in walk.found and _loads_a_model(walk.strings):
+        walk.found.add("model")
+    _REACHED[key] = frozenset(walk.found)
+    return _REACHED[key]
 
 
 def _ours(obj: Any) -> bool:
