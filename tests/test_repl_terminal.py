@@ -370,3 +370,28 @@ def test_the_banner_says_the_threads_and_a_slowdown_is_told_once_with_the_fix(tm
         child.expect(pexpect.EOF)
     finally:
         child.close(force=True)
+
+
+def test_ollamas_commands_are_accepted(terminal):
+    """/bye, /?, /show info and /set parameter NAME VALUE (Ollama's names) do what lmchat's commands do."""
+    child = terminal
+    child.expect(">>>")
+    child.send("/?\r")
+    child.expect("commands:")
+    child.expect(r"Ollama's spellings work too: /bye \(/exit\), /\? \(/help\)")
+    child.expect(">>>")
+    child.send("/set parameter num_predict 5\r")
+    child.expect("max_new_tokens = 5")
+    child.send("/set parameter repeat_penalty 1.3\r")
+    child.expect("repetition_penalty = 1.3")
+    child.send("/set parameter temperature 0\r")
+    child.expect("temperature = 0.0")
+    child.send("/show info\r")
+    child.expect("engine: test-cache")
+    child.expect("template: qwen2.5")
+    child.expect(r"sampling: temperature 0.0, .* repetition_penalty 1.3, max_new_tokens 5")
+    child.expect(">>>")
+    child.send("/bye\r")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0

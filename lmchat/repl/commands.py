@@ -13,12 +13,12 @@ import attrs
 from ..errors import LmchatError
 from ..interop.loading import load_template, saveable
 from ..paths import data_dir
-from . import resuming, settings
+from . import aliases, resuming, settings
 from .conversation import Conversation, describe_delta, printable
 
 EXIT = object()  # a handler's return value that ends the REPL
 
-SHOW = ("template", "params", "context", "delta", "cache")
+SHOW = ("template", "params", "context", "delta", "cache", "info")
 
 
 class CommandError(LmchatError, ValueError):
@@ -46,8 +46,8 @@ def command(usage: str, help_text: str) -> Callable[[Handler], Handler]:
 
 
 def dispatch(conv: Conversation, line: str) -> bool:
-    """Run one command line; False when the REPL should end."""
-    match = re.match(r"(\S+)\s*(.*)", line.strip(), re.S)
+    """Run one command line (Ollama's spellings too: :mod:`.aliases`); False when the REPL should end."""
+    match = re.match(r"(\S+)\s*(.*)", aliases.rewrite(line).strip(), re.S)
     assert match is not None  # noqa: S101 - the REPL dispatches only lines that start with "/"
     name, arg = match.groups()
     cmd = COMMANDS.get(name)
@@ -84,7 +84,7 @@ def completion_tree(template_names: list[str]) -> dict[str, dict[str, None] | No
 # ---------------------------------------------------------------------- commands
 @command("/help", "this list")
 def _help(conv: Conversation, arg: str) -> None:
-    conv.out.show("\n".join(["commands:", *help_lines(), "", *INPUT_HELP]))
+    conv.out.show("\n".join(["commands:", *help_lines(), "", *INPUT_HELP, aliases.HELP]))
 
 
 @command("/system [TEXT]", "show or set the system prompt (the next turn resends the conversation)")
@@ -167,8 +167,9 @@ def _show_params(conv: Conversation) -> None:
     conv.out.show("\n".join(lines))
 
 
-@command("/show WHAT", "WHAT: template, params, context (what the engine holds), delta (the last one sent) "
-                      "or cache (how much of the next turn the engine's cache serves, and from where)")
+@command("/show WHAT", "WHAT: template, params, context (what the engine holds), delta (the last one sent), "
+                      "cache (how much of the next turn the engine's cache serves, and from where) or info (the "
+                      "model, engine, template, context and sampling)")
 def _show(conv: Conversation, arg: str) -> None:
     if arg not in SHOW:
         raise CommandError(f"usage: /show {'|'.join(SHOW)}")
@@ -182,6 +183,8 @@ def _show(conv: Conversation, arg: str) -> None:
         conv.out.show("\n".join(lines))
     elif arg == "cache":
         conv.out.show(resuming.cache_line(conv))
+    elif arg == "info":
+        conv.out.show(aliases.info(conv))
     elif arg == "context":
         conv.out.show(session.context or "(the engine holds nothing for this session yet)")
         state = session.to_dict()
