@@ -22,6 +22,7 @@ from .common import add_template_arguments, resolve_template
 from .main import UsageError
 from .sampling_args import add_sampling_arguments, given
 from .startup import serving_lines
+from .startup import url as page_url
 
 if TYPE_CHECKING:
     from ..serve.app import App
@@ -104,12 +105,6 @@ def default_store_path(engine: str) -> Path:
     return data_dir() / f"server-{slug}.db"
 
 
-def page_url(host: str, port: int) -> str:
-    """Where a browser on this machine finds the web chat page (a wildcard address is reached on loopback)."""
-    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
-    return f"http://{f'[{host}]' if ':' in host else host}:{port}/"
-
-
 def open_page(url: str, seconds: float = 60.0) -> threading.Thread:
     """Opens ``url`` in the user's browser (``webbrowser``: $BROWSER, else the desktop's) once ``/health`` answers
     there, from a thread: uvicorn.run, which starts listening, does not return."""
@@ -145,10 +140,10 @@ def run(args: argparse.Namespace) -> int:
     log = logging.getLogger("lmchat.serve")
     for line in serving_lines(app.state.manager, app.state.model_name, args.host, args.port):
         log.info("%s", line)
-    url = page_url(args.host, args.port)
-    log.info("web chat page: %s", url)
-    if args.open:
-        open_page(url)
+    if args.open and args.port:
+        open_page(page_url(args.host, args.port))
+    elif args.open:  # port 0: the port is uvicorn's to pick, after this
+        log.warning("--open needs a --port: open the address uvicorn names below")
     # what is alive now (modules, templates, the model) lives until exit: keeping it out of every
     # garbage collection shortens the collector's pauses, which land on request latency
     gc.freeze()
