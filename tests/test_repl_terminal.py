@@ -273,6 +273,17 @@ def test_the_one_session_gets_the_whole_context_and_keeps_its_limit(tmp_path):
         text = "\n".join(lines)
         assert "context: 8192 tokens (the model's trained length; --ctx TOKENS sets another)" in text, text
         assert lines[-1].startswith("0/8192 tokens │"), text
+        from lmchat.backends.bundled import default_gguf
+
+        whole = "".join(lines).replace(" ", "")  # lines the terminal wrapped at a space, joined again
+
+        def shown(said: str) -> bool:
+            return said.replace(" ", "") in whole
+
+        assert shown("· llamacpp · 1 threads · session"), text  # the threads llama.cpp decodes with
+        assert shown(f"model: {default_gguf()} (94 MB)"), text
+        assert shown(f"KV files: {tmp_path}/kv: 0 files, 0 MB of at most 4096 MB (--kv-disk-mb; `lmchat cache clear` "
+                     "empties it)"), text
         child.send("/template chatml\r")  # a template whose own session_len is 2048
         lines = _until(child, screen, stream, lambda ls: "template chatml" in "\n".join(ls) and "chatml ·" in ls[-1])
         assert lines[-1].startswith("0/8192 tokens │") and "chatml · llamacpp" in lines[-1], "\n".join(lines)
