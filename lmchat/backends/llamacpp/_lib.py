@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
 import threading
 from collections import deque
 from pathlib import Path
@@ -22,6 +23,9 @@ if TYPE_CHECKING:
     from llama_cpp.llama_cpp import llama_model_p, llama_model_params
 
 log = logging.getLogger("lmchat.llamacpp")
+
+#: OpenMP's wait policy for llama.cpp's threads unless OMP_WAIT_POLICY is set (docs/backends.md, threads)
+WAIT_POLICY = "PASSIVE"
 
 _LIB: ModuleType | None = None
 _LOCK = threading.Lock()
@@ -43,6 +47,11 @@ def lib() -> ModuleType:
     global _LIB, _CALLBACK, _PROGRESS
     with _LOCK:
         if _LIB is None:
+            # llama.cpp's CPU threads are OpenMP's, which spin between operations by default: on a CPU other
+            # processes share, a spinning thread holds a core another needs, and decode collapsed (bench
+            # builds, load 8-11: 0.6 tok/s spinning, 17 sleeping). libgomp reads this once, when it loads;
+            # a value the user set wins
+            os.environ.setdefault("OMP_WAIT_POLICY", WAIT_POLICY)
             with needs("the llamacpp backend", "local"):
                 import llama_cpp.llama_cpp as L
 
