@@ -5,6 +5,7 @@ hostile text. One browser and one server of each kind for the module; every page
 Screenshots of the main states go to build/web-shots (``LMCHAT_WEB_SHOTS``)."""
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 
@@ -17,6 +18,8 @@ ENGINE = ("--backend", "llamacpp", "--threads", "1", "--ctx", "4096", "--session
 #: the echo engine answers with the question: reasoning and markup in a question come back as the model's
 ECHO = ("--template", "qwen3", "--store", "memory", "--backend-option", "prefix=", "--session-len", "3000")
 KEYS = ("key-a", "key-b")
+PERSON = {"type": "object", "additionalProperties": False, "required": ["name", "age"],
+          "properties": {"name": {"type": "string", "maxLength": 20}, "age": {"type": "integer", "minimum": 0}}}
 
 
 @pytest.fixture(scope="module")
@@ -127,6 +130,18 @@ def test_a_conversation_streams_stops_branches_and_comes_back_after_a_restart(br
         assert cached(page, 3) > 0  # the KV of the turns before came back from the disk tier
         assert "cached, disk)" in answer(page, 3).get_by_label("Answer statistics").inner_text()
 
+        # a JSON schema in the chat's settings: the engine's answer follows it
+        setting(page, "JSON schema of the answers (optional)", json.dumps(PERSON))
+        ask(page, "Describe a person.")
+        settled(page)
+        person = json.loads(answer(page, 4).locator(".markdown").inner_text())
+        assert sorted(person) == ["age", "name"] and isinstance(person["age"], int)
+        page.get_by_role("button", name="Settings", exact=True).click()
+        info = page.get_by_role("region", name="Settings").inner_text()
+        assert "template: smollm2" in info and "bundled sampling: temperature" in info
+        assert page.get_by_label("Temperature").input_value() == "0"  # the chat's own, kept on the server
+        page.get_by_role("button", name="Settings", exact=True).click()
+
         # delete the chat: gone, and still gone after a reload
         page.get_by_role("button", name="Delete chat What is the capital of France?").click()
         page.get_by_role("link", name="What is the capital of France?").wait_for(state="detached")
@@ -205,13 +220,20 @@ def test_reasoning_tool_calls_and_errors_are_shown_and_a_chat_renamed_by_keyboar
     assert tools.get_by_role("note", name="Tool call").inner_text() == 'Tool call get_weather({"city": "Paris"})'
     assert tools.get_by_role("note", name="Tool result").inner_text() == 'Tool result {"temp": 21}'
 
-    ask(page, "<think>\nI ponder.\n</think>\n\nThe **answer**.")
+    box = page.get_by_role("textbox", name="Message", exact=True)
+    box.fill("<think>\nI ponder.\n</think>\n\nThe **answer**.")
+    for line in ("```", "print(1)", "```"):
+        box.press("Shift+Enter")  # a new line, not a send
+        box.press_sequentially(line)
+    box.press("Enter")
     settled(page)
     reasoning = answer(page, 2).locator("details")
     assert reasoning.get_attribute("open") is None and not reasoning.get_by_text("I ponder.").is_visible()
     reasoning.get_by_text("Reasoning").click()
     assert reasoning.get_by_text("I ponder.").is_visible()
     assert answer(page, 2).locator("strong").inner_text() == "answer"
+    answer(page, 2).get_by_role("button", name="Copy code").click()
+    assert page.evaluate("navigator.clipboard.readText()") == "print(1)\n"
 
     # a question the context cannot hold: an error that says what to do, and the question is kept to edit
     long = "too long " * 400

@@ -35,7 +35,8 @@ class Browser:
         self.browser = self.playwright.chromium.launch(executable_path=chromium_path(), args=["--no-sandbox"])
 
     def page(self, url: str, width: int = 1280, height: int = 800):
-        context = self.browser.new_context(viewport={"width": width, "height": height})
+        context = self.browser.new_context(viewport={"width": width, "height": height},
+                                           permissions=["clipboard-read", "clipboard-write"])
         page = context.new_page()
         page.errors = []  # every console error and uncaught exception, checked by the tests
 

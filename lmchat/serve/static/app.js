@@ -168,10 +168,12 @@ class Page {
     for (const key of SETTINGS) if ($(`set-${key}`).value.trim()) values[key] = $(`set-${key}`).value.trim();
     try {
       if (values.schema) JSON.parse(values.schema);
-      if (this.current) {
-        const metadata = { ...this.current.metadata };
-        for (const key of SETTINGS) delete metadata[key];
-        await call("POST", `/v1/conversations/${this.current.id}`, { metadata: { ...metadata, ...values } });
+      if (this.current) { // every version of the chat: a branch made later copies them from the one it leaves
+        for (const c of this.members()) {
+          const metadata = { ...c.metadata };
+          for (const key of SETTINGS) delete metadata[key];
+          await call("POST", `/v1/conversations/${c.id}`, { metadata: { ...metadata, ...values } });
+        }
         await this.refresh();
       } else {
         this.pending = values;
@@ -192,19 +194,27 @@ class Page {
     return body;
   }
 
+  // The model, its template and what a turn samples with when the chat's settings leave a field empty
+  // (GET /props: the template's bundled settings, the model's, the server's command line).
   async model() {
     try {
-      const models = await call("GET", "/v1/models");
-      this.modelName = models.data.map((m) => m.id).join(", ");
+      this.props = await call("GET", "/props");
     } catch {
-      this.modelName = "";
+      this.props = null;
+    }
+    const defaults = (this.props && this.props.default_generation_settings) || {};
+    const shown = { temperature: defaults.temperature, top_p: defaults.top_p,
+      max_output_tokens: defaults.max_new_tokens };
+    for (const [key, value] of Object.entries(shown)) {
+      $(`set-${key}`).placeholder = value === undefined || value === null ? "default" : `${value} (default)`;
     }
     this.context();
   }
 
   // What the session holds against its length, and the model and template (GET /v1/sessions/ID).
   async context() {
-    let template = "";
+    const props = this.props || {};
+    let template = props.template || "";
     $("context").textContent = "";
     if (this.current) {
       try {
@@ -212,11 +222,16 @@ class Page {
         template = session.template;
         this.unit = session.unit;
         $("context").textContent = `${session.step} / ${session.session_len} ${session.unit}`;
+        $("context").title = "context used / the session's length";
       } catch {
         $("context").textContent = "";
       }
     }
-    $("model-info").textContent = `Model: ${this.modelName || "?"}${template ? ` · template: ${template}` : ""}`;
+    const d = props.default_generation_settings || {};
+    const sampling = d.temperature === undefined ? "" : ` · bundled sampling: temperature ${d.temperature}, top_p `
+      + `${d.top_p}, top_k ${d.top_k}, repetition penalty ${d.repetition_penalty}`;
+    $("model-info").textContent = `Model: ${props.model || "?"}${template ? ` · template: ${template}` : ""}`
+      + `${d.n_ctx ? ` · context: ${d.n_ctx}` : ""}${sampling}`;
   }
 
   busy(controller) {
