@@ -47,13 +47,15 @@ def test_every_asset_the_page_loads_is_package_data():
     """setup.cfg's package_data names every file of the folder the server serves (a wheel carries the page)."""
     config = configparser.ConfigParser()
     config.read(os.path.join(os.path.dirname(STATIC), "..", "..", "setup.cfg"))
-    patterns = [p.strip() for p in config["options.package_data"]["lmchat.serve"].split(",")]
+    value = config["options.package_data"]["lmchat.serve"]  # a list as setuptools reads one: lines, else commas
+    patterns = [p.strip() for p in (value.splitlines() if "\n" in value else value.split(",")) if p.strip()]
     files = [os.path.relpath(os.path.join(d, f), os.path.dirname(STATIC)).replace(os.sep, "/")
              for d, _, names in os.walk(STATIC) for f in names]
     assert "static/index.html" in files and "static/vendor/marked.esm.js" in files
     assert [f for f in files if not any(fnmatch.fnmatch(f, p) for p in patterns)] == []
     assert set(page.load_assets()) >= {"index.html", "app.js", "chat.js", "api.js", "tree.js", "render.js",
-                                       "app.css", "vendor/marked.esm.js", "vendor/purify.es.mjs"}
+                                       "app.css", "vendor/marked.esm.js", "vendor/purify.es.mjs",
+                                       "vendor/highlight.min.js", "vendor/hljs-github.css"}
 
 
 def test_the_page_needs_no_key_and_the_api_still_does(keyed):

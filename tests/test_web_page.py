@@ -232,6 +232,7 @@ def test_reasoning_tool_calls_and_errors_are_shown_and_a_chat_renamed_by_keyboar
     reasoning.get_by_text("Reasoning").click()
     assert reasoning.get_by_text("I ponder.").is_visible()
     assert answer(page, 2).locator("strong").inner_text() == "answer"
+    assert "hljs" in answer(page, 2).locator("pre code").get_attribute("class")  # coloured by highlight.js
     answer(page, 2).get_by_role("button", name="Copy code").click()
     assert page.evaluate("navigator.clipboard.readText()") == "print(1)\n"
 

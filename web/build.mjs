@@ -9,6 +9,10 @@ const files = {
   "marked/LICENSE": "marked.LICENSE",
   "dompurify/dist/purify.es.mjs": "purify.es.mjs",
   "dompurify/LICENSE": "dompurify.LICENSE",
+  "@highlightjs/cdn-assets/es/highlight.min.js": "highlight.min.js",
+  "@highlightjs/cdn-assets/styles/github.css": "hljs-github.css",
+  "@highlightjs/cdn-assets/styles/github-dark.css": "hljs-github-dark.css",
+  "@highlightjs/cdn-assets/LICENSE": "highlight.LICENSE",
 };
 for (const [from, to] of Object.entries(files)) {
   copyFileSync(new URL(`node_modules/${from}`, import.meta.url), new URL(to, out));

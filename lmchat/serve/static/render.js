@@ -1,7 +1,9 @@
 // Text into the page, inert: a user's text as text, a model's markdown through marked and then DOMPurify
-// (no script, no event handler, no javascript: URL, no image: nothing in an answer reaches the network).
+// (no script, no event handler, no javascript: URL, no image: nothing in an answer reaches the network); code
+// blocks coloured by highlight.js.
 import { marked } from "./vendor/marked.esm.js";
 import DOMPurify from "./vendor/purify.es.mjs";
+import hljs from "./vendor/highlight.min.js";
 
 const PURIFY = {
   FORBID_TAGS: ["img", "style", "form", "input", "button", "textarea", "select", "iframe", "video", "audio", "svg"],
@@ -36,6 +38,10 @@ export function markdown(text) {
   holder.append(DOMPurify.sanitize(html, { ...PURIFY, RETURN_DOM_FRAGMENT: true }));
   for (const pre of holder.querySelectorAll("pre")) {
     const code = pre.textContent;
+    // colours by the language it reads (the fence's name was a class, which the sanitizer removes); it works on
+    // the text and escapes it, so nothing the sanitizer removed comes back
+    const block = pre.querySelector("code");
+    if (block && code.length < 20000) hljs.highlightElement(block);
     const copy = el("button", { type: "button", class: "copy-code", text: "Copy", "aria-label": "Copy code" });
     copy.addEventListener("click", () => copyText(code, copy));
     pre.before(el("div", { class: "code-bar" }, copy));
