@@ -164,7 +164,7 @@ def test_every_constructor_option_survives_a_snapshot():
         "system": "Be brief.", "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
         "date": datetime.date(2020, 2, 29), "session_id": "s-1", "template_kwargs": {"enable_thinking": False},
         "tokenizer": tf.smollm2(), "session_len": 1234, "overflow": "shift", "max_new_tokens": 7,
-        "injection": "reject", "max_message_chars": 99, "drift": "keep",
+        "injection": "reject", "max_message_chars": 99, "drift": "keep", "overflow_room": 0.5,
     }
     parameters = [p for p in inspect.signature(Session.__init__).parameters if p not in ("self", "template")]
     assert sorted(parameters) == sorted(given), "a new Session option: give it a value here"

@@ -246,8 +246,10 @@ def test_overflow_shift_falls_back_to_truncate_when_tokens_would_split_different
 
 
 def test_overflow_shift_falls_back_when_the_system_prompt_is_glued_to_the_first_turn(spm_folder):
-    # Mistral renders the system prompt inside the first user turn: dropping that turn moves it
-    s = Session("mistral", system="Be brief.", tokenizer=load("spm", spm_folder), session_len=90, overflow="shift")
+    # Mistral renders the system prompt inside the first user turn: dropping that turn moves it (unless every turn
+    # before the new one goes, as the default overflow_room would here: then nothing of the old start is kept)
+    s = Session("mistral", system="Be brief.", tokenizer=load("spm", spm_folder), session_len=90, overflow="shift",
+                overflow_room=0)
     for i in range(20):
         d = s.prompt(f"question number {i}", max_new_tokens=10)
         s.commit(s.template.lead + f"answer number {i}")

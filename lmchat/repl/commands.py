@@ -148,7 +148,7 @@ def _set(conv: Conversation, arg: str) -> None:
         if name == "format":
             conv.check_format(value)  # refused now, not at the next turn
         conv.overrides[name] = value
-    conv.session.overflow = conv.overflow
+    conv.session.overflow, conv.session.overflow_room = conv.overflow, conv.overflow_room
     conv.save()
     conv.out.info(f"{name} = {_setting(conv, name)!r}")
 
@@ -156,13 +156,15 @@ def _set(conv: Conversation, arg: str) -> None:
 def _setting(conv: Conversation, name: str) -> Any:
     if name == "format":
         return settings.describe_format(conv.overrides.get("format"))
-    return conv.overflow if name == "overflow" else getattr(conv.params, name)
+    if name in ("overflow", "overflow_room"):
+        return getattr(conv, name)
+    return getattr(conv.params, name)
 
 
 def _show_params(conv: Conversation) -> None:
     # the constraint is shown as the format that made it (a schema's JSON text would fill the screen)
     params = {**attrs.asdict(conv.params, recurse=False, filter=lambda a, v: a.name != "constraint"),
-              "overflow": conv.overflow, "format": _setting(conv, "format")}
+              "overflow": conv.overflow, "overflow_room": conv.overflow_room, "format": _setting(conv, "format")}
     lines = [f"{k} = {v!r}{'  (set)' if k in conv.overrides else ''}" for k, v in params.items()]
     conv.out.show("\n".join(lines))
 
@@ -200,8 +202,9 @@ def _limit_line(conv: Conversation) -> str:
     session = conv.session
     if not session.counts_tokens:
         return f"[{session.step} characters held (no tokenizer: no limit is checked)]"
-    what = {"shift": "the oldest turns are dropped from it, the system prompt stays",
-            "truncate": "the oldest turns are dropped and the rest is sent again",
+    room = f"until {conv.overflow_room:.0%} of it is free (/set overflow_room)"
+    what = {"shift": f"the oldest turns leave the engine's cache {room}, the system prompt stays",
+            "truncate": f"the oldest turns are dropped {room} and the rest is sent again",
             "error": "a turn that does not fit is refused"}[conv.overflow]
     return (f"[{session.step} of {session.session_len} tokens held; when it is full {what} "
             f"(/set overflow {conv.overflow})]")

@@ -6,7 +6,8 @@ without loading the model), bounded so that its KV cache takes at most half the 
 available. ``lmchat serve`` keeps its own defaults (several sessions sharing the context).
 
 When a turn does not fit, the REPL's default overflow policy (``shift``) drops the oldest
-exchanges, keeping the system prompt, and says so; ``/set overflow error`` asks instead. Every
+exchanges from what the model sees, keeping the system prompt, until ``overflow_room`` of the
+context is free, and says so; the conversation keeps them. ``/set overflow error`` asks instead. Every
 message about a full context ends with what the user can do about it.
 """
 from __future__ import annotations
@@ -126,7 +127,8 @@ def advice(exc: SessionLengthExceeded, policy: str) -> str:
     return f"{exc}: {todo}"
 
 
-def dropped_notice(count: int, limit: int, unit: str) -> str:
+def dropped_notice(count: int, limit: int, unit: str, room: float) -> str:
     """What the REPL prints when the overflow policy dropped messages to fit the turn."""
-    return (f"[context full ({limit} {unit}): the {count} oldest messages were dropped, the system prompt stays; "
-            "/set overflow error asks instead]")
+    return (f"[context full ({limit} {unit}): the model no longer sees the {count} oldest messages (the system "
+            f"prompt stays), so that {room:.0%} of it is free for the next turns; the conversation keeps them "
+            "(/save, --resume); /set overflow_room, /set overflow error asks instead]")

@@ -23,6 +23,7 @@ from ..constraints import continued
 from ..tools.answer_constraint import for_answer
 from ..errors import ConstraintUnsupported, LmchatError, SessionError, SessionLengthExceeded, StoreConflict
 from ..session import Delta, Session, edits
+from ..session.overflow import ROOM
 from ..stores import VERSION_KEY, SessionStore
 from ..stores.base import Summary
 from ..templates.base import BaseTemplate
@@ -114,6 +115,12 @@ class Conversation:
         policy: str = self.overrides.get("overflow", DEFAULT_OVERFLOW)
         return policy
 
+    @property
+    def overflow_room(self) -> float:
+        """The share of the context a drop leaves free: ``/set overflow_room``, else the session's default."""
+        room: float = self.overrides.get("overflow_room", ROOM)
+        return room
+
     def _fitted(self, session: Session) -> Session:
         """``session`` with this chat's overflow policy and the one limit the toolbar, ``/show`` and the engine
         agree on: all a backend that says how much one session can hold gives it (the REPL's only session),
@@ -121,7 +128,7 @@ class Conversation:
         limit = self.backend.session_len if isinstance(self.backend, SessionLimit) else None
         if limit:
             session.session_len = limit
-        session.overflow = self.overflow
+        session.overflow, session.overflow_room = self.overflow, self.overflow_room
         return session
 
     # ------------------------------------------------------------------ turns
@@ -169,7 +176,8 @@ class Conversation:
             if turn.delta.dropped:
                 session = self.session
                 self.out.info(dropped_notice(turn.delta.dropped, session.session_len,
-                                             "tokens" if session.counts_tokens else "characters"))
+                                             "tokens" if session.counts_tokens else "characters",
+                                             session.overflow_room))
             self.last_delta = turn.delta
             self.cached = True
             if self.debug:

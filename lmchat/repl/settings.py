@@ -2,7 +2,8 @@
 
 Values override the template's bundled sampling settings for this session
 only (``overflow`` is the session's overflow policy, not a sampling setting:
-what a turn that does not fit in the context does); they are saved with it (under ``"chat"`` in the stored snapshot) and
+what a turn that does not fit in the context does, and ``overflow_room`` how much
+it then drops); they are saved with it (under ``"chat"`` in the stored snapshot) and
 come back with ``--resume``. ``stop`` adds stop words to the template's own,
 which always stay (a model that emits its end marker must stop there).
 """
@@ -78,6 +79,8 @@ def _overflow(raw: Any) -> str:
 
 _OVERFLOW_RULE = ("shift (drop the oldest turns from the engine's cache, the system prompt stays), truncate "
                   "(the same, resending the rest) or error (refuse the turn)")
+_ROOM_RULE = ("from 0 to below 1: the share of the context a drop leaves free, so the next turns extend the cache "
+              "(0: drop only what the turn needs, and drop again at the next turn)")
 
 #: a schema file above this size is refused unread (the constraint itself takes 100,000 characters at most)
 MAX_SCHEMA_FILE_BYTES = 1 << 20
@@ -146,10 +149,11 @@ SETTINGS: dict[str, Setting] = {
     "seed": _number(int, lambda v: v >= 0, ">= 0 (sampling repeats with the same seed)"),
     "stop": Setting(_stops, _STOPS_RULE),
     "overflow": Setting(_overflow, _OVERFLOW_RULE),
+    "overflow_room": _number(float, lambda v: 0 <= v < 1, _ROOM_RULE),
     "format": Setting(_format, _FORMAT_RULE),
 }
 #: the settings that are not sampling parameters (``format`` becomes the sampling's constraint)
-SESSION_SETTINGS = ("overflow", "format")
+SESSION_SETTINGS = ("overflow", "overflow_room", "format")
 #: the value of each setting that means "none" besides ``default`` (``/set format off``)
 OFF = {"format": "off"}
 

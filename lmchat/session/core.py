@@ -25,6 +25,7 @@ from ..templates.chat import Chat
 from ..templates.chat import as_date
 from . import commits, overflow, patches, reopening, snapshot
 from .markers import output_markers, special_strings
+from .overflow import ROOM, check_room
 from .planning import Frame, next_plan
 from .state import Delta, Held, Plan
 
@@ -52,9 +53,11 @@ class Session:
         injection: str = "split",
         max_message_chars: int | None = validation.DEFAULT_MAX_CHARS,
         drift: str = "rewind",
+        overflow_room: float = ROOM,
     ):
         self.template = as_template(template)
         self.overflow = validation.one_of(overflow, OVERFLOW_POLICIES, "overflow")
+        self.overflow_room = check_room(overflow_room)
         self.injection = validation.one_of(injection, validation.INJECTION_POLICIES, "injection")
         self.drift = validation.one_of(drift, DRIFT_POLICIES, "drift")
         validation.validate_tools(tools)
@@ -80,6 +83,10 @@ class Session:
         self._held = Held()
         self._changes = patches.Changes()  # per list, where it changed since mark_saved()
         self._counted: tuple[int, int, Any] = (0, 0, None)  # turns: (messages counted, answers, the last one)
+        #: the messages the overflow policy took from what the engine is given, oldest first: they came after the
+        #: system prompt and before ``messages[1:]`` (the transcript is the user's: the session keeps them)
+        self._earlier: list[Message] = []
+        self._earlier_answers = 0
 
     # ------------------------------------------------------------------ state
     @property
@@ -88,8 +95,21 @@ class Session:
 
     @property
     def messages(self) -> list[Message]:
-        """The conversation so far (copies; editing them does not change the session)."""
+        """The conversation the engine is given (copies; editing them does not change the session): all of it,
+        but for the messages an overflow policy dropped to fit a turn (:attr:`earlier`)."""
         return [dict(m) for m in self._chat.messages]
+
+    @property
+    def earlier(self) -> list[Message]:
+        """Copies of the messages an overflow policy dropped from what the engine is given, oldest first. The
+        session keeps them (its snapshot too): they sat after the system prompt, before the other messages."""
+        return [dict(m) for m in self._earlier]
+
+    def transcript(self) -> list[Message]:
+        """Every message of the conversation, those the engine is no longer given included, in order (copies)."""
+        messages = self._chat.messages
+        first = 1 if messages and messages[0]["role"] == "system" else 0
+        return [dict(m) for m in (*messages[:first], *self._earlier, *messages[first:])]
 
     @property
     def context(self) -> str:
@@ -153,7 +173,7 @@ class Session:
 
     @property
     def turns(self) -> int:
-        """Number of committed assistant answers."""
+        """Number of committed assistant answers (those in :attr:`earlier` included)."""
         # counted on from where the last count ended (O(turn)); an edit before that point puts another object there
         messages = self._chat.messages
         n, count, last = self._counted
@@ -161,7 +181,7 @@ class Session:
             n, count = 0, 0
         count += sum(1 for i in range(n, len(messages)) if messages[i]["role"] == "assistant")
         self._counted = (len(messages), count, messages[-1] if messages else None)
-        return count
+        return count + self._earlier_answers
 
     def _frame(self) -> Frame:
         return Frame(self.template, self._chat, self._codec, self.injection)
@@ -195,7 +215,8 @@ class Session:
                 answer = self.max_new_tokens if max_new_tokens is None else max_new_tokens
                 # an answer's size in characters is unknown: a character budget counts the prompt only
                 budget = overflow.Budget(self.session_len, answer if self._codec is not None else 0,
-                                         self.overflow, n_old, "tokens" if self._codec is not None else "characters")
+                                         self.overflow, n_old, "tokens" if self._codec is not None else "characters",
+                                         int(self.overflow_room * self.session_len))
                 plan = overflow.fit(frame, self._held, plan, budget)
         except Exception:
             del chat.messages[n_old:]  # bad input loses nothing already held
@@ -203,12 +224,21 @@ class Session:
         rewind = self._held.rewind
         self._apply(plan)
         self._held.pending = True
+        if plan.delta.removed:
+            self._keep_earlier(plan.delta.removed)
         if plan.full or plan.shift or plan.delta.dropped:
             self._changes.lower(messages=0, context=0, offsets=0, context_ids=0)
         else:
             self._changes.lower(messages=n_old, context=parts, offsets=plan.window,
                        context_ids=rewind[0] if rewind else ids)
         return plan.delta
+
+    def _keep_earlier(self, removed: Iterable[Message]) -> None:
+        """Keep the messages an overflow policy dropped (appended: a store's patch carries only them)."""
+        self._changes.lower(earlier=len(self._earlier))
+        for message in removed:
+            self._earlier.append(message)
+            self._earlier_answers += message["role"] == "assistant"
 
     def _apply(self, plan: Plan) -> None:
         held = self._held
@@ -314,7 +344,9 @@ class Session:
     def reset(self) -> None:
         """Start the conversation over (the system prompt and tools stay); the next delta resets."""
         del self._chat.messages[int(self._system is not None):]
-        self._changes.lower(messages=int(self._system is not None))
+        self._earlier.clear()
+        self._earlier_answers = 0
+        self._changes.lower(messages=int(self._system is not None), earlier=0)
         self._held.pending, self._held.reopened = False, None
         self._held.needs_reset = bool(self._held.parts)
 
@@ -344,3 +376,4 @@ class Session:
         Anything unreadable is a :class:`~lmchat.errors.SnapshotError` naming it.
         """
         return snapshot.from_dict(cls, data, tokenizer)
+

@@ -10,8 +10,17 @@
   context is exactly the canonical prompt of the remaining conversation;
   otherwise the session falls back to ``'truncate'`` and says so.
 
+Both drop more than the turn needs: enough that ``room`` (the session's
+``overflow_room``, a share of ``session_len``) is free once the turn's answer
+is reserved, so the turns that follow extend what the engine holds again. A
+policy that dropped only what each turn needs would drop again at every later
+turn, and each drop changes the prompt from the system prompt on: the engine
+computes everything after it again (a shift's rotated keys are not what a
+prefill computes, and the llama.cpp engine keeps only what a prefill computes).
+
 ``d.removed`` holds the messages removed (``d.dropped`` counts them) and
-``d.reason`` says why: nothing is ever dropped silently.
+``d.reason`` says why: nothing is ever dropped silently. The session keeps them
+(:attr:`~lmchat.session.Session.earlier`): only the engine stops seeing them.
 """
 from __future__ import annotations
 
@@ -19,13 +28,24 @@ from typing import Any
 
 import attrs
 
-from ..errors import SessionLengthExceeded
+from ..errors import ConfigError, SessionLengthExceeded
 from ..templates.chat import Chat
 from .planning import Frame, full_plan
 from .state import Delta, Held, Plan
 from .tokens import encode_prompt
 
 POLICIES = ("error", "truncate", "shift")
+#: the share of ``session_len`` a drop leaves free for the turns after it, unless a session says otherwise (llama.cpp's
+#: and Ollama's context shifts free half of what they may drop: a quarter keeps more of the conversation in view)
+ROOM = 0.25
+
+
+def check_room(room: float) -> float:
+    """``room`` when it is a share of the context a drop can leave free (0 <= room < 1); else a ConfigError."""
+    if isinstance(room, bool) or not isinstance(room, (int, float)) or not 0 <= room < 1:
+        raise ConfigError(f"must be a number from 0 (drop only what the turn needs) to below 1, got {room!r}",
+                          field="overflow_room")
+    return float(room)
 
 
 @attrs.frozen
@@ -37,6 +57,7 @@ class Budget:
     policy: str
     turn_start: int  # the new turn's first message: it is always kept
     unit: str = "tokens"  # or "characters", for a session without a tokenizer
+    room: int = 0  # what a drop leaves free beyond the turn and its answer, for the turns after it
 
 
 def fit(frame: Frame, held: Held, plan: Plan, budget: Budget) -> Plan:
@@ -60,7 +81,8 @@ def fit(frame: Frame, held: Held, plan: Plan, budget: Budget) -> Plan:
 
 
 def _cut(frame: Frame, budget: Budget, used: int, new: int) -> tuple[int, int]:
-    """(first kept non-system index, first kept index): the fewest oldest exchanges to drop."""
+    """(first kept non-system index, first kept index): the fewest oldest exchanges to drop that leave
+    ``budget.room`` free, else (the turn itself is that long) all the exchanges before the turn."""
     chat = frame.chat
     messages = chat.messages
     first = 1 if messages and messages[0]["role"] == "system" else 0
@@ -73,15 +95,19 @@ def _cut(frame: Frame, budget: Budget, used: int, new: int) -> tuple[int, int]:
             return len(frame.template.render_window(trial, 0)[0])
         return len(encode_prompt(frame.template, trial, frame.codec, frame.injection)[1])
 
-    # fewer messages never render longer, so the smallest cut that fits is found by bisection
+    # fewer messages never render longer, so the smallest cut that leaves the room is found by bisection
     limit = budget.session_len - budget.max_new_tokens
     lo, hi = 0, len(cuts) - 1
-    if size(cuts[hi]) > limit:
+    least = size(cuts[hi])
+    if least > limit:
         raise SessionLengthExceeded(used=used, new=new, max_new_tokens=budget.max_new_tokens, limit=budget.session_len,
                                 unit=budget.unit)
+    target = limit - budget.room
+    if least > target:
+        return first, cuts[hi]
     while lo < hi:
         mid = (lo + hi) // 2
-        if size(cuts[mid]) <= limit:
+        if size(cuts[mid]) <= target:
             hi = mid
         else:
             lo = mid + 1

@@ -1,7 +1,7 @@
 """Snapshot patches: what a turn changed, so a store appends O(turn) instead of rewriting O(history).
 
-A session's snapshot (:meth:`Session.to_dict`) has four lists that grow with
-the conversation (``messages``, ``context``, ``offsets``, ``context_ids``) and
+A session's snapshot (:meth:`Session.to_dict`) has five lists that grow with
+the conversation (``messages``, ``earlier``, ``context``, ``offsets``, ``context_ids``) and
 a few small fields. A patch holds, for each list, the index from which it
 changed and the items from there on, plus the new values of the small fields that changed::
 
@@ -19,10 +19,11 @@ from typing import Any
 from ..messages import json_copy
 
 #: the snapshot's lists, patched from an index on
-LISTS = ("messages", "context", "offsets", "context_ids")
+LISTS = ("messages", "earlier", "context", "offsets", "context_ids")
 #: the small fields a patch sets when they changed (the rest only change with a new session: a full save)
 SMALL = ("tail", "rendered", "pending", "needs_reset", "reset_reason", "anchor", "rewind", "answer_end", "reopened",
-         "session_len", "overflow", "max_new_tokens", "injection", "max_message_chars", "drift")
+         "session_len", "overflow", "max_new_tokens", "injection", "max_message_chars", "drift",
+         "overflow_room")
 
 
 class Changes:

@@ -1,6 +1,8 @@
 """A session as JSON (``Session.to_dict``) and back (``Session.from_dict``).
 
-The snapshot holds the conversation, the template (by registered name and
+The snapshot holds the conversation (``messages``: what the engine is given;
+``earlier``: what an overflow policy dropped from it, which a snapshot written
+before sessions kept it lacks), the template (by registered name and
 changed fields), every constructor option and the held state
 (:class:`~.state.Held`): a restored session continues exactly where the
 snapshot left it. It shares nothing with the live session. A snapshot from
@@ -21,6 +23,7 @@ from ..errors import LmchatError, SnapshotError, SnapshotTemplateUnknown, Unknow
 from ..messages import in_call_form, normalize_messages
 from ..templates.base import BaseTemplate
 from . import patches
+from .overflow import ROOM
 from .state import SMALL_FIELDS, Held
 
 if TYPE_CHECKING:
@@ -40,6 +43,7 @@ def to_dict(session: "Session") -> dict[str, Any]:
         "tools": copy.deepcopy(chat.tools),
         "template_kwargs": copy.deepcopy(session.template_kwargs),
         "messages": copy.deepcopy(chat.messages),
+        "earlier": copy.deepcopy(session._earlier),
         **session._held.to_dict(with_ids=session._codec is not None),
         **options(session),
     }
@@ -53,7 +57,8 @@ def patch(session: "Session") -> dict[str, Any] | None:
     if lows is None:
         return None
     held = session._held
-    lists: dict[str, list[Any]] = {"messages": session._chat.messages, "context": held.parts,
+    lists: dict[str, list[Any]] = {"messages": session._chat.messages, "earlier": session._earlier,
+                                   "context": held.parts,
                                    "offsets": held.offsets, "context_ids": held.ids}
     if session._codec is None:
         lows = {k: v for k, v in lows.items() if k != "context_ids"}
@@ -87,6 +92,7 @@ def options(session: "Session") -> dict[str, Any]:
         "injection": session.injection,
         "max_message_chars": session.max_message_chars,
         "drift": session.drift,
+        "overflow_room": session.overflow_room,
     }
 
 
@@ -121,10 +127,13 @@ def _restore(cls: type[Session], data: Mapping[str, Any], tokenizer: Any) -> "Se
         injection=data.get("injection", "split"),
         max_message_chars=data.get("max_message_chars", validation.DEFAULT_MAX_CHARS),
         drift=data.get("drift", "rewind"),
+        overflow_room=data.get("overflow_room", ROOM),  # a session saved before it was an option
     )
     session._system = data.get("system")
     # calls stored before the template declared its arguments' form (DeepSeek's as objects) render again
     session._chat.messages[:] = in_call_form(normalize_messages(data["messages"]), session.template.call_arguments)
+    # a snapshot from before sessions kept what they dropped has none
+    session._keep_earlier(in_call_form(normalize_messages(data.get("earlier") or []), session.template.call_arguments))
     with_ids = tokenizer is not None and data.get("context_ids") is not None
     held = session._held = Held.from_dict(dict(data), with_ids=with_ids)
     if (tokenizer is not None) != (data.get("context_ids") is not None) and held.parts:

@@ -18,6 +18,7 @@ owner's sessions. Sessions without it (the REPL's) have the owner ``""``.
 """
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -64,7 +65,8 @@ class Summary:
     @classmethod
     def of(cls, snapshot: Mapping[str, Any]) -> "Summary":
         """The columns of a whole snapshot (reads every message: for saves, not per turn)."""
-        messages = snapshot.get("messages") or []
+        earlier = snapshot.get("earlier")  # what the overflow policy dropped comes first (no list: none)
+        messages = [*(earlier if isinstance(earlier, list) else ()), *(snapshot.get("messages") or [])]
         template = snapshot.get("template") or {}
         return cls(
             title=title_of(messages),
@@ -85,10 +87,11 @@ class Summary:
 
 
 def _title_of_session(session: Session) -> str:
-    # the first user message sits at the start: stop there rather than copy session.messages (O(history))
+    # the first user message sits at the start: stop there rather than copy session.messages (O(history)); the
+    # overflow policy's earlier messages came before the rest
     chat = getattr(session, "_chat", None)
     messages = chat.messages if chat is not None else session.messages
-    return title_of(messages)
+    return title_of(itertools.chain(getattr(session, "_earlier", ())[:1], messages))
 
 
 @runtime_checkable
