@@ -82,6 +82,10 @@ class GenerationRequest:
     from :meth:`prompt`, the whole context. A stateless backend (a remote
     server) sends :meth:`prompt` every time. ``last_user`` is the text of
     the conversation's last user message (the echo backend answers it).
+    ``progress``, when given, is called as the engine computes the prompt:
+    ``(done, total)`` ids of what it prefills this turn (the llamacpp backend,
+    once before its first batch and after each; from the engine's thread, so
+    it must only note the values).
     """
 
     session_id: str
@@ -90,6 +94,7 @@ class GenerationRequest:
     held: int | None = None
     last_user: str = ""
     source: Callable[[], Prompt] = attrs.field(repr=False, eq=False, default=lambda: Prompt(""))
+    progress: Callable[[int, int], None] | None = attrs.field(repr=False, eq=False, default=None)
 
     def prompt(self) -> Prompt:
         """The whole context after the delta (O(history): only for rebuilds and stateless servers).
@@ -100,7 +105,8 @@ class GenerationRequest:
 
     @classmethod
     def from_session(cls, session: Session, delta: Delta, params: SamplingParams,
-                     key: str | None = None) -> "GenerationRequest":
+                     key: str | None = None, progress: Callable[[int, int], None] | None = None
+                     ) -> "GenerationRequest":
         """The request for ``delta``, which ``session`` has just applied; ``key`` names the session for
         the backend (default: its id; a server namespaces ids by owner)."""
         size = len(delta.token_ids or ()) if session.counts_tokens else len(delta.text)
@@ -114,7 +120,7 @@ class GenerationRequest:
 
         return cls(session_id=key or session.session_id, delta=delta, params=params,
                    held=None if delta.reset else session.step - size, last_user=session.last_user(),
-                   source=source)
+                   source=source, progress=progress)
 
 
 @attrs.frozen(kw_only=True)

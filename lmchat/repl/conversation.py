@@ -33,7 +33,7 @@ from .settings import SettingError
 from .context import DEFAULT_OVERFLOW, ContextFull, advice, dropped_notice
 from ..turns import Turn
 from .rendering import Output
-from .streaming import Outcome, interrupt_flag, stream
+from .streaming import Outcome, Prefill, interrupt_flag, stream
 
 NOTES = {
     "length": "[stopped at max_new_tokens: /continue extends the answer]",
@@ -162,8 +162,9 @@ class Conversation:
         self._before = self.session.to_dict()
         # Ctrl-C only cancels from here on, so a prompted turn is always committed (or rolled back)
         with interrupt_flag() as interrupted:
+            prefill = Prefill()
             try:
-                turn = Turn(self, start, params or self.params, guard=RepetitionGuard())
+                turn = Turn(self, start, params or self.params, guard=RepetitionGuard(), progress=prefill)
             except SessionLengthExceeded as exc:
                 self.discard(sent=False)
                 raise ContextFull(advice(exc, self.overflow)) from None
@@ -186,7 +187,7 @@ class Conversation:
             if shown:
                 self.out.reply_text(shown)  # the continued answer renders whole
             try:
-                outcome = stream(turn, self.out.reply_text, interrupted)
+                outcome = stream(turn, self.out.reply_text, interrupted, self.out.prefill, prefill)
             except BaseException:
                 self.out.end_reply()
                 raise

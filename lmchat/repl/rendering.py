@@ -25,6 +25,9 @@ class Output(Protocol):
 
     def reply_text(self, piece: str) -> None: ...
 
+    def prefill(self, done: int, total: int) -> None:
+        """How far the engine is in computing the prompt, until the reply's first text."""
+
     def end_reply(self, note: str | None = None) -> None: ...
 
     def show(self, text: str) -> None: ...
@@ -49,6 +52,9 @@ class PlainOutput:
     def reply_text(self, piece: str) -> None:
         self.stdout.write(piece)
         self.stdout.flush()  # a script reading our stdout sees each piece as it comes
+
+    def prefill(self, done: int, total: int) -> None:
+        pass  # a script reads answers, not progress
 
     def end_reply(self, note: str | None = None) -> None:
         self.stdout.write("\n")
@@ -115,6 +121,12 @@ class RichOutput:
             self._drawn = now
             self._live.update(_Tail(Markdown(self._text)), refresh=True)
 
+    def prefill(self, done: int, total: int) -> None:
+        from rich.text import Text
+
+        if self._live is not None and not self._text:
+            self._live.update(Text(prefill_line(done, total), style="dim"), refresh=True)
+
     def end_reply(self, note: str | None = None) -> None:
         from rich.markdown import Markdown
 
@@ -139,3 +151,8 @@ class RichOutput:
 
     def error(self, text: str) -> None:
         self.console.print(f"error: {text}", style="bold red", markup=False, highlight=False)
+
+
+def prefill_line(done: int, total: int) -> str:
+    """What the REPL shows while the engine computes the prompt, e.g. ``reading the prompt: 1,024/5,800 tokens``."""
+    return f"reading the prompt: {done:,}/{total:,} tokens"

@@ -10,6 +10,10 @@ produced (a stream that finished anyway keeps its own finish reason: the
 engine then holds the end marker it emitted). A backend that does not end
 within ``CANCEL_GRACE`` seconds is told to ``drop`` the session, which makes
 engines give up what they were doing.
+
+Until the answer's first text, the main thread draws how far the engine is
+in computing the prompt (:class:`Prefill`, which the engine's thread updates
+per batch): a long paste shows its progress, not a blank screen.
 """
 from __future__ import annotations
 
@@ -56,6 +60,17 @@ class Outcome:
         return (count / self.seconds if self.seconds > 0 else 0.0), unit
 
 
+class Prefill:
+    """The engine's last prefill report ``(done, total)``, set from its thread (one assignment: the main thread
+    reads a whole pair), read by the main thread that draws it."""
+
+    def __init__(self) -> None:
+        self.latest: tuple[int, int] | None = None
+
+    def __call__(self, done: int, total: int) -> None:
+        self.latest = (done, total)
+
+
 class _Daemons:
     """An executor of daemon threads: a hung backend never keeps the REPL from exiting."""
 
@@ -63,15 +78,22 @@ class _Daemons:
         threading.Thread(target=fn, args=args, name="lmchat-turn", daemon=True).start()
 
 
-def stream(turn: Turn, on_text: Callable[[str], None], interrupted: threading.Event) -> Outcome:
-    """Run the primed ``turn`` to its end, calling ``on_text`` per piece; its errors are re-raised."""
+def stream(turn: Turn, on_text: Callable[[str], None], interrupted: threading.Event,
+           on_prefill: Callable[[int, int], None] | None = None, prefill: Prefill | None = None) -> Outcome:
+    """Run the primed ``turn`` to its end, calling ``on_text`` per piece; its errors are re-raised. ``on_prefill``
+    draws each new report of ``prefill`` (the turn's :attr:`GenerationRequest.progress`) until text comes."""
     generator = turn.run()
     next(generator)  # primed: errors before the generation raised already
     pump = Pump(lambda: generator, _Daemons())
     backend, key = turn.owner.backend, turn.session_id
     cancelled_at, dropped = None, False
     broken: BaseException | None = None  # on_text failed (stdout is a closed pipe): cancel, and raise it at the end
+    drawn: tuple[int, int] | None = None
     while True:
+        if on_prefill is not None and prefill is not None and prefill.latest != drawn:
+            drawn = prefill.latest
+            if drawn is not None:
+                on_prefill(*drawn)
         if (interrupted.is_set() or broken is not None) and cancelled_at is None:
             backend.cancel(key)
             cancelled_at = time.monotonic()
@@ -87,6 +109,8 @@ def stream(turn: Turn, on_text: Callable[[str], None], interrupted: threading.Ev
                 raise broken  # the turn has ended: committed and saved, nothing left running behind
             last = time.monotonic()
             return Outcome(item.value, (last - turn.first_chunk) if turn.first_chunk else 0.0)
+        if item.text:
+            on_prefill = None  # the answer has begun: its text replaces the progress
         if item.text and broken is None:
             try:
                 on_text(item.text)

@@ -111,7 +111,8 @@ class _Turn(Generic[H]):
     then ``run`` streams, commits and saves."""
 
     def __init__(self, owner: H, start: Callable[[], Delta], params: SamplingParams, *,
-                 parse: bool = False, guard: RepetitionGuard | None = None, key: str | None = None):
+                 parse: bool = False, guard: RepetitionGuard | None = None, key: str | None = None,
+                 progress: Callable[[int, int], None] | None = None):
         self.owner = owner
         check_constraint(owner.backend, params.constraint)  # before start() changes the session
         session = owner.session
@@ -120,7 +121,7 @@ class _Turn(Generic[H]):
         self.delta = start()
         session = owner.session  # start() may have replaced it (a resent history, an edit)
         self.prompt_tokens = session.step
-        self.request = GenerationRequest.from_session(session, self.delta, params, key)
+        self.request = GenerationRequest.from_session(session, self.delta, params, key, progress)
         self.parse, self.guard = parse, guard
         self.texts: list[str] = []
         self.ids: list[int] = []
@@ -178,6 +179,11 @@ class _Turn(Generic[H]):
         commit_generation(session, Generation(text, tuple(self.ids), finish_reason, final.stop), **fields)
         after_commit(self.owner.backend, self.request.session_id, session, tools_called=bool(fields))
         reason = final.cache_miss_reason or self.delta.reason  # the engine's own reason is the more precise
+        if reason is self.delta.reason and self.delta.reset and final.reused and final.cached_from not in (None,
+                                                                                                      "session"):
+            # the session held nothing of its own (a branch, a resumed session), but the engine found its prompt in
+            # another sequence's cache, host memory or a KV file: nothing was missed
+            reason = None
         if final.cache_miss_reason != reason:  # most turns miss nothing: no copy (evolve is slow)
             final = attrs.evolve(final, cache_miss_reason=reason)
         self.final = final

@@ -323,6 +323,7 @@ class Engine(Steps, PrefixReuse, Inspection):
             assert job.cached_from is not None, "ids held before the delta came from somewhere (above, or _reuse)"
             self.served[job.cached_from] += job.reused
         self.served["prefilled"] += len(job.todo)
+        job.report()  # before the first batch: a long prompt shows its size at once
         stop_ids = set(self.vocab.eog_ids)
         stop_ids.update(self.vocab.added[w] for w in params.stop if w in self.vocab.added)
         job.matcher = StopMatcher(params.stop, stop_ids=stop_ids)

@@ -37,6 +37,12 @@ class Job:
     def session_id(self) -> str:
         return self.request.session_id
 
+    def report(self) -> None:
+        """Tell the caller how far the prompt's prefill is (:attr:`GenerationRequest.progress`)."""
+        progress = self.request.progress
+        if progress is not None:
+            progress(self.fed, len(self.todo))
+
     @property
     def admitted(self) -> SessionState:
         """Its state, which :meth:`Engine._admit` sets before anything else reads it."""

@@ -111,6 +111,7 @@ class Steps(EngineState):
         if self._run(n, [job]):
             state.ids.extend(todo[job.fed:job.fed + take])
             job.fed += take
+            job.report()
             self.index.put(state)  # what it has computed so far may serve prompts waiting for it
             if last:
                 if job.request.params.max_new_tokens <= 0:
