@@ -143,3 +143,48 @@ def test_the_help_says_where_the_page_is():
 
     help_text = main.build_parser()._subparsers._group_actions[0].choices["serve"].format_help()
     assert "web chat page" in help_text and "--open" in help_text
+
+
+def test_chat_web_serves_the_same_engine_options():
+    """``lmchat chat --web``'s server: chat's engine, template and sampling options as given, serve's defaults
+    otherwise, --open; what only the terminal has is refused, naming it."""
+    from lmchat.cli import chat_web, main
+
+    chat = main.build_parser().parse_args(["chat", "--web", "--backend", "echo", "--template", "qwen2.5",
+                                           "--temperature", "0.5", "--backend-option", "delay=0", "--port", "1234"])
+    served = chat_web.serve_args(chat)
+    assert (served.backend, served.template, served.temperature, served.backend_option) == (
+        "echo", "qwen2.5", 0.5, ["delay=0"])
+    assert (served.open, served.port, served.store, served.drift, served._module) == (
+        True, 1234, None, "rewind", "lmchat.cli.serve_cmd")
+    for extra, named in ((["hello"], "PROMPT"), (["--resume"], "--resume"), (["--store", "memory"], "--store")):
+        with pytest.raises(main.UsageError, match=named):
+            chat_web.serve_args(main.build_parser().parse_args(["chat", "--web", *extra]))
+
+
+def test_lmchat_chat_web_starts_the_server_and_opens_the_page(tmp_path):
+    import sys
+
+    from tests.serve_helpers import Service, free_port
+
+    opened = tmp_path / "opened"
+    script = tmp_path / "browser.py"
+    script.write_text(f"import sys\nopen({str(opened)!r}, 'w').write(sys.argv[1])\n")
+    port = free_port()
+    web = Service()
+    web.url = f"http://127.0.0.1:{port}"
+    web.start([sys.executable, "-m", "lmchat", "chat", "--web", "--backend", "echo", "--template", "qwen2.5",
+               "--port", str(port)], {**os.environ, "LMCHAT_DATA_DIR": str(tmp_path), "LMCHAT_API_KEYS": "",
+                                      "BROWSER": f"{sys.executable} {script} %s"})
+    try:
+        import time
+
+        deadline = time.monotonic() + 30
+        while not opened.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert opened.read_text() == f"{web.url}/"
+        import httpx
+
+        assert '<script type="module" src="/static/app.js">' in httpx.get(web.url + "/").text
+    finally:
+        web.stop()

@@ -80,9 +80,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", metavar="PATH",
                    help="SQLite file of saved sessions (default: <data dir>/sessions.db); 'memory' keeps nothing")
     add_sampling_arguments(p)  # as /set NAME VALUE: saved with the session; with --resume, they replace its own
+    web = p.add_argument_group("the web page instead of the terminal")
+    web.add_argument("--web", action="store_true",
+                     help="serve this engine with lmchat serve and open its web chat page in the browser "
+                          "(docs/web.md): lmchat serve --open with the same engine, template and sampling options")
+    web.add_argument("--port", type=int, default=8000, help="with --web: the server's port (default: 8000)")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.web:
+        from . import chat_web
+
+        return chat_web.run(args)
+    if args.port != 8000:
+        raise UsageError("--port goes with --web (the terminal chat listens on nothing)")
     from ..repl.app import run_plain, run_terminal  # prompt_toolkit: only `lmchat chat` pays for it
 
     template: BaseTemplate | None = None
