@@ -304,10 +304,11 @@ def test_resume_continues_the_last_conversation_never_a_one_shot(tmp_path):
     assert resumed.returncode == 0, resumed.stderr
     assert "another conversation" in resumed.stdout and "one-shot" not in resumed.stdout
     assert "the last exchange" not in resumed.stderr  # a script keeps its own record: no recap on its stderr
+    assert re.search(r"^\* [0-9a-f]{8} .*  1 turn   qwen2.5 +another conversation$", resumed.stdout, re.M)  # "1 turns"
     child = pexpect.spawn(sys.executable, ["-m", "lmchat", "chat", "--backend", "echo", "--resume"], cwd=str(ROOT),
                           env=dict(env, PROMPT_TOOLKIT_NO_CPR="1", TERM="xterm"), encoding="utf-8", timeout=60)
     try:  # in the terminal: the last exchange, and what the backend's cache holds of it
-        for line in (r"resumed session [0-9a-f]{8}: 1 turns; the last exchange:", "  you: another conversation",
+        for line in (r"resumed session [0-9a-f]{8}: 1 turn; the last exchange:", "  you: another conversation",
                      "  model: echo: another conversation", "the echo backend does not report its cache"):
             child.expect(line)  # line by line: the terminal gets each in its own colours
         child.expect(">>>")

@@ -14,7 +14,7 @@ from ..errors import LmchatError
 from ..interop.loading import load_template, saveable
 from ..paths import data_dir
 from . import aliases, resuming, settings
-from .conversation import Conversation, describe_delta, printable
+from .conversation import Conversation, describe_delta, printable, turns
 
 EXIT = object()  # a handler's return value that ends the REPL
 
@@ -246,7 +246,7 @@ def _load(conv: Conversation, arg: str) -> None:
     if not arg:
         raise CommandError("usage: /load FILE")
     conv.load_file(arg)
-    conv.out.info(f"loaded session {printable(conv.session.session_id[:8])} ({conv.session.turns} turns) from "
+    conv.out.info(f"loaded session {printable(conv.session.session_id[:8])} ({turns(conv.session.turns)}) from "
                   f"{printable(arg)}")
 
 
@@ -263,7 +263,7 @@ def _sessions(conv: Conversation, arg: str) -> None:
     for i in infos:
         mark = "*" if i.id == conv.session.session_id else " "
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(i.updated_at))
-        lines.append(f"{mark} {printable(i.id[:8])}  {when}  {i.turns:>3} turns  {printable(i.template):<14} "
+        lines.append(f"{mark} {printable(i.id[:8])}  {when}  {turns(i.turns, 3):<9}  {printable(i.template):<14} "
                      f"{printable(i.title)}")
     conv.out.show("\n".join(lines))
 

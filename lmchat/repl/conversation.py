@@ -47,6 +47,11 @@ def printable(text: str) -> str:
     return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in str(text))
 
 
+def turns(n: int, width: int = 0) -> str:
+    """``1 turn``, ``2 turns`` (the count right-aligned in ``width``)."""
+    return f"{n:>{width}} turn{'' if n == 1 else 's'}"
+
+
 #: a /save file above this size is refused unread (a long session with its token ids saves a few MB)
 MAX_SAVED_BYTES = 64 * 2**20
 

@@ -11,7 +11,7 @@ from ..backends.base import PrefixCache
 from ..errors import SessionError
 from ..session.edits import restored
 from ..stores import VERSION_KEY, SessionStore
-from .conversation import Conversation, printable
+from .conversation import Conversation, printable, turns
 
 #: a recap shows this many characters of each message of the last exchange
 RECAP_CHARS = 160
@@ -35,7 +35,7 @@ def recap(conv: Conversation) -> str:
     last_user = session.last_user()
     answer = next((m.get("content") for m in reversed(session.messages_since(max(0, len(session.messages) - 4)))
                    if m["role"] == "assistant"), None) if session.turns else None
-    lines = [f"{session.turns} turns; the last exchange:" if session.turns else "no turns yet"]
+    lines = [f"{turns(session.turns)}; the last exchange:" if session.turns else "no turns yet"]
     if last_user:
         lines.append(f"  you: {_short(last_user)}")
     if isinstance(answer, str):
