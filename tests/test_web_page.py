@@ -12,7 +12,7 @@ import tempfile
 import pytest
 
 from .serve_helpers import Server
-from .web_helpers import Browser, answer, ask, cached, chromium_path, setting, settled, shot
+from .web_helpers import Browser, answer, ask, cached, chromium_path, setting, settled, shot, use_key
 
 ENGINE = ("--backend", "llamacpp", "--threads", "1", "--ctx", "4096", "--sessions", "2", "--log-level", "warning")
 #: the echo engine answers with the question: reasoning and markup in a question come back as the model's
@@ -161,8 +161,7 @@ HOSTILE = ('<img src=x onerror="window.pwned=1"> <script>window.pwned=2</script>
 def test_hostile_text_runs_nothing_and_the_page_fits_a_phone(browser, echo):
     """The echo engine answers with the question: the same text is a user message and a model's markdown."""
     page = browser.page(echo.url, width=360, height=740)
-    page.get_by_label("Key", exact=True).fill("key-a")
-    page.get_by_role("button", name="Use key").click()
+    use_key(page, "key-a")
     ask(page, HOSTILE)
     settled(page)
     messages = page.get_by_role("log", name="Messages")
@@ -189,11 +188,8 @@ def test_two_keys_in_two_browsers_see_only_their_own(browser, echo):
     pages = {}
     for key in KEYS:
         page = browser.page(echo.url)
-        page.get_by_label("Key", exact=True).fill("wrong")
-        page.get_by_role("button", name="Use key").click()
-        page.get_by_text("The server refused this key.").wait_for()
-        page.get_by_label("Key", exact=True).fill(key)
-        page.get_by_role("button", name="Use key").click()
+        use_key(page, "wrong", refused=True)
+        use_key(page, key)
         ask(page, f"a question of {key}")
         settled(page)
         pages[key] = page
@@ -214,7 +210,8 @@ def test_reasoning_tool_calls_and_errors_are_shown_and_a_chat_renamed_by_keyboar
         {"type": "message", "role": "assistant", "content": "It is 21 degrees."}]}).raise_for_status()
     page = browser.page(echo.url)
     page.get_by_label("Key", exact=True).fill("key-a")
-    page.get_by_label("Key", exact=True).press("Enter")
+    page.get_by_label("Key", exact=True).press("Enter")  # the keyboard alone
+    page.get_by_role("dialog", name="API key").wait_for(state="hidden")
     page.get_by_role("link", name="weather").click()
     tools = answer(page, 1)
     assert tools.get_by_role("note", name="Tool call").inner_text() == 'Tool call get_weather({"city": "Paris"})'

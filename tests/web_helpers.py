@@ -91,3 +91,15 @@ def setting(page, label: str, value: str) -> None:
     page.get_by_role("button", name="Save settings").click()
     page.get_by_role("status").filter(has_text="Saved.").wait_for()
     page.get_by_role("button", name="Settings", exact=True).click()
+
+
+def use_key(page, key: str, refused: bool = False) -> None:
+    """Give the page an API key in its dialog; until the dialog closes (the page behind it is inert till then),
+    or says the key was refused."""
+    page.get_by_label("Key", exact=True).fill(key)
+    page.get_by_role("button", name="Use key").click()
+    if refused:
+        page.get_by_text("The server refused this key.").wait_for()
+    else:
+        page.get_by_role("dialog", name="API key").wait_for(state="hidden")
+

@@ -7,7 +7,8 @@ import { chats, latest, leafFor, rootOf } from "./tree.js";
 // a chat's settings, kept in its conversations' metadata (strings of at most 512 characters each)
 const SETTINGS = ["system", "temperature", "top_p", "max_output_tokens", "truncation", "schema"];
 const $ = (id) => document.getElementById(id);
-const pick = (metadata) => Object.fromEntries(SETTINGS.filter((k) => metadata && metadata[k]).map((k) => [k, metadata[k]]));
+const pick = (metadata) => Object.fromEntries(SETTINGS.filter((k) => metadata && metadata[k])
+  .map((k) => [k, metadata[k]]));
 const sleep = (ms) => new Promise((done) => setTimeout(done, ms));
 
 class Page {
@@ -88,6 +89,7 @@ class Page {
   }
 
   async open(conversation) {
+    const ticket = (this.ticket = (this.ticket || 0) + 1); // a later open wins over one still loading
     this.current = conversation;
     history.replaceState(null, "", conversation ? `#${conversation.id}` : location.pathname);
     this.sidebar();
@@ -98,7 +100,7 @@ class Page {
     $("menu").setAttribute("aria-expanded", "false");
     await this.context();
     try {
-      await this.chat.load(conversation);
+      await this.chat.load(conversation, () => ticket === this.ticket);
     } catch (error) {
       this.chat.failed(error);
     }

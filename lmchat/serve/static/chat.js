@@ -61,8 +61,11 @@ export class Chat {
     this.live = new Map(); // "conversation:turn" -> {ttft, rate}: what only the page measured
   }
 
-  async load(conversation) {
-    this.items = conversation ? await all(`/v1/conversations/${conversation.id}/items?order=asc`) : [];
+  // `current()`: whether the page still shows this conversation once its items came
+  async load(conversation, current = () => true) {
+    const items = conversation ? await all(`/v1/conversations/${conversation.id}/items?order=asc`) : [];
+    if (!current()) return;
+    this.items = items;
     this.draw();
   }
 
