@@ -407,3 +407,17 @@ def test_ollamas_commands_are_accepted(terminal):
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 0
+
+
+def test_sessions_tells_a_fork_from_its_origin(tmp_path):
+    """A fork and its origin had the same title in /sessions: the fork's row now says what it was forked from,
+    also after --resume (it is saved with the session)."""
+    env = dict(os.environ, LMCHAT_DATA_DIR=str(tmp_path))
+    echo = ("--backend", "echo", "--template", "qwen2.5")
+    out = lmchat(*echo, input="hello\n/fork\nsecond\n/sessions\n", env=env)
+    assert out.returncode == 0, out.stderr
+    origin, fork = re.search(r"forked ([0-9a-f]{8}) -> ([0-9a-f]{8})", out.stderr).groups()
+    assert re.search(rf"^\* {fork} .*  2 turns  qwen2.5 +hello  \(fork of {origin}\)$", out.stdout, re.M), out.stdout
+    assert re.search(rf"^  {origin} .*  1 turn   qwen2.5 +hello$", out.stdout, re.M), out.stdout
+    again = lmchat("--backend", "echo", "--resume", input="third\n/sessions\n", env=env)
+    assert re.search(rf"^\* {fork} .*  3 turns  qwen2.5 +hello  \(fork of {origin}\)$", again.stdout, re.M)

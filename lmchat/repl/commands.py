@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import difflib
+from collections import Counter
 import re
 import time
 from pathlib import Path
@@ -14,7 +15,7 @@ from ..errors import LmchatError
 from ..interop.loading import load_template, saveable
 from ..paths import data_dir
 from . import aliases, resuming, settings
-from .conversation import Conversation, describe_delta, printable, turns
+from .conversation import Conversation, describe_delta, forked_from, printable, turns
 
 EXIT = object()  # a handler's return value that ends the REPL
 
@@ -260,12 +261,20 @@ def _sessions(conv: Conversation, arg: str) -> None:
         conv.out.show("(no stored sessions)")
         return
     lines = []
+    titles = Counter(i.title for i in infos)
     for i in infos:
         mark = "*" if i.id == conv.session.session_id else " "
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(i.updated_at))
         lines.append(f"{mark} {printable(i.id[:8])}  {when}  {turns(i.turns, 3):<9}  {printable(i.template):<14} "
-                     f"{printable(i.title)}")
+                     f"{printable(i.title)}{_fork_of(conv, i.id) if titles[i.title] > 1 else ''}")
     conv.out.show("\n".join(lines))
+
+
+def _fork_of(conv: Conversation, session_id: str) -> str:
+    """`` (fork of ID)`` for a session /fork made, whose title is its origin's (read only for titles that repeat)."""
+    data = conv.store.load(session_id)
+    origin = forked_from(data) if data is not None else None
+    return f"  (fork of {printable(origin[:8])})" if origin else ""
 
 
 @command("/fork", "copy the session under a new id and continue in the copy")

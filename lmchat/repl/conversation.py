@@ -12,7 +12,7 @@ flight.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 import attrs
@@ -90,6 +90,7 @@ class Conversation:
         self.out = out
         self.tokenizer = tokenizer
         self.version = version  # the stored version of this session (0: not stored yet)
+        self.origin: str | None = None  # the session this one was forked from (/fork): /sessions tells them apart
         self.debug = False
         self.failures = 0  # inputs that ended in an error (piped mode exits 1 if any)
         self.notes = NOTES  # what a turn's finish reason adds under its answer (a one-shot has its own)
@@ -241,6 +242,7 @@ class Conversation:
 
     def fork(self) -> str:
         old = self.session.session_id
+        self.origin = old
         self.replace(edits.forked(self.session, self.tokenizer))
         return old
 
@@ -259,12 +261,17 @@ class Conversation:
 
     def snapshot(self) -> dict[str, Any]:
         """The session as saved: its snapshot plus this chat's /set values."""
-        return {**self.session.to_dict(), settings.SNAPSHOT_KEY: settings.saved(self.overrides),
+        return {**self.session.to_dict(), settings.SNAPSHOT_KEY: self._chat_record(),
                 "engine": engine_id(self.backend)}
+
+    def _chat_record(self) -> dict[str, Any]:
+        """What the REPL saves beside the session: its /set values, and the session it was forked from."""
+        return {**settings.saved(self.overrides), **({"forked_from": self.origin} if self.origin else {})}
 
     def restore_settings(self, data: dict[str, Any]) -> None:
         """Take the /set values saved with ``data`` (invalid ones are reported and ignored)."""
         self.overrides, problems = settings.restored(data)
+        self.origin = forked_from(data)
         self._fitted(self.session)
         for line in problems:
             self.out.error(line)
@@ -292,9 +299,16 @@ class Conversation:
         patch = self.session.changes() if self.version else None
         if patch is None:
             return self.store.save(self.snapshot(), expected_version=self.version)
-        patch["set"][settings.SNAPSHOT_KEY] = settings.saved(self.overrides)
+        patch["set"][settings.SNAPSHOT_KEY] = self._chat_record()
         return self.store.append(self.session.session_id, patch, expected_version=self.version,
                                  summary=Summary.of_session(self.session))
+
+
+def forked_from(data: Mapping[str, Any]) -> str | None:
+    """The id of the session a stored one was forked from (``/fork``), if it says."""
+    section = data.get(settings.SNAPSHOT_KEY)
+    origin = section.get("forked_from") if isinstance(section, Mapping) else None
+    return origin if isinstance(origin, str) else None
 
 
 def describe_delta(delta: Delta) -> str:
