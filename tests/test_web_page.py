@@ -181,6 +181,8 @@ def test_hostile_text_runs_nothing_and_the_page_fits_a_phone(browser, echo):
     page.get_by_role("button", name="Chats").click()
     page.get_by_role("navigation", name="Chats").get_by_role("link").first.wait_for()
     shot(page, "phone-chats")
+    page.get_by_role("button", name="Close chats").click()
+    page.get_by_role("navigation", name="Chats").wait_for(state="hidden")
     assert [e for e in page.errors if "401" not in e] == []
 
 

@@ -32,7 +32,16 @@ class Page {
     });
     $("stop").addEventListener("click", () => this.controller && this.controller.abort());
     $("new-chat").addEventListener("click", () => { this.open(null); $("prompt").focus(); });
-    $("menu").addEventListener("click", () => this.toggle("menu", $("sidebar"), "open"));
+    $("menu").addEventListener("click", () => {
+      this.toggle("menu", $("sidebar"), "open");
+      if ($("sidebar").classList.contains("open")) $("new-chat").focus();
+    });
+    const closeChats = () => {
+      if ($("sidebar").classList.contains("open")) this.toggle("menu", $("sidebar"), "open");
+      $("menu").focus();
+    };
+    $("close-chats").addEventListener("click", closeChats);
+    $("sidebar").addEventListener("keydown", (e) => { if (e.key === "Escape") closeChats(); });
     $("settings-button").addEventListener("click", () => this.toggle("settings-button", $("settings")));
     $("settings-form").addEventListener("submit", (e) => { e.preventDefault(); this.saveSettings(); });
     $("key-form").addEventListener("submit", (e) => { e.preventDefault(); this.useKey(); });
