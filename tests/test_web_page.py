@@ -64,7 +64,10 @@ def test_a_conversation_streams_stops_branches_and_comes_back_after_a_restart(br
 
         # Stop mid-answer: the partial answer is kept, also after a reload
         ask(page, "Write a long story about a dragon who learns to read.")
-        answer(page, 2).locator(".markdown").filter(has_text=" ").wait_for()
+        streaming = page.locator("article[aria-busy] .markdown")  # the answer being written
+        streaming.filter(has_text=" ").wait_for()
+        page.wait_for_function("n => document.querySelector('article[aria-busy] .markdown').innerText.length > n",
+                               arg=len(streaming.inner_text()))  # it grows as the model writes
         page.get_by_role("button", name="Stop").click()
         settled(page)
         partial = answer(page, 2).locator(".markdown").inner_text()
