@@ -288,6 +288,7 @@ class Page {
   // question of turn t), then the turn (docs/web.md, "Branches").
   async branch(t, text) {
     if (this.controller || !this.current || $("messages").hasAttribute("aria-busy")) return;
+    if (text !== null && !text.trim()) return; // an edit to nothing asks nothing
     this.working(true);
     const base = this.current;
     const list = turns(this.chat.items);
