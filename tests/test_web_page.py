@@ -1,7 +1,8 @@
 """The web chat page in a real browser (Debian's chromium, Playwright), driven as a person drives it (by role
 and label, with the keyboard) against a real ``lmchat serve``: the bundled model for a conversation's life (ask,
 stream, stop, branch, regenerate, reload, restart, delete), the echo engine with API keys for the keys and for
-hostile text. One browser and one server of each kind for the module; every page is checked for console errors.
+hostile text, and a slow echo server for a busy chat and a full server. One browser for the module; every page
+is checked for console errors.
 Screenshots of the main states go to build/web-shots (``LMCHAT_WEB_SHOTS``)."""
 from __future__ import annotations
 
@@ -256,3 +257,36 @@ def test_reasoning_tool_calls_and_errors_are_shown_and_a_chat_renamed_by_keyboar
     assert page.get_by_role("heading", level=1).inner_text() == "Paris weather"
     expected = ("401", "400")  # the key asked for; the question refused, shown above
     assert [e for e in page.errors if not any(f"status of {code}" in e for code in expected)] == []
+
+
+def test_a_busy_conversation_and_a_full_server_say_what_to_do(browser):
+    """Two turns at a time at most (--max-active 2), answers written slowly: while a chat's answer streams, another
+    tab asking in the same chat is told to wait; with a second answer streaming elsewhere, a third is told the
+    server is full. Each time the question stays in the box to send again."""
+    server = Server("--template", "qwen2.5", "--store", "memory", "--backend-option", "prefix=",
+                    "--backend-option", "delay=0.2", "--max-active", "2")
+    try:
+        first, second, third = (browser.page(server.url) for _ in range(3))
+        long = " ".join(f"word{i}" for i in range(60))  # 60 pieces of 0.2 s
+        ask(first, long)
+        first.locator("article[aria-busy] .markdown").filter(has_text="word").wait_for()
+        second.reload()
+        second.get_by_role("link", name="word0").click()
+        ask(second, "me too")
+        second.get_by_role("alert").filter(has_text="still answering").wait_for()
+        assert second.get_by_role("textbox", name="Message", exact=True).input_value() == "me too"
+        ask(third, long)
+        third.locator("article[aria-busy] .markdown").filter(has_text="word").wait_for()
+        second.get_by_role("button", name="New chat").click()
+        ask(second, "elsewhere")
+        second.get_by_role("alert").filter(has_text="as many requests as it can").wait_for()
+        assert second.get_by_role("textbox", name="Message", exact=True).input_value() == "elsewhere"
+        shot(second, "busy")
+        for page in (first, third):
+            page.get_by_role("button", name="Stop").click()
+            settled(page)
+        expected = ("409", "429")  # the refusals shown above
+        for page in (first, second, third):
+            assert [e for e in page.errors if not any(f"status of {code}" in e for code in expected)] == []
+    finally:
+        server.stop()
