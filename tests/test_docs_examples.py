@@ -1,6 +1,7 @@
 """Every code example in the docs runs (conventions: tests/docs_examples.py), and the site builds strictly."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -85,17 +86,24 @@ def _setup_cfg():
     return split(cfg["options"]["install_requires"]), {k: split(v) for k, v in cfg["options.extras_require"].items()}
 
 
-def _modules_of(requirements) -> set[str]:
-    """The top-level modules the distributions named by ``requirements`` provide (those installed here)."""
+@functools.cache
+def _installed_modules() -> dict[str, list[str]]:
+    """Top-level module -> the installed distributions that provide it (reading every distribution's file list
+    takes seconds: once)."""
     from importlib import metadata
 
+    return dict(metadata.packages_distributions())
+
+
+def _modules_of(requirements) -> set[str]:
+    """The top-level modules the distributions named by ``requirements`` provide (those installed here)."""
     from packaging.requirements import Requirement
 
     def norm(name):
         return re.sub(r"[-_.]+", "-", name).lower()
 
     wanted = {norm(Requirement(r).name) for r in requirements}
-    return {module for module, dists in metadata.packages_distributions().items()
+    return {module for module, dists in _installed_modules().items()
             if any(norm(d) in wanted for d in dists)} | {norm(w).replace("-", "_") for w in wanted}
 
 
