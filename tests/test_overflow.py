@@ -48,6 +48,18 @@ def test_a_drop_leaves_the_room_free_so_the_next_turns_drop_nothing():
     assert len(half) < len(quarter) < len(before) and min(gaps) >= 3, (quarter, half)
 
 
+def test_a_shift_after_an_answer_that_drifted_is_a_reset_that_says_why():
+    """The engine's ids of the last answer are not their canonical encoding: its next delta discards them, and a
+    shift would need a second range, so the drop is a reset (what the engine computes again) and says so."""
+    tok = tf.smollm2()
+    s = Session("smollm2", tokenizer=tok, system="Be brief.", session_len=160, max_new_tokens=32, overflow="shift")
+    for i in range(5):
+        d = s.prompt(f"Question {i}: what is {i} + {i}?")
+        answer = f"{2 * i} apples."
+        s.commit(answer, token_ids=[t for ch in answer for t in tok.encode(ch, add_special_tokens=False)])
+    assert d.dropped and d.reset and "retokenization drift" in d.reason and "not shifted" in d.reason
+
+
 def test_the_room_is_checked_and_kept_with_the_session():
     for bad in (-0.1, 1, 1.5, "half", True):
         with pytest.raises(ConfigError, match="overflow_room"):

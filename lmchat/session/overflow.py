@@ -74,6 +74,9 @@ def fit(frame: Frame, held: Held, plan: Plan, budget: Budget) -> Plan:
         return plan
     if budget.policy == "shift" and tokens and not plan.full and held.rewind is None:
         return shift(frame, held, budget, used, new)
+    if budget.policy == "shift" and held.rewind is not None:  # one discard cannot drop two ranges
+        return truncate(frame, held, budget, used, new, ": the engine's ids of the last answer are not its canonical "
+                                                        "encoding (retokenization drift), so its cache is not shifted")
     if budget.policy in ("truncate", "shift"):  # a reset has nothing in the cache to shift
         return truncate(frame, held, budget, used, new)
     raise SessionLengthExceeded(used=used, new=new, max_new_tokens=budget.max_new_tokens, limit=budget.session_len,
