@@ -7,6 +7,7 @@ Screenshots of the main states go to build/web-shots (``LMCHAT_WEB_SHOTS``)."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import tempfile
 
@@ -61,6 +62,8 @@ def test_a_conversation_streams_stops_branches_and_comes_back_after_a_restart(br
         first = answer(page, 1).locator(".markdown").inner_text()
         assert page.get_by_role("link", name="What is the capital of France?").get_attribute("aria-current") == "page"
         assert "tok/s" in answer(page, 1).get_by_label("Answer statistics").inner_text()
+        used = page.get_by_text(re.compile(r"^context \d+ / 2048 tokens$"))
+        assert 0 < int(used.inner_text().split()[1]) < 2048  # what the session holds against its length
         shot(page, "answer")
 
         # Stop mid-answer: the partial answer is kept, also after a reload

@@ -232,8 +232,9 @@ class Page {
         const session = await call("GET", `/v1/sessions/${this.current.id.slice(5)}`);
         template = session.template;
         this.unit = session.unit;
-        $("context").textContent = `${session.step} / ${session.session_len} ${session.unit}`;
-        $("context").title = "context used / the session's length";
+        const full = this.settings().truncation === "auto" ? "drops the oldest turns" : "refuses the next turn";
+        $("context").textContent = `context ${session.step} / ${session.session_len} ${session.unit}`;
+        $("context").title = `context used / the session's length; when full, the chat ${full} (Settings)`;
       } catch {
         $("context").textContent = "";
       }
