@@ -39,14 +39,14 @@ import json, sys, time
 from lmchat.backends.bundled import default_gguf
 from lmchat.backends.llamacpp._lib import lib, load_model
 from lmchat.backends.llamacpp.probe import probe_steps
-prompt, steps, threads = (int(a) for a in sys.argv[1:4])
+prompt, steps, threads, flash = (int(a) for a in sys.argv[1:5])
 L = lib()
 model = load_model(default_gguf())
 params = L.llama_context_default_params()
 params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = 4096, 512, 512, 1
 params.n_threads = params.n_threads_batch = threads
 params.kv_unified, params.no_perf = False, True
-params.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_DISABLED
+params.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash else L.LLAMA_FLASH_ATTN_TYPE_DISABLED
 ctx = L.llama_init_from_model(model, params)
 batch = L.llama_batch_init(512, 0, 1)
 for i in range(512):
@@ -85,13 +85,13 @@ print(json.dumps(out))
 '''
 
 
-def measure(site: str, policy: str, prompt: int, steps: int, threads: int) -> dict:
+def measure(site: str, policy: str, flash: bool, prompt: int, steps: int, threads: int) -> dict:
     env = dict(os.environ)
     if policy:
         env["OMP_WAIT_POLICY"] = policy
     if site != "installed":
         env["PYTHONPATH"] = os.pathsep.join([site, str(ROOT), env.get("PYTHONPATH", "")])
-    out = subprocess.run([sys.executable, "-c", CHILD, str(prompt), str(steps), str(threads)], env=env,
+    out = subprocess.run([sys.executable, "-c", CHILD, str(prompt), str(steps), str(threads), str(int(flash))], env=env,
                          capture_output=True, text=True, check=True, cwd=ROOT)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -102,6 +102,8 @@ def main(argv: list[str]) -> int:
                         help="a build: a name and the directory holding its llama_cpp package, or 'installed'")
     parser.add_argument("--wait-policy", default="", metavar="P,P",
                         help="OMP_WAIT_POLICY values to run each build under (default: as lmchat sets it)")
+    parser.add_argument("--flash-attn", default="off", metavar="off,on",
+                        help="attention kernels to run each build with: off (the engine's default), on, or both")
     parser.add_argument("--prompt", type=int, default=1000, help="ids prefilled (default 1000)")
     parser.add_argument("--steps", type=int, default=48, help="decoding steps of each kind (default 48)")
     parser.add_argument("--threads", type=int, default=2, help="llama.cpp threads (default 2)")
@@ -109,13 +111,15 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     builds = dict(b.split("=", 1) for b in args.build)
     policies = args.wait_policy.split(",") if args.wait_policy else [""]
-    variants = {(f"{name} {policy}".strip()): (site, policy) for name, site in builds.items() for policy in policies}
+    flashes = [f == "on" for f in args.flash_attn.split(",")]
+    variants = {" ".join(filter(None, [name, policy, "fa" if flash else ""])): (site, policy, flash)
+                for name, site in builds.items() for policy in policies for flash in flashes}
     runs: dict[str, list[dict]] = {name: [] for name in variants}
     loads = []
     for _ in range(args.rounds):
-        for name, (site, policy) in variants.items():
+        for name, (site, policy, flash) in variants.items():
             loads.append(os.getloadavg()[0])
-            runs[name].append(measure(site, policy, args.prompt, args.steps, args.threads))
+            runs[name].append(measure(site, policy, flash, args.prompt, args.steps, args.threads))
     rows, result = [], {}
     for name, measured in runs.items():
         median = {k: statistics.median(r[k] for r in measured) for k in ("prefill", "decode_one_row",

@@ -12,6 +12,14 @@ is layer 0's ``kq``). What counts is the rows *of one sequence* in a
 micro-batch: several sessions decoding together, one row each, are as
 inexact as one session alone. Whether a given GGUF, build, thread count or
 CPU has the difference is measured here rather than assumed.
+
+A prompt is prefilled in chunks (``prefill_chunk``; a cached prefix is
+extended by what is new), so a chunk must compute what one batch of the
+whole computes too. It does without flash attention; with it, llama.cpp's
+CPU kernel takes a tiled path for many query rows, and a 64-id prompt fed
+as two halves ends on logits 0.48 apart from one batch of it (measured on
+SmolLM2): neither rows nor settling can make that exact. The probe checks
+chunks on a prompt long enough to take that path.
 """
 from __future__ import annotations
 
@@ -34,6 +42,9 @@ Settle = Literal["auto", "always"]
 #: shows (on SmolLM2 one position in four or five differs, and a difference in the cache carries on to the
 #: later positions), few enough for a short start (24 one-id steps)
 PREFIX, STEPPED = 4, 12
+#: the prompt fed whole, in halves and all but its last two ids then those: longer than a tile of many rows
+#: (64 ids differed in halves under flash attention, 40 did not)
+CHUNKED = 96
 
 
 @attrs.frozen
@@ -45,22 +56,26 @@ class StepProbe:
     one_row_exact: bool
     two_row_exact: bool
     max_diff: float
+    #: a prompt fed in chunks gives the logits one batch of it gives (see the module docstring)
+    chunks_exact: bool = True
 
     @property
     def pair_rows(self) -> bool:
         """The engine's rule: two rows per sequence where one row is inexact and two are exact. Where even two
-        rows differ (Gemma 3 270M Q4_K_M here), pairing would cost without making anything exact: not done."""
-        return not self.one_row_exact and self.two_row_exact
+        rows differ (Gemma 3 270M Q4_K_M here), or chunks do, pairing would cost without making anything exact:
+        not done."""
+        return self.chunks_exact and not self.one_row_exact and self.two_row_exact
 
     @property
     def exact_steps(self) -> bool:
         """Whether the engine's decoding steps (one row, or paired rows where :attr:`pair_rows`) compute the keys
         and values a prefill computes: then a decoded answer needs no second prefill (steps.py's settling)."""
-        return self.one_row_exact or self.pair_rows
+        return self.chunks_exact and (self.one_row_exact or self.pair_rows)
 
     def as_stats(self) -> dict[str, Any]:
         return {"one_row_exact": self.one_row_exact, "two_row_exact": self.two_row_exact,
-                "one_row_max_diff": self.max_diff, "pair_rows": self.pair_rows, "exact_steps": self.exact_steps}
+                "one_row_max_diff": self.max_diff, "chunks_exact": self.chunks_exact, "pair_rows": self.pair_rows,
+                "exact_steps": self.exact_steps}
 
 
 #: the probes this process measured, by what decides the kernels a step takes (the model's tensors and types,
@@ -108,10 +123,22 @@ def _measure(L: ModuleType, ctx: llama_context_p, batch: Any, mem: Any, n_vocab:
             out += run([(ids[q], q, q == p) for q in range(first, p + 1)])
         return out
 
+    def chunked(cuts: list[int]) -> Any:
+        """The last logits of :data:`CHUNKED` ids fed in batches that end at ``cuts``."""
+        L.llama_memory_seq_rm(mem, seq, -1, -1)
+        long = [(7 + 104729 * i) % n_vocab for i in range(CHUNKED)]
+        out: list[Any] = []
+        for start, end in zip([0, *cuts], cuts):
+            out = run([(long[p], p, p == CHUNKED - 1) for p in range(start, end)])
+        return out[0]
+
     try:
         L.llama_memory_seq_rm(mem, seq, -1, -1)
         reference = run([(ids[p], p, p >= PREFIX) for p in range(n)])
         one, two = stepped(False), stepped(True)
+        whole = chunked([CHUNKED])
+        chunks_exact = all(np.array_equal(whole, chunked(cuts)) for cuts in ([CHUNKED // 2, CHUNKED],
+                                                                              [CHUNKED - 2, CHUNKED]))
     except RuntimeError as exc:  # the engine then decodes as it always did: one row per sequence
         log.warning("llama.cpp step probe: not measured (%s); one row per sequence", exc)
         return StepProbe(one_row_exact=False, two_row_exact=False, max_diff=float("nan"))
@@ -122,12 +149,19 @@ def _measure(L: ModuleType, ctx: llama_context_p, batch: Any, mem: Any, n_vocab:
         return all(np.array_equal(a, b) for a, b in zip(out, reference))
 
     result = StepProbe(one_row_exact=equal(one), two_row_exact=equal(two),
-                       max_diff=max(float(np.max(np.abs(a - b))) for a, b in zip(one, reference)))
+                       max_diff=max(float(np.max(np.abs(a - b))) for a, b in zip(one, reference)),
+                       chunks_exact=chunks_exact)
     log.info("llama.cpp step probe: one-row steps %s a prefill's logits (max difference %.3g), two-row steps %s%s",
              "give" if result.one_row_exact else "do not give", result.max_diff,
              "do" if result.two_row_exact else "do not",
-             ": every sequence gets two rows per llama_decode" if result.pair_rows else "")
-    if not result.two_row_exact and not result.one_row_exact:
+             ": every sequence gets two rows per llama_decode (llamafile's sgemm in this build; one built with "
+             "CMAKE_ARGS=-DGGML_LLAMAFILE=OFF decodes one exact row instead, faster: docs/backends.md)"
+             if result.pair_rows else "")
+    if not result.chunks_exact:
+        log.warning("llama.cpp step probe: a prompt fed in chunks does not compute what one batch of it computes "
+                    "(flash attention on the CPU?); greedy answers may depend on batching and caching "
+                    "(docs/backends.md)")
+    elif not result.two_row_exact and not result.one_row_exact:
         log.warning("llama.cpp step probe: on this model and build neither one-row nor paired steps compute what "
                     "a prefill computes; greedy answers may depend on batching and caching (docs/backends.md)")
     return result
