@@ -12,6 +12,7 @@ import json
 import pytest
 
 from lmchat import Session
+from lmchat.backends import GenerationRequest
 from lmchat.errors import ConfigError
 from lmchat.repl.conversation import Conversation
 from lmchat.repl.rendering import PlainOutput
@@ -48,16 +49,21 @@ def test_a_drop_leaves_the_room_free_so_the_next_turns_drop_nothing():
     assert len(half) < len(quarter) < len(before) and min(gaps) >= 3, (quarter, half)
 
 
-def test_a_shift_after_an_answer_that_drifted_is_a_reset_that_says_why():
-    """The engine's ids of the last answer are not their canonical encoding: its next delta discards them, and a
-    shift would need a second range, so the drop is a reset (what the engine computes again) and says so."""
+def test_a_shift_after_an_answer_that_drifted_is_a_reset_that_names_the_shift():
+    """The engine's ids of the last answer are not their canonical encoding: its next delta would discard them, and a
+    shift a second range, so the drop is a reset carrying the whole prompt, which names the range (``shiftable``):
+    what the engine held but that range (and the drifted answer) is where the new prompt starts."""
     tok = tf.smollm2()
     s = Session("smollm2", tokenizer=tok, system="Be brief.", session_len=160, max_new_tokens=32, overflow="shift")
     for i in range(5):
+        held = s.context_ids  # canonical: where the engine's ids are the same, what it holds
         d = s.prompt(f"Question {i}: what is {i} + {i}?")
         answer = f"{2 * i} apples."
         s.commit(answer, token_ids=[t for ch in answer for t in tok.encode(ch, add_special_tokens=False)])
-    assert d.dropped and d.reset and "retokenization drift" in d.reason and "not shifted" in d.reason
+    assert d.dropped and d.reset and "retokenization drift" in d.reason and "may shift its cache" in d.reason
+    start, count = d.shiftable
+    kept = held[:start] + held[start + count:]
+    assert d.token_ids[:len(kept)] == kept and start == len(tok.encode("<|im_start|>system\nBe brief.<|im_end|>\n"))
 
 
 def test_the_room_is_checked_and_kept_with_the_session():
@@ -173,3 +179,40 @@ def test_after_a_drop_the_next_turns_extend_what_the_engine_holds(engine):
     for dropped, held, reused, prefilled, new in rows[first + 1:]:
         assert not dropped, rows  # three turns in a row drop nothing ...
         assert reused >= held - 1 and prefilled <= new + 2, rows  # ... and append to what the engine holds
+
+
+def test_a_drop_after_a_drifted_answer_shifts_the_engines_cache_too(engine):
+    """A shift whose last answer drifted is a reset carrying the whole prompt (one delta cannot discard two ranges),
+    and names the shift (``Delta.shiftable``): the engine drops that range and keeps the rest, as for any shift,
+    instead of computing everything after the system prompt again (what 22 of 24 full turns did in bench overflow).
+    Every answer here is committed as ids the tokenizer would not write (its characters one by one), as an engine's
+    drifted answer is."""
+    from lmchat.turns.turn import after_commit
+
+    from .llama_helpers import greedy, new_session
+
+    session = new_session(engine, system="Be brief.", session_len=engine.session_len, overflow="shift",
+                          max_new_tokens=8)
+    tok = engine.tokenizer
+    i = 0
+    while session.step < engine.session_len - 150:
+        session.prompt(QUESTION.format(i, i))
+        session.commit(f"{i} is {'odd' if i % 2 else 'even'}.")
+        i += 1
+    for i in range(i, i + 8):
+        held = session.step
+        delta = session.prompt(QUESTION.format(i, i))
+        chunks = list(engine.generate(GenerationRequest.from_session(session, delta, greedy(8))))
+        text = "".join(c.text for c in chunks)
+        session.commit(text, token_ids=[t for ch in text for t in tok.encode_plain(ch)],
+                       stop="" if chunks[-1].finish_reason == "length" else None)
+        after_commit(engine, session.session_id, session, tools_called=False)
+        if delta.dropped:
+            break
+    engine.drop(session.session_id)
+    last = chunks[-1]
+    assert delta.dropped and delta.reset and delta.shiftable, delta.reason
+    start, count = delta.shiftable
+    # all the engine held but the shifted range and the last answer (re-sent canonical) is reused
+    assert last.reused >= held - count - 40 and last.prefilled <= len(delta.token_ids) - last.reused, \
+        (held, delta.shiftable, last.reused, last.prefilled, len(delta.token_ids))

@@ -74,9 +74,8 @@ def fit(frame: Frame, held: Held, plan: Plan, budget: Budget) -> Plan:
         return plan
     if budget.policy == "shift" and tokens and not plan.full and held.rewind is None:
         return shift(frame, held, budget, used, new)
-    if budget.policy == "shift" and held.rewind is not None:  # one discard cannot drop two ranges
-        return truncate(frame, held, budget, used, new, ": the engine's ids of the last answer are not its canonical "
-                                                        "encoding (retokenization drift), so its cache is not shifted")
+    if budget.policy == "shift" and tokens and not plan.full:  # a drift rewind is pending
+        return drifted_shift(frame, held, budget, used, new)
     if budget.policy in ("truncate", "shift"):  # a reset has nothing in the cache to shift
         return truncate(frame, held, budget, used, new)
     raise SessionLengthExceeded(used=used, new=new, max_new_tokens=budget.max_new_tokens, limit=budget.session_len,
@@ -169,3 +168,19 @@ def shift(frame: Frame, held: Held, budget: Budget, used: int, new: int) -> Plan
         reason=f"shifted out the {cut - first} oldest messages to fit session_len {budget.session_len}",
     )
     return Plan(delta, offsets, 0, anchor=anchor or (0, 0), shift=(keep, resume))
+
+
+def drifted_shift(frame: Frame, held: Held, budget: Budget, used: int, new: int) -> Plan:
+    """A shift when the engine's ids of the last answer drifted from their canonical encoding (a rewind pending):
+    one delta cannot discard both the shifted turns and the drifted answer, so it is a reset carrying the whole
+    prompt, which names the shift (``Delta.shiftable``) for an engine that can apply it and keep the rest."""
+    plan = shift(frame, held, budget, used, new)
+    if plan.shift is None:  # shift() fell back to truncate: nothing to name
+        return plan
+    removed, discard = plan.delta.removed, plan.delta.discard
+    why = (f"shifted out the {len(removed)} oldest messages to fit session_len {budget.session_len}; the engine's "
+           "ids of the last answer are not its canonical encoding (retokenization drift), so the whole prompt is "
+           "sent, and the engine may shift its cache instead of computing it again")
+    full = full_plan(frame, Held(needs_reset=True), why)
+    full.delta = attrs.evolve(full.delta, removed=removed, removed_at=plan.delta.removed_at, shiftable=discard)
+    return full

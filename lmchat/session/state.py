@@ -28,6 +28,12 @@ class Delta:
     holds before appending the delta (no reset): old turns shifted out by the
     ``'shift'`` overflow policy, drifted ids rewound, the end marker of an
     answer reopened; it counts token ids with a tokenizer, else characters.
+    ``shiftable=(start, count)``, on a reset only: a ``'shift'`` that could
+    not be one delta (the last answer's ids drifted, so two ranges were to
+    go): the engine may, instead of prefilling the whole prompt, drop those
+    ``count`` ids at ``start`` from what it held before the reset and keep
+    the rest where it still equals the prompt (a context shift, the session
+    policy's accepted approximation); an engine that cannot ignores it.
     """
 
     text: str
@@ -38,6 +44,7 @@ class Delta:
     removed: tuple[dict[str, Any], ...] = ()
     removed_at: int = 0
     discard: tuple[int, int] | None = None
+    shiftable: tuple[int, int] | None = None
 
     @property
     def dropped(self) -> int:

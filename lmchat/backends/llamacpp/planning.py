@@ -59,7 +59,8 @@ def plan_turn(pool: SequencePool, state: SessionState, request: GenerationReques
         keep = _keep(state.ids, target, state.exact)
     elif delta.token_ids is not None and delta.reset:
         target = list(delta.token_ids)
-        keep = _keep(state.ids, target, state.exact)
+        shifted = delta.shiftable is not None and _shift(pool, state, target, *delta.shiftable)
+        keep = _keep(state.ids, target, state.kept if shifted else state.exact)
     elif delta.token_ids is not None and request.held == len(state.ids) + len(unfed) and rewound is None:
         target = state.ids + unfed + list(delta.token_ids)
         keep = state.kept
@@ -68,6 +69,17 @@ def plan_turn(pool: SequencePool, state: SessionState, request: GenerationReques
         keep = _keep(state.ids, target, state.kept)
     pool.truncate(state, keep)
     return _todo(pool, state, target)
+
+
+def _shift(pool: SequencePool, state: SessionState, target: list[int], start: int, count: int) -> bool:
+    """A reset's context shift (``Delta.shiftable``): when the sequence holds the prompt's first ``start`` ids, then
+    ``count`` others, then more of the prompt, those ``count`` go (their keys after rotated, as for a shift delta: the
+    session's accepted approximation, so only its own turns keep them) and the rest stays. False when it does not."""
+    ids, end, held = state.ids, start + count, len(state.ids)
+    if count <= 0 or end >= held or len(target) <= start or ids[end] != target[start] or ids[:start] != target[:start]:
+        return False
+    pool.discard(state, start, count)
+    return len(state.ids) == held - count  # a memory that cannot shift cut the sequence at start instead
 
 
 def _todo(pool: SequencePool, state: SessionState, target: list[int]) -> list[int]:
