@@ -4,12 +4,12 @@ One session on the embedded llama.cpp engine (the bundled model, one thread, ``-
 sequence), answers sampled as ``lmchat chat`` samples them (the bundled model's defaults, seeded) up to
 ``--max-new-tokens``, ``--turns`` questions; once per ``--room`` (the session's ``overflow_room``: the share of the
 context a drop leaves free for the turns after it; 0 drops only what the turn needs, as lmchat did before). Per
-room, over the turns after the context first filled: the turns that dropped messages, those whose prompt the engine
-computed again from the system prompt on (it prefilled more than the turn's new ids and the last answer's end
-marker), the turns between two of those (turns-until-next-reprefill), the prompt tokens prefilled and reused (the
-engine's own counts, as ``usage.prompt_tokens_details`` reports them), and the seconds. A shift the engine applies
-to its cache (llama.cpp's context shift) costs no prefill; a drop the session makes as a reset does (the
-``truncate`` fallback: the last answer's ids drifted from their canonical encoding, docs/tokens.md).
+room, over the turns from the first that dropped messages: those that dropped, those in which the engine computed
+most of the prompt again (it prefilled more than it reused), the turns between two of those
+(turns-until-next-reprefill), the prompt tokens prefilled and reused (the engine's own counts, as
+``usage.prompt_tokens_details`` reports them), and the seconds. A shift the engine applies to its cache (llama.cpp's
+context shift) costs no prefill; a reset that it cannot shift (``Delta.shiftable``, after an answer whose ids drifted
+from their canonical encoding: docs/tokens.md) prefills everything after the system prompt.
 """
 from __future__ import annotations
 
@@ -18,11 +18,6 @@ import statistics
 import time
 
 from .common import save, table
-
-#: extra ids a turn that extends the cache still prefills: the last answer's end marker (sampled, never fed), and
-#: the one before it where the engine pairs rows
-SLACK = 2
-
 
 def run(room: float, args: argparse.Namespace, backend) -> dict:
     import lmchat
@@ -57,9 +52,9 @@ def summarize(room: float, rows: list[dict]) -> dict:
     """The figures of one room from its turns (from the first that dropped on)."""
     full = next((r["turn"] for r in rows if r["dropped"]), None)
     later = rows[full:] if full is not None else []
-    # computed again: a reset (the engine keeps only the prefix it shares, the system prompt), or more prefilled
-    # than the turn's own ids
-    again = [r["turn"] for r in later if r["reset"] or r["prefilled"] > r["new"] + SLACK]
+    # computed again: the engine prefilled more of the prompt than it reused (a reset it could not shift keeps only
+    # the system prompt it shares)
+    again = [r["turn"] for r in later if r["prefilled"] > r["reused"]]
     gaps = [b - a for a, b in zip(again, again[1:])]
     return {"room": room, "first_drop": full, "turns_after": len(later),
             "drops": sum(1 for r in later if r["dropped"]), "drop_resets": sum(1 for r in later if r["dropped"]
@@ -71,7 +66,7 @@ def summarize(room: float, rows: list[dict]) -> dict:
 
 def report(results: list[dict]) -> str:
     return table(["overflow_room", "turns from the first drop", "turns that dropped",
-                  "computed again from the system prompt on", "turns until the next (median)",
+                  "computed most of the prompt again", "turns until the next (median)",
                   "prompt tokens prefilled", "reused", "s"],
                  [[r["room"], r["turns_after"], r["drops"], r["recomputed"], r["turns_between"], r["prefilled"],
                    r["reused"], r["seconds"]] for r in results])
