@@ -131,8 +131,10 @@ def test_a_long_conversation_drops_its_oldest_turns_within_one_limit(tmp_path):
                           "--system", "You are a geographer."], input="".join(line + "\n" for line in lines),
                          capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stderr[-1500:]
-    assert re.search(r"\[context full \(512 tokens\): the \d+ oldest messages were dropped", out.stderr), out.stderr
-    limits = re.findall(r"\[(\d+) of (\d+) tokens held; when it is full the oldest turns are dropped", out.stderr)
+    assert re.search(r"\[context full \(512 tokens\): the model no longer sees the \d+ oldest messages", out.stderr), \
+        out.stderr
+    limits = re.findall(r"\[(\d+) of (\d+) tokens held; when it is full the oldest turns leave the engine's cache",
+                        out.stderr)
     assert len(limits) == 3 and {total for _, total in limits} == {"512"}, out.stderr
     assert all(int(held) <= 512 for held, _ in limits)
     contexts = out.stdout.split("<|im_start|>system\nYou are a geographer.<|im_end|>")  # the system prompt stays
