@@ -5,7 +5,9 @@ the same llama.cpp thread count everywhere; every target is a ratio measured
 side by side in this run:
 
 1. decode tokens/s of one session vs llama-cpp-python's own ``Llama.generate``
-   (greedy, the same prompt ids, so the same tokens);
+   (greedy, the same prompt ids), and whether its tokens are those a prefill
+   computes (``Llama.eval`` in paired steps: ``Llama.generate``'s one-row
+   steps take another attention kernel and may differ);
 2. time to first token at turns 1/10/30 of a conversation with KV reuse vs
    re-prefilling the whole history (the session dropped before the turn);
 3. the next turn of a ~2,000-token session evicted to the host cache
@@ -30,6 +32,7 @@ import attrs
 
 from lmchat import Session, get_template
 from lmchat.backends import GenerationRequest, SamplingParams
+from tests.llama_helpers import llama_greedy  # the tests' reference: what a prefill computes
 
 from .common import ROOT, save, table
 from .kv_reuse import PARAGRAPH, question
@@ -100,7 +103,9 @@ def decode_speed(backend, llm, n: int, repeat: int) -> dict:
             if len(ref) == n:
                 break
         theirs.append(rate(ref_stamps))
-        same = same and ref == ids
+        # the tokens a prefill computes (paired steps: tests/llama_helpers.py), not Llama.generate's one-row
+        # steps, whose attention kernel differs in the last bits (lmchat/backends/llamacpp/probe.py)
+        same = same and llama_greedy(llm, prompt, n, fresh=True) == ids
     backend.drop(s.session_id)
     return {"tokens": len(ids), "ours_tok_s": statistics.median(ours),
             "llama_generate_tok_s": statistics.median(theirs), "identical_tokens": same}
