@@ -14,7 +14,7 @@ import tempfile
 import pytest
 
 from .serve_helpers import Server
-from .web_helpers import Browser, answer, ask, cached, chromium_path, setting, settled, shot, use_key
+from .web_helpers import Browser, answer, ask, cached, chromium_path, setting, settled, shot, statistics, use_key
 
 ENGINE = ("--backend", "llamacpp", "--threads", "1", "--ctx", "4096", "--sessions", "2", "--log-level", "warning")
 #: the echo engine answers with the question: reasoning and markup in a question come back as the model's
@@ -61,7 +61,7 @@ def test_a_conversation_streams_stops_branches_and_comes_back_after_a_restart(br
         settled(page)
         first = answer(page, 1).locator(".markdown").inner_text()
         assert page.get_by_role("link", name="What is the capital of France?").get_attribute("aria-current") == "page"
-        assert "tok/s" in answer(page, 1).get_by_label("Answer statistics").inner_text()
+        assert "tok/s" in statistics(page, 1)
         used = page.get_by_text(re.compile(r"^context \d+ / 2048 tokens$"))
         assert 0 < int(used.inner_text().split()[1]) < 2048  # what the session holds against its length
         shot(page, "answer")

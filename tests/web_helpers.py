@@ -78,6 +78,14 @@ def answer(page, n: int):
     return page.get_by_role("article", name=f"Answer {n}", exact=True)
 
 
+def statistics(page, n: int) -> str:
+    """Answer ``n``'s statistics once the page shows them: they come from the answer's response, which the page
+    asks for after the turn is redrawn (so after :func:`settled`)."""
+    stats = answer(page, n).get_by_label("Answer statistics")
+    stats.filter(has_text=re.compile(r"\S")).wait_for()
+    return stats.inner_text()
+
+
 def cached(page, n: int) -> int:
     """The cached prompt tokens answer ``n``'s statistics show."""
     stats = answer(page, n).get_by_label("Answer statistics")
