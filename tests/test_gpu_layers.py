@@ -59,6 +59,13 @@ def test_kv_files_are_kept_apart_by_offload():
     assert _identity(path, flash_attn=False, gpu_layers=31) != _identity(path, flash_attn=False, gpu_layers=0)
 
 
+def test_kv_files_are_kept_apart_by_the_builds_cpu_kernels():
+    """A build without llamafile's sgemm has the same version number but computes attention in another order: the
+    identity names the build's kernels (llama.cpp's system info), so its files are another engine's."""
+    kernels = _identity(default_gguf(), flash_attn=False)["kernels"]
+    assert "LLAMAFILE" in kernels and "AVX" in kernels or "NEON" in kernels
+
+
 def _lmchat(tmp_path, *args):
     env = {**os.environ, "LMCHAT_DATA_DIR": str(tmp_path)}
     return subprocess.run([sys.executable, "-m", "lmchat", *args], capture_output=True, text=True, timeout=180,

@@ -181,6 +181,7 @@ DAMAGE = {
     "a file of format 1": (lambda d: _rewrite(d.a, d, version=1), "format 1", False),
     "another model's": (lambda d: _rewrite(d.a, d, model_digest="0" * 32), "another model", True),
     "other cache parameters": (lambda d: _rewrite(d.a, d, flash_attn=True), "flash_attn: True here False", True),
+    "another build's kernels": (lambda d: _rewrite(d.a, d, kernels="CPU : LLAMAFILE = 0 | "), "kernels:", True),
 }
 #: damage that needs the file to be there at the start (it is indexed under other ids than A's own file's)
 AT_START_ONLY = {"another session's state under these ids"}

@@ -249,11 +249,15 @@ def _identity(path: Path, *, flash_attn: bool, gpu_layers: int = 0) -> dict[str,
 
     Offloaded layers keep their KV in GPU buffers, computed by other kernels: the state's bytes are laid out
     the same, but nothing promises they restore identically, so a file is only used under the offload that
-    made it (the key is left out at 0, keeping the CPU's files as they were)."""
+    made it (the key is left out at 0, keeping the CPU's files as they were). The build's CPU kernels count
+    too: one built without llamafile's sgemm (docs/backends.md) computes attention in another order under the
+    same version number, and a CPU with other instructions takes other kernels, so a file's keys and values
+    would not be what a prefill here computes."""
     import llama_cpp
 
+    kernels = lib().llama_print_system_info().decode("utf-8", "replace").strip()
     identity = {**model_identity(path), "llama_cpp": llama_cpp.__version__, "flash_attn": bool(flash_attn),
-                "kv_unified": False, "cache_types": "f16"}
+                "kv_unified": False, "cache_types": "f16", "kernels": kernels}
     if gpu_layers:
         identity["gpu_layers"] = int(gpu_layers)
     return identity
