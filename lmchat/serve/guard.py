@@ -97,7 +97,7 @@ class Guard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        started = time.perf_counter()
+        began = time.perf_counter()
         status = 500  # what a crash before the response starts amounts to
         limit, seen, body_done = self.max_body, 0, False
 
@@ -148,7 +148,7 @@ class Guard:
                 path = scope["path"]
             else:  # the route template: session ids stay out
                 path = getattr(scope.get("route"), "path", None) or "unmatched"
-            self.stats.record(scope["method"], path, status, time.perf_counter() - started)
+            self.stats.record(scope["method"], path, status, time.perf_counter() - began)
 
 
 def _declared_length(scope: Scope) -> int:
