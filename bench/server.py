@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import statistics
 import subprocess
@@ -106,10 +105,11 @@ def load(url: str, sessions: int, turns: int, think: float, tag: str) -> dict:
 
 def server_histogram(url: str) -> dict[str, float]:
     """The server's own latency histogram of the interactive route: upper bound -> cumulative count."""
+    from prometheus_client.parser import text_string_to_metric_families  # the serve extra's
+
     text = httpx.get(url + "/metrics").text
-    pattern = re.compile(r'lmchat_http_request_duration_seconds_bucket'
-                         r'\{route="/v1/chat/interactive",le="([^"]+)"\} (\d+)')
-    return {bound: float(n) for bound, n in pattern.findall(text)}
+    return {s.labels["le"]: s.value for f in text_string_to_metric_families(text) for s in f.samples
+            if s.name == "lmchat_http_request_duration_seconds_bucket" and s.labels["route"] == "/v1/chat/interactive"}
 
 
 def histogram_quantile(before: dict[str, float], after: dict[str, float], q: float) -> str | None:

@@ -29,6 +29,7 @@ PROVIDERS = {
     "uvicorn": "serve",
     "starlette": "serve",
     "pydantic": "serve",
+    "prometheus_client": "serve",
     "redis": "redis",
 }
 

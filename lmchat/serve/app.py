@@ -19,7 +19,7 @@ from .asgi import error_of
 from .errors import ApiError
 from .guard import BODY_SECONDS, Guard
 from .idempotency import Inflight
-from .metrics import RequestStats
+from .metrics import RequestStats, registry
 
 #: default request body limit: a long conversation with tools fits; a runaway upload does not
 MAX_BODY = 8 * 1024 * 1024
@@ -67,6 +67,7 @@ def create_app(manager: SessionManager, *, api_keys: Iterable[str] | None = None
     app.state.strict_model = strict_model
     app.state.started = int(time.time())
     app.state.stats = RequestStats()
+    app.state.metrics = registry(manager.metrics, app.state.stats)  # this app's own: see .metrics
     for module in (chat, completions, responses, conversations, service, llama_routes):
         app.include_router(module.router)
     app.include_router(page.router())  # the web chat page at / (docs/web.md): a client of the routes above

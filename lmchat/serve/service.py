@@ -18,7 +18,7 @@ from ..session import Session
 from ..validation import check_text
 from .deps import authorized, blocking, end_session, owner, text_limit
 from .errors import ApiError, api_error
-from .metrics import render
+from .metrics import exposition
 from .schemas import Fork, NewSession
 
 router = APIRouter()
@@ -116,5 +116,5 @@ async def metrics(request: Request) -> PlainTextResponse:
     if keys and not await authorized(request, keys):
         raise ApiError(401, "/metrics needs 'Authorization: Bearer KEY' (the metrics key, or an API key)",
                        type="authentication_error", code="invalid_api_key")
-    text = render(await blocking(state.manager.metrics), state.stats)  # the engine answers between two steps
+    text = await blocking(exposition, state.metrics)  # it reads the engine, which answers between two steps
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
