@@ -54,15 +54,15 @@ def test_streams_whose_engine_dies_end_with_an_error_event():
         turn = await mgr.astream_turn(TurnRequest(sid, [{"role": "user", "content": "one two three four five"}],
                                                   kind="responses")).start()
         base = {"id": "resp_x_0", "object": "response", "status": "in_progress", "output": []}
-        return [e async for e in response_events(turn, base, sid=sid, serial=1, template=mgr.default_template,
-                                                 tools=None, parse=True, finish=lambda result, output: base)]
+        return [e async for e in response_events(turn, base, sid=sid, serial=1, parse=True,
+                                                 finish=lambda result, output: base)]
 
     async def lines(chat: bool) -> list[str]:
         turn = await mgr.astream_turn(TurnRequest(plain, [{"role": "user", "content": "one two three four"}])).start()
         meta = Meta("x", "chat.completion.chunk" if chat else "text_completion", 0, "m")
         if chat:
-            return [line async for line in chat_events(turn, meta, template=mgr.default_template, tools=None,
-                                                       parse=True, include_usage=True, count=lambda c, i: c)]
+            return [line async for line in chat_events(turn, meta, parser=turn.reading.stream(), include_usage=True,
+                                                       count=lambda c, i: c)]
         return [line async for line in completion_events(turn, meta, include_usage=True, count=lambda c, i: c)]
 
     async def interactive() -> list[str]:

@@ -20,7 +20,7 @@ from ..errors import ConfigError, SessionMoved
 from ..messages import normalize_messages
 from ..session import Delta, Session
 from ..turns.bridge import Done
-from ..turns.turn import AsyncTurn, Turn, TurnResult, result_of
+from ..turns.turn import AsyncTurn, Reading, Turn, TurnResult, reading_of, result_of
 from ..validation import check_tools_supported, validate_messages, validate_tools
 from . import history as hist
 from .capacity import Capacity
@@ -56,7 +56,7 @@ class Claim:
         """The record with the turn's key, and the note that goes with it."""
         note = None
         if self.note is not None:  # the counts, and the answer's length instead of its text (the session has it)
-            turn = {k: v for k, v in record.items() if k != "text" and v is not None}
+            turn = {k: v for k, v in record.items() if k not in ("text", "prompt_opened") and v is not None}
             note = {**self.note, "turn": {**turn, "chars": len(record["text"])}}
         return {**record, "key": self.idempotency_key}, note
 
@@ -108,9 +108,10 @@ class _Fresh:
     params: SamplingParams
 
 
-def start_turn(claim: Claim, request: TurnRequest, model: Mapping[str, Any]) -> Iterator[Chunk]:
-    """The primed stream of one turn on the claimed session (see :class:`~.request.TurnRequest`): its chunks,
-    and the :class:`TurnResult` it returns."""
+def start_turn(claim: Claim, request: TurnRequest, model: Mapping[str, Any]) -> Iterator[Chunk | Reading]:
+    """The primed stream of one turn on the claimed session (see :class:`~.request.TurnRequest`): the
+    :class:`Reading` of its answer first (a server parses its stream so, as the turn parses what it commits),
+    then its chunks, and the :class:`TurnResult` it returns."""
     with _starting(claim):
         plan = _plan(claim, request, model)
         if isinstance(plan, dict):
@@ -118,11 +119,11 @@ def start_turn(claim: Claim, request: TurnRequest, model: Mapping[str, Any]) -> 
         else:
             stream = _run(claim, Turn(claim, plan.start, plan.params, parse=True, key=claim.entry.key))
         next(stream)  # primed: closing or dropping it now always runs its cleanup
-        return cast(Iterator[Chunk], stream)  # its one None is consumed
+        return cast(Iterator[Chunk | Reading], stream)  # its one None is consumed
 
 
 def astart_turn(claim: Claim, request: TurnRequest, model: Mapping[str, Any], result_only: bool
-                ) -> AsyncGenerator[Chunk | Done | None, None]:
+                ) -> AsyncGenerator[Chunk | Reading | Done | None, None]:
     """:func:`start_turn` on the event loop: an async iterator to prime at once (``await anext``), its last item
     :class:`Done` (``result_only``: the answer's chunks before it are left out)."""
     with _starting(claim):
@@ -184,10 +185,11 @@ def _plan(claim: Claim, request: TurnRequest, model: Mapping[str, Any]) -> dict[
     return _Fresh(start, params)
 
 
-def _run(claim: Claim, turn: Turn) -> Generator[Chunk | None, None, TurnResult]:
+def _run(claim: Claim, turn: Turn) -> Generator[Chunk | Reading | None, None, TurnResult]:
     try:
         inner = turn.run()
         yield next(inner)  # primed
+        yield turn.reading
         result = yield from inner
         _finished(claim, turn)
         return result
@@ -198,12 +200,16 @@ def _run(claim: Claim, turn: Turn) -> Generator[Chunk | None, None, TurnResult]:
         claim.release()
 
 
-async def _arun(claim: Claim, turn: AsyncTurn, result_only: bool) -> AsyncGenerator[Chunk | Done | None, None]:
-    """:func:`_run` on the event loop: None (primed), the chunks, then :class:`Done` once the session is
-    released."""
+async def _arun(claim: Claim, turn: AsyncTurn, result_only: bool
+               ) -> AsyncGenerator[Chunk | Reading | Done | None, None]:
+    """:func:`_run` on the event loop: None (primed), the :class:`Reading`, the chunks, then :class:`Done` once
+    the session is released."""
     turn.when_finished = claim.release  # an abandoned turn frees the session once it is saved
     items = turn.run(chunks=not result_only)
     try:
+        yield await items.__anext__()  # primed
+        if not result_only:
+            yield turn.reading
         async for item in items:
             if isinstance(item, Done):
                 done = item
@@ -233,12 +239,14 @@ def _finished(claim: Claim, turn: Turn | AsyncTurn) -> None:
         claim.entry.digests.clear()  # the session's messages are not the ones digested any more
 
 
-def _replay(claim: Claim, record: dict[str, Any]) -> Generator[Chunk | None, None, TurnResult]:
-    """A retried request: the turn it names is already committed; its result, again."""
+def _replay(claim: Claim, record: dict[str, Any]) -> Generator[Chunk | Reading | None, None, TurnResult]:
+    """A retried request: the turn it names is already committed; its result, again, read as the turn read it."""
     try:
         yield None
         session = claim.session
-        result = result_of(record, session.template, session.tools)
+        reading = reading_of(record, session.template, session.tools)
+        yield reading
+        result = result_of(record, reading)
         yield Chunk(text=result.text)
         yield Chunk(finish_reason=result.finish_reason, stop=result.stop, prefilled=result.prefilled,
                     reused=result.reused, cached_from=result.cached_from,
@@ -248,7 +256,8 @@ def _replay(claim: Claim, record: dict[str, Any]) -> Generator[Chunk | None, Non
         claim.release()
 
 
-async def _areplay(claim: Claim, record: dict[str, Any]) -> AsyncGenerator[Chunk | Done | None, None]:
+async def _areplay(claim: Claim, record: dict[str, Any]
+                   ) -> AsyncGenerator[Chunk | Reading | Done | None, None]:
     """:func:`_replay` on the event loop."""
     replay = _replay(claim, record)
     try:

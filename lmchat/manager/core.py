@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from ..backends.base import (AsyncGenerates, Backend, Chunk, GenerationRequest, PrefixCache, SamplingParams,
                              model_sampling)
@@ -104,7 +104,9 @@ class SessionManager:
         (``SessionNotFound``, ``SessionBusy``, ``CapacityExceeded``, ``InvalidMessages``,
         ``SessionLengthExceeded``...) raise here, before the iterator is returned, and leave the stored session
         as it was. Closing the iterator early cancels the turn; its partial answer is committed and saved."""
-        return self._turns.stream(request)
+        stream = self._turns.stream(request)
+        next(stream)  # how the answer reads: a caller in a thread has it parsed in the result
+        return cast(Iterator[Chunk], stream)
 
     def run_turn(self, request: TurnRequest) -> TurnResult:
         """:meth:`stream_turn`, collected."""

@@ -4,8 +4,8 @@ A synchronous caller's turn runs in its thread (:meth:`TurnCalls.stream`). An as
 manager decided once, when it was made, from what its backend and store declare: on the loop
 (:class:`LoopTurns`) when the backend streams asynchronously (:class:`~lmchat.backends.AsyncGenerates`) and the
 store's writes can be awaited and its reads are local (:class:`~lmchat.stores.AsyncStore`, ``loop_safe``);
-else in a pool worker (:class:`PoolTurns`). Both give the same items: the answer's chunks, then
-:class:`~lmchat.turns.Done` with the result.
+else in a pool worker (:class:`PoolTurns`). Both give the same items: how the answer reads
+(:class:`~lmchat.turns.turn.Reading`), its chunks, then :class:`~lmchat.turns.Done` with the result.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from ..backends.base import Chunk
 from ..errors import CapacityExceeded, SessionNotFound
 from ..turns.bridge import Done, Pump
-from ..turns.turn import TurnResult
+from ..turns.turn import Reading, TurnResult
 from .capacity import Capacity
 from .claims import Claim, astart_turn, start_turn
 from .ids import owner_key
@@ -34,9 +34,9 @@ class TurnCalls:
                  cancel: Callable[[str | OneOff, str | None], bool]):
         self.sessions, self.capacity, self.model, self._cancel = sessions, capacity, model, cancel
 
-    def stream(self, request: TurnRequest, *, reserved: bool = False) -> Iterator[Chunk]:
-        """The turn, primed, in the caller's thread: its chunks, and the :class:`TurnResult` it returns. What stops
-        it from starting raises here. ``reserved``: its capacity is reserved already."""
+    def stream(self, request: TurnRequest, *, reserved: bool = False) -> Iterator[Chunk | Reading]:
+        """The turn, primed, in the caller's thread: how its answer reads, its chunks, and the :class:`TurnResult`
+        it returns. What stops it from starting raises here. ``reserved``: its capacity is reserved already."""
         with self.sessions.metrics.counting():
             return start_turn(self.claim(request, reserved=reserved), request, self.model)
 
@@ -80,10 +80,11 @@ class TurnCalls:
 class AsyncTurns(Protocol):
     """Where an asyncio caller's turns run (:class:`LoopTurns` or :class:`PoolTurns`)."""
 
-    def items(self, request: TurnRequest, result_only: bool = False) -> AsyncGenerator[Chunk | Done, None]:
-        """The turn's chunks (none when ``result_only``), then :class:`Done` with its :class:`TurnResult`; what
-        stops it from starting raises at the first item; leaving early cancels the turn, whose partial answer is
-        committed."""
+    def items(self, request: TurnRequest, result_only: bool = False
+              ) -> AsyncGenerator[Chunk | Reading | Done, None]:
+        """How the turn's answer reads (:class:`Reading`) and its chunks (neither when ``result_only``), then
+        :class:`Done` with its :class:`TurnResult`; what stops it from starting raises at the first item; leaving
+        early cancels the turn, whose partial answer is committed."""
 
 
 class LoopTurns:
@@ -92,7 +93,8 @@ class LoopTurns:
     def __init__(self, calls: TurnCalls):
         self.calls = calls
 
-    async def items(self, request: TurnRequest, result_only: bool = False) -> AsyncGenerator[Chunk | Done, None]:
+    async def items(self, request: TurnRequest, result_only: bool = False
+                    ) -> AsyncGenerator[Chunk | Reading | Done, None]:
         calls = self.calls
         calls.reserve()
         fresh = None
@@ -120,7 +122,8 @@ class PoolTurns:
     def __init__(self, calls: TurnCalls):
         self.calls = calls
 
-    def items(self, request: TurnRequest, result_only: bool = False) -> AsyncGenerator[Chunk | Done, None]:
+    def items(self, request: TurnRequest, result_only: bool = False
+              ) -> AsyncGenerator[Chunk | Reading | Done, None]:
         calls = self.calls
         calls.reserve()
         return Pump(lambda: calls.stream(request, reserved=True), calls.capacity.pool,
@@ -136,14 +139,16 @@ class TurnStream:
     capacity, bad messages, overflow) raises there, while a server can still answer with an HTTP status. The
     last chunk (with ``finish_reason``) comes once the turn has saved and released its session: a client that
     sends its next turn on seeing it never finds the session busy. Leaving early (:meth:`aclose`, or the task
-    being cancelled) cancels the turn; its partial answer is committed.
+    being cancelled) cancels the turn; its partial answer is committed. Once started, :attr:`reading` says how
+    its answer reads (a server parses the stream with it: the result is parsed so).
     """
 
-    def __init__(self, items: AsyncGenerator[Chunk | Done, None]):
+    def __init__(self, items: AsyncGenerator[Chunk | Reading | Done, None]):
         self._items = items
         self._started = False
         self._first: Chunk | None = None
         self._result: TurnResult | None = None
+        self._reading: Reading | None = None
 
     async def start(self) -> TurnStream:
         """Wait for the first chunk (once); returns the stream."""
@@ -162,6 +167,13 @@ class TurnStream:
         if self._result is None:
             raise RuntimeError("the turn has not finished: iterate over its stream first")
         return self._result
+
+    @property
+    def reading(self) -> Reading:
+        """How the turn reads its answer, decided when it started (once :meth:`start` returned)."""
+        if self._reading is None:
+            raise RuntimeError("the turn has not started: await its start() first")
+        return self._reading
 
     def __aiter__(self) -> TurnStream:
         return self
@@ -187,8 +199,13 @@ class TurnStream:
             return None
         try:
             item = await self._items.__anext__()
+            if isinstance(item, Reading):  # the turn's first item
+                self._reading = item
+                item = await self._items.__anext__()
         except StopAsyncIteration:
             return None
+        if isinstance(item, Reading):
+            raise AssertionError("a turn reads its answer one way")
         if isinstance(item, Done):
             self._result = item.value
             return None

@@ -93,7 +93,7 @@ async def _chat(body: ChatRequest, request: Request, who: str | None, constraint
             release()
             raise
         events = chat_events(
-            chunks, meta, template=template, tools=tools, parse=parse,
+            chunks, meta, parser=chunks.reading.stream() if parse else None,
             include_usage=body.stream_options is not None and body.stream_options.include_usage,
             count=lambda chars, ids: count(mgr.tokenizer, chars, ids),
         )

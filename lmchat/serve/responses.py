@@ -93,7 +93,7 @@ async def create_response(body: ResponsesRequest, request: Request, who: str | N
             if stored is not None:  # an earlier attempt of this request landed: answer it, do not run it again
                 return _replay(await blocking(_found, mgr, stored, who, _response_reader(mgr)), body.stream)
         response = await _respond(request, mgr, who, body, checked["conversation"], want, check, messages, model,
-                                  fields, key, template, tools, release, constraint)
+                                  fields, key, release, constraint)
         streaming = body.stream
         return response
     except (InvalidMessages, SessionLengthExceeded) as exc:  # the request's input[i], not the session's messages
@@ -106,8 +106,7 @@ async def create_response(body: ResponsesRequest, request: Request, who: str | N
 async def _respond(request: Request, mgr: SessionManager, who: str | None, body: ResponsesRequest,
                    conversation: str | None, want: chains.Want, check: Callable[[BaseTemplate], None],
                    messages: list[dict[str, Any]], model: str, fields: dict[str, Any], key: str | None,
-                   template: BaseTemplate, tools: list[dict[str, Any]] | None, release: Callable[[], None],
-                   constraint: Constraint | None = None) -> Response:
+                   release: Callable[[], None], constraint: Constraint | None = None) -> Response:
     """The turn's response: its JSON object, or its stream (which lets go of ``key`` once it ends)."""
     plan, whole, started_turn = await _start(request, mgr, who, body, conversation, want, check, messages, model,
                                              fields, key, constraint)
@@ -120,8 +119,7 @@ async def _respond(request: Request, mgr: SessionManager, who: str | None, body:
 
     if isinstance(started_turn, TurnStream):  # body.stream
         base = response_object(rid, whole, plan.conversation, [], tokens=tokens)
-        events = response_events(started_turn, base, sid=plan.sid, serial=serial, template=template, tools=tools,
-                                 parse=parse, finish=finish)
+        events = response_events(started_turn, base, sid=plan.sid, serial=serial, parse=parse, finish=finish)
         return StreamingResponse(releasing(events, release), media_type="text/event-stream")
     result = started_turn
     status = "completed" if result.finish_reason == "stop" else "incomplete"

@@ -17,7 +17,7 @@ import json
 from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
-from ..tools import ContentDelta, ReasoningDelta, ResponseStream
+from ..tools import ContentDelta, ReasoningDelta
 from ..tools.events import Event
 from ..manager import TurnResult, TurnStream
 from .errors import api_error
@@ -38,15 +38,14 @@ class Events:
         return f"event: {kind}\ndata: {json.dumps(payload, ensure_ascii=False)}\n\n"
 
 
-async def response_events(turn: TurnStream, base: dict[str, Any], *, sid: str, serial: int, template: Any,
-                          tools: list[Any] | None, parse: bool,
+async def response_events(turn: TurnStream, base: dict[str, Any], *, sid: str, serial: int, parse: bool,
                           finish: Callable[[TurnResult, list[dict[str, Any]]], dict[str, Any]]
                           ) -> AsyncGenerator[str, None]:
-    """The events of one response. ``turn``: the turn's stream, started; ``base``: the
-    response object in progress; ``serial``: the answer's item serial; ``finish(result, output)``: the
-    finished response object."""
+    """The events of one response. ``turn``: the turn's stream, started (its answer parsed as it reads it, the
+    same as the stored answer, when ``parse``); ``base``: the response object in progress; ``serial``: the
+    answer's item serial; ``finish(result, output)``: the finished response object."""
     event = Events()
-    parser = ResponseStream(template, tools=tools) if parse else None
+    parser = turn.reading.stream() if parse else None
     output: list[dict[str, Any]] = []
     texts: dict[str, list[str]] = {}  # item id -> its text so far
     open_ids: list[str] = []

@@ -53,14 +53,14 @@ def finish_reason(reason: str, has_calls: bool) -> str:
     return "tool_calls" if has_calls and reason == "stop" else reason
 
 
-async def chat_events(chunks: AsyncIterator[Chunk], meta: Meta, *, template: Any, tools: list[Any] | None,
-                      parse: bool, include_usage: bool, count: Callable[[int, int], int]) -> AsyncGenerator[str, None]:
-    """``count(n_chars, n_ids)``: how many tokens were generated (see :func:`turns.count`)."""
+async def chat_events(chunks: AsyncIterator[Chunk], meta: Meta, *, parser: ResponseStream | None,
+                      include_usage: bool, count: Callable[[int, int], int]) -> AsyncGenerator[str, None]:
+    """``parser``: the turn's (``TurnStream.reading``), so the stream reads as the stored answer; None: the text
+    as it is. ``count(n_chars, n_ids)``: how many tokens were generated (see :func:`turns.count`)."""
 
     def choice(delta: dict[str, Any], finish: str | None = None) -> str:
         return meta.event([{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}])
 
-    parser = ResponseStream(template, tools=tools) if parse else None
     chars = ids = 0
     has_calls = False
     try:

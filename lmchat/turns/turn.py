@@ -32,9 +32,30 @@ from ..messages import calls_as
 from ..repetition import RepetitionGuard
 from ..session import Delta, Session
 from ..session.edits import Generation, commit_generation
-from ..tools import ParsedResponse, parse_response
+from ..tools import ParsedResponse, ResponseStream, parse_response
 from ..tools.registry import prompt_opened
 from .bridge import Done
+
+
+@attrs.frozen
+class Reading:
+    """How a turn's answer reads, decided once when the turn starts (its delta known): the same for the answer
+    as it streams (:meth:`stream`, a server's events), as committed (:meth:`parse`) and as a retry replays it.
+
+    ``prompt_opened``: whether the delta (the prompt the answer follows) opened the format's reasoning channel
+    (Gemma 4's after tool results with thinking on: the answer begins inside it); None where the template
+    decides (:func:`~lmchat.tools.registry.prompt_opened`).
+    """
+
+    template: Any
+    tools: list[dict[str, Any]] | None
+    prompt_opened: bool | None = None
+
+    def stream(self) -> ResponseStream:
+        return ResponseStream(self.template, tools=self.tools, prompt_opened=self.prompt_opened)
+
+    def parse(self, text: str) -> ParsedResponse:
+        return parse_response(self.template, text, tools=self.tools, prompt_opened=self.prompt_opened)
 
 
 @attrs.frozen
@@ -122,6 +143,8 @@ class _Turn(Generic[H]):
         session = owner.session  # start() may have replaced it (a resent history, an edit)
         self.prompt_tokens = session.step
         self.request = GenerationRequest.from_session(session, self.delta, params, key, progress)
+        #: the delta ends with the prompt this answer follows (Gemma 4's may open its thought channel)
+        self.reading = Reading(session.template, session.tools, prompt_opened(session.template, self.delta.text))
         self.parse, self.guard = parse, guard
         self.texts: list[str] = []
         self.ids: list[int] = []
@@ -164,10 +187,7 @@ class _Turn(Generic[H]):
             final = attrs.evolve(final, finish_reason="repetition")
         finish_reason = final.finish_reason or "cancelled"  # self.final is a chunk with one
         text = "".join(self.texts)
-        # the delta ends with the prompt this answer follows (Gemma 4's may open its thought channel)
-        opened = prompt_opened(session.template, self.delta.text) if self.parse else None
-        parsed = parse_response(session.template, text, tools=session.tools, prompt_opened=opened) \
-            if self.parse else None
+        parsed = self.reading.parse(text) if self.parse else None
         fields: dict[str, Any] = {}
         if parsed is not None and finish_reason == "stop" and parsed.tool_calls:
             # the conversation keeps the parsed calls, so tool results can answer their ids;
@@ -217,12 +237,12 @@ class Turn(_Turn[Owner]):
                 try:
                     for chunk in chunks:
                         self._record(chunk)
-                    self.owner.save(record_of(self._commit()))
+                    self.owner.save(record_of(self._commit(), self.reading))
                 except Exception as exc:  # noqa: BLE001 - the engine or the store failed while stopping
                     self._failed(exc)
                 raise
             result = self._commit()
-            self.owner.save(record_of(result))
+            self.owner.save(record_of(result, self.reading))
             stage = "saved"
             yield self.final
             return result
@@ -281,7 +301,7 @@ class AsyncTurn(_Turn[AsyncOwner]):
                 if self.finishing is None:
                     await stream.aclose()
             result = self._commit()
-            await self.owner.asave(record_of(result))
+            await self.owner.asave(record_of(result, self.reading))
             stage = "saved"
             yield self.final
             yield Done(result)
@@ -299,7 +319,7 @@ class AsyncTurn(_Turn[AsyncOwner]):
         try:
             async for chunk in stream:  # an engine that was cancelled mid-await has ended already
                 self._record(chunk)
-            await self.owner.asave(record_of(self._commit()))
+            await self.owner.asave(record_of(self._commit(), self.reading))
         except BaseException as exc:  # noqa: BLE001 - the engine or the store failed while stopping
             self._failed(exc)
             if not isinstance(exc, Exception):
@@ -312,20 +332,28 @@ class AsyncTurn(_Turn[AsyncOwner]):
                     self.when_finished()
 
 
-def record_of(result: TurnResult) -> dict[str, Any]:
-    """A turn's result as JSON, without its ids and parse (:func:`result_of` rebuilds them)."""
-    return {"text": result.text, "finish_reason": result.finish_reason, "stop": result.stop,
+def record_of(result: TurnResult, reading: Reading) -> dict[str, Any]:
+    """A turn's result as JSON, without its ids and parse (:func:`result_of` rebuilds them, reading the text as
+    the turn did)."""
+    return {"text": result.text, "prompt_opened": reading.prompt_opened, "finish_reason": result.finish_reason,
+            "stop": result.stop,
             "prompt_tokens": result.prompt_tokens, "prefilled": result.prefilled, "reused": result.reused,
             "history_tokens": result.history_tokens, "generated": len(result.token_ids),
             "cache_miss_reason": result.cache_miss_reason, "cached_from": result.cached_from}
 
 
-def result_of(record: dict[str, Any], template: Any, tools: Any) -> TurnResult:
+def reading_of(record: dict[str, Any], template: Any, tools: Any) -> Reading:
+    """How the turn of a :func:`record_of` read its answer (a record saved before it said: as the template
+    decides)."""
+    return Reading(template, tools, record.get("prompt_opened"))
+
+
+def result_of(record: dict[str, Any], reading: Reading) -> TurnResult:
     """The result of a turn that already ran, from its :func:`record_of` (a retried request)."""
     return TurnResult(
         text=record["text"], token_ids=(), finish_reason=record["finish_reason"], stop=record.get("stop"),
         prompt_tokens=record["prompt_tokens"], prefilled=record["prefilled"], reused=record["reused"],
-        history_tokens=record["history_tokens"], parsed=parse_response(template, record["text"], tools=tools),
+        history_tokens=record["history_tokens"], parsed=reading.parse(record["text"]),
         cache_miss_reason=record.get("cache_miss_reason"), cached_from=record.get("cached_from"),
     )
 
