@@ -42,6 +42,10 @@ def add_backend_arguments(p: argparse.ArgumentParser) -> None:
     engine.add_argument("--kv-key-file", metavar="FILE",
                         help="the key that authenticates the KV files, the same file for replicas that share a "
                              "--kv-dir (default: <kv dir>.key, made at the first start with mode 0600)")
+    engine.add_argument("--kv-shared", action="store_true",
+                        help="the --kv-dir is shared by replicas (docs/scaling.md): each turn's state is published "
+                             "there as it ends, and states other replicas publish are used (give them one "
+                             "--kv-key-file)")
     engine.add_argument("--gpu-layers", "-ngl", "--n-gpu-layers", type=_gpu_layers, metavar="N|auto",
                         help="layers offloaded to the GPU (default: auto, all of them when llama-cpp-python was "
                              "built with a GPU backend, else 0; N > 0 without one: a warning, the CPU)")
@@ -79,9 +83,11 @@ def backend_options(args: argparse.Namespace) -> dict[str, Any]:
         options["kv_dir"] = args.kv_dir or str(default_kv_dir())
         if args.kv_key_file:
             options["kv_key_file"] = args.kv_key_file
+        if args.kv_shared:
+            options["kv_shared"] = True
         _warnings_to_stderr()
     elif any(v is not None for v in (args.threads, args.ctx, args.sessions, args.kv_host_mb, args.kv_dir,
-                                      args.kv_disk_mb, args.kv_key_file, args.gpu_layers)):
+                                      args.kv_disk_mb, args.kv_key_file, args.gpu_layers)) or args.kv_shared:
         raise UsageError("--threads, --ctx, --sessions, --gpu-layers and the --kv-* options are options of the "
                          "llamacpp backend")
     if backend == "remote":

@@ -46,7 +46,9 @@ def kv_lines(backend: Backend) -> list[str]:
         return [*lines, "KV files: none kept (--kv-disk-mb 0)"]
     if stats.get("disk_problem"):
         return [*lines, f"KV files: none kept ({stats['disk_problem']})"]
-    return [*lines, f"KV files: {stats['disk_dir']}: {count(stats['disk_files'], 'file')}, {_mb(stats['disk_bytes'])} "
+    shared = ", shared with other replicas (--kv-shared)" if stats.get("disk_shared") else ""
+    return [*lines, f"KV files: {stats['disk_dir']}{shared}: {count(stats['disk_files'], 'file')}, "
+                    f"{_mb(stats['disk_bytes'])} "
                     f"of at most {_mb(stats['disk_budget'])} (--kv-disk-mb; `lmchat cache clear` empties it)"]
 
 

@@ -50,7 +50,10 @@ class LlamaCppBackend:
     ``lmchat serve`` pass ``<data dir>/kv``): no disk tier. ``kv_key_file``:
     the key that authenticates the KV files, for replicas that share
     ``kv_dir`` (None: ``<kv_dir>.key``, made at the first start, mode 0600;
-    see docs/backends.md). ``template``: the
+    see docs/backends.md). ``kv_shared``: ``kv_dir`` is shared by replicas
+    (docs/scaling.md): each turn's state is published there as it ends, and
+    files other replicas publish are found before a prompt is prefilled;
+    their prompt tokens count as ``shared``. ``template``: the
     chat template name, instead of the one matched from the GGUF (its
     embedded ``tokenizer.chat_template`` when that is a built-in's official
     text, else its metadata names, else its file name: see ``lmchat match``;
@@ -81,6 +84,7 @@ class LlamaCppBackend:
         kv_dir: str | Path | None = None,
         kv_disk_mb: float = DEFAULT_DISK_MB,
         kv_key_file: str | Path | None = None,
+        kv_shared: bool = False,
         gpu_layers: int | str = "auto",
         settle: Settle = "auto",
     ) -> None:
@@ -121,7 +125,7 @@ class LlamaCppBackend:
             if kv_dir is not None and kv_disk_mb > 0:
                 disk = DiskTier(Path(kv_dir).expanduser(), int(kv_disk_mb * 2**20),
                                 _identity(path, flash_attn=flash_attn, gpu_layers=self.gpu_layers),
-                                None if kv_key_file is None else Path(kv_key_file).expanduser())
+                                None if kv_key_file is None else Path(kv_key_file).expanduser(), shared=kv_shared)
             self.engine: Engine | None = Engine(
                 self._model, self.tokenizer, n_ctx=ctx, n_seq=int(sessions), threads=self.threads,
                 host_bytes=int(host_cache_mb * 2**20), flash_attn=flash_attn, prefill_chunk=prefill_chunk, disk=disk,

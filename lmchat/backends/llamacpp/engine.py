@@ -126,6 +126,7 @@ class Engine(Steps, PrefixReuse, Inspection):
         if disk is not None:
             for entry in disk.start(self.n_ctx_seq):
                 self.index.put(entry)
+        self.published: dict[str, DiskEntry] = {}  # a session's state in a shared tier, as this engine last put it
         self.served: Counter[str] = Counter()  # prompt tokens by where they came from (prefilled included)
         self.misses: Counter[str] = Counter()  # held prefixes not used, by reason
         self.settled = 0  # decoded ids prefilled again by spare capacity (steps.py)
@@ -253,6 +254,7 @@ class Engine(Steps, PrefixReuse, Inspection):
         self.ctx = None
 
     def _drop(self, session_id: str) -> None:
+        self.published.pop(session_id, None)  # its file stays, a prefix like its orphan
         state = self.sessions.get(session_id)
         if state is None:
             return
@@ -353,6 +355,8 @@ class Engine(Steps, PrefixReuse, Inspection):
             state.unfed = [job.token]  # sampled last, never fed: the next turn feeds it before its delta
         self._release(job)
         job.out.put(last)
+        if state is not None and self.disk is not None and self.disk.shared:
+            self._publish(state)  # after the answer went out: the copy costs the next turn, not this one
 
     def _fail(self, job: Job, exc: BaseException) -> None:
         self._release(job)

@@ -49,6 +49,9 @@ def open_regular(dfd: int, name: str) -> tuple[int, os.stat_result]:
     except OSError as exc:
         if exc.errno == errno.ELOOP:  # a link swapped in after the lstat
             raise KVFileRejected("is a symbolic link, not a regular file", "not a file") from None
+        if exc.errno == errno.ENOENT:  # removed since it was listed: by another replica of a shared directory
+            raise KVFileRejected("was removed before it could be read (evicted by another replica sharing the "
+                                 "directory, or cleared)", "gone") from None
         raise KVFileRejected(f"could not be read ({exc.strerror or exc})", "unreadable") from None
     if fd >= 0:
         st = os.fstat(fd)

@@ -10,6 +10,13 @@ failed write a logged miss).
 A file found unusable at the start (not a regular file, truncated, of another format, not named by its ids,
 larger than the tier) is removed, counted and logged, and its name kept: the turn that would have started
 from it says why it did not.
+
+A *shared* tier (``shared=True``: one directory several replicas use, one key file) is the same files, read by
+every replica and written by the one that computed them: the engine publishes each finished turn's state at
+once (:meth:`DiskTier.put`), and a replica looks for files others wrote (:meth:`DiskTier.refresh`) before it
+would prefill. Publishing is a rename, so concurrent writers of one prefix (both files valid, one wins) and
+readers (an open file is the one they opened) never meet a torn state; a file another replica evicted while
+this one was about to read it is a miss that says so, and the turn prefills.
 """
 from __future__ import annotations
 
@@ -40,6 +47,8 @@ log = logging.getLogger("lmchat.llamacpp")
 
 #: the smallest state worth a file: fewer ids are prefilled again faster than a file is read
 MIN_IDS = 64
+#: a temporary older than this is a write a crash cut short; a younger one may be another replica's, being written
+STALE_SECONDS = 600.0
 #: the names this tier writes (a digest of the ids, the suffix); anything else in the directory is not its own
 _NAME = re.compile(r"[0-9a-f]{32}" + re.escape(SUFFIX))
 
@@ -67,8 +76,8 @@ class DiskEntry:
     why_not: str | None = None  # set when the file is known to be unusable (another model's, a failed write)
     miss_kind: str = ""  # why_not, for the metrics
     gone: bool = False
+    tier: str = "disk"  # "shared": a tier several replicas use (the metrics' source of its tokens)
 
-    tier = "disk"
     version = 0  # a file's ids never change
 
 
@@ -78,8 +87,11 @@ class DiskTier:
     first start; a key file given that cannot be read is a :class:`ConfigError`)."""
 
     def __init__(self, directory: str | Path, budget: int, identity: dict[str, Any],
-                 key_file: str | Path | None = None) -> None:
+                 key_file: str | Path | None = None, shared: bool = False) -> None:
         self.directory = Path(directory)
+        self.shared = shared
+        self.tier = "shared" if shared else "disk"
+        self._seen: set[str] = set()  # names indexed, or found unusable: a refresh reads only new ones
         self.budget = int(budget)
         self.identity = identity
         self.entries: dict[str, DiskEntry] = {}
@@ -123,49 +135,93 @@ class DiskTier:
         found = []
         for name in os.listdir(self._dir):
             if kvdir.is_temporary(name):
-                kvdir.unlink(self._dir, name)  # a write cut short by a crash
-                continue
-            if not _NAME.fullmatch(name):
-                continue
-            try:
-                fd, st = kvdir.open_regular(self._dir, name)
-                try:
-                    header = read_head(fd, st.st_size)
-                    foreign = header.identity != self.identity  # another engine's: kept, never read whole
-                    if header.n_ids > max_ids:
-                        if foreign:
-                            continue  # of a longer context than ours: not even indexed
-                        raise KVFileRejected(f"holds {header.n_ids} ids, more than a sequence here ({max_ids})",
-                                             "too long")
-                    if not foreign and st.st_size > self.budget:
-                        raise KVFileRejected(f"is larger than the whole disk tier ({self.budget} bytes)", "too large")
-                    raw = read_ids(fd, header)
-                finally:
-                    os.close(fd)
-                if file_name(raw) != name:
-                    raise KVFileRejected("is not named by the ids it holds", "misnamed")
-            except KVFileRejected as exc:
-                self._removed(name, exc)
-                kvdir.unlink(self._dir, name)
-                self.lost[bytes.fromhex(name[:32])] = KVFileRejected(
-                    f"KV file {name} {exc}: it was removed at the start", exc.kind)
-                continue
-            if foreign:  # indexed, never used: a hit on it says why
-                why = (f"KV file {name} was made by another model or with other cache parameters "
-                       f"({difference(header.identity, self.identity)})")
-                self.foreign.append(DiskEntry(name, ids_of(raw), 0, header.exact, why_not=why,
-                                              miss_kind="other model"))
-                continue
-            found.append((st.st_mtime, name, ids_of(raw), header.exact, st.st_size))
-        for _, name, ids, exact, size in sorted(found):  # oldest first: the ticks keep their order
-            entry = DiskEntry(name, ids, size, exact, tick=next(self._ticks))
-            self.entries[name] = entry
-            self.nbytes += entry.nbytes
+                self._stale(name)
+            elif _NAME.fullmatch(name) and (file := self._index(name, max_ids, at_start=True)) is not None:
+                found.append(file)
+        self._add(found)
         self._trim()  # a budget lowered since the files were written: the oldest go
         if self.entries or self.removed:
             log.info("KV directory %s: %d states, %d bytes; files removed: %d", self.directory, len(self.entries),
                      self.nbytes, sum(self.removed.values()))
         return [*self.entries.values(), *self.foreign]
+
+    def refresh(self, max_ids: int) -> tuple[list[DiskEntry], list[DiskEntry]]:
+        """What other replicas did to a shared directory since the last look: the entries of files they
+        published (for the index: usable ones and other engines') and of files they removed (to unindex);
+        a tier of one process's own finds nothing."""
+        if not self.shared or self.problem is not None:
+            return [], []
+        try:
+            names = set(os.listdir(self._dir))
+        except OSError:
+            return [], []
+        gone = [e for e in self.entries.values() if e.blob is None and e.name not in names]
+        for entry in gone:
+            self._forget(entry)
+        self._seen &= names  # a name removed may come back, published again
+        n_foreign = len(self.foreign)
+        found = [file for name in sorted(names - self._seen)
+                 if _NAME.fullmatch(name) and (file := self._index(name, max_ids, at_start=False)) is not None]
+        new = self._add(found)
+        gone += self._trim()  # the replicas share the budget: each trims what it sees, the least recently used
+        return [*new, *self.foreign[n_foreign:]], gone
+
+    def _index(self, name: str, max_ids: int, at_start: bool) -> tuple[float, str, list[int], int, int] | None:
+        """The file ``name`` of this engine to index (its mtime, name, ids, exact, size); None if it is not:
+        another engine's (kept in ``foreign``), or unusable (removed, its reason kept for the turn that
+        would have started from it)."""
+        self._seen.add(name)
+        try:
+            fd, st = kvdir.open_regular(self._dir, name)
+            try:
+                header = read_head(fd, st.st_size)
+                foreign = header.identity != self.identity  # another engine's: kept, never read whole
+                if header.n_ids > max_ids:
+                    if foreign:
+                        return None  # of a longer context than ours: not even indexed
+                    raise KVFileRejected(f"holds {header.n_ids} ids, more than a sequence here ({max_ids})",
+                                         "too long")
+                if not foreign and st.st_size > self.budget:
+                    raise KVFileRejected(f"is larger than the whole disk tier ({self.budget} bytes)", "too large")
+                raw = read_ids(fd, header)
+            finally:
+                os.close(fd)
+            if file_name(raw) != name:
+                raise KVFileRejected("is not named by the ids it holds", "misnamed")
+        except KVFileRejected as exc:
+            if exc.kind == "gone":  # removed by another replica since the listing
+                return None
+            self._removed(name, exc)
+            kvdir.unlink(self._dir, name)
+            self.lost[bytes.fromhex(name[:32])] = KVFileRejected(
+                f"KV file {name} {exc}: it was removed " + ("at the start" if at_start else "when found"), exc.kind)
+            return None
+        if foreign:  # indexed, never used: a hit on it says why
+            why = (f"KV file {name} was made by another model or with other cache parameters "
+                   f"({difference(header.identity, self.identity)})")
+            self.foreign.append(DiskEntry(name, ids_of(raw), 0, header.exact, why_not=why,
+                                          miss_kind="other model", tier=self.tier))
+            return None
+        return st.st_mtime, name, ids_of(raw), header.exact, st.st_size
+
+    def _add(self, found: list[tuple[float, str, list[int], int, int]]) -> list[DiskEntry]:
+        new = []
+        for _, name, ids, exact, size in sorted(found):  # oldest first: the ticks keep their order
+            entry = DiskEntry(name, ids, size, exact, tick=next(self._ticks), tier=self.tier)
+            self.entries[name] = entry
+            self.nbytes += entry.nbytes
+            new.append(entry)
+        return new
+
+    def _stale(self, name: str) -> None:
+        """Remove the temporary ``name`` if it is a write a crash cut short (not one being written now, by
+        another replica of a shared directory)."""
+        try:
+            age = time.time() - os.stat(name, dir_fd=self._dir, follow_symlinks=False).st_mtime
+        except OSError:
+            return
+        if age > STALE_SECONDS:
+            kvdir.unlink(self._dir, name)
 
     def removed_prefix(self, ids: list[int], beyond: int) -> KVFileRejected | None:
         """Why the file removed at the start that held the longest prefix of ``ids``, longer than ``beyond``
@@ -191,6 +247,7 @@ class DiskTier:
             return None, []
         raw_ids = ids_bytes(ids)
         name = file_name(raw_ids)
+        self._seen.add(name)
         old = self.entries.get(name)
         if old is not None and old.why_not is None and old.exact >= exact:  # on disk already
             old.tick = next(self._ticks)
@@ -201,7 +258,7 @@ class DiskTier:
             return None, []
         if old is not None:
             self._forget(old)
-        entry = DiskEntry(name, list(ids), size, exact, blob=blob, tick=next(self._ticks))
+        entry = DiskEntry(name, list(ids), size, exact, blob=blob, tick=next(self._ticks), tier=self.tier)
         self.entries[name] = entry
         self.nbytes += size
         gone = self._trim()
@@ -224,6 +281,9 @@ class DiskTier:
             return self._verified(entry, needed)
         except KVFileRejected as exc:
             self._forget(entry)
+            if exc.kind == "gone":  # another replica's eviction (or `lmchat cache clear`): nothing to remove
+                self._seen.discard(entry.name)  # published again, it is found again
+                raise KVFileRejected(f"KV file {entry.name} {exc}", exc.kind) from None
             if exc.kind != "other model":  # another engine's file in a shared directory is not ours to delete
                 self._removed(entry.name, exc)
                 self._submit(("delete", entry.name))
@@ -238,7 +298,8 @@ class DiskTier:
             raise KVFileRejected(f"was made by another model or with other cache parameters "
                                  f"({difference(header.identity, self.identity)})", "other model")
         ids, state = authenticated(data, header, self.key)
-        if ids != entry.ids or header.exact != entry.exact or ids[:len(needed)] != needed:
+        # another replica may have published these ids again since they were indexed (another exact count)
+        if ids != entry.ids or header.exact < len(needed) or ids[:len(needed)] != needed:
             raise KVFileRejected("holds other token ids than it was indexed with", "ids differ")
         return state
 

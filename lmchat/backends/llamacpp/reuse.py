@@ -123,10 +123,46 @@ class PrefixReuse(EngineState):
             state.blob = None
             self._forget(state)
 
+    def _publish(self, state: SessionState) -> None:
+        """Put an idle session's state in the shared tier at once (another replica may take its next turn:
+        after a kill, a drain or a redeploy); the file of its previous turn, a prefix of this one, goes."""
+        disk = self.disk
+        if disk is None or state.busy or state.tier is None or state.exact < BLOCK:
+            return
+        if self.sessions.get(state.session_id) is not state:
+            return
+        blob = state.blob if state.seq is None else self.pool.save(state.seq)
+        if blob is None:
+            return
+        entry, gone = disk.put(state.ids, state.exact, blob)
+        for old in gone:
+            self.index.remove(old)
+        if entry is None:
+            return
+        self.index.put(entry)
+        before = self.published.get(state.session_id)
+        self.published[state.session_id] = entry
+        if before is not None and before is not entry and not before.gone \
+                and state.ids[:len(before.ids)] == before.ids:
+            self.index.remove(before)
+            disk.reject(before)
+
+    def _discover(self) -> None:
+        """Index what other replicas published to (or removed from) a shared tier since the last look."""
+        if self.disk is None:
+            return
+        new, gone = self.disk.refresh(self.n_ctx_seq)
+        for entry in gone:
+            self.index.remove(entry)
+        for entry in new:
+            self.index.put(entry)
+
     def _reuse(self, job: Job) -> None:
         """Start the sequence from the longest exact prefix of its prompt held elsewhere, when that saves
         prefilling at least a block (and a sixteenth of what must be loaded for it)."""
         state = job.admitted
+        if len(job.todo) >= BLOCK:
+            self._discover()
         for _ in range(4):  # a file that fails its checks leaves the next best holder
             have = len(state.ids)
             if len(job.todo) < BLOCK:

@@ -40,6 +40,7 @@ class EngineState:
     orphans: set[SessionState]
     index: PrefixIndex[SessionState | DiskEntry]
     disk: DiskTier | None
+    published: dict[str, DiskEntry]
     served: Counter[str]
     misses: Counter[str]
     settled: int
