@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from .sink import Sink, openai_id
+from .sink import WS, Sink, openai_id
 
 #: what a tool name written as plain text (GLM's metadata line, DeepSeek's call header) may contain
 NAME = re.compile(r"[\w.\-:/]+")
@@ -70,6 +70,9 @@ class Format:
     #: what a generation prompt ends with when it opened this format's own reasoning channel (Gemma 4's after
     #: tool results with thinking on): the answer then starts inside it; '' where no prompt does
     opened_by = ""
+    #: the markers around the calls of one answer as a group (begin, end), where the format has them: markup
+    #: only around calls; a begin or an end that holds no call is content as written, with a note
+    section: tuple[str, str] | None = None
 
     def __init__(self, sink: Sink):
         self.sink = sink
@@ -124,6 +127,12 @@ class RegionFormat(Format):
     def open(self, marker: str) -> Region | None:
         raise NotImplementedError
 
+    def kept(self, marker: str, final: bool) -> bool | None:
+        """Whether the opening ``marker`` just found (:attr:`buf` holds what follows it) is text here: kept as
+        content with a note (True), markup (False), or not known until more text comes (None, never when
+        ``final``)."""
+        return False
+
     def step(self, final: bool) -> None:
         while True:
             if self.region is None:
@@ -132,6 +141,14 @@ class RegionFormat(Format):
                 self.buf = self.buf[pos + len(marker or ""):]
                 if marker is None:
                     return
+                kept = self.kept(marker, final)
+                if kept is None:  # judged once more text comes
+                    self.buf = marker + self.buf
+                    return
+                if kept:
+                    self.sink.content.write(marker)
+                    self.sink.note(f"{marker} around no tool call; kept as content")
+                    continue
                 self.region = self.open(marker)  # None: a marker that only separates calls
                 continue
             pos, marker = cut(self.buf, self.closes, final)
@@ -147,3 +164,32 @@ class RegionFormat(Format):
                 return
             self.region.close(marker)
             self.region = None
+
+
+class SectionFormat(RegionFormat):
+    """Calls each opened by :attr:`call_begin`, grouped between the :attr:`section` markers (DeepSeek's, Kimi-K2's).
+
+    The section markers are markup only around calls: a begin that no call follows (after whitespace) and an end
+    with no call since the last one are the model's text, kept as written (SGLang's Kimi-K2 detector gives
+    such text back verbatim too). A begin waits for what follows it, as a marker's prefix does.
+    """
+
+    call_begin: str
+    section: tuple[str, str]
+
+    def __init__(self, sink: Sink):
+        super().__init__(sink)
+        self.calls_since_end = False
+
+    def kept(self, marker: str, final: bool) -> bool | None:
+        begin, end = self.section
+        if marker == self.call_begin:
+            self.calls_since_end = True
+        elif marker == begin:
+            lead = self.buf.lstrip(WS)
+            if not lead.startswith(self.call_begin):
+                return None if not final and self.call_begin.startswith(lead) else True
+        elif marker == end:
+            grouped, self.calls_since_end = self.calls_since_end, False
+            return not grouped
+        return False

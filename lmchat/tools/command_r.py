@@ -162,13 +162,15 @@ class ActionRegion:
 
 
 class CommandR7B(RegionFormat):
-    """R7B's thinking, action and response blocks (see the module docstring); text outside them is content,
-    and a closing marker without its opening one is dropped."""
+    """R7B's thinking, action and response blocks (see the module docstring); text outside them is content.
+    A closing marker without its opening one is dropped, but for the action block's, a call section's end around
+    no call: the model's text, kept as written."""
 
     opens = (START_THINKING, START_ACTION, START_RESPONSE, END_THINKING, END_ACTION, END_RESPONSE)
     closes = (END_THINKING, END_ACTION, END_RESPONSE)
     #: the thinking block is the model's reasoning, parsed here: no ``<think>`` splitting
     reasons = True
+    section = (START_ACTION, END_ACTION)
 
     def open(self, marker: str) -> ThinkingRegion | ActionRegion | ResponseRegion | None:
         if marker == START_THINKING:
@@ -178,3 +180,6 @@ class CommandR7B(RegionFormat):
         if marker == START_RESPONSE:
             return ResponseRegion(self.sink)
         return None  # a stray closing marker
+
+    def kept(self, marker: str, final: bool) -> bool | None:
+        return marker == END_ACTION  # found here, it closes no action block

@@ -10,7 +10,7 @@ announced at the separator.
 """
 from __future__ import annotations
 
-from .base import NAME, RegionFormat
+from .base import NAME, SectionFormat
 from .calls import JsonArgs
 from .sink import WS, Sink
 
@@ -79,10 +79,11 @@ class DeepSeekCall:
             self.sink.content.write(self.buf)
 
 
-class DeepSeekV3(RegionFormat):
+class DeepSeekV3(SectionFormat):
     opens = (CALLS_BEGIN, CALL_BEGIN, CALLS_END)
     closes = (CALL_END,)
     markers = (*opens, *closes, SEP)
+    call_begin, section = CALL_BEGIN, (CALLS_BEGIN, CALLS_END)
 
     def open(self, marker: str) -> DeepSeekCall | None:
         return DeepSeekCall(self.sink) if marker == CALL_BEGIN else None  # the list markers only group calls

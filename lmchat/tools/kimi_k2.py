@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from .base import NAME, RegionFormat
+from .base import NAME, SectionFormat
 from .deepseek_v3 import DeepSeekCall
 from .sink import WS
 
@@ -32,10 +32,11 @@ class KimiCall(DeepSeekCall):
         return match.group(1), model_id, sep + len(ARGUMENT_BEGIN)
 
 
-class KimiK2(RegionFormat):
+class KimiK2(SectionFormat):
     opens = (SECTION_BEGIN, CALL_BEGIN, SECTION_END)
     closes = (CALL_END,)
     markers = (*opens, *closes, ARGUMENT_BEGIN)
+    call_begin, section = CALL_BEGIN, (SECTION_BEGIN, SECTION_END)
 
     def open(self, marker: str) -> KimiCall | None:
         return KimiCall(self.sink) if marker == CALL_BEGIN else None  # the section markers only group calls
