@@ -7,6 +7,7 @@ import hashlib
 import logging
 import os
 import re
+import socket
 import threading
 import time
 import urllib.request
@@ -64,6 +65,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "model_not_found) (default: the template's, and any name a request gives is answered)")
     p.add_argument("--metrics-key", action="append", default=[], metavar="KEY",
                    help="Bearer key /metrics takes (repeatable; default: the API keys; none and no API keys: open)")
+    p.add_argument("--replica-name", type=_replica_name, metavar="NAME",
+                   help="the name every response gives in its X-Lmchat-Replica header, for replicas behind a load "
+                        "balancer (docs/scaling.md; default: HOSTNAME:PORT)")
     limits = p.add_argument_group("limits")
     limits.add_argument("--max-sessions", type=int, default=10_000,
                         help="stored sessions kept in memory (default: 10000; one-off requests' are not counted)")
@@ -93,6 +97,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="open the web chat page in the browser once the server answers (docs/web.md)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
                    help="what the console shows (default: info: the start lines, each request, lmchat's notices)")
+
+
+def _replica_name(text: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9._:-]{1,100}", text):
+        raise argparse.ArgumentTypeError("a replica name is 1 to 100 letters, digits, '.', '_', ':' or '-'")
+    return text
+
+
+def replica_name(args: argparse.Namespace) -> str:
+    """The replica's name in its responses' headers: ``--replica-name``, else this host and port."""
+    if args.replica_name:
+        return str(args.replica_name)
+    host = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname())[:60] or "localhost"
+    return f"{host}:{args.port}" if args.port else f"{host}:pid{os.getpid()}"
 
 
 def default_store_path(engine: str) -> Path:
@@ -194,4 +212,5 @@ def build_app(args: argparse.Namespace) -> App:
         raise
     return create_app(manager, api_keys=[k.strip() for k in keys], model_name=args.model_name or template.name,
                       max_body=args.max_body_bytes, close_manager=True, metrics_keys=args.metrics_key,
-                      body_timeout=args.body_timeout, strict_model=args.model_name is not None)
+                      body_timeout=args.body_timeout, strict_model=args.model_name is not None,
+                      replica=replica_name(args))

@@ -10,7 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from ..errors import LmchatError
 from ..manager import SessionManager
@@ -30,9 +30,21 @@ class App(FastAPI):
     request metrics) and serves the hottest routes itself (:mod:`.asgi`), before FastAPI's own layers."""
 
     guard: Guard
+    #: the ``X-Lmchat-Replica`` header every response carries (None: none), naming the replica that answered
+    replica_header: tuple[bytes, bytes] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self.guard(scope, receive, send)
+        header = self.replica_header
+        if header is None or scope["type"] != "http":
+            await self.guard(scope, receive, send)
+            return
+
+        async def named(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", ()), header]}
+            await send(message)
+
+        await self.guard(scope, receive, named)
 
     async def _framework(self, scope: Scope, receive: Receive, send: Send) -> None:
         await super().__call__(scope, receive, send)
@@ -40,11 +52,12 @@ class App(FastAPI):
 
 def create_app(manager: SessionManager, *, api_keys: Iterable[str] | None = None, model_name: str = "lmchat",
                max_body: int = MAX_BODY, close_manager: bool = False, metrics_keys: Iterable[str] | None = None,
-               body_timeout: float = BODY_SECONDS, strict_model: bool = False) -> App:
+               body_timeout: float = BODY_SECONDS, strict_model: bool = False, replica: str | None = None) -> App:
     """An app serving ``manager``'s sessions. ``api_keys``: accepted Bearer keys (None or empty: no
     authentication); each key sees only the sessions it created. ``metrics_keys``: the keys ``/metrics``
     takes (default: the API keys). ``model_name``: what ``/v1/models`` lists and responses name; ``strict_model``:
     a request whose ``model`` names another is refused (404 ``model_not_found``), else any name is answered.
+    ``replica``: the name every response gives in ``X-Lmchat-Replica`` (replicas behind a load balancer).
     ``body_timeout``: seconds a client may take to send its body. ``close_manager``: close it when the
     server shuts down (running turns get its grace period to save); otherwise the caller keeps
     ownership of ``manager``. The app is FastAPI's, behind the guard (:class:`App`): middleware added
@@ -74,6 +87,8 @@ def create_app(manager: SessionManager, *, api_keys: Iterable[str] | None = None
     # one mapping for every failure (.asgi.error_of): FastAPI's handlers and the plain ASGI routes
     for kind in (ApiError, LmchatError, RequestValidationError, HTTPException, RecursionError, Exception):
         app.add_exception_handler(kind, _respond)
+    if replica is not None:
+        app.replica_header = (b"x-lmchat-replica", replica.encode("ascii"))
     app.guard = Guard(app._framework, max_body=max_body, stats=app.state.stats, body_timeout=body_timeout,
                       routes={interactive.PATH: ("POST", interactive.Interactive(app.state))})
     return app

@@ -119,7 +119,7 @@ def _kv(kv: Mapping[str, Any]) -> Iterator[Metric]:
     tokens = CounterMetricFamily(
         "lmchat_kv_tokens_total", "Prompt tokens by where they came from: session (its own sequence), resident "
         "(another sequence), host, disk, or prefilled", labels=("source",))
-    for source in ("session", "resident", "host", "disk", "prefilled"):
+    for source in ("session", "resident", "host", "disk", "shared", "prefilled"):
         tokens.add_metric((source,), kv["tokens_by_source"].get(source, 0))
     yield tokens
     tiers = {"resident": {"tokens": kv["resident_tokens"], "entries": kv["resident"]},
