@@ -171,13 +171,31 @@ def test_without_tools_values_are_strings():
 @pytest.mark.parametrize("raw, declared, value", [
     ("42", "integer", 42), ("4.2", "integer", "4.2"), ("-7", "int64", -7),
     ("3.0", "number", 3), ("3.5", "float", 3.5), ("nan", "number", "nan"), ("1e999", "number", "1e999"),
-    ("True", "boolean", True), ("yes", "boolean", False), ("NULL", "string", None),
+    ("True", "boolean", True), ("yes", "boolean", "yes"), (" true", "bool", True), ("FALSE \t", "binary", False),
+    ("", "boolean", ""), ("NULL", "string", None),
     ("[1, 2]", "array", [1, 2]), ("{'a': (1, 2)}", "object", {"a": [1, 2]}), ("{1, 2}", "object", "{1, 2}"),
     ("not json", "object", "not json"), ("[1", "list", "[1"), ("7", ["integer", "null"], 7),
     ("7", ["string", "integer"], "7"), ("7", None, "7"), ("x", "enum", "x"), ("[1]", "whatever", [1]),
 ])
 def test_values_are_typed_as_vllm_types_them(raw, declared, value):
     assert typed(raw, declared) == value
+
+
+FLAGS = [function("f", {"flag": {"type": "boolean"}, "count": {"type": "integer"}})]
+
+
+@pytest.mark.parametrize("raw, value, noted", [
+    ("true", True, False), (" true", True, False), ("False\n", False, False), ("TRUE", True, False),
+    ("yes", "yes", True), ("1", "1", True), ("truth", "truth", True),
+])
+def test_a_boolean_reads_as_the_official_parser_reads_it_and_anything_else_is_noted(raw, value, noted):
+    """Qwen3-Coder's own parser strips the value and compares true/false case-insensitively; where it turns
+    anything else into false (with only a log line), the value is kept as written with a note, as a mistyped
+    integer is (issue 40, item 10: ``yes`` and `` true`` became false without one)."""
+    parsed = check_every_split(FMT, call("f", flag=raw, count="abc"), tools=FLAGS)
+    assert calls(parsed) == [("f", {"flag": value, "count": "abc"})]
+    assert any("'count' should be integer" in e for e in parsed.errors)
+    assert any("'flag' should be boolean" in e for e in parsed.errors) == noted, parsed.errors
 
 
 def test_a_call_cut_off_keeps_its_complete_parameters():

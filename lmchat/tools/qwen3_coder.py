@@ -12,7 +12,10 @@ One state machine over the answer. A call is announced when its ``<function=NAME
 is complete, and its arguments stream one parameter at a time, each once its value
 has ended. A value is typed by the tool's JSON schema as vLLM's ``qwen3_coder``
 parser types it (:func:`typed`): numbers, booleans, objects and arrays are parsed,
-strings are kept verbatim but for the one newline the template puts on each side.
+strings are kept verbatim but for the one newline the template puts on each side. A
+boolean is ``true`` or ``false`` in any case, whitespace around it aside, as Qwen's own
+parser reads it; anything else is kept as written (both parsers make it ``false``), and
+the tools' check notes the wrong type, as for a number that is none.
 
 What vLLM accepts, this accepts too: a ``<function=...>`` without ``<tool_call>``
 around it, a parameter whose ``</parameter>`` is missing (it ends at the next
@@ -89,7 +92,8 @@ def _declared(declared: Any) -> str | None:
 
 
 def typed(raw: str, declared: Any) -> Any:
-    """A parameter's value as vLLM's qwen3_coder parser converts it, given the schema's ``type`` (or None)."""
+    """A parameter's value as vLLM's qwen3_coder parser converts it, given the schema's ``type`` (or None); a
+    boolean that is neither true nor false stays text (see the module docstring)."""
     if raw.lower() == "null":
         return None
     kind = _declared(declared)
@@ -103,7 +107,10 @@ def typed(raw: str, declared: Any) -> Any:
     if kind.startswith(FLOAT_PREFIXES):
         return _number(raw)
     if kind in BOOL_TYPES:
-        return raw.lower() == "true"
+        # as Qwen3-Coder's own parser reads it; what it would turn into false stays as written, and the
+        # tools' check notes the wrong type, as it does a number that is none
+        word = raw.strip(WS).lower()
+        return word == "true" if word in ("true", "false") else raw
     if kind in JSON_TYPES or kind.startswith(JSON_PREFIXES):
         try:
             value = json.loads(raw)
