@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 
+import attrs
 import pytest
 
 import lmchat
@@ -17,14 +18,13 @@ from lmchat import Session, get_template, parse_response
 from lmchat.errors import TemplateConfigError, TemplateRuleError
 from lmchat.interop.export import export_problem
 from lmchat.interop.loading import AFFIXES as LMDEPLOY_AFFIXES
+from lmchat.templates.chatml import ChatML
 from lmchat.templates.lmdeploy_twins import LMDEPLOY_TWINS
 
 ALL = lmchat.template_names()
 CHAT = [n for n in ALL if get_template(n).capability == "chat"]
 DATE = dt.date(2024, 7, 26)
-#: templates whose generation prompt opens text the history of an answer drops: no continuation exists
-NO_CONTINUATION = {"qwq", "qwen3-thinking-2507", "codellama-70b", "gemma4"}
-#: the same, but the LMDeploy continuation is returned (the engine keeps the reasoning): not what a session sends
+#: a template whose continuation is LMDeploy's own, byte for byte (tests/test_lmdeploy_compat.py), not the rule below
 LMDEPLOY_CONTINUATION = {"deepseek-r1-distill"}
 
 
@@ -55,24 +55,50 @@ def test_first_turn_prompts_agree(name):
     assert t.messages2prompt("hi") == full  # a bare prompt string is one user turn
 
 
+def opens_what_the_history_drops(t):
+    """Whether the generation prompt opens text that the rendered history of an answer drops (QwQ's ``<think>\\n``):
+    the first turn's prompt is no prefix of the conversation that answers it."""
+    return not t.messages2prompt([u("hi"), {"role": "assistant", "content": "Hello."}, u("again")]).startswith(
+        t.messages2prompt([u("hi")]))
+
+
+def test_the_templates_whose_prompt_opens_what_the_history_drops_are_found():
+    assert {"qwq", "qwen3-thinking-2507", "codellama-70b", "gemma4", "deepseek-r1-distill"} <= \
+        {n for n in CHAT if opens_what_the_history_drops(get_template(n))}
+
+
 @pytest.mark.parametrize("name", CHAT)
-def test_continuation_is_what_a_session_sends_after_an_answer(name):
+def test_continuation_is_what_the_full_rendering_writes_after_an_answer(name):
+    """The seed API on every template (docs/getting-started.md, "The LMDeploy interface"): with
+    ``sequence_start=False``, what follows an answer's ``eoa`` in the full rendering, for an engine that holds the
+    first turn and the answer; a session that appends sends the same. Where the generation prompt opened text
+    the history drops, the engine keeps the answer as the model wrote it and the session resets instead (issue
+    40, item 11: codellama-70b, gemma4 and qwen3-thinking-2507 raised TemplateRuleError)."""
     t = get_template(name)
-    if name in NO_CONTINUATION:
-        for call in (lambda: t.get_prompt("again", False), lambda: t.decorate_prompt("again", False),
-                     lambda: t.messages2prompt([u("again")], False)):
-            with pytest.raises(TemplateRuleError, match="generation prompt .* opens text that the rendered history"):
-                call()
-        return
     delta = t.decorate_prompt("again", False)
     assert t.get_prompt("again", False) == t.messages2prompt([u("again")], False) == delta
     assert "again" in delta and len(delta) < len(t.messages2prompt([u("again")])) + len(t.eoa) + len(t.lead) + 8
-    if name in LMDEPLOY_CONTINUATION:  # the session resets instead (tests/test_lmdeploy_compat.py)
+    if name in LMDEPLOY_CONTINUATION:
         return
+    full = t.messages2prompt([u("hi"), {"role": "assistant", "content": "Hello."}, u("again")])
+    assert full.endswith("Hello." + t.eoa + delta)
     session = Session(t)
     session.prompt("hi")
     session.commit(t.lead + "Hello.")  # raw model output: the lead, then the content
-    assert session.prompt("again").text == delta
+    following = session.prompt("again")
+    assert following.reset == opens_what_the_history_drops(t)
+    if not following.reset:
+        assert following.text == delta
+
+
+def test_a_history_that_rewrites_the_first_turn_has_no_continuation():
+    @attrs.frozen
+    class Counting(ChatML):
+        def header(self, chat):
+            return f"{len(chat.messages)} messages\n"
+
+    with pytest.raises(TemplateRuleError, match="rewrites the first turn's prompt"):
+        Counting().decorate_prompt("again", False)
 
 
 @pytest.mark.parametrize("name", CHAT)

@@ -243,20 +243,30 @@ class BaseTemplate:
 
         The engine holds the first turn's prompt and an answer as the model
         writes it (``lead``, text, ``eoa``); the continuation is the rest of the
-        full rendering, which must start with exactly that.
+        full rendering, which must start with exactly that. Where the generation
+        prompt opens text that the rendered history of an answer drops (a
+        ``<think>\\n``, CodeLlama-70B's ``Destination: user``, Gemma 4's empty
+        thought channel), the engine keeps the answer as the model wrote it after
+        that opening, as LMDeploy's interactive mode did: the continuation is what
+        the full rendering writes after the answer's ``eoa``. A session, which
+        keeps what the history renders, resets there instead.
         """
         options = {"tools": tools, "date": date, **template_kwargs}
         first = [{"role": "user", "content": "\x00"}]
-        held = self.messages2prompt(first, **options) + self.lead + "\x01" + self.eoa
+        prompt = self.messages2prompt(first, **options)
+        held = prompt + self.lead + "\x01" + self.eoa
         full = self.messages2prompt([*first, {"role": "assistant", "content": "\x01"}, *messages], **options)
-        if not full.startswith(held):
-            opened = self.tail(Chat(first))
-            raise TemplateRuleError(
-                "history-rewrite",
-                f"template {self.name!r} has no continuation: its generation prompt {opened!r} opens text that "
-                "the rendered history of an answer drops; render the whole conversation instead",
-            )
-        return full[len(held):]
+        if full.startswith(held):
+            return full[len(held):]
+        opened = self.tail(self.make_chat(first, **options))
+        answer = full.find("\x01" + self.eoa)
+        if opened and prompt.endswith(opened) and full.startswith(prompt[:-len(opened)]) and answer >= 0:
+            return full[answer + 1 + len(self.eoa):]
+        raise TemplateRuleError(
+            "history-rewrite",
+            f"template {self.name!r} has no continuation: its rendered history of an answer rewrites the first "
+            "turn's prompt; render the whole conversation instead",
+        )
 
     # ------------------------------------------------------------------ metadata
     @classmethod

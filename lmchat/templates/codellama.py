@@ -26,7 +26,9 @@ class CodeLlama70b(BaseTemplate):
 
     The generation prompt names the destination; an answer in the history does not
     (``Source: assistant\\n\\n {a} <step> ``), so each turn after an answer rewrites the prompt the model
-    answered: the session resets, with the reason. The model ends its turn with `` <step>``.
+    answered: the session resets, with the reason. The continuation (``sequence_start=False``) is for an engine
+    that keeps the answer as the model wrote it after that prompt (:meth:`BaseTemplate._continuation`). The model
+    ends its turn with `` <step>``.
     """
 
     official = "codellama__CodeLlama-70b-Instruct-hf"

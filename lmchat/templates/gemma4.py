@@ -2,7 +2,9 @@
 
 Rendered from code, byte-exact with ``google__gemma-4-31B-it`` (``gemma4``) and ``google__gemma-4-E4B-it``
 (``gemma4-e4b``). The two texts differ in one place: without thinking, the 31B's generation prompt closes an
-empty thought channel (``<|channel>thought\\n<channel|>``), the E4B's does not.
+empty thought channel (``<|channel>thought\\n<channel|>``), the E4B's does not: the 31B's history drops it, so
+its sessions reset after each answer, and its continuation (``sequence_start=False``) is for an engine that
+keeps the answer as the model wrote it (:meth:`.BaseTemplate._continuation`).
 
 * A system turn ``<|turn>system\\n...<turn|>\\n`` opens the conversation when thinking is on (``<|think|>\\n``
   first), when tools are given (``<|tool>declaration:NAME{...}<tool|>`` each, :mod:`.gemma4_values`) or when

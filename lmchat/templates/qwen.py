@@ -256,8 +256,9 @@ class Qwen3Thinking2507(Qwen3):
     """Qwen3-2507 Thinking: Qwen3's template whose generation prompt always opens ``<think>``.
 
     As with QwQ, the answer starts inside the block and a new user query drops
-    the reasoning of earlier answers, so the session resets then; there is no
-    LMDeploy continuation (``sequence_start=False``) to send.
+    the reasoning of earlier answers, so the session resets then; the
+    continuation (``sequence_start=False``) is for an engine that keeps the
+    answer as the model wrote it (:meth:`BaseTemplate._continuation`).
     """
 
     official = "Qwen__Qwen3-4B-Thinking-2507"
