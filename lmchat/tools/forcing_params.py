@@ -23,14 +23,15 @@ from typing import Any
 import attrs
 
 from ..errors import ConstraintUnsupported
+from ..lark import EMPTY, Expr, Grammar, Json, Pattern, Ref, Rule, Text, alt, opt, seq
 from ..schema_refs import relocated
 
-#: JSON written as the templates render values (``tojson``: ", " and ": ")
-JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 #: a number as JSON writes it, at most 16 digits before its point and two in its exponent: a value Python reads as
 #: a finite float (JSON's own grammar lets a sampled 1e+338, or 400 digits, through, which read as infinity, and
 #: the parser then keeps the text)
-FINITE_NUMBER = r"/-?(0|[1-9][0-9]{0,15})(\.[0-9]+)?([eE][-+]?[0-9]{1,2})?/"
+FINITE_NUMBER = Pattern(r"-?(0|[1-9][0-9]{0,15})(\.[0-9]+)?([eE][-+]?[0-9]{1,2})?")
+#: what a string ``repr`` writes between single quotes cannot hold: its quote, a backslash, control characters
+NOT_IN_PYTHON_STRING = "'\\" + "".join(map(chr, range(32))) + "\x7f"
 BOUNDS = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}
 #: the schema keywords a parameter's own grammar reads; any other is refused rather than ignored
 STRING_WORDS = {"type", "enum", "const", "minLength", "maxLength", "description", "title", "default", "examples"}
@@ -77,29 +78,21 @@ def _refuse(tool: str, param: Param, why: str) -> ConstraintUnsupported:
                                  f"call syntax: {why}", field="tools")
 
 
-def _text(s: str) -> str:
-    return json.dumps(s, ensure_ascii=False)
-
-
-def _json(schema: dict[str, Any]) -> str:
-    return f"%json {json.dumps({**schema, 'x-guidance': JSON_OPTIONS}, ensure_ascii=False)}"
-
-
-def _number(schema: dict[str, Any]) -> str:
+def _number(schema: dict[str, Any]) -> Expr:
     """A JSON value of ``schema``; an unbounded number finite (:data:`FINITE_NUMBER`)."""
     if schema.get("type") == "number" and not BOUNDS & set(schema):
         return FINITE_NUMBER
-    return _json(schema)
+    return Json(schema)
 
 
-def _bounds(tool: str, param: Param) -> str:
+def _bounds(tool: str, param: Param) -> tuple[int, int | None]:
     lo, hi = param.schema.get("minLength", 0), param.schema.get("maxLength")
     if not isinstance(lo, int) or not (hi is None or isinstance(hi, int)):
         raise _refuse(tool, param, "minLength and maxLength must be integers")
-    return f"{{{lo},{'' if hi is None else hi}}}"
+    return lo, hi
 
 
-def _choices(tool: str, param: Param, written: Callable[[Any], str], reads: Callable[[str], Any]) -> str | None:
+def _choices(tool: str, param: Param, written: Callable[[Any], str], reads: Callable[[str], Any]) -> Expr | None:
     """``enum`` or ``const`` as alternatives of the texts their values are written as (None: neither given); a
     value whose text would not read back as itself is refused."""
     if "const" in param.schema:
@@ -113,11 +106,11 @@ def _choices(tool: str, param: Param, written: Callable[[Any], str], reads: Call
         text = written(value)
         if "<" in text or reads(text) != value:
             raise _refuse(tool, param, f"the value {value!r} would not be read back as itself")
-        texts.append(_text(text))
-    return f"({' | '.join(texts)})"
+        texts.append(Text(text))
+    return alt(*texts)
 
 
-def tagged_value(tool: str, param: Param, reads: Callable[[str, Any], Any], newlines: bool = True) -> str:
+def tagged_value(tool: str, param: Param, reads: Callable[[str, Any], Any], newlines: bool = True) -> Expr:
     """A value between tags (Qwen3-Coder, GLM-4.5): a string as it is, any other value as JSON. ``newlines``:
     whether a string may hold one (not where a newline comes before the closing tag: the grammar's lexer reads
     a text as far as it can, and could not end it before that newline)."""
@@ -132,11 +125,11 @@ def tagged_value(tool: str, param: Param, reads: Callable[[str, Any], Any], newl
         extra = set(param.schema) - STRING_WORDS
         if extra:
             raise _refuse(tool, param, f"{sorted(extra)} have no grammar for a string written as it is")
-        return f"/[^<{'' if newlines else chr(92) + 'n'}]{_bounds(tool, param)}/"
+        return Pattern.excluding("<" if newlines else "<\n", _bounds(tool, param))
     return _number(param.schema)
 
 
-def python_value(tool: str, param: Param) -> str:
+def python_value(tool: str, param: Param) -> Expr:
     """A value as ``repr`` writes it (ChatGLM3's ``tool_call(key=value)``)."""
     choices = _choices(tool, param, repr, lambda text: ast.literal_eval(text))
     if choices:
@@ -146,43 +139,37 @@ def python_value(tool: str, param: Param) -> str:
         extra = set(param.schema) - STRING_WORDS
         if extra:
             raise _refuse(tool, param, f"{sorted(extra)} have no grammar for a Python string")
-        return f"\"'\" /[^'\\\\\\x00-\\x1f\\x7f]{_bounds(tool, param)}/ \"'\""
+        return seq(Text("'"), Pattern.excluding(NOT_IN_PYTHON_STRING, _bounds(tool, param)), Text("'"))
     if declared in ("integer", "number"):
         return _number(param.schema)  # a JSON number is a Python number, written alike
     if declared == "boolean":
-        return '("True" | "False")'
+        return alt(Text("True"), Text("False"))
     if declared == "null":
-        return '"None"'
+        return Text("None")
     raise _refuse(tool, param, f"a value of type {declared!r} has no Python-literal grammar here "
                                "(strings, numbers, booleans and None only)")
 
 
-def in_order(items: Sequence[tuple[str, bool]], rule: str, sep: str = "") -> list[str]:
-    """Rules ``{rule}`` for the items (grammar expression, required) in order, the optional ones left out at
-    will, ``sep`` (a grammar literal, or none) between those written. Returns the rule lines; ``{rule}`` may be
-    empty when no item is required, as ``{rule}?`` where it is used (see :func:`optional_rule`)."""
-    n = len(items)
-    if n == 0:
-        return []
+def in_order(items: Sequence[tuple[Expr, bool]], rule: str, sep: Expr = EMPTY) -> Grammar:
+    """Rules ``{rule}_{i}`` for the items (grammar expression, required) in order, the optional ones left out at
+    will, ``sep`` between those written. ``{rule}_0`` may be empty when no item is required, as ``{rule}_0?``
+    where it is used (see :func:`optional_rule`)."""
+    def item(expr: Expr, required: bool) -> Expr:
+        return seq(sep, expr) if required else opt(seq(sep, expr))
 
-    def tail(i: int) -> str:
-        return " ".join(f"({sep} {e})" + ("" if req else "?") if sep else (e if req else f"({e})?")
-                        for e, req in items[i:])
-
-    lines = []
+    out = []
     for i, (expr, req) in enumerate(items):
-        alternatives = [f"{expr} {tail(i + 1)}".strip()]
-        if not req and i + 1 < n:
-            alternatives.append(f"{rule}_{i + 1}")
-        lines.append(f"{rule}_{i}: {' | '.join(alternatives)}")
+        alternatives = [seq(expr, *(item(e, r) for e, r in items[i + 1:]))]
+        if not req and i + 1 < len(items):
+            alternatives.append(Ref(f"{rule}_{i + 1}"))
+        out.append(Rule(f"{rule}_{i}", alt(*alternatives)))
         if req:
             break  # a required item is where every sequence passes: no rule after it is referred to as a start
-    return lines
+    return Grammar(tuple(out))
 
 
-def optional_rule(items: Sequence[tuple[str, bool]], rule: str) -> str:
+def optional_rule(items: Sequence[tuple[Expr, bool]], rule: str) -> Expr:
     """How a sequence of :func:`in_order` is used: ``{rule}_0``, optional when no item is required."""
     if not items:
-        return ""
-    return f"{rule}_0" if any(req for _, req in items) else f"{rule}_0?"
-
+        return EMPTY
+    return Ref(f"{rule}_0") if any(req for _, req in items) else opt(Ref(f"{rule}_0"))

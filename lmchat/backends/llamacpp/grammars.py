@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from ...constraints import Constraint
 from ...errors import ConstraintUnsupported
 from ...extras import needs
+from ...lark import Expr, Grammar, Json, Nested, Pattern, Ref, Rule, Text, opt, rules, seq
 
 if TYPE_CHECKING:
     from llama_cpp.llama_cpp import llama_vocab_p
@@ -30,8 +31,6 @@ if TYPE_CHECKING:
 
 #: compiled grammars kept per engine (an agent reuses a handful of schemas)
 KEPT = 64
-#: JSON written compactly, one way: no whitespace for a sampler to wander into
-JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
 
 def lark_of(constraint: Constraint) -> str:
@@ -45,34 +44,25 @@ def lark_of(constraint: Constraint) -> str:
     lexeme cannot end where the marker starts (llguidance's lexer does not split back), so that text stops
     at the first character of the marker (``<``), which the marker then follows.
     """
-    answer = _answer_lark(constraint)
+    answer = _answer(constraint)
     if not constraint.after and not constraint.lead:
-        return answer
-    if answer.startswith("start: %json "):
-        inner = "answer: " + answer.removeprefix("start: ")
-    else:
-        inner = f"answer: %lark {{\n{answer}\n}}"
+        return rules(("start", answer)).render() if isinstance(answer, Json) else answer
+    inner = Rule("answer", answer if isinstance(answer, Json) else Nested(answer))
     if constraint.lead:
-        return f"start: lead answer\n{constraint.lead}\n{inner}"
-    close = json.dumps(constraint.after)
+        return "\n".join((rules(("start", seq(Ref("lead"), Ref("answer")))).render(), constraint.lead, inner.render()))
     if constraint.after_max_tokens is None:
-        free = f"think[lazy]: /(?s:.*){_regex_literal(constraint.after)}/\n"
-        block = "think"
+        free = Rule("think", Pattern("(?s:.*)" + Pattern.literal(constraint.after).regex), lazy=True)
+        block: Expr = Ref("think")
     else:
-        free = f"think[max_tokens={int(constraint.after_max_tokens)}]: /[^{_regex_literal(constraint.after[0])}]*/\n"
-        block = f"think {close}"
+        free = Rule("think", Pattern.excluding(constraint.after[0]), max_tokens=constraint.after_max_tokens)
+        block = seq(Ref("think"), Text(constraint.after))
     if constraint.opens:
-        block = f"({json.dumps(constraint.opens)} {block})?"
-    return f"start: {block} /[ \\t\\n]*/ answer\n{free}{inner}"
+        block = opt(seq(Text(constraint.opens), block))
+    return Grammar((Rule("start", seq(block, Pattern(r"[ \t\n]*"), Ref("answer"))), free, inner)).render()
 
 
-def _regex_literal(text: str) -> str:
-    """``text`` matched literally inside a Lark ``/.../`` regex."""
-    return "".join(c if c.isalnum() or c in " _" else "\\x{:02x}".format(ord(c)) if ord(c) < 128
-                   else c for c in text)
-
-
-def _answer_lark(constraint: Constraint) -> str:
+def _answer(constraint: Constraint) -> Json | str:
+    """The answer's own grammar: a JSON schema, or a grammar's text (llguidance's Lark)."""
     if constraint.kind == "lark":
         return constraint.grammar or ""
     if constraint.kind == "gbnf":
@@ -85,10 +75,8 @@ def _answer_lark(constraint: Constraint) -> str:
             raise ConstraintUnsupported(f"the grammar does not parse: {exc}", field="grammar") from None
     if constraint.kind == "json_schema":
         assert constraint.schema is not None, "a json_schema constraint carries its schema"
-        schema = json.loads(constraint.schema)
-    else:
-        schema = {"type": "object"}
-    return f"start: %json {json.dumps({**schema, 'x-guidance': JSON_OPTIONS})}"
+        return Json(json.loads(constraint.schema))
+    return Json({"type": "object"})
 
 
 def advance(matcher: LLMatcher, ids: list[int]) -> None:
