@@ -111,3 +111,22 @@ def test_a_schema_a_token_and_rule_flags_are_written_as_llguidance_reads_them():
     assert Rule("free", Pattern("[^<]*"), lazy=True, max_tokens=3).render() == "free[lazy,max_tokens=3]: /[^<]*/"
     with pytest.raises(ValueError, match="not a rule name"):
         Ref('x" | "y')
+
+
+@pytest.mark.parametrize("fmt", ["qwen3_coder", "glm45", "gemma4", "chatglm3"])
+def test_a_forced_call_whose_values_hold_characters_grammars_escape(fmt):
+    """Values written as text in the call (enum values, parameter names) go through the same literals: a DEL in
+    an enum value made the grammar of three formats fail to compile (llguidance's lexer error)."""
+    from lmchat.backends.llamacpp.grammars import lark_of
+    from lmchat.tools.forcing import forced_calls
+    from lmchat.tools.registry import ResponseFormat
+
+    values = ["a\x7fb", 'q"\\', "é"] if fmt != "chatglm3" else ["a\x7fb", 'q"', "é"]
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "required": ["m"], "properties": {"m": {"enum": values}}}}}]
+    grammar = lark_of(forced_calls(tools, ResponseFormat(tools=fmt)))
+    matcher(grammar)
+    if fmt == "qwen3_coder":
+        for value in values:
+            assert accepts(grammar, f"<tool_call>\n<function=f>\n<parameter=m>\n{value}\n</parameter>\n</function>\n"
+                                    "</tool_call>")
