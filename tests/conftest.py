@@ -16,7 +16,7 @@ import pytest
 
 from lmchat.stores import open_store
 
-from . import hypothesis_profiles, tiers
+from . import hypothesis_profiles, tiers, timeline
 from .store_helpers import STORES, RedisServer, open_kind, redis_binary
 
 hypothesis_profiles.load()
@@ -26,6 +26,8 @@ hypothesis_profiles.load()
 def pytest_configure(config):
     for name, meaning in tiers.MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {meaning}")
+    if os.environ.get("LMCHAT_TEST_TIMELINE"):  # where a run's time goes, worker by worker (tests/timeline.py)
+        config.pluginmanager.register(timeline.Recorder(os.environ["LMCHAT_TEST_TIMELINE"]), "lmchat-timeline")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the groups
