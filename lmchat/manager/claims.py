@@ -185,19 +185,32 @@ def _plan(claim: Claim, request: TurnRequest, model: Mapping[str, Any]) -> dict[
     return _Fresh(start, params)
 
 
-def _run(claim: Claim, turn: Turn) -> Generator[Chunk | Reading | None, None, TurnResult]:
+@contextlib.contextmanager
+def _held(claim: Claim, turn: Turn | AsyncTurn) -> Iterator[None]:
+    """The claim's side of a running turn, one rule for both twins: a turn that finishes is counted, one that
+    fails is counted as an error (raised to its consumer), and the session and the capacity are freed when the
+    turn is over: at once, or, for a turn that goes on without its consumer (:attr:`~AsyncTurn.going_on`), by the
+    turn once it has saved, its entry marked as stopping meanwhile (see :meth:`SessionManager.await_stopped`)."""
     try:
+        yield
+        _finished(claim, turn)
+    except Exception as exc:
+        claim.failed(exc)
+        raise
+    finally:
+        if turn.going_on:  # its task started when the consumer left and did not yield since: still this turn's
+            claim.entry.cancel_requested = True
+        else:
+            claim.release()
+
+
+def _run(claim: Claim, turn: Turn) -> Generator[Chunk | Reading | None, None, TurnResult]:
+    with _held(claim, turn):
         inner = turn.run()
         yield next(inner)  # primed
         yield turn.reading
         result = yield from inner
-        _finished(claim, turn)
-        return result
-    except Exception as exc:  # a failed generation or save, raised to the consumer: counted here
-        claim.failed(exc)
-        raise
-    finally:
-        claim.release()
+    return result
 
 
 async def _arun(claim: Claim, turn: AsyncTurn, result_only: bool
@@ -206,28 +219,18 @@ async def _arun(claim: Claim, turn: AsyncTurn, result_only: bool
     the session is released."""
     turn.when_finished = claim.release  # an abandoned turn frees the session once it is saved
     items = turn.run(chunks=not result_only)
-    try:
-        yield await items.__anext__()  # primed
-        if not result_only:
-            yield turn.reading
-        async for item in items:
-            if isinstance(item, Done):
-                done = item
-            else:
-                yield item
-        _finished(claim, turn)
-    except Exception as exc:
-        claim.failed(exc)
-        raise
-    finally:
+    with _held(claim, turn):
         try:
-            await items.aclose()
+            yield await items.__anext__()  # primed
+            if not result_only:
+                yield turn.reading
+            async for item in items:
+                if isinstance(item, Done):
+                    done = item
+                else:
+                    yield item
         finally:
-            if turn.finishing is None:
-                claim.release()
-            else:  # the consumer left: the turn stops and saves on its own (see SessionManager.await_stopped);
-                # its task started in aclose(), which did not yield since, so the session is still this turn's
-                claim.entry.cancel_requested = True
+            await items.aclose()
     yield done
 
 

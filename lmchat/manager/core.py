@@ -304,11 +304,7 @@ class SessionManager:
             else:
                 entry = self._sessions.lookup(session_id, okey)
                 check_kind(session_id, entry.extra, kind)  # a session's kind is set when it is made, never changed
-            if not entry.running:
-                return False
-            entry.cancel_requested = True
-            self.backend.cancel(entry.key)
-            return True
+            return self._sessions.stop(entry)
 
     async def await_stopped(self, session_id: str | OneOff, owner: str | None = None, timeout: float = 5.0,
                             grace: float = 0.1) -> bool:
@@ -347,9 +343,7 @@ class SessionManager:
     def close(self, grace: float = 5.0) -> None:
         """Cancel running turns, give them ``grace`` seconds to save, then close the store and the backend."""
         for entry in self._sessions.table.entries():
-            if entry.running:
-                entry.cancel_requested = True
-                self.backend.cancel(entry.key)
+            self._sessions.stop(entry)
         deadline = time.monotonic() + grace
         while self._capacity.active and time.monotonic() < deadline:
             time.sleep(0.01)

@@ -240,6 +240,16 @@ class StoredSessions:
         else:
             self.table.touch(entry)
 
+    def stop(self, entry: Entry) -> bool:
+        """Ask the turn holding ``entry`` to stop, the one way every caller does (``cancel``, ``close``, a
+        consumer gone from a pool worker's turn): flagged, which the turn reads between chunks and
+        :meth:`SessionManager.await_stopped` waits on, and the engine told at once. False when no turn runs."""
+        if not entry.running:
+            return False
+        entry.cancel_requested = True
+        self.backend.cancel(entry.key)
+        return True
+
     def save(self, entry: Entry, record: dict[str, Any] | None = None, note: dict[str, Any] | None = None) -> None:
         """Save the entry's session after a turn: its patch when the store appends, else a whole snapshot.
 

@@ -34,9 +34,9 @@ from ..backends.base import Chunk
 from ..errors import InvalidMessages, LmchatError, SessionLengthExceeded
 from ..manager import OneOff, SessionManager, TurnRequest
 from . import asgi
-from .deps import blocking, cancel_on_disconnect
+from .deps import blocking
 from .errors import ApiError, api_error, as_sent
-from .request_turns import count, end_soon, run, start_stream
+from .request_turns import count, end_soon, run, start_stream, stop_on_disconnect
 from .schemas import InteractiveRequest
 
 PATH = "/v1/chat/interactive"
@@ -114,7 +114,7 @@ class Interactive:
         """The turn, answered; ``to_end``: the session ends once the turn is committed (streamed: once the
         stream is over, however it ends but by an error; cancelled: once its partial answer is). A turn that
         fails, refused (4xx) or not (5xx), ends nothing: a refusal changes nothing."""
-        session, who = turn.session, turn.owner
+        who = turn.owner
         try:
             if body.stream:
                 chunks = await start_stream(mgr, turn, receive)
@@ -128,7 +128,7 @@ class Interactive:
             raise
         if body.stream:  # the session ends (interactive_mode=false) when the stream does
             # a client that leaves closes the stream: the turn is cancelled and its partial answer saved
-            async with contextlib.aclosing(chunks), cancel_on_disconnect(receive, lambda: mgr.cancel(session, who)):
+            async with contextlib.aclosing(chunks), stop_on_disconnect(mgr, turn, receive):
                 return await asgi.send_lines(send, _lines(mgr, sid, who, chunks, to_end), b"application/x-ndjson")
         if to_end:
             with contextlib.suppress(LmchatError):

@@ -1,18 +1,25 @@
-"""Running one manager turn for an HTTP request, streamed or collected.
+"""Running one manager turn for an HTTP request, streamed or collected, and what a client that leaves does to it.
 
 Errors that stop a turn from starting (unknown or busy session, overflow,
 bad messages, capacity) must become an HTTP status, which is only possible
 before the first byte of the response: :func:`start_stream` waits for the
-first chunk before the response starts. A client that disconnects cancels
-the turn; the manager commits and saves the partial answer. A request that
-names no session passes a one-off (``SessionManager.oneoff``) in place of a
-session id: it saves nothing and is gone when its turn ends, however it ends.
+first chunk before the response starts. A request that names no session
+passes a one-off (``SessionManager.oneoff``) in place of a session id: it
+saves nothing and is gone when its turn ends, however it ends.
+
+The server's part of stopping a turn (docs/architecture.md, "Stopping a
+turn"), all here: a client that disconnects stops its turn, through the
+manager (:func:`stop_on_disconnect`, or its streamed response's task being
+cancelled, which leaves the stream); a turn that finds its session busy with
+a turn that is stopping waits for it to save (:func:`patient`), unless its
+own client left meanwhile.
 """
 from __future__ import annotations
 
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 
 from ..errors import LmchatError, SessionBusy
@@ -53,8 +60,16 @@ async def start_stream(mgr: SessionManager, request: TurnRequest, receive: Calla
 async def run(mgr: SessionManager, request: TurnRequest, receive: Callable[[], Awaitable[Any]]) -> TurnResult:
     """The whole turn; the client leaving mid-way (``receive``: the request's) cancels it (the partial
     answer is committed)."""
-    async with cancel_on_disconnect(receive, lambda: mgr.cancel(request.session, request.owner)):
+    async with stop_on_disconnect(mgr, request, receive):
         return await patient(mgr, request, receive, lambda: mgr.arun_turn(request))
+
+
+def stop_on_disconnect(mgr: SessionManager, request: TurnRequest, receive: Callable[[], Awaitable[Any]]
+                       ) -> AbstractAsyncContextManager[Any]:
+    """``async with stop_on_disconnect(...)``: the turn of ``request`` is stopped through the manager (its
+    partial answer committed) if the client goes away meanwhile (a response sent by the route itself, not by a
+    task that the disconnect cancels)."""
+    return cancel_on_disconnect(receive, lambda: mgr.cancel(request.session, request.owner))
 
 
 def parsed_of(result: TurnResult) -> ParsedResponse:

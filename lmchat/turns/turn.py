@@ -20,6 +20,7 @@ saved: a client that saw it can rely on the turn being durable.
 from __future__ import annotations
 
 import asyncio
+import enum
 import time
 from collections.abc import AsyncGenerator, Callable, Generator
 from typing import Any, Generic, Protocol, TypeVar
@@ -127,6 +128,19 @@ _FINISHING: set[asyncio.Task[None]] = set()
 H = TypeVar("H", bound=Holder)
 
 
+class Stage(enum.Enum):
+    """Where a running turn is: what ending there, unfinished, undoes (:meth:`_Turn._ended`)."""
+
+    PRIMED = "primed"  # built, not iterated: the prompt reached nobody
+    STREAMING = "streaming"  # the engine has the prompt: the answer streams, then is committed and saved
+    ABANDONED = "abandoned"  # the consumer left: the rest is drained, committed and saved without it
+    SAVED = "saved"  # committed and saved: only the last chunk is left to hand on
+
+
+#: the consumer left a turn: its generator closed, or its task cancelled
+LEFT = (GeneratorExit, asyncio.CancelledError)
+
+
 class _Turn(Generic[H]):
     """What :class:`Turn` and :class:`AsyncTurn` share: built with its delta (once its owner holds the session),
     then ``run`` streams, commits and saves."""
@@ -150,6 +164,7 @@ class _Turn(Generic[H]):
         self.ids: list[int] = []
         self.final: Chunk | None = None
         self.first_chunk: float | None = None  # when output began (generation speed)
+        self.stage = Stage.PRIMED
 
     @property
     def session_id(self) -> str:
@@ -162,6 +177,30 @@ class _Turn(Generic[H]):
         if self.owner.cancel_requested() or (self.guard is not None and self.guard.tripped):
             self.owner.backend.cancel(self.session_id)
         return chunk.finish_reason is None and bool(chunk.text or chunk.token_ids)
+
+    @property
+    def going_on(self) -> bool:
+        """Whether the turn goes on without its consumer (an abandoned :class:`AsyncTurn`, finishing in its own
+        task): its owner frees the session when it is saved, not when the consumer left."""
+        return False
+
+    def _abandon(self) -> None:
+        """The consumer left mid-stream: the engine stops; what it generated is still committed and saved."""
+        self.stage = Stage.ABANDONED
+        self.owner.backend.cancel(self.session_id)
+
+    def _ended(self, exc: BaseException) -> None:
+        """The one rule of both twins for a turn that ends unfinished, by its stage: left before the engine got the
+        prompt, the session goes back as it was; failed (the engine or the save), or left while saving (the save's
+        outcome unknown), what the engine holds is unknown and memory must not run ahead of the store: both restart
+        from the last saved turn; left mid-stream or after the save, nothing (the partial answer was committed)."""
+        if isinstance(exc, LEFT):
+            if self.stage is Stage.PRIMED:
+                self.owner.discard(sent=False)
+            elif self.stage is Stage.STREAMING:
+                self.owner.discard(sent=True)
+        else:
+            self.owner.discard(sent=True)
 
     def _failed(self, exc: BaseException) -> None:
         """The engine or the store failed while an abandoned turn stopped: nobody is left to tell."""
@@ -222,18 +261,16 @@ class Turn(_Turn[Owner]):
     def run(self) -> Generator[Chunk | None, None, TurnResult]:
         """Yields None once (primed), then the answer's chunks; returns the :class:`TurnResult`."""
         backend = self.owner.backend
-        stage = "primed"
         try:
             yield None  # primed by the caller: everything before this raised eagerly
-            stage = "streaming"
+            self.stage = Stage.STREAMING
             chunks = iter(backend.generate(self.request))
             try:
                 for chunk in chunks:
                     if self._take(chunk):
                         yield chunk
             except GeneratorExit:  # the consumer left: what the engine generates is still committed
-                stage = "abandoned"
-                backend.cancel(self.session_id)
+                self._abandon()
                 try:
                     for chunk in chunks:
                         self._record(chunk)
@@ -243,17 +280,11 @@ class Turn(_Turn[Owner]):
                 raise
             result = self._commit()
             self.owner.save(record_of(result, self.reading))
-            stage = "saved"
+            self.stage = Stage.SAVED
             yield self.final
             return result
-        except GeneratorExit:
-            if stage == "primed":
-                self.owner.discard(sent=False)  # nothing reached the engine
-            raise
-        except BaseException:
-            # a failed generation or save: what the engine holds is unknown, and memory must not
-            # run ahead of the store; both restart from the last saved turn
-            self.owner.discard(sent=True)
+        except BaseException as exc:
+            self._ended(exc)
             raise
 
 
@@ -266,6 +297,10 @@ class AsyncTurn(_Turn[AsyncOwner]):
         #: the task finishing an abandoned turn (see :meth:`run`), and what it calls last
         self.finishing: asyncio.Task[None] | None = None
         self.when_finished: Callable[[], Any] | None = None
+
+    @property
+    def going_on(self) -> bool:
+        return self.finishing is not None
 
     async def run(self, chunks: bool = True) -> AsyncGenerator[Chunk | Done | None, None]:
         """:meth:`Turn.run` on an event loop, over the backend's ``agenerate`` and the owner's ``asave``:
@@ -281,18 +316,16 @@ class AsyncTurn(_Turn[AsyncOwner]):
         backend = self.owner.backend
         if not isinstance(backend, AsyncGenerates):
             raise TypeError(f"{type(backend).__name__} cannot stream to an event loop (no agenerate)")
-        stage = "primed"
         try:
             yield None
-            stage = "streaming"
+            self.stage = Stage.STREAMING
             stream = backend.agenerate(self.request)
             try:
                 async for chunk in stream:
                     if self._take(chunk) and chunks:
                         yield chunk
-            except (GeneratorExit, asyncio.CancelledError):
-                stage = "abandoned"
-                backend.cancel(self.session_id)
+            except LEFT:
+                self._abandon()
                 self.finishing = asyncio.get_running_loop().create_task(self._finish_abandoned(stream))
                 _FINISHING.add(self.finishing)  # the loop keeps only a weak reference to a task
                 self.finishing.add_done_callback(_FINISHING.discard)
@@ -302,17 +335,11 @@ class AsyncTurn(_Turn[AsyncOwner]):
                     await stream.aclose()
             result = self._commit()
             await self.owner.asave(record_of(result, self.reading))
-            stage = "saved"
+            self.stage = Stage.SAVED
             yield self.final
             yield Done(result)
-        except (GeneratorExit, asyncio.CancelledError):
-            if stage == "primed":
-                self.owner.discard(sent=False)
-            elif stage == "streaming":  # cancelled while saving: the save's outcome is unknown
-                self.owner.discard(sent=True)
-            raise
-        except BaseException:
-            self.owner.discard(sent=True)
+        except BaseException as exc:
+            self._ended(exc)
             raise
 
     async def _finish_abandoned(self, stream: AsyncGenerator[Chunk, None]) -> None:
