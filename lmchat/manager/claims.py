@@ -31,7 +31,7 @@ from .table import Entry, view
 
 class Claim:
     """A claimed entry as the turn protocol's owner: the turn's saves go to the store, its end frees the session
-    and the capacity (:class:`~.oneoff.OneOff` is a session whose turn saves nothing and ends it)."""
+    and the capacity (:class:`~.oneoff.OneOffClaim`: a one-off's, whose turn saves nothing and ends it)."""
 
     def __init__(self, sessions: StoredSessions, capacity: Capacity, entry: Entry):
         self.sessions, self.capacity, self.entry = sessions, capacity, entry

@@ -41,7 +41,7 @@ from .capacity import Capacity
 from .ids import checked_id, oneoff_key, owner_key, public_id, store_key
 from .metrics import Metrics
 from .oneoff import OneOff
-from .request import ANY_KIND, AnyKind, Edit, TurnRequest, check_kind
+from .request import ANY_KIND, AnyKind, Edit, Target, TurnRequest, check_kind
 from .sessions import StoredSessions
 from .table import Entry, View
 from .turn_calls import AsyncTurns, LoopTurns, PoolTurns, TurnCalls, TurnStream
@@ -249,8 +249,7 @@ class SessionManager:
                 raise ConfigError("a copy of a session keeps its system prompt, tools and template", field="parent")
             else:
                 session = self._forked(parent, None, okey, at)
-            entry = Entry(oneoff_key(session.session_id, okey), session, 0, okey, extra=dict(extra or {}))
-            return OneOff(self._sessions, self._capacity, entry)
+            return OneOff(Entry(oneoff_key(session.session_id, okey), session, 0, okey, extra=dict(extra or {})))
 
     def _forked(self, session_id: str, new_id: str | None, owner: str, at: int | None) -> Session:
         """The session as last committed, under ``new_id`` (None: a random one), cut at ``at`` (see :meth:`fork`)."""
@@ -293,7 +292,7 @@ class SessionManager:
             return [SessionInfo(public_id(i.id), i.title, i.turns, i.updated_at, i.template, i.version, i.owner)
                     for i in infos]
 
-    def cancel(self, session_id: str | OneOff, owner: str | None = None, kind: str | None | AnyKind = ANY_KIND
+    def cancel(self, session_id: Target, owner: str | None = None, kind: str | None | AnyKind = ANY_KIND
                ) -> bool:
         """Stop the turn running on this replica for the session (or the one-off); False when none runs here.
         ``kind``: as in :meth:`end` (another API's turn is not stopped)."""
@@ -306,7 +305,7 @@ class SessionManager:
                 check_kind(session_id, entry.extra, kind)  # a session's kind is set when it is made, never changed
             return self._sessions.stop(entry)
 
-    async def await_stopped(self, session_id: str | OneOff, owner: str | None = None, timeout: float = 5.0,
+    async def await_stopped(self, session_id: Target, owner: str | None = None, timeout: float = 5.0,
                             grace: float = 0.1) -> bool:
         """Wait while a turn asked to stop (:meth:`cancel`, or its consumer left) still holds the session: it
         commits and saves its partial answer first. True once nothing holds the session; False when the turn

@@ -13,25 +13,38 @@ turn ends, however it ends (answered, cancelled, abandoned by its client,
 refused, failed), it is forgotten and the engine is told to drop it, as an
 ended session is (the llama.cpp engine keeps what it computed as a prefix for
 the client's next request).
+
+It is two things, each where it is used: :class:`OneOff`, the caller's handle
+(what :meth:`SessionManager.oneoff` returns, a :class:`~.request.TurnRequest`'s
+``session`` and what ``cancel`` names: a turn's target), and
+:class:`OneOffClaim`, its turn's hold on it (the turn protocol's owner, made
+when the turn begins).
 """
 from __future__ import annotations
 
 from typing import Any
 
+import attrs
+
 from ..errors import SessionBusy, SessionNotFound
-from .table import Entry
+from .capacity import Capacity
 from .claims import Claim
+from .sessions import StoredSessions
+from .table import Entry
 
 
-class OneOff(Claim):
+@attrs.frozen(eq=False)
+class OneOff:
     """A session that lives for one turn, in its manager's memory only (see :meth:`SessionManager.oneoff`).
 
     Pass it as a :class:`~.request.TurnRequest`'s ``session`` and to ``cancel`` in place of a session id. It
-    runs one turn: the turn begins on it (:meth:`begin`: ``owner`` must be its creator's, else
-    ``SessionNotFound``), saves nothing, and ends it however it ends, refused or failed too; a later turn gets
-    ``SessionNotFound``. Made and never begun on (or refused for capacity before
-    its turn began), it holds nothing and needs no clean-up.
+    runs one turn, for its creator's owner only (anybody else's is ``SessionNotFound``); the turn saves nothing
+    and ends it however it ends, refused or failed too; a later turn gets ``SessionNotFound``. Made and never
+    run (or refused for capacity before its turn began), it holds nothing and needs no clean-up.
     """
+
+    #: the session with what the manager keeps beside it (the manager's own: only it changes it)
+    entry: Entry
 
     @property
     def session_id(self) -> str:
@@ -45,16 +58,23 @@ class OneOff(Claim):
             raise SessionNotFound(self.session_id)
         return self.entry
 
-    def begin(self, owner: str) -> None:
-        """Its turn begins: the session is ``owner``'s (an owner key) until :meth:`release`."""
-        entry = self.entry_for(owner)
+
+class OneOffClaim(Claim):
+    """A one-off's turn as the turn protocol's owner: it saves nothing, and ends the session with the turn."""
+
+    @classmethod
+    def begin(cls, oneoff: OneOff, owner: str, sessions: StoredSessions, capacity: Capacity) -> OneOffClaim:
+        """Its turn begins: the session is ``owner``'s (an owner key) until :meth:`release`; a one-off whose turn
+        is over (the session is gone) is ``SessionNotFound``, one whose turn runs ``SessionBusy``."""
+        entry = oneoff.entry_for(owner)
         with entry.lock:
-            if entry.evicted:  # its turn is over: the session is gone
-                raise SessionNotFound(self.session_id)
+            if entry.evicted:
+                raise SessionNotFound(oneoff.session_id)
             if entry.running:
-                raise SessionBusy(self.session_id)
+                raise SessionBusy(oneoff.session_id)
             entry.running = True
-        self.sessions.table.hold(entry)  # SessionManager.close cancels its turn too
+        sessions.table.hold(entry)  # SessionManager.close cancels its turn too
+        return cls(sessions, capacity, entry)
 
     def save(self, record: dict[str, Any]) -> None:
         """Nothing to save: the session ends with its turn."""

@@ -7,7 +7,7 @@ is used; no layer in between unpacks it into parameters or a kwargs dict.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import attrs
 
@@ -37,6 +37,10 @@ def check_kind(session_id: str, extra: Mapping[str, Any] | None, wanted: str | N
     if not isinstance(wanted, AnyKind) and held != wanted:
         raise SessionKindMismatch(session_id, kind=held, wanted=wanted)
 
+
+#: what a turn runs on (:attr:`TurnRequest.session`) and ``SessionManager.cancel`` names: a stored session's id, or
+#: a one-off's handle (:class:`~.oneoff.OneOff`)
+Target: TypeAlias = "str | OneOff"
 
 #: what an :attr:`TurnRequest.edit` returns: replacements of the session and its ``extra`` (None keeps one), or None
 Edit = Callable[[View], tuple[Session | None, dict[str, Any] | None] | None]
@@ -83,7 +87,7 @@ class TurnRequest:
     :data:`ANY_KIND`: any session).
     """
 
-    session: str | OneOff
+    session: Target
     messages: tuple[Mapping[str, Any], ...] | None = attrs.field(default=None, converter=_messages)
     history: list[Mapping[str, Any]] | None = attrs.field(default=None, kw_only=True)
     tools: list[dict[str, Any]] | None = attrs.field(default=None, kw_only=True)

@@ -21,8 +21,8 @@ from ..turns.turn import Reading, TurnResult
 from .capacity import Capacity
 from .claims import Claim, astart_turn, start_turn
 from .ids import owner_key
-from .oneoff import OneOff
-from .request import TurnRequest
+from .oneoff import OneOff, OneOffClaim
+from .request import Target, TurnRequest
 from .sessions import StoredSessions
 
 
@@ -31,7 +31,7 @@ class TurnCalls:
     the template's; ``cancel(session, owner)``: the manager's :meth:`~.core.SessionManager.cancel`)."""
 
     def __init__(self, sessions: StoredSessions, capacity: Capacity, model: Mapping[str, Any],
-                 cancel: Callable[[str | OneOff, str | None], bool]):
+                 cancel: Callable[[Target, str | None], bool]):
         self.sessions, self.capacity, self.model, self._cancel = sessions, capacity, model, cancel
 
     def stream(self, request: TurnRequest, *, reserved: bool = False) -> Iterator[Chunk | Reading]:
@@ -58,11 +58,10 @@ class TurnCalls:
         return claim
 
     def _hold(self, request: TurnRequest, fresh: int | None) -> Claim:
-        """The one-off itself, claimed, or the stored session's entry, claimed and fresh from the store."""
+        """The one-off's turn, begun, or the stored session's entry, claimed and fresh from the store."""
         owner = owner_key(request.owner)
         if isinstance(request.session, OneOff):
-            request.session.begin(owner)
-            return request.session
+            return OneOffClaim.begin(request.session, owner, self.sessions, self.capacity)
         entry = self.sessions.acquire(request.session, owner, request.creates, request.tools, fresh)
         return Claim(self.sessions, self.capacity, entry)
 
