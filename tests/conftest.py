@@ -43,6 +43,10 @@ def pytest_collection_modifyitems(config, items):
         scopes = {d.scope for defs in (definitions.name2fixturedefs.values() if definitions else ()) for d in defs}
         if scopes & {"module", "class", "package"} and markers & tiers.RESOURCES:
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+    # The longest first, so that no worker starts a soak while the other has only a few quick tests left: xdist
+    # hands out the groups largest first, then single tests in this order (a stable sort keeps each file's order)
+    items.sort(key=lambda item: 0 if item.get_closest_marker("slow") else 1 if tiers.RESOURCES & {
+        m.name for m in item.iter_markers()} else 2)
 
 
 GUARD = tiers.Guard()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -225,18 +226,29 @@ HOSTILE = {
 }
 
 
-@pytest.mark.parametrize("when", ["before the start", "while running"])
-@pytest.mark.parametrize("damage", list(HOSTILE))
-def test_a_hostile_kv_file_is_a_reprefill_with_its_reason(tmp_path, llm, damage, when):
-    with LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048, kv_dir=tmp_path) as b:
+@pytest.fixture(scope="module")
+def two_turns(tmp_path_factory):
+    """A KV directory as an engine left it after two turns of a session (and its key, beside it), and the stored
+    session: each hostile case damages a copy of it rather than computing the same two turns again."""
+    root = tmp_path_factory.mktemp("two-turns")
+    with LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048, kv_dir=root / "kv") as b:
         session = new_session(b, system=SYSTEM)
         for q in QUESTIONS[:2]:
             turn(b, session, q, greedy(8))
-        stored = session.to_dict()
-    big = _session_files(tmp_path)[-1]
+    return root, session.to_dict()
+
+
+@pytest.mark.parametrize("when", ["before the start", "while running"])
+@pytest.mark.parametrize("damage", list(HOSTILE))
+def test_a_hostile_kv_file_is_a_reprefill_with_its_reason(two_turns, tmp_path, llm, damage, when):
+    root, stored = two_turns
+    kv = tmp_path / "kv"
+    shutil.copytree(root / "kv", kv)
+    shutil.copy2(root / "kv.key", tmp_path / "kv.key")
+    big = _session_files(kv)[-1]
     if when == "before the start":
         HOSTILE[damage](big)
-    with LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048, kv_dir=tmp_path) as b:
+    with LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048, kv_dir=kv) as b:
         session = reopened(stored, b)
         if when == "while running":
             HOSTILE[damage](big)
