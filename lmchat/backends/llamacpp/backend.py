@@ -16,6 +16,7 @@ from ..bundled import bundled_sampling, default_gguf
 from ._lib import ALL_LAYERS, gpu_offload, lib, load_model, meta
 from .engine import Engine
 from .kvfiles import DiskTier
+from .kvredis import RedisFiles
 from .kvformat import model_identity
 from .probe import Settle
 from .vocab import LlamaVocab
@@ -53,7 +54,9 @@ class LlamaCppBackend:
     see docs/backends.md). ``kv_shared``: ``kv_dir`` is shared by replicas
     (docs/scaling.md): each turn's state is published there as it ends, and
     files other replicas publish are found before a prompt is prefilled;
-    their prompt tokens count as ``shared``. ``template``: the
+    their prompt tokens count as ``shared``; a ``redis://`` URL instead: the
+    same in that Redis, within ``kv_disk_mb`` (``kv_key_file`` needed).
+    ``template``: the
     chat template name, instead of the one matched from the GGUF (its
     embedded ``tokenizer.chat_template`` when that is a built-in's official
     text, else its metadata names, else its file name: see ``lmchat match``;
@@ -84,7 +87,7 @@ class LlamaCppBackend:
         kv_dir: str | Path | None = None,
         kv_disk_mb: float = DEFAULT_DISK_MB,
         kv_key_file: str | Path | None = None,
-        kv_shared: bool = False,
+        kv_shared: bool | str = False,
         gpu_layers: int | str = "auto",
         settle: Settle = "auto",
     ) -> None:
@@ -123,9 +126,11 @@ class LlamaCppBackend:
             get_template(self.template_name)  # an unknown name fails now, not at the first session
             disk = None
             if kv_dir is not None and kv_disk_mb > 0:
-                disk = DiskTier(Path(kv_dir).expanduser(), int(kv_disk_mb * 2**20),
+                budget = int(kv_disk_mb * 2**20)
+                disk = DiskTier(Path(kv_dir).expanduser(), budget,
                                 _identity(path, flash_attn=flash_attn, gpu_layers=self.gpu_layers),
-                                None if kv_key_file is None else Path(kv_key_file).expanduser(), shared=kv_shared)
+                                None if kv_key_file is None else Path(kv_key_file).expanduser(),
+                                shared=bool(kv_shared), files=_shared_files(kv_shared, budget))
             self.engine: Engine | None = Engine(
                 self._model, self.tokenizer, n_ctx=ctx, n_seq=int(sessions), threads=self.threads,
                 host_bytes=int(host_cache_mb * 2**20), flash_attn=flash_attn, prefill_chunk=prefill_chunk, disk=disk,
@@ -245,6 +250,28 @@ class LlamaCppBackend:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+#: the URLs of a KV tier in Redis (``kv_shared``)
+REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+def _shared_files(kv_shared: bool | str, budget: int) -> RedisFiles | None:
+    """Where a shared tier keeps its files: None (the KV directory), or the Redis ``kv_shared`` names."""
+    if not isinstance(kv_shared, str):
+        return None
+    if not kv_shared.startswith(REDIS_SCHEMES):
+        raise ConfigError(f"kv_shared: a Redis URL ({', '.join(REDIS_SCHEMES)}), or True for the KV directory",
+                          field="kv_shared")
+    try:
+        import redis  # noqa: F401 - the redis extra
+    except ImportError:
+        raise ConfigError("a KV tier in Redis needs the redis package: pip install 'lmchat[redis]'",
+                          field="kv_shared") from None
+    try:
+        return RedisFiles(kv_shared, budget)
+    except ValueError as exc:
+        raise ConfigError(f"kv_shared: not a Redis URL: {exc}", field="kv_shared") from None
 
 
 def _identity(path: Path, *, flash_attn: bool, gpu_layers: int = 0) -> dict[str, Any]:

@@ -71,7 +71,7 @@ class Inspection(EngineState):
                "unsettled_tokens": sum(len(s.ids) - (len(s.ids) if s.decoded_at is None else s.decoded_at)
                                    + len(s.unfed[:-1]) for s in self.unsettled_states())}
         if disk is not None:
-            out.update(disk_dir=str(disk.directory), disk_shared=disk.shared, disk_files=len(disk.entries),
+            out.update(disk_dir=disk.where, disk_shared=disk.shared, disk_files=len(disk.entries),
                        disk_bytes=disk.nbytes,
                        disk_tokens=sum(len(e.ids) for e in disk.entries.values()),
                        disk_budget=disk.budget, disk_writes=disk.writes, disk_write_failures=disk.write_failures,

@@ -17,10 +17,89 @@ import io
 import os
 import secrets
 import stat
+import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Protocol
 
-from .kvformat import KVFileRejected
+from .kvformat import Header, KVFileRejected, read_head, read_ids
+
+#: a temporary older than this is a write a crash cut short; a younger one may be another replica's, being written
+STALE_SECONDS = 600.0
+Parts = Iterable[bytes | bytearray | memoryview]
+
+
+class Files(Protocol):
+    """Where a KV tier keeps its files, by name: a directory (:class:`DirFiles`) or a Redis server
+    (:class:`.kvredis.RedisFiles`). Nothing read is trusted: the tier checks it (:mod:`.kvformat`)."""
+
+    where: str  # for the log and the stats
+
+    def names(self) -> list[str]:
+        """Every name held (OSError: none can be listed now)."""
+
+    def head(self, name: str, max_ids: int) -> tuple[Header, bytes | None, int, float]:
+        """The header of ``name``, its raw ids (None: it holds more than ``max_ids``, not read), its size and
+        when it was written; :class:`KVFileRejected` if it cannot be read or is not a KV file."""
+
+    def read(self, name: str, limit: int) -> bytearray:
+        """The whole of ``name``, at most ``limit`` bytes; :class:`KVFileRejected` if it cannot be."""
+
+    def write(self, name: str, parts: Parts) -> None:
+        """Publish ``parts`` as ``name`` at once (a reader sees the old or the new, whole); OSError if not."""
+
+    def delete(self, name: str) -> None:
+        """Remove ``name``, if it can be."""
+
+    def sweep(self) -> None:
+        """At the start: remove what writes a crash cut short left."""
+
+    def close(self) -> None: ...
+
+
+class DirFiles:
+    """The files of a directory, opened once (:func:`open_dir`; OSError if it cannot be)."""
+
+    def __init__(self, path: Path) -> None:
+        self.where = str(path)
+        self._dir = open_dir(path)
+
+    def names(self) -> list[str]:
+        return os.listdir(self._dir)
+
+    def head(self, name: str, max_ids: int) -> tuple[Header, bytes | None, int, float]:
+        fd, st = open_regular(self._dir, name)
+        try:
+            header = read_head(fd, st.st_size)
+            return header, read_ids(fd, header) if header.n_ids <= max_ids else None, st.st_size, st.st_mtime
+        finally:
+            os.close(fd)
+
+    def read(self, name: str, limit: int) -> bytearray:
+        return read_regular(self._dir, name, limit)
+
+    def write(self, name: str, parts: Parts) -> None:
+        write(self._dir, name, parts)
+
+    def delete(self, name: str) -> None:
+        unlink(self._dir, name)
+
+    def sweep(self) -> None:
+        """Temporaries old enough to be a crash's (a younger one may be another replica's write in progress)."""
+        for name in os.listdir(self._dir):
+            if not is_temporary(name):
+                continue
+            try:
+                age = time.time() - os.stat(name, dir_fd=self._dir, follow_symlinks=False).st_mtime
+            except OSError:
+                continue
+            if age > STALE_SECONDS:
+                unlink(self._dir, name)
+
+    def close(self) -> None:
+        if self._dir >= 0:
+            os.close(self._dir)
+            self._dir = -1
 
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -83,7 +162,7 @@ def read_regular(dfd: int, name: str, limit: int) -> bytearray:
         os.close(fd)
 
 
-def write(dfd: int, name: str, parts: Iterable[bytes | bytearray | memoryview]) -> None:
+def write(dfd: int, name: str, parts: Parts) -> None:
     """Write ``parts`` as the file ``name``: to a temporary name of its own, then renamed (a reader sees the
     old file or the new one); OSError if it cannot be, leaving nothing behind."""
     tmp = f".{name}.tmp-{secrets.token_hex(8)}"

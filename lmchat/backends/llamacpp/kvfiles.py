@@ -39,7 +39,7 @@ from ...errors import ConfigError
 from . import kvdir
 from .kvformat import (
     SUFFIX, TAG_BYTES, KVFileRejected, authenticated, difference, file_name, head_bytes, ids_bytes, ids_of,
-    parse_header, read_head, read_ids, tagger,
+    parse_header, tagger,
 )
 from .kvkey import KVKeyError, default_key_path, given_key, own_key
 
@@ -47,8 +47,6 @@ log = logging.getLogger("lmchat.llamacpp")
 
 #: the smallest state worth a file: fewer ids are prefilled again faster than a file is read
 MIN_IDS = 64
-#: a temporary older than this is a write a crash cut short; a younger one may be another replica's, being written
-STALE_SECONDS = 600.0
 #: the names this tier writes (a digest of the ids, the suffix); anything else in the directory is not its own
 _NAME = re.compile(r"[0-9a-f]{32}" + re.escape(SUFFIX))
 
@@ -84,11 +82,13 @@ class DiskEntry:
 class DiskTier:
     """KV files under ``directory``, at most ``budget`` bytes of them (least recently used go first),
     authenticated with the key in ``key_file`` (None: the directory's own, ``<directory>.key``, made at the
-    first start; a key file given that cannot be read is a :class:`ConfigError`)."""
+    first start; a key file given that cannot be read is a :class:`ConfigError`). ``files``: where they are
+    kept instead of the directory (a Redis server: :class:`.kvredis.RedisFiles`; it needs ``key_file``)."""
 
     def __init__(self, directory: str | Path, budget: int, identity: dict[str, Any],
-                 key_file: str | Path | None = None, shared: bool = False) -> None:
+                 key_file: str | Path | None = None, shared: bool = False, files: kvdir.Files | None = None) -> None:
         self.directory = Path(directory)
+        self.where = self.directory.as_posix() if files is None else files.where
         self.shared = shared
         self.tier = "shared" if shared else "disk"
         self._seen: set[str] = set()  # names indexed, or found unusable: a refresh reads only new ones
@@ -106,19 +106,23 @@ class DiskTier:
         self._idle = threading.Condition()
         self._pending = 0
         self.key = b""
-        self._dir = -1  # the directory's descriptor: every file is opened relative to it
+        self.files: kvdir.Files | None = files
         self.problem: str | None = None  # why the directory cannot be used, if it cannot
-        try:
-            self._dir = kvdir.open_dir(self.directory)
-        except OSError as exc:
-            self.problem = f"cannot create the KV directory {self.directory}: {exc.strerror or exc}"
-        else:
+        if files is not None and key_file is None:
+            raise ConfigError(f"KV states kept in {files.where} need a key file every replica is given "
+                              "(--kv-key-file)", field="kv_key_file")
+        if files is None:
+            try:
+                self.files = kvdir.DirFiles(self.directory)
+            except OSError as exc:
+                self.problem = f"cannot create the KV directory {self.directory}: {exc.strerror or exc}"
+        if self.files is not None:
             try:
                 self.key = given_key(Path(key_file)) if key_file is not None else own_key(
                     default_key_path(self.directory))
             except KVKeyError as exc:
                 if key_file is not None:
-                    os.close(self._dir)
+                    self.files.close()
                     raise ConfigError(str(exc), field="kv_key_file") from None
                 self.problem = str(exc)
         if self.problem is not None:
@@ -126,22 +130,29 @@ class DiskTier:
         self._thread = threading.Thread(target=self._work, name="lmchat-kv-writer", daemon=True)
         self._thread.start()
 
+    @property
+    def _files(self) -> kvdir.Files:
+        assert self.files is not None and self.problem is None, "used only when the tier works"
+        return self.files
+
     # ------------------------------------------------------------------ start: what the directory holds
     def start(self, max_ids: int) -> list[DiskEntry]:
         """Index the directory for an engine whose sequences hold at most ``max_ids`` ids: returns the
         entries for its index (the usable files, and other engines' files, which say why they are not used)."""
         if self.problem is not None:
             return []
-        found = []
-        for name in os.listdir(self._dir):
-            if kvdir.is_temporary(name):
-                self._stale(name)
-            elif _NAME.fullmatch(name) and (file := self._index(name, max_ids, at_start=True)) is not None:
-                found.append(file)
+        try:
+            self._files.sweep()
+            names = self._files.names()
+        except OSError as exc:
+            log.warning("KV files in %s cannot be listed (%s): none used for now", self.where, exc)
+            return []
+        found = [file for name in names
+                 if _NAME.fullmatch(name) and (file := self._index(name, max_ids, at_start=True)) is not None]
         self._add(found)
         self._trim()  # a budget lowered since the files were written: the oldest go
         if self.entries or self.removed:
-            log.info("KV directory %s: %d states, %d bytes; files removed: %d", self.directory, len(self.entries),
+            log.info("KV directory %s: %d states, %d bytes; files removed: %d", self.where, len(self.entries),
                      self.nbytes, sum(self.removed.values()))
         return [*self.entries.values(), *self.foreign]
 
@@ -152,7 +163,7 @@ class DiskTier:
         if not self.shared or self.problem is not None:
             return [], []
         try:
-            names = set(os.listdir(self._dir))
+            names = set(self._files.names())
         except OSError:
             return [], []
         gone = [e for e in self.entries.values() if e.blob is None and e.name not in names]
@@ -172,27 +183,24 @@ class DiskTier:
         would have started from it)."""
         self._seen.add(name)
         try:
-            fd, st = kvdir.open_regular(self._dir, name)
-            try:
-                header = read_head(fd, st.st_size)
-                foreign = header.identity != self.identity  # another engine's: kept, never read whole
-                if header.n_ids > max_ids:
-                    if foreign:
-                        return None  # of a longer context than ours: not even indexed
-                    raise KVFileRejected(f"holds {header.n_ids} ids, more than a sequence here ({max_ids})",
-                                         "too long")
-                if not foreign and st.st_size > self.budget:
-                    raise KVFileRejected(f"is larger than the whole disk tier ({self.budget} bytes)", "too large")
-                raw = read_ids(fd, header)
-            finally:
-                os.close(fd)
+            header, raw, size, mtime = self._files.head(name, max_ids)
+            foreign = header.identity != self.identity  # another engine's: kept, never read whole
+            if raw is None:
+                if foreign:
+                    return None  # of a longer context than ours: not even indexed
+                raise KVFileRejected(f"holds {header.n_ids} ids, more than a sequence here ({max_ids})", "too long")
+            if not foreign and size > self.budget:
+                raise KVFileRejected(f"is larger than the whole disk tier ({self.budget} bytes)", "too large")
             if file_name(raw) != name:
                 raise KVFileRejected("is not named by the ids it holds", "misnamed")
         except KVFileRejected as exc:
             if exc.kind == "gone":  # removed by another replica since the listing
                 return None
+            if exc.kind == "unavailable":  # the store is down: looked at again next time
+                self._seen.discard(name)
+                return None
             self._removed(name, exc)
-            kvdir.unlink(self._dir, name)
+            self._files.delete(name)
             self.lost[bytes.fromhex(name[:32])] = KVFileRejected(
                 f"KV file {name} {exc}: it was removed " + ("at the start" if at_start else "when found"), exc.kind)
             return None
@@ -202,7 +210,7 @@ class DiskTier:
             self.foreign.append(DiskEntry(name, ids_of(raw), 0, header.exact, why_not=why,
                                           miss_kind="other model", tier=self.tier))
             return None
-        return st.st_mtime, name, ids_of(raw), header.exact, st.st_size
+        return mtime, name, ids_of(raw), header.exact, size
 
     def _add(self, found: list[tuple[float, str, list[int], int, int]]) -> list[DiskEntry]:
         new = []
@@ -212,16 +220,6 @@ class DiskTier:
             self.nbytes += entry.nbytes
             new.append(entry)
         return new
-
-    def _stale(self, name: str) -> None:
-        """Remove the temporary ``name`` if it is a write a crash cut short (not one being written now, by
-        another replica of a shared directory)."""
-        try:
-            age = time.time() - os.stat(name, dir_fd=self._dir, follow_symlinks=False).st_mtime
-        except OSError:
-            return
-        if age > STALE_SECONDS:
-            kvdir.unlink(self._dir, name)
 
     def removed_prefix(self, ids: list[int], beyond: int) -> KVFileRejected | None:
         """Why the file removed at the start that held the longest prefix of ``ids``, longer than ``beyond``
@@ -281,7 +279,7 @@ class DiskTier:
             return self._verified(entry, needed)
         except KVFileRejected as exc:
             self._forget(entry)
-            if exc.kind == "gone":  # another replica's eviction (or `lmchat cache clear`): nothing to remove
+            if exc.kind in ("gone", "unavailable"):  # another replica's eviction, a store down: nothing to remove
                 self._seen.discard(entry.name)  # published again, it is found again
                 raise KVFileRejected(f"KV file {entry.name} {exc}", exc.kind) from None
             if exc.kind != "other model":  # another engine's file in a shared directory is not ours to delete
@@ -292,7 +290,7 @@ class DiskTier:
             self.read_seconds += time.perf_counter() - started
 
     def _verified(self, entry: DiskEntry, needed: list[int]) -> memoryview:
-        data = kvdir.read_regular(self._dir, entry.name, self.budget)
+        data = self._files.read(entry.name, self.budget)
         header = parse_header(data, len(data))
         if header.identity != self.identity:  # another engine's, under a key of its own: not ours to judge
             raise KVFileRejected(f"was made by another model or with other cache parameters "
@@ -311,7 +309,7 @@ class DiskTier:
 
     def _removed(self, name: str, exc: KVFileRejected) -> None:
         self.removed[exc.kind] += 1
-        log.warning("KV directory %s: removing %s (%s)", self.directory, name, exc)
+        log.warning("KV directory %s: removing %s (%s)", self.where, name, exc)
 
     def _trim(self) -> list[DiskEntry]:
         gone = []
@@ -337,9 +335,8 @@ class DiskTier:
         self.flush()
         self._jobs.put(None)
         self._thread.join()
-        if self._dir >= 0:
-            os.close(self._dir)
-            self._dir = -1
+        if self.files is not None:
+            self.files.close()
 
     # ------------------------------------------------------------------ the writer thread
     def _submit(self, job: tuple[Any, ...]) -> None:
@@ -353,7 +350,7 @@ class DiskTier:
                 if job[0] == "write":
                     self._write(*job[1:])
                 else:
-                    kvdir.unlink(self._dir, job[1])
+                    self._files.delete(job[1])
             finally:
                 with self._idle:
                     self._pending -= 1
@@ -374,16 +371,16 @@ class DiskTier:
             yield mac.digest()
 
         try:
-            kvdir.write(self._dir, entry.name, parts())
+            self._files.write(entry.name, parts())
         except OSError as exc:
             entry.why_not = f"KV file {entry.name} could not be written ({exc.strerror or exc})"
             entry.miss_kind = "write failed"
             self.write_failures += 1
-            log.warning("%s in %s", entry.why_not, self.directory)
+            log.warning("%s in %s", entry.why_not, self.where)
             return
         finally:
             self.write_seconds += time.perf_counter() - started
         self.writes += 1
         if entry.gone:  # evicted while being written
-            kvdir.unlink(self._dir, entry.name)
+            self._files.delete(entry.name)
         entry.blob = None

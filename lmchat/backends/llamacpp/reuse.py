@@ -44,7 +44,7 @@ class PrefixReuse(EngineState):
                 if blob is not None:
                     self.disk.put(state.ids, state.exact, blob)
         except Exception:  # a cache that could not be kept must not stop the close
-            log.exception("could not write the KV states to %s", self.disk.directory)
+            log.exception("could not write the KV states to %s", self.disk.where)
         finally:
             self.disk.close()
 
