@@ -3,7 +3,7 @@ import importlib
 import sys
 
 if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
-    print("usage: python -m bench all|report|prompt_compare|token_cost|kv_reuse|stores|server|engine|"
+    print("usage: python -m bench all|report|prompt_compare|token_cost|kv_reuse|stores|server|engine|scaling|"
           "llama_batch|random_gguf|drift|responses|remote|kv_cache|first_answers|constraints|forced_calls|"
           "schema_suite|builds|overflow [options] (see --help of each)")
     sys.exit(0)

@@ -11,6 +11,7 @@
 #   LMCHAT_REPLICA_PORT  the first replica's port (default 8101; the next ones follow)
 #   LMCHAT_REDIS_PORT    redis-server's port (default 6390)
 #   LMCHAT_DEPLOY_DIR    the store's, the KV files' and the logs' directory (default: a new one under /tmp; kept)
+#   LMCHAT_KV_SHARED     dir (default): the shared KV tier is a directory; redis: it is database 1 of that Redis
 set -euo pipefail
 
 n=3
@@ -24,6 +25,11 @@ stats_port=${LMCHAT_LB_STATS_PORT:-8404}
 first_port=${LMCHAT_REPLICA_PORT:-8101}
 redis_port=${LMCHAT_REDIS_PORT:-6390}
 dir=${LMCHAT_DEPLOY_DIR:-$(mktemp -d /tmp/lmchat-deploy-XXXXXX)}
+case ${LMCHAT_KV_SHARED:-dir} in
+    dir) shared=(--kv-shared) ;;
+    redis) shared=(--kv-shared "redis://127.0.0.1:$redis_port/1") ;;
+    *) echo "LMCHAT_KV_SHARED is dir or redis" >&2; exit 2 ;;
+esac
 mkdir -p "$dir"
 python=${PYTHON:-python3}
 for tool in redis-server haproxy; do
@@ -34,7 +40,8 @@ pids=()
 stop() {
     trap - INT TERM EXIT
     echo "stopping..." >&2
-    # the replicas first (SIGTERM: running turns finish within --shutdown-grace and are saved), Redis last
+    # in reverse order: HAProxy, the replicas (SIGTERM: running turns finish within --shutdown-grace and are
+    # saved), Redis last
     for ((i = ${#pids[@]} - 1; i >= 0; i--)); do kill -TERM "${pids[i]}" 2>/dev/null || true; done
     wait 2>/dev/null || true
 }
@@ -70,7 +77,7 @@ for ((i = 1; i <= n; i++)); do
     port=$((first_port + i - 1))
     name=replica-$i
     "$python" -m lmchat serve --backend llamacpp --port "$port" --replica-name "$name" --threads "$threads" \
-        --store "redis://127.0.0.1:$redis_port/0" --kv-dir "$dir/kv" --kv-shared --kv-key-file "$dir/kv.key" \
+        --store "redis://127.0.0.1:$redis_port/0" --kv-dir "$dir/kv" "${shared[@]}" --kv-key-file "$dir/kv.key" \
         "$@" >"$dir/$name.log" 2>&1 &
     pids+=($!)
     echo "    server $name 127.0.0.1:$port" >>"$cfg"
@@ -87,7 +94,7 @@ wait_for "http://127.0.0.1:$lb_port/health" haproxy "${pids[-1]}"
 cat <<EOF
 $n replicas behind HAProxy: http://127.0.0.1:$lb_port/v1 (the page: http://127.0.0.1:$lb_port/)
 HAProxy's stats: http://127.0.0.1:$stats_port/ (Prometheus: /metrics); each replica's: its port's /metrics
-store: redis://127.0.0.1:$redis_port/0; KV files: $dir/kv; logs: $dir/*.log
+store: redis://127.0.0.1:$redis_port/0; KV: ${shared[*]} (--kv-dir $dir/kv); logs: $dir/*.log
 Ctrl-C stops them all.
 EOF
 # a replica that dies stays down (its conversations go on on the others); the balancer's end ends it all
