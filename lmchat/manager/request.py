@@ -75,7 +75,8 @@ class TurnRequest:
     state that is still the session's). ``edit(view)``: the session (and ``extra``) the turn starts from, as
     replacements, either one None to keep it (e.g. a copy with another system prompt, made with
     :func:`lmchat.session.edits.restored`, so that its delta resets): they replace the session only if the
-    turn starts, and are saved with it. ``note``: a JSON object appended to the session's notes when the turn
+    turn starts, and are saved with it (a caller that decided the edit from what it read passes it as data: a
+    :class:`~.frame.Frame`). ``note``: a JSON object appended to the session's notes when the turn
     is saved, in the same compare-and-set, with the turn's counts under ``"turn"`` (:func:`lmchat.turns.turn.
     record_of` with ``chars``, the answer's length, instead of its text). ``on_drop(view, delta)``: called when
     the overflow policy dropped messages to fit the turn (``delta.removed``, which the session no longer holds;

@@ -1,4 +1,4 @@
-"""Response ids as session states: which session a Responses request runs its turn on, and what it notes.
+"""Response ids as session states: reading them, a turn's :class:`Plan` and what it notes.
 
 A response is the state of a session after one of its turns: ``resp_<sid>_<k>``
 is the ``k``-th noted turn of session ``sid`` (:mod:`.items`), and its
@@ -17,7 +17,7 @@ one, or one of a conversation, forks the session at that response's last
 message (the branch's first delta resets). With ``store: false`` the new
 session, or the branch, is a one-off (``SessionManager.oneoff``): held in
 memory for the turn only, never stored, so its response can never be read
-or continued. Large fields that rarely change
+or continued. Which of these a request gets is decided in :mod:`.responses_turn`. Large fields that rarely change
 (``model``, the request's fields, ``instructions``, ``tools``) are written in a note when they change and
 referenced (:class:`~.chain_state.Same`) otherwise.
 """
@@ -31,18 +31,17 @@ from typing import Any, TypeVar
 
 import attrs
 
-from ..errors import SessionExists, SessionNotFound
-from ..manager import OneOff, SessionManager
-from ..manager.request import Edit
+from ..errors import SessionNotFound
+from ..manager import SessionManager
+from ..manager.frame import Frame
+from ..manager.request import Target
 from ..manager.table import View
-from ..session import Session
-from ..session.edits import restored
 from ..templates.base import BaseTemplate
-from .chain_state import CARRIED, Dropped, DroppedMessage, Note, Same, SessionState, note_of, resolve, state_of
+from .chain_state import CARRIED, DroppedMessage, Note, Same, SessionState, note_of, resolve, state_of
 from .errors import ApiError
-from .item_names import Names, count_below
+from .item_names import count_below
 from .items import Serials, conversation_id, parse_conversation_id, parse_response_id, response_id
-from .truncation import Places, inherited
+from .truncation import Places
 
 _SWITCH: dict[str, bool] = {}
 T = TypeVar("T")
@@ -76,7 +75,7 @@ def replayed(mgr: SessionManager, who: str | None, key: str | None, previous: st
     else:
         places = [(new_sid(key, who), 0)]
     for sid, k in places:
-        found = _inspect(mgr, sid, _keyed_note(key, k), who) if sid else None
+        found = inspected(mgr, sid, _keyed_note(key, k), who) if sid else None
         if sid and found is not None:
             return response_id(sid, found)
     return None
@@ -128,26 +127,32 @@ class Want:
 
 @attrs.frozen
 class Plan:
-    """Where a request's turn runs: the session, the new response's index, its first input item's serial."""
+    """Where a request's turn runs (:mod:`.responses_turn` decides it): the session, the new response's index, its
+    first input item's serial, and the session's frame for the turn."""
 
-    sid: str
+    #: the stored session's id, or (``store: false``) the one-off the turn runs on, gone with it
+    target: Target
     k: int
     serial: int
+    frame: Frame  # the turn's edit: the session as the request wants it
     expect: int | None = None  # the version the decision was made on (None: a session made for it)
-    created: bool = False  # made for this request: ended if the turn does not start (a one-off: gone with it)
     #: a conversation's items the model has not seen, sent first
     queued: list[dict[str, Any]] = attrs.field(factory=list)
     #: the carried fields of the session's last note: {"instructions": (k, value), ...}
     last: dict[str, tuple[int, Any]] | None = None
     conversation: str | None = None
-    oneoff: OneOff | None = None  # store=false: the session the turn runs on, gone with it (``sid`` is its id)
     #: a branch's dropped items (those of the items it was made with), whose messages its first note keeps
     dropped: tuple[DroppedMessage, ...] = ()
 
     @property
-    def target(self) -> str | OneOff:
-        """What the turn runs on: the one-off, else the stored session ``sid``."""
-        return self.sid if self.oneoff is None else self.oneoff
+    def sid(self) -> str:
+        """The session's id (a one-off's random one)."""
+        return self.target if isinstance(self.target, str) else self.target.session_id
+
+    @property
+    def created(self) -> bool:
+        """Made for this request (a new chain, a branch, a one-off): ended if the turn does not start."""
+        return self.expect is None
 
 
 def carried(notes_last: dict[str, Any] | None, key: str, value: Any) -> Any:
@@ -205,73 +210,10 @@ def read_conversation(v: View) -> dict[str, Any] | None:
         return None
     items = Places(v, state).count
     return {"version": v.version, "k": len(v.notes), "serial": Serials(state.deleted_items).serial(items),
-            "queue": list(state.queue), "last": _last_carried(v), "template": v.session.template}
+            "queue": list(state.queue), "last": _last_carried(v), "template": v.session.template, "state": state}
 
 
-# ---------------------------------------------------------------------------------------------- planning
-def plan(mgr: SessionManager, who: str | None, previous: str | None, conversation: str | None, store: bool,
-         want: Want, check: Callable[[BaseTemplate], object], key: str | None = None) -> Plan:
-    """Where the request's turn runs (blocking: call it from a worker). ``check(template)`` refuses
-    what the session's template cannot do, before anything is created."""
-    if conversation is not None:
-        sid = parse_conversation_id(conversation)
-        info = _inspect(mgr, sid, read_conversation, who) if sid else None
-        if sid is None or info is None:
-            raise not_found("conversation", conversation, "conversation")
-        check(info["template"])
-        return Plan(sid, info["k"], info["serial"], info["version"], queued=info["queue"], last=info["last"],
-                    conversation=conversation)
-    if previous is None:
-        template = mgr.default_template
-        check(template)
-        head = want.instructions is not None or template.default_system is not None
-        extra = SessionState("responses", system_head=head).to_json()
-        if not store:
-            oneoff = mgr.oneoff(who, system=want.instructions, tools=want.tools, extra=extra)
-            return Plan(oneoff.session_id, 0, 0, created=True, oneoff=oneoff)
-        sid = mgr.create(new_sid(key, who), who, system=want.instructions, tools=want.tools, extra=extra)
-        return Plan(sid, 0, 0, created=True)
-    parsed = parse_response_id(previous)
-    found = _inspect(mgr, parsed[0], read_response(parsed[1]), who) if parsed else None
-    if parsed is None or found is None:
-        raise not_found("previous response", previous, "previous_response_id")
-    if found.stale:
-        raise ApiError(409, f"response {previous!r}: items of its conversation were deleted since: its state is "
-                            "gone", param="previous_response_id", code="response_state_gone")
-    check(found.template)
-    if not store:
-        return _aside(mgr, who, previous, found)
-    if found.latest:
-        return Plan(parsed[0], found.responses, found.note.end_serial, found.version, last=found.last)
-    return _branch(mgr, who, previous, found, key)
-
-
-def _aside(mgr: SessionManager, who: str | None, previous: str, info: ResponseAt) -> Plan:
-    """A ``store: false`` continuation of the response ``previous``: a one-off copy of its session up to that
-    response (the stored chain is only read)."""
-    sid = _parsed(previous)[0]
-    extra = SessionState("responses", system_head=info.state.system_head).to_json()
-    oneoff = mgr.oneoff(who, extra=extra, parent=sid, at=info.messages)
-    return Plan(oneoff.session_id, 0, info.items, created=True, oneoff=oneoff)
-
-
-def _branch(mgr: SessionManager, who: str | None, previous: str, info: ResponseAt, key: str | None) -> Plan:
-    """A new session holding the conversation up to the response ``previous`` (``info`` describes it); with an
-    Idempotency-Key its id derives from the key, so that a retry finds it (:func:`replayed`). The items its
-    chain dropped stay dropped on the branch: it holds the messages the chain's session still holds."""
-    sid = _parsed(previous)[0]
-    origin = Names(sid, info.state).runs(info.items)
-    at, spans, dropped = info.messages, tuple[Dropped, ...](), tuple[DroppedMessage, ...]()
-    if info.state.dropped:  # their messages are read where the session is read again: the fork point with them
-        at, spans, dropped = mgr.inspect(sid, lambda v: inherited(v, info.items), who)
-    extra = SessionState("responses", system_head=info.state.system_head, origin=origin, dropped=spans).to_json()
-    try:
-        branch = mgr.fork(sid, new_sid(key, who, branch_of=previous), who, at=at, extra=extra)
-    except SessionExists:  # an earlier attempt made the branch but its turn never landed: start another
-        branch = mgr.fork(sid, new_sid(), who, at=at, extra=extra)
-    return Plan(branch, 0, info.items, created=True, dropped=dropped)
-
-
+# ---------------------------------------------------------------------------------------------- for planning
 def _parsed(previous: str) -> tuple[str, int]:
     """The (session id, index) of a response id known to parse (read from the store already)."""
     parsed = parse_response_id(previous)
@@ -279,23 +221,13 @@ def _parsed(previous: str) -> tuple[str, int]:
     return parsed
 
 
-def _inspect(mgr: SessionManager, sid: str, read: Callable[[View], T | None], who: str | None) -> T | None:
+def inspected(mgr: SessionManager, sid: str, read: Callable[[View], T | None], who: str | None) -> T | None:
     try:
         return mgr.inspect(sid, read, who)
     except SessionNotFound:
         return None
 
 
-def branch_after_busy(mgr: SessionManager, who: str | None, previous: str, key: str | None = None) -> Plan:
-    """A chain's latest response is being continued by another request: this one branches off it."""
-    sid, k = _parsed(previous)
-    info = _inspect(mgr, sid, read_response(k), who)
-    if info is None:
-        raise not_found("previous response", previous, "previous_response_id")
-    return _branch(mgr, who, previous, info, key)
-
-
-# ---------------------------------------------------------------------------------------------- the turn's edit
 def effort_level(effort: str, levels: tuple[str, ...]) -> str:
     """OpenAI's ``reasoning.effort`` as one of a template's levels (gpt-oss: low, medium, high): the same name,
     else the nearest (``minimal`` is the lowest, ``xhigh`` the highest); ``none`` is refused before the turn."""
@@ -304,52 +236,7 @@ def effort_level(effort: str, levels: tuple[str, ...]) -> str:
     return levels[0] if effort == "minimal" else levels[-1]
 
 
-def edit_for(want: Want, tokenizer: Any, consume_queue: bool) -> Edit:
-    """The ``edit`` of the turn: the session's system prompt, tools, thinking switch and overflow policy
-    as the request wants them (an edited copy, whose delta resets when what is rendered changed), and a
-    conversation's queue emptied (its items are the turn's first messages). O(1) when nothing changes."""
-
-    def edit(v: View) -> tuple[Session | None, dict[str, Any] | None] | None:
-        # the manager checked the session's kind before the edit: it is one of ours
-        session, state = v.session, state_of(v)
-        assert state is not None  # noqa: S101 - the manager checked the session's kind (ours) before the edit
-        first = session.first_message() if state.system_head else None
-        current = first["content"] if first else None
-        system: str | None
-        if want.instructions is not None:
-            system = want.instructions
-        else:
-            system = session.template.default_system if state.system_head else None
-        kwargs = dict(session.template_kwargs)
-        kwargs.pop("enable_thinking", None)
-        kwargs.pop("reasoning_effort", None)
-        levels = session.template.reasoning_efforts
-        if want.effort is not None and levels:
-            kwargs["reasoning_effort"] = effort_level(want.effort, levels)
-        elif want.thinking is not None:
-            kwargs["enable_thinking"] = want.thinking
-        reasons = [why for why, changed in (
-            ("the instructions changed", system != current),
-            ("the tools changed", (want.tools or None) != (session.tools or None)),
-            ("the reasoning setting changed", kwargs != session.template_kwargs)) if changed]
-        new_state = state.evolve(queue=()) if consume_queue and state.queue else None
-        if not reasons and want.overflow == session.overflow:
-            return None if new_state is None else (None, new_state.to_json())
-        data = session.to_dict()
-        if system != current:
-            messages = data["messages"][state.head:]
-            data["messages"] = ([{"role": "system", "content": system}] if system is not None else []) + messages
-            data["system"] = system
-            new_state = (new_state or state).evolve(system_head=system is not None)
-        data.update(tools=want.tools, template_kwargs=kwargs, overflow=want.overflow)
-        new_extra = None if new_state is None else new_state.to_json()
-        if reasons and session.step:
-            return restored(data, tokenizer, "; ".join(reasons)), new_extra
-        return Session.from_dict(data, tokenizer=tokenizer), new_extra
-
-    return edit
-
-
+# ---------------------------------------------------------------------------------------------- the turn's note
 def note_for(p: Plan, n_input: int, *, model: str, previous: str | None, want: Want, request: dict[str, Any],
              idempotency_key: str | None = None) -> tuple[dict[str, Any], Note]:
     """What the turn notes (compact: fields equal to the last note's by reference, the previous response only

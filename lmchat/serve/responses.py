@@ -1,7 +1,7 @@
 """OpenAI's Responses API over sessions: ``POST /v1/responses``, ``GET``/``DELETE /v1/responses/ID``,
 ``GET /v1/responses/ID/input_items``.
 
-Each response is a turn of a session (:mod:`.chains` says which and why):
+Each response is a turn of a session (:mod:`.responses_turn` decides which, and runs it):
 a chain of ``previous_response_id`` is one session extended a delta at a
 time, a branch from an older response is a fork, ``conversation`` appends to
 that conversation's session, ``store: false`` runs on a one-off session (in
@@ -21,30 +21,27 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from ..backends.base import special_tokens
-from ..constraints import Constraint
-from ..manager import SessionManager, TurnRequest, TurnResult, TurnStream
+from ..manager import SessionManager, TurnResult, TurnStream
 from ..manager.table import View
-from ..errors import (InvalidMessages, LmchatError, SessionBusy, SessionLengthExceeded, SessionMoved, SessionNotFound,
+from ..errors import (InvalidMessages, SessionBusy, SessionLengthExceeded, SessionNotFound,
                       SnapshotError, StoreCorrupt)
-from ..templates.base import BaseTemplate
 from ..tools.answer_constraint import for_answer
-from ..validation import check_tools_supported, validate_tools
+from ..validation import validate_tools
 from . import chains
-from .chain_state import Note, state_of
+from .chain_state import state_of
 from .deps import blocking, end_session, model_named, owner, text_limit
 from .formats import text_constraint, tool_constraint
 from .idempotency import releasing
 from .item_names import Names, count_below
 from .items import (Serials, answer_items, answer_parts, bad, input_messages, message_item, message_items, page,
                     parse_item_id, parse_response_id, response_id, session_tools)
-from .request_turns import parsed_of, run
-from .responses_model import ResponsesRequest, check_effort, input_error, response_object, turn_of
+from .request_turns import parsed_of
+from .responses_model import ResponsesRequest, input_error, response_object, turn_of
 from .responses_sse import Events, response_events
-from .truncation import Places, recording
+from .responses_turn import ResponsesTurn, Started, start
+from .truncation import Places
 
 router = APIRouter()
-#: how often a request re-plans when the session moved under it (another request extended it first)
-ATTEMPTS = 4
 T = TypeVar("T")
 
 
@@ -71,19 +68,14 @@ async def create_response(body: ResponsesRequest, request: Request, who: str | N
         raise bad("tools", str(exc)) from None
     want = chains.Want(body.instructions, tools, checked["thinking"], overflow_for(mgr, body.truncation),
                        checked["effort"])
-
-    def check(template: BaseTemplate) -> None:
-        check_tools_supported(template, tools)
-        check_effort(template, want.thinking)
-
     template = mgr.default_template
     forced = await tool_constraint(body.tool_choice, tools, template, mgr.backend, parallel=body.parallel_tool_calls,
                                    max_tokens=body.max_output_tokens, response=constraint, chat=False)
     # a reasoning block stays free text
     constraint = for_answer(forced or constraint, template, "text.format", special_tokens(mgr.backend))
-    fields = body.fields(template, text_format)
-    model = model_named(state, body.model)
     key = request.headers.get("idempotency-key") if body.store else None
+    turn = ResponsesTurn(body, who, checked["conversation"], want, messages, model_named(state, body.model),
+                         body.fields(template, text_format), key, constraint)
     release = await state.inflight.hold(who, key)  # a retry waits here for its first attempt to be saved
     streaming = False  # a turn's stream lets go of the key once it ends
     try:
@@ -92,8 +84,7 @@ async def create_response(body: ResponsesRequest, request: Request, who: str | N
                                     checked["conversation"])
             if stored is not None:  # an earlier attempt of this request landed: answer it, do not run it again
                 return _replay(await blocking(_found, mgr, stored, who, _response_reader(mgr)), body.stream)
-        response = await _respond(request, mgr, who, body, checked["conversation"], want, check, messages, model,
-                                  fields, key, release, constraint)
+        response = _respond(mgr, turn, await start(mgr, turn, request.receive), release)
         streaming = body.stream
         return response
     except (InvalidMessages, SessionLengthExceeded) as exc:  # the request's input[i], not the session's messages
@@ -103,25 +94,21 @@ async def create_response(body: ResponsesRequest, request: Request, who: str | N
             release()
 
 
-async def _respond(request: Request, mgr: SessionManager, who: str | None, body: ResponsesRequest,
-                   conversation: str | None, want: chains.Want, check: Callable[[BaseTemplate], None],
-                   messages: list[dict[str, Any]], model: str, fields: dict[str, Any], key: str | None,
-                   release: Callable[[], None], constraint: Constraint | None = None) -> Response:
-    """The turn's response: its JSON object, or its stream (which lets go of ``key`` once it ends)."""
-    plan, whole, started_turn = await _start(request, mgr, who, body, conversation, want, check, messages, model,
-                                             fields, key, constraint)
-    rid, serial, parse = response_id(plan.sid, plan.k), plan.serial + len(messages), body.tool_choice != "none"
+def _respond(mgr: SessionManager, turn: ResponsesTurn, started: Started, release: Callable[[], None]) -> Response:
+    """The turn's response: its JSON object, or its stream (which lets go of the request's key once it ends)."""
+    plan, whole, body = started.plan, started.whole, turn.body
+    rid, serial, parse = response_id(plan.sid, plan.k), plan.serial + len(turn.messages), body.tool_choice != "none"
     tokens = mgr.tokenizer is not None
 
     def finish(result: TurnResult, output: list[dict[str, Any]]) -> dict[str, Any]:
         return response_object(rid, attrs.evolve(whole, turn=turn_of(result)), plan.conversation, output,
                                tokens=tokens)
 
-    if isinstance(started_turn, TurnStream):  # body.stream
+    if isinstance(started.turn, TurnStream):  # body.stream
         base = response_object(rid, whole, plan.conversation, [], tokens=tokens)
-        events = response_events(started_turn, base, sid=plan.sid, serial=serial, parse=parse, finish=finish)
+        events = response_events(started.turn, base, sid=plan.sid, serial=serial, parse=parse, finish=finish)
         return StreamingResponse(releasing(events, release), media_type="text/event-stream")
-    result = started_turn
+    result = started.turn
     status = "completed" if result.finish_reason == "stop" else "incomplete"
     if parse:
         parsed = parsed_of(result)
@@ -130,51 +117,6 @@ async def _respond(request: Request, mgr: SessionManager, who: str | None, body:
     else:
         output = [message_item(plan.sid, serial, result.text, status)]
     return JSONResponse(finish(result, output))
-
-
-async def _start(request: Request, mgr: SessionManager, who: str | None, body: ResponsesRequest,
-                 conversation: str | None, want: chains.Want, check: Callable[[BaseTemplate], None],
-                 messages: list[dict[str, Any]], model: str, fields: dict[str, Any], key: str | None,
-                 constraint: Constraint | None = None) -> tuple[chains.Plan, Note, TurnStream | TurnResult]:
-    """Plan, then start the turn: its stream (primed) or its result; a moved session is planned again."""
-    previous = body.previous_response_id
-    plan = await blocking(chains.plan, mgr, who, previous, conversation, body.store, want, check, key)
-    for attempt in range(ATTEMPTS):
-        turn_messages = plan.queued + messages
-        note, whole = chains.note_for(plan, len(messages), model=model, previous=previous, want=want,
-                                      request=fields, idempotency_key=key)
-        turn = TurnRequest(
-            plan.target, turn_messages, owner=who, expect=plan.expect, note=note,
-            params={"temperature": body.temperature, "top_p": body.top_p, "constraint": constraint},
-            max_new_tokens=body.max_output_tokens, edit=chains.edit_for(want, mgr.tokenizer, bool(plan.queued)),
-            on_drop=recording(note), kind="responses" if plan.conversation is None else "conversation")
-        try:
-            if not turn_messages:
-                raise bad("input", "nothing to answer: the input is empty")
-            if body.stream:
-                return plan, whole, await mgr.astream_turn(turn).start()
-            return plan, whole, await run(mgr, turn, request.receive)
-        except SessionMoved:  # another request changed the session since it was read: decide again
-            await _drop(mgr, plan, who)
-            if attempt == ATTEMPTS - 1:
-                raise
-            plan = await blocking(chains.plan, mgr, who, previous, conversation, body.store, want, check, key)
-        except SessionBusy:  # the chain's latest response is being continued by another request: branch off
-            await _drop(mgr, plan, who)
-            if plan.created or previous is None or attempt == ATTEMPTS - 1:
-                raise
-            plan = await blocking(chains.branch_after_busy, mgr, who, previous, key)
-        except BaseException:
-            await _drop(mgr, plan, who)
-            raise
-    raise AssertionError("unreachable")  # every attempt returns or raises
-
-
-async def _drop(mgr: SessionManager, plan: chains.Plan, who: str | None) -> None:
-    """A session made for a request whose turn did not start goes again (a one-off is gone already)."""
-    if plan.created and plan.oneoff is None:
-        with contextlib.suppress(LmchatError):
-            await blocking(mgr.end, plan.sid, who)
 
 
 def _replay(response: dict[str, Any], stream: bool) -> Response:
