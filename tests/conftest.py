@@ -19,15 +19,19 @@ from lmchat.stores import open_store
 from . import hypothesis_profiles, tiers, timeline
 from .store_helpers import STORES, RedisServer, open_kind, redis_binary
 
-hypothesis_profiles.load()
 
 
 # ---------------------------------------------------------------------- tiers (tests/tiers.py)
 def pytest_configure(config):
     for name, meaning in tiers.MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {meaning}")
+    hypothesis_profiles.load(quick=tiers.leaves_a_tier_out(config.option.markexpr))
     if os.environ.get("LMCHAT_TEST_TIMELINE"):  # where a run's time goes, worker by worker (tests/timeline.py)
         config.pluginmanager.register(timeline.Recorder(os.environ["LMCHAT_TEST_TIMELINE"]), "lmchat-timeline")
+
+
+def pytest_report_header(config):
+    return hypothesis_profiles.header()
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the groups

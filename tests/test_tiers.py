@@ -100,6 +100,16 @@ def test_the_soaks_are_slow_by_their_node_id():
     assert tiers.markers_for(Item(pure, nodeid=tiers.SLOW[0] + "::test_anything")) == {"slow"}
 
 
+@pytest.mark.parametrize("markexpr, quick", [
+    ("", False),  # the README's test command and CI: every tier, every example
+    ("not model and not server and not browser and not redis and not slow", True),  # the quick tier
+    ("not slow", True),
+    ("model", False),
+])
+def test_a_run_that_leaves_a_tier_out_is_a_quick_one(markexpr, quick):
+    assert tiers.leaves_a_tier_out(markexpr) is quick
+
+
 class Running:
     """A running test, as the guard reads it: its markers."""
 

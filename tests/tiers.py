@@ -74,6 +74,12 @@ SLOW = (
     "tests/test_batch_invariance.py::test_sixteen_conversations_of_five_turns_answer_as_alone",
 )
 
+def leaves_a_tier_out(markexpr: str) -> bool:
+    """Whether a run's ``-m`` leaves out a tier (``not model``, ``not slow`` ...): a developer's quicker run, which
+    the property tests run at the ``dev`` profile (tests/hypothesis_profiles.py)."""
+    return any(f"not {name}" in markexpr for name in MARKERS)
+
+
 #: conftest's fixtures that watch for resources (they name Popen to wrap it, and use nothing)
 GUARD_FIXTURES = frozenset({"_tier_guard", "_tier_check"})
 
