@@ -15,10 +15,15 @@ segment ends, whole.
 """
 from __future__ import annotations
 
+from ..lark import Expr, Text, seq
+from . import forcing_params as by_param
+from . import forcing_shapes as shape
 from .base import args_json, whole_call
+from .channel_lead import Mark
 from .pycall import literal_call
 from .segments import SegmentFormat
 from .sink import WS
+from .syntax import Forcing, Syntax
 
 
 def unfence(body: str) -> str:
@@ -49,3 +54,16 @@ class ChatGLM3(SegmentFormat):
             self.give_back(self.body, f"ChatGLM3 call of {self.name!r} not parsed ({exc})")
             return
         whole_call(self.sink, self.name, args)
+
+
+def _call(name: str, args: Expr, mark: Mark) -> Expr:
+    # ChatGLM3's format_function_call, as its template renders it: the name line, then the call in a fence
+    return seq(Text(name + "\n ```python\ntool_call("), args, Text(")\n```"))
+
+
+def _param(tool: str, p: by_param.Param, mark: Mark) -> Expr:
+    return seq(Text(p.name + "="), by_param.python_value(tool, p))
+
+
+# forced, the answer is one call: the turn ends at <|observation|>, which the template renders before the result
+SYNTAX = Syntax("chatglm3", ChatGLM3, Forcing(shape.single, shape.param_calls(_call, _param, sep=Text(", "))))

@@ -18,6 +18,7 @@ from .base import Format, RegionFormat, cut
 from .calls import JsonCall
 from .seq import CallSeq
 from .sink import WS, Sink
+from .syntax import Syntax
 
 ACTION = "Action:"
 FENCE = "```"
@@ -183,3 +184,8 @@ class CommandR7B(RegionFormat):
 
     def kept(self, marker: str, final: bool) -> bool | None:
         return marker == END_ACTION  # found here, it closes no action block
+
+
+# no grammar: a call cannot be forced in Command R's syntaxes
+SYNTAX = Syntax("command_r", CommandR)
+R7B = Syntax("command_r7b", CommandR7B)

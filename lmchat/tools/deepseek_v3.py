@@ -10,9 +10,13 @@ announced at the separator.
 """
 from __future__ import annotations
 
+from ..lark import Expr, Grammar, Text, seq
+from . import forcing_shapes as shape
 from .base import NAME, SectionFormat
 from .calls import JsonArgs
+from .channel_lead import Mark
 from .sink import WS, Sink
+from .syntax import Forcing, Syntax
 
 CALLS_BEGIN, CALLS_END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
 CALL_BEGIN, CALL_END, SEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
@@ -105,3 +109,24 @@ class DeepSeekV31(DeepSeekV3):
 
     def open(self, marker: str) -> DeepSeekCall | None:
         return DeepSeekV31Call(self.sink) if marker == CALL_BEGIN else None
+
+
+def _calls_joined(parallel: bool, mark: Mark) -> Grammar:
+    # DeepSeek-R1's template: the calls joined by "\n" between <｜tool▁calls▁begin｜> and <｜tool▁calls▁end｜>
+    return shape.start(seq(mark(CALLS_BEGIN), shape.calls_between(parallel, Text("\n")),
+                           mark(CALLS_END)))
+
+
+def _v3_head(name: str, mark: Mark) -> Expr:
+    return seq(mark(CALL_BEGIN), Text("function"), mark(SEP), Text(name + "\n```json\n"))
+
+
+def _v31_head(name: str, mark: Mark) -> Expr:
+    return seq(mark(CALL_BEGIN), Text(name), mark(SEP))
+
+
+SYNTAX = Syntax("deepseek_v3", DeepSeekV3, Forcing(_calls_joined, shape.named_calls(
+    _v3_head, lambda mark: seq(Text("\n```"), mark(CALL_END)))))
+V31 = Syntax("deepseek_v31", DeepSeekV31, Forcing(
+    shape.sections(CALLS_BEGIN, CALLS_END),
+    shape.named_calls(_v31_head, lambda mark: mark(CALL_END))))

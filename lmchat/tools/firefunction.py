@@ -7,9 +7,12 @@ template puts before ``functools`` touches the calls and is not content.
 """
 from __future__ import annotations
 
+from ..lark import EMPTY
+from . import forcing_shapes as shape
 from .base import RegionFormat
 from .seq import CallSeq
 from .sink import Sink
+from .syntax import Forcing, Syntax
 
 MARKER = "functools["
 
@@ -33,3 +36,8 @@ class FirefunctionV2(RegionFormat):
 
     def open(self, marker: str) -> CallList:
         return CallList(self.sink)
+
+
+# forced: the JSON list after " functools", as its template renders it
+SYNTAX = Syntax("firefunction_v2", FirefunctionV2, Forcing(shape.array(" functools", EMPTY),
+                                                           shape.json_calls("arguments")))

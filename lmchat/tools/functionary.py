@@ -16,10 +16,14 @@ from __future__ import annotations
 
 import json
 
+from ..lark import EMPTY, Grammar, Text
+from . import forcing_shapes as shape
 from .base import NAME, Format, args_json, cut, whole_call
 from .calls import JsonArgs
+from .channel_lead import Mark
 from .deepseek_v3 import DeepSeekCall
 from .sink import WS, Sink
+from .syntax import Forcing, Syntax
 
 FUNCTION, END_FUNCTION, PYTHON_TAG = "<function=", "</function>", "<|python_tag|>"
 SEGMENT = ">>>"
@@ -171,3 +175,16 @@ class FunctionaryV32(Format):
             self.sink.note(f"text after the tool call's arguments: {tail.strip(WS)[:20]!r}...; kept as content")
             self.sink.content.write(tail)
         self.args, self.tail = None, ""
+
+
+def _segments(parallel: bool, mark: Mark) -> Grammar:
+    """v3.2: the prompt wrote the first ``>>>``; each further call is a segment of its own."""
+    return shape.start(shape.calls_between(parallel, Text(SEGMENT)))
+
+
+# v3.1: <function=NAME>{...}</function> back to back (text in Llama 3's tokenizer)
+V31 = Syntax("functionary_v3_1", FunctionaryV31, Forcing(shape.back_to_back, shape.named_calls(
+    lambda name, mark: Text(f"<function={name}>"), lambda mark: Text("</function>"))))
+# v3.2: NAME\n{...}, further calls after ">>>" (the recipient line of each segment)
+V32 = Syntax("functionary_v3_2", FunctionaryV32, Forcing(_segments, shape.named_calls(
+    lambda name, mark: Text(name + "\n"), lambda mark: EMPTY)))

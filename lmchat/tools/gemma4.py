@@ -19,9 +19,19 @@ One state machine: ``content``, ``head`` (the channel's name), ``thought``, ``ca
 """
 from __future__ import annotations
 
+import json
+import re
+from typing import Any
+
+from ..errors import ConstraintUnsupported
+from ..lark import Expr, Grammar, Text, alt, opt, seq, some
+from . import forcing_params as by_param
+from . import forcing_shapes as shape
 from .base import NAME, Format, cut
+from .channel_lead import Mark, gemma4_lead
 from .gemma4_args import QUOTE, GemmaArgs
 from .sink import WS, Sink
+from .syntax import Forcing, Syntax
 
 CHANNEL, CHANNEL_END = "<|channel>", "<channel|>"
 CALL, CALL_END = "<|tool_call>", "<tool_call|>"
@@ -127,3 +137,56 @@ class Gemma4(Format):
                     return
                 self.call.close(marker)
                 self.call, self.state = None, "content"
+
+
+#: what a parameter's name may be to be written as a bare key that the parser reads back
+KEY = re.compile(r"[\w.\-/]+")
+
+
+def _calls(parallel: bool, mark: Mark) -> Grammar:
+    # calls back to back, then the <|tool_response> the template renders after them (a stop word) or the end
+    return shape.start(seq(some(shape.CALL) if parallel else shape.CALL, opt(mark("<|tool_response>"))))
+
+
+def _call(name: str, args: Expr, mark: Mark) -> Expr:
+    """``<|tool_call>call:NAME{key:value,...}<tool_call|>``: strings between ``<|"|>`` tokens, numbers and literals
+    bare; objects and arrays are refused."""
+    return seq(mark(CALL), Text(f"{CALL_PREFIX}{name}{{"), args, Text("}"), mark(CALL_END))
+
+
+def _reads(text: str, declared: Any) -> Any:
+    return text if declared in (None, "string") else json.loads(text)
+
+
+def _param(tool: str, p: by_param.Param, mark: Mark) -> Expr:
+    if not KEY.fullmatch(p.name):
+        raise ConstraintUnsupported(f"the parameter {p.name!r} of {tool!r} cannot be written as a bare key in this "
+                                    "template's call syntax", field="tools")
+    declared = p.schema.get("type")
+    choices = [p.schema["const"]] if "const" in p.schema else p.schema.get("enum")
+    strings = declared in (None, "string") and all(isinstance(v, str) for v in choices or ())
+    value: Expr
+    if strings:
+        value = seq(mark(QUOTE), by_param.tagged_value(tool, p, _reads), mark(QUOTE))
+    elif declared in ("integer", "number"):
+        value = by_param.tagged_value(tool, p, _reads)
+    elif declared == "boolean" and not choices:
+        value = alt(Text("true"), Text("false"))
+    elif declared == "null":
+        value = Text("null")
+    else:
+        raise ConstraintUnsupported(f"the parameter {p.name!r} of {tool!r} cannot be forced in this template's call "
+                                    f"syntax: a value of type {declared!r} (strings, numbers, booleans and null "
+                                    "only)", field="tools")
+    return seq(Text(p.name + ":"), value)
+
+
+def _case_insensitively(params: list[by_param.Param]) -> list[by_param.Param]:
+    return sorted(params, key=lambda p: p.name.lower())  # the order Gemma 4's template sorts them in
+
+
+# forced: Gemma's notation, after an optional thought channel (the lead); the parameters in the order the
+# template sorts them (case-insensitively), one at a time (forcing_params)
+SYNTAX = Syntax("gemma4", Gemma4, Forcing(_calls, shape.param_calls(_call, _param, sep=Text(","),
+                                                                    order=_case_insensitively),
+                                          lead=lambda mark: gemma4_lead(mark)), reads=_reads)

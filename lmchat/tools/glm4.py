@@ -10,9 +10,12 @@ they come; a body that is not JSON makes the segment content, with a note.
 """
 from __future__ import annotations
 
+from ..lark import EMPTY, Text
+from . import forcing_shapes as shape
 from .calls import JsonArgs
 from .segments import SegmentFormat
 from .sink import WS
+from .syntax import Forcing, Syntax
 
 
 class GLM4(SegmentFormat):
@@ -44,3 +47,8 @@ class GLM4(SegmentFormat):
         if self.tail.strip(WS):
             self.sink.note(f"text after the arguments of {self.name!r}: {self.tail.strip()[:20]!r}...; kept as content")
             self.sink.content.write(self.tail)
+
+
+# GLM-4's template renders a call as an assistant message: the name as its metadata line, then the JSON
+SYNTAX = Syntax("glm4", GLM4, Forcing(shape.single, shape.named_calls(lambda name, mark: Text(name + "\n"),
+                                                                    lambda mark: EMPTY)))

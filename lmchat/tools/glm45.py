@@ -12,8 +12,13 @@ import json
 import re
 from typing import Any
 
+from ..lark import Expr, Grammar, Text, seq
+from . import forcing_params as by_param
+from . import forcing_shapes as shape
 from .base import NAME, RegionFormat
+from .channel_lead import Mark
 from .sink import WS, Sink
+from .syntax import Forcing, Syntax
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 PAIR = re.compile(r"\s*<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", re.DOTALL)
@@ -91,3 +96,21 @@ class Glm45(RegionFormat):
 
     def open(self, marker: str) -> Glm45Call:
         return Glm45Call(self.sink)
+
+
+def _calls(parallel: bool, mark: Mark) -> Grammar:
+    return shape.start(shape.calls_between(parallel, Text("\n")))
+
+
+def _call(name: str, args: Expr, mark: Mark) -> Expr:
+    return seq(mark(OPEN), Text(name), args, Text("\n"), mark(CLOSE))
+
+
+def _param(tool: str, p: by_param.Param, mark: Mark) -> Expr:
+    value = by_param.tagged_value(tool, p, typed)
+    return seq(Text("\n"), mark("<arg_key>"), Text(p.name), mark("</arg_key>"), Text("\n"), mark("<arg_value>"), value,
+               mark("</arg_value>"))
+
+
+# forced: one parameter at a time (forcing_params), values as the template renders them, typed back by the schema
+SYNTAX = Syntax("glm45", Glm45, Forcing(_calls, shape.param_calls(_call, _param)), reads=typed)

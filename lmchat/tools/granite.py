@@ -8,9 +8,12 @@ it; anywhere else the text is content. Whitespace just inside the tags is the te
 """
 from __future__ import annotations
 
+from ..lark import EMPTY
+from . import forcing_shapes as shape
 from .base import Format, cut
 from .mistral import Granite
 from .sink import WS, Sink, openai_id
+from .syntax import Forcing, Syntax
 
 RESPONSE, END_RESPONSE = "<response>", "</response>"
 
@@ -52,3 +55,7 @@ class Granite33(Format):
     def finish(self) -> None:
         self.step(final=True)
         self.inner.finish()
+
+
+# Granite 3.3 writes its calls as 3.0/3.1 do (its <response> tags wrap answers, never calls)
+SYNTAX = Syntax("granite33", Granite33, Forcing(shape.array("<|tool_call|>", EMPTY), shape.json_calls("arguments")))

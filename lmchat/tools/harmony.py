@@ -22,9 +22,13 @@ from __future__ import annotations
 
 import re
 
+from ..lark import Expr, Text, seq
+from . import forcing_shapes as shape
 from .base import Format, cut
 from .calls import JsonArgs
+from .channel_lead import Mark, harmony_lead
 from .sink import WS, Sink
+from .syntax import Forcing, Syntax
 
 START, CHANNEL, MESSAGE, CONSTRAIN = "<|start|>", "<|channel|>", "<|message|>", "<|constrain|>"
 END, CALL, RETURN = "<|end|>", "<|call|>", "<|return|>"
@@ -152,3 +156,13 @@ class Harmony(Format):
         elif not ended and self.kind == "reasoning":
             self.sink.note("the output ends inside the analysis channel: all of it is reasoning")
         self.kind = ""
+
+
+def _head(name: str, mark: Mark) -> Expr:
+    return seq(Text(" to=functions." + name), mark(CHANNEL), Text("commentary json"), mark("<|message|>"))
+
+
+# forced: one call (<|call|> ends the turn), in the header order its template renders (the recipient first),
+# after the model's free reasoning (the lead)
+SYNTAX = Syntax("harmony", Harmony, Forcing(shape.single, shape.named_calls(_head, lambda mark: mark(CALL)),
+                                            lead=lambda mark: harmony_lead(mark, final=False)))

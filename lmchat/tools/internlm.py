@@ -12,9 +12,13 @@ from __future__ import annotations
 
 import json
 
+from ..lark import Grammar, Text, seq
+from . import forcing_shapes as shape
 from .base import RegionFormat, cut
+from .channel_lead import Mark
 from .hermes import CallRegion
 from .sink import WS, Sink
+from .syntax import Forcing, Syntax
 
 PLUGIN, INTERPRETER, END = "<|action_start|><|plugin|>", "<|action_start|><|interpreter|>", "<|action_end|>"
 FENCE_END = "\n```"
@@ -82,3 +86,11 @@ class InternLM(RegionFormat):
         if marker == INTERPRETER:
             return CodeRegion(self.sink)
         return CallRegion(self.sink, marker, "object")
+
+
+def _action(parallel: bool, mark: Mark) -> Grammar:
+    return shape.start(seq(mark("<|action_start|>"), mark("<|plugin|>"), Text("\n"), shape.CALL,
+                           mark("<|action_end|>")))
+
+
+SYNTAX = Syntax("internlm", InternLM, Forcing(_action, shape.json_calls("parameters")))

@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import re
 
+from ..lark import Expr, Pattern, Text, seq
+from . import forcing_shapes as shape
 from .base import NAME, SectionFormat
+from .channel_lead import Mark
 from .deepseek_v3 import DeepSeekCall
 from .sink import WS
+from .syntax import Forcing, Syntax
 
 SECTION_BEGIN, SECTION_END = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
 CALL_BEGIN, ARGUMENT_BEGIN, CALL_END = "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>"
@@ -40,3 +44,14 @@ class KimiK2(SectionFormat):
 
     def open(self, marker: str) -> KimiCall | None:
         return KimiCall(self.sink) if marker == CALL_BEGIN else None  # the section markers only group calls
+
+
+def _head(name: str, mark: Mark) -> Expr:
+    # the id Kimi-K2 writes, functions.NAME:IDX (the conversation's count of calls: bounded, so that a model
+    # cannot write digits for ever), which its template renders in place of the name
+    return seq(mark(CALL_BEGIN), Text(f"functions.{name}:"), Pattern("(0|[1-9][0-9]{0,3})"),
+               mark(ARGUMENT_BEGIN))
+
+
+SYNTAX = Syntax("kimi_k2", KimiK2, Forcing(shape.sections(SECTION_BEGIN, SECTION_END),
+                                           shape.named_calls(_head, lambda mark: mark(CALL_END))))

@@ -9,10 +9,12 @@ a note.
 """
 from __future__ import annotations
 
+from . import forcing_shapes as shape
 from .base import RegionFormat, args_json, whole_call
 from .pycall import literal_call
 from .seq import CallSeq
 from .sink import WS, Sink
+from .syntax import Forcing, Syntax
 
 TAG = "<|python_tag|>"
 
@@ -68,3 +70,7 @@ class Llama3Json(RegionFormat):
             if head.startswith("{"):  # the whole answer is calls
                 self.region = CallSeq(self.sink, "list")
         super().step(final)
+
+
+# forced, the whole answer is the call object, as the templates render it (no <|python_tag|>)
+SYNTAX = Syntax("llama3_json", Llama3Json, Forcing(shape.single, shape.json_calls("parameters")))

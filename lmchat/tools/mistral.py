@@ -8,10 +8,14 @@ after ``<|tool_call|>``. Text after the array is content.
 """
 from __future__ import annotations
 
+from ..lark import EMPTY, Expr, Pattern, Text, opt, seq
+from . import forcing_shapes as shape
 from .base import NAME, RegionFormat, cut
 from .calls import JsonArgs
+from .channel_lead import Mark
 from .seq import CallSeq
 from .sink import WS, Sink, mistral_id, openai_id
+from .syntax import Forcing, Syntax
 
 OPEN = "[TOOL_CALLS]"
 
@@ -133,3 +137,18 @@ class MistralV11(RegionFormat):
 
     def open(self, marker: str) -> V11Call:
         return V11Call(self.sink)
+
+
+def _v11_head(name: str, mark: Mark) -> Expr:
+    # [CALL_ID] is what Small 3.2's template renders before the arguments: the model may write one, and the
+    # history then renders back what it wrote
+    call_id = opt(seq(mark(CALL_ID), Pattern("[a-zA-Z0-9]{9}")))
+    return seq(mark(OPEN), Text(name), call_id, mark(ARGS))
+
+
+# the template renders each call's id after its arguments, as Mistral's models were trained on: the model may
+# write one (the parser keeps only an id written before the name and makes the call's own)
+SYNTAX = Syntax("mistral", Mistral, Forcing(shape.array(OPEN, opt(Text(" "))), shape.json_calls(
+    "arguments", id={"type": "string", "pattern": "^[a-zA-Z0-9]{9}$"})))
+GRANITE = Syntax("granite", Granite, Forcing(shape.array("<|tool_call|>", EMPTY), shape.json_calls("arguments")))
+V11 = Syntax("mistral_v11", MistralV11, Forcing(shape.back_to_back, shape.named_calls(_v11_head, lambda mark: EMPTY)))

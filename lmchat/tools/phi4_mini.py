@@ -9,10 +9,14 @@ as a JSON array right after ``functools`` that ends the region by itself. Text a
 """
 from __future__ import annotations
 
+from ..lark import Grammar, Text, seq
+from . import forcing_shapes as shape
 from .base import RegionFormat
+from .channel_lead import Mark
 from .hermes import CallRegion
 from .seq import CallSeq
 from .sink import Sink
+from .syntax import Forcing, Syntax
 
 OPEN, CLOSE, FUNCTOOLS = "<|tool_call|>", "<|/tool_call|>", "functools["
 
@@ -39,3 +43,12 @@ class Phi4Mini(RegionFormat):
         if marker == FUNCTOOLS:
             return FunctoolsRegion(self.sink)
         return CallRegion(self.sink, marker, "any")
+
+
+def _calls_in_list(parallel: bool, mark: Mark) -> Grammar:
+    """A JSON array of calls between its own tokens, as its model card writes them."""
+    return shape.start(seq(mark(OPEN), Text("["), shape.calls_between(parallel, Text(", ")), Text("]"),
+                           mark(CLOSE)))
+
+
+SYNTAX = Syntax("phi4_mini", Phi4Mini, Forcing(_calls_in_list, shape.json_calls("arguments")))

@@ -30,8 +30,14 @@ import json
 import math
 from typing import Any
 
+from ..lark import Expr, Text, seq
+from . import forcing_params as by_param
+from . import forcing_shapes as shape
+from . import hermes
 from .base import Format, cut
+from .channel_lead import Mark
 from .sink import WS, Sink
+from .syntax import Forcing, Syntax
 
 TOOL_CALL, END_TOOL_CALL = "<tool_call>", "</tool_call>"
 FUNCTION, END_FUNCTION = "<function=", "</function>"
@@ -294,3 +300,17 @@ class Qwen3Coder(Format):
         if self.index is not None:
             self._end_call()
         self.state = "text"
+
+
+def _call(name: str, args: Expr, mark: Mark) -> Expr:
+    # inside <tool_call>\n...\n</tool_call>, as Hermes' calls (the start rule writes those)
+    return seq(Text(f"<function={name}>\n"), args, Text("</function>"))
+
+
+def _param(tool: str, p: by_param.Param, mark: Mark) -> Expr:
+    value = by_param.tagged_value(tool, p, typed, newlines=False)
+    return seq(Text(f"<parameter={p.name}>\n"), value, Text("\n</parameter>\n"))
+
+
+# forced: one parameter at a time (forcing_params), values as the template renders them, typed back by the schema
+SYNTAX = Syntax("qwen3_coder", Qwen3Coder, Forcing(hermes.calls_in_tags, shape.param_calls(_call, _param)), reads=typed)

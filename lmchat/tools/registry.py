@@ -1,7 +1,7 @@
 """The tool-call formats by name, and how to read a template's model's answers.
 
 Each template class declares its model's output: ``tool_format`` (a name in
-:data:`FORMATS`, ``plain`` by default) and ``reasoning`` (whether the answer
+:data:`SYNTAX_TABLE`, ``plain`` by default) and ``reasoning`` (whether the answer
 may open with ``<think>``); a subclass keeps its model's format. A model
 without a built-in template is read through :class:`ResponseFormat` (GLM-4.6
 by ``glm45``, GLM-4.5's format).
@@ -15,54 +15,61 @@ import attrs
 
 from ..errors import ConfigError, LmchatError
 from ..registry import as_template, template_class
+from . import (
+    chatglm3,
+    command_r,
+    deepseek_v3,
+    firefunction,
+    functionary,
+    gemma4,
+    glm4,
+    glm45,
+    granite,
+    harmony,
+    hermes,
+    internlm,
+    kimi_k2,
+    llama3_json,
+    mistral,
+    phi4_mini,
+    qwen3_coder,
+)
 from .base import Format
-from .chatglm3 import ChatGLM3
-from .command_r import CommandR, CommandR7B
-from .deepseek_v3 import DeepSeekV3, DeepSeekV31
-from .firefunction import FirefunctionV2
-from .functionary import FunctionaryV31, FunctionaryV32
-from .gemma4 import Gemma4
-from .glm4 import GLM4
-from .glm45 import Glm45
-from .granite import Granite33
-from .harmony import Harmony
-from .hermes import Hermes
-from .internlm import InternLM
-from .kimi_k2 import KimiK2
-from .llama3_json import Llama3Json
-from .mistral import Granite, Mistral, MistralV11
-from .phi4_mini import Phi4Mini
-from .qwen3_coder import Qwen3Coder
+from .syntax import Syntax
 from .think import CLOSE, OPEN
 
 if TYPE_CHECKING:  # the templates import this package for their tool formats
     from ..templates.base import BaseTemplate
 
-FORMATS: dict[str, type[Format]] = {
-    "plain": Format,
-    "hermes": Hermes,
-    "llama3_json": Llama3Json,
-    "mistral": Mistral,
-    "mistral_v11": MistralV11,
-    "granite": Granite,
-    "granite33": Granite33,
-    "internlm": InternLM,
-    "chatglm3": ChatGLM3,
-    "glm4": GLM4,
-    "glm45": Glm45,
-    "deepseek_v3": DeepSeekV3,
-    "deepseek_v31": DeepSeekV31,
-    "kimi_k2": KimiK2,
-    "command_r": CommandR,
-    "command_r7b": CommandR7B,
-    "phi4_mini": Phi4Mini,
-    "qwen3_coder": Qwen3Coder,
-    "functionary_v3_1": FunctionaryV31,
-    "functionary_v3_2": FunctionaryV32,
-    "firefunction_v2": FirefunctionV2,
-    "harmony": Harmony,
-    "gemma4": Gemma4,
-}
+#: every tool-call syntax by name, each declared once in its module (its parser, grammar and read-back:
+#: :class:`.syntax.Syntax`); what follows reads from here
+SYNTAX_TABLE: dict[str, Syntax] = {s.name: s for s in (
+    Syntax("plain", Format),
+    hermes.SYNTAX,
+    llama3_json.SYNTAX,
+    mistral.SYNTAX,
+    mistral.V11,
+    mistral.GRANITE,
+    granite.SYNTAX,
+    internlm.SYNTAX,
+    chatglm3.SYNTAX,
+    glm4.SYNTAX,
+    glm45.SYNTAX,
+    deepseek_v3.SYNTAX,
+    deepseek_v3.V31,
+    kimi_k2.SYNTAX,
+    command_r.SYNTAX,
+    command_r.R7B,
+    phi4_mini.SYNTAX,
+    qwen3_coder.SYNTAX,
+    functionary.V31,
+    functionary.V32,
+    firefunction.SYNTAX,
+    harmony.SYNTAX,
+    gemma4.SYNTAX,
+)}
+#: each syntax's parser
+FORMATS: dict[str, type[Format]] = {name: s.parser for name, s in SYNTAX_TABLE.items()}
 
 
 @attrs.frozen
