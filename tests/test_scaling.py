@@ -2,16 +2,18 @@
 one real redis-server as their store, one KV directory they share (``--kv-shared``, one key), and Debian's
 HAProxy with deploy/haproxy.cfg in front of them, on localhost.
 
-One setup for the module (starting replicas is what costs): a conversation stays on one replica through the
-balancer; a corrupt state in the shared tier is a prefill that says why; then the conversation's replica is
-killed with SIGKILL and the next turn is answered by the other one, most of its prompt from the shared tier,
-with the answer a cold server gives.
+One setup for the module (starting replicas is what costs), three replicas: a corrupt state in the shared tier
+is a prefill that says why; a replica drained with SIGTERM in the middle of a streamed turn finishes it, and the
+conversation's next turn is answered by another from the shared tier; then a conversation stays on one replica
+through the balancer, that replica is killed with SIGKILL and the next turn is answered by the last one, most of
+its prompt from the shared tier, with the answer a cold server gives.
 """
 from __future__ import annotations
 
 import os
 import re
 import shutil
+import signal
 import time
 from pathlib import Path
 
@@ -45,8 +47,14 @@ class Balancer(Service, Clients):
         self.start([shutil.which("haproxy") or "haproxy", "-db", "-f", str(config)], env)
 
 
+class Replica(Server):
+    """``lmchat serve`` on the bundled model: three of them load their models at once on two busy cores."""
+
+    ready_seconds = 180
+
+
 class Setup:
-    def __init__(self, kv: Path, replicas: dict[str, Server], balancer: Balancer):
+    def __init__(self, kv: Path, replicas: dict[str, Replica], balancer: Balancer):
         self.kv, self.replicas, self.balancer = kv, replicas, balancer
 
 
@@ -60,13 +68,13 @@ def deployed(redis_server, tmp_path_factory):
     key = folder / "kv.key"
     key.write_text(os.urandom(32).hex() + "\n")
     key.chmod(0o600)
-    shared = ("--store", redis_server.url, "--kv-dir", str(folder / "kv"), "--kv-shared", "--kv-key-file", str(key))
-    replicas: dict[str, Server] = {}
+    shared = ("--store", redis_server.url, "--kv-dir", str(folder / "kv"), "--kv-shared", "--kv-key-file", str(key),
+              "--shutdown-grace", "60")  # a drained replica's turn finishes however busy the machine is
+    replicas: dict[str, Replica] = {}
     balancer = None
     try:
-        for name in ("r1", "r2"):
-            replicas[name] = Server(*REPLICA, *shared, "--replica-name", name, wait=False)
-            replicas[name].ready_seconds = 120  # two models loading at once on two busy cores
+        for name in ("r1", "r2", "r3"):
+            replicas[name] = Replica(*REPLICA, *shared, "--replica-name", name, wait=False)
         for server in replicas.values():
             server.ready()
         balancer = Balancer(folder, [(n, f"127.0.0.1:{s.port}") for n, s in replicas.items()])
@@ -123,6 +131,34 @@ def test_a_corrupt_state_in_the_shared_tier_is_a_prefill_that_says_why(deployed)
     assert not newest.exists()  # removed: damage under this engine's identity and key
 
 
+def test_a_drained_replica_finishes_its_turn_and_the_conversation_goes_on_elsewhere(deployed):
+    """SIGTERM to a conversation's replica while it streams an answer: the stream ends as usual, the replica
+    exits, and the next turn is answered through the balancer by another replica, from the shared tier."""
+    lb = deployed.balancer.openai(timeout=600)
+    history = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTIONS[0]}]
+    drained_name, _, _ = ask(lb, "drained", history)
+    drained = deployed.replicas[drained_name]
+    history.append({"role": "user", "content": QUESTIONS[1]})
+    stream = lb.chat.completions.create(messages=history, extra_headers={"X-Session-Id": "drained"}, stream=True,
+                                        **{**ASK, "max_tokens": 24})
+    text, finish, signalled = [], None, False
+    for chunk in stream:
+        if not signalled and chunk.choices and chunk.choices[0].delta.content:
+            drained.proc.send_signal(signal.SIGTERM)  # the answer has begun
+            signalled = True
+        if chunk.choices:
+            text.append(chunk.choices[0].delta.content or "")
+            finish = chunk.choices[0].finish_reason or finish
+    assert finish in ("stop", "length") and "".join(text), (finish, text)
+    assert signalled and drained.proc.wait(timeout=120) is not None
+    history.append({"role": "assistant", "content": "".join(text)})
+    history.append({"role": "user", "content": QUESTIONS[2]})
+    name, usage, _ = ask(lb, "drained", history)
+    assert name != drained_name and name in deployed.replicas, name
+    assert usage.prompt_tokens_details.model_extra["cached_from"] == "shared", usage
+    assert usage.prompt_tokens_details.cached_tokens >= 0.8 * usage.prompt_tokens, usage
+
+
 def test_a_conversation_stays_on_its_replica_and_survives_its_kill(deployed):
     """Five turns through HAProxy (X-Session-Id) answered by one replica, each from its own cache; kill -9
     that replica: the next turn is answered by the other, at least 80% of its prompt from the shared tier,
@@ -143,7 +179,7 @@ def test_a_conversation_stays_on_its_replica_and_survives_its_kill(deployed):
     victim.kill()
     history.append({"role": "user", "content": "Thank you, goodbye."})
     name, usage, answer = ask(lb, "kept", history)
-    assert name != served[0] and name in deployed.replicas, name
+    assert name != served[0] and deployed.replicas[name].proc.poll() is None, name
     details = usage.prompt_tokens_details
     assert details.model_extra["cached_from"] == "shared", usage
     assert details.cached_tokens >= 0.8 * usage.prompt_tokens, usage
