@@ -14,8 +14,8 @@ import attrs
 from .. import constraints
 from ..constraints import Constraint
 from ..errors import ConstraintUnsupported
-from .channel_lead import gemma4_lead, harmony_lead, marker_writer
-from .registry import FORMATS, prompt_opens_think, response_format
+from .channel_lead import marker_writer
+from .registry import SYNTAX_TABLE, prompt_opens_think, response_format
 from .think import CLOSE, OPEN
 
 
@@ -32,12 +32,11 @@ def for_answer(constraint: Constraint | None, template: Any, field: str = "respo
     fmt = response_format(template)
     if not fmt.reasoning:
         return constraint
-    if FORMATS[fmt.tools].reasons:
-        if fmt.tools == "gemma4":  # Gemma 4: an optional thought channel, then the answer
-            return attrs.evolve(constraint, lead=gemma4_lead(marker_writer(tokens)))
-        if fmt.tools != "harmony":
+    syntax = SYNTAX_TABLE[fmt.tools]
+    if syntax.parser.reasons:  # the syntax's own reasoning channel comes first: it says how (answer_lead)
+        if syntax.answer_lead is None:
             raise ConstraintUnsupported(f"structured outputs are not available with the {fmt.tools!r} format yet",
                                         field=field)
-        return attrs.evolve(constraint, lead=harmony_lead(marker_writer(tokens), final=True))
+        return attrs.evolve(constraint, lead=syntax.answer_lead(marker_writer(tokens)))
     opened = prompt_opens_think(template)
     return constraints.after_reasoning(constraint, CLOSE, opens="" if opened else OPEN)

@@ -189,4 +189,5 @@ def _case_insensitively(params: list[by_param.Param]) -> list[by_param.Param]:
 # template sorts them (case-insensitively), one at a time (forcing_params)
 SYNTAX = Syntax("gemma4", Gemma4, Forcing(_calls, shape.param_calls(_call, _param, sep=Text(","),
                                                                     order=_case_insensitively),
-                                          lead=lambda mark: gemma4_lead(mark)), reads=_reads)
+                                          lead=lambda mark: gemma4_lead(mark)),
+                answer_lead=lambda mark: gemma4_lead(mark))

@@ -165,4 +165,5 @@ def _head(name: str, mark: Mark) -> Expr:
 # forced: one call (<|call|> ends the turn), in the header order its template renders (the recipient first),
 # after the model's free reasoning (the lead)
 SYNTAX = Syntax("harmony", Harmony, Forcing(shape.single, shape.named_calls(_head, lambda mark: mark(CALL)),
-                                            lead=lambda mark: harmony_lead(mark, final=False)))
+                                            lead=lambda mark: harmony_lead(mark, final=False)),
+                answer_lead=lambda mark: harmony_lead(mark, final=True))

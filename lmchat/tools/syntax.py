@@ -3,9 +3,11 @@ registry (:data:`lmchat.tools.registry.SYNTAX_TABLE`) lists and everything else 
 
 A syntax is what a model writes its calls in: how its answers are parsed (``parser``, a :class:`~.base.Format`),
 how a forced call is constrained (``forcing``: a grammar writing exactly what the parser reads back and the
-template renders, or None where a call cannot be forced), and, for a syntax that writes each argument as text
-(Qwen3-Coder, GLM-4.5, Gemma 4), how such a value reads back as its declared type (``reads``: the parser types it
-so, and the grammar only lets through values that read back as their schema says). How a call is rendered in
+template renders, or None where a call cannot be forced), for a syntax that carries the model's reasoning itself
+(``Format.reasons``: gpt-oss' harmony, Gemma 4) what a constrained answer comes after (``answer_lead``), and, for
+a syntax that writes each argument as text typed by the tool's schema (Qwen3-Coder, GLM-4.5), how such a value
+reads back as its declared type (``reads``: the parser types it so, and the grammar only lets through values that
+read back as their schema says; Gemma 4's values say their type by their notation). How a call is rendered in
 the history is the template's (its Jinja source or its class): several templates share a syntax, and the
 round-trip tests check that the grammar writes what each of them renders.
 """
@@ -51,4 +53,7 @@ class Syntax:
     parser: type[Format]
     #: None: a call cannot be forced in this syntax (``tool_choice`` forced is refused, naming those that can)
     forcing: Forcing | None = None
+    #: the free reasoning before a constrained answer (structured outputs), for a syntax whose parser splits the
+    #: reasoning itself (``reasons``); None there: structured outputs are refused in that syntax
+    answer_lead: Callable[[Mark], str] | None = None
     reads: Reads | None = None
