@@ -15,12 +15,17 @@ A record this lmchat cannot read (another format, a missing or mistyped key) is 
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TypeVar, cast
 
 import attrs
 
 from ..errors import StoreCorrupt
+from ..messages import Message
 from ..manager.table import View
+from .json_read import listed, obj, optional, seconds, serial, string, strings
+from .wire import JSON, JSONObject, Tools, TurnCounts
+
+T = TypeVar("T")
 
 #: the format this module writes; 1 is release 1's (no ``format`` key)
 FORMAT = 2
@@ -30,7 +35,7 @@ DROPPED_FORMAT = 3
 KINDS = ("responses", "conversation")
 
 
-def _version(data: dict[str, Any]) -> int:
+def _version(data: JSONObject) -> int:
     version = data.get("format", 1)
     if isinstance(version, bool) or version not in (1, FORMAT, DROPPED_FORMAT):
         raise ValueError(f"format {str(version)[:40]!r}: this lmchat reads formats 1 to {DROPPED_FORMAT}")
@@ -48,14 +53,15 @@ class Run:
     first_serial: int
     count: int
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {"session": self.session, "first_serial": self.first_serial, "count": self.count}
 
     @classmethod
-    def from_json(cls, data: Any) -> Run:
+    def from_json(cls, data: JSON) -> Run:
         if isinstance(data, list):
             return cls(*data)
-        return cls(data["session"], data["first_serial"], data["count"])
+        data = obj(data)
+        return cls(string(data["session"]), serial(data["first_serial"]), serial(data["count"]))
 
 
 @attrs.frozen
@@ -69,14 +75,15 @@ class Cut:
     responses: int
     serial: int
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {"responses": self.responses, "serial": self.serial}
 
     @classmethod
-    def from_json(cls, data: Any) -> Cut:
+    def from_json(cls, data: JSON) -> Cut:
         if isinstance(data, list):
             return cls(*data)
-        return cls(data["responses"], data["serial"])
+        data = obj(data)
+        return cls(serial(data["responses"]), serial(data["serial"]))
 
     def stales(self, k: int, end_serial: int) -> bool:
         """Whether response ``k``, whose items end before ``end_serial``, held the deleted item."""
@@ -95,12 +102,13 @@ class Dropped:
     first_serial: int
     end_serial: int
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {"first_serial": self.first_serial, "end_serial": self.end_serial}
 
     @classmethod
-    def from_json(cls, data: Any) -> Dropped:
-        return cls(_int(data["first_serial"]), _int(data["end_serial"]))
+    def from_json(cls, data: JSON) -> Dropped:
+        data = obj(data)
+        return cls(serial(data["first_serial"]), serial(data["end_serial"]))
 
 
 @attrs.frozen
@@ -111,23 +119,18 @@ class DroppedMessage:
     """
 
     serial: int
-    message: dict[str, Any]
+    message: Message
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {"serial": self.serial, "message": self.message}
 
     @classmethod
-    def from_json(cls, data: Any) -> DroppedMessage:
+    def from_json(cls, data: JSON) -> DroppedMessage:
+        data = obj(data)
         message = data["message"]
         if not isinstance(message, dict):
             raise ValueError(f"a dropped message is an object, not {type(message).__name__}")
-        return cls(_int(data["serial"]), message)
-
-
-def _int(value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ValueError(f"{str(value)[:40]!r} is no serial")
-    return value
+        return cls(serial(data["serial"]), message)
 
 
 @attrs.frozen
@@ -150,11 +153,11 @@ class SessionState:
     system_head: bool = False
     deleted_items: tuple[int, ...] = ()
     cuts: tuple[Cut, ...] = ()
-    queue: tuple[dict[str, Any], ...] = ()
+    queue: tuple[Message, ...] = ()
     deleted_responses: tuple[int, ...] = ()
     origin: tuple[Run, ...] = ()
     created_at: int = 0
-    metadata: dict[str, Any] = attrs.field(factory=dict)
+    metadata: dict[str, str] = attrs.field(factory=dict)
     dropped: tuple[Dropped, ...] = ()
 
     @property
@@ -162,8 +165,8 @@ class SessionState:
         """How many messages come before the first item (the system prompt that is none)."""
         return int(self.system_head)
 
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"kind": self.kind, "format": DROPPED_FORMAT if self.dropped else FORMAT,
+    def to_json(self) -> JSONObject:
+        data: JSONObject = {"kind": self.kind, "format": DROPPED_FORMAT if self.dropped else FORMAT,
                                 "system_head": self.system_head}
         lists = {"deleted_items": list(self.deleted_items), "cuts": [c.to_json() for c in self.cuts],
                  "queue": list(self.queue), "deleted_responses": list(self.deleted_responses),
@@ -174,7 +177,7 @@ class SessionState:
         return data
 
     @classmethod
-    def from_json(cls, data: dict[str, Any] | None) -> SessionState | None:
+    def from_json(cls, data: JSONObject | None) -> SessionState | None:
         """The state in a session's ``extra``; None for a session neither API made (chat, interactive)."""
         if not data or data.get("kind") not in KINDS:
             return None
@@ -183,15 +186,13 @@ class SessionState:
                     "cuts": data.get("cuts"), "queue": data.get("queue"), "deleted_responses": data.get("deleted"),
                     "origin": data.get("origin"), "created_at": data.get("created_at"),
                     "metadata": data.get("metadata")}
-        return cls(data["kind"], bool(data.get("system_head")),
-                   tuple(sorted(_int(s) for s in data.get("deleted_items") or ())),
-                   tuple(Cut.from_json(c) for c in data.get("cuts") or ()), tuple(data.get("queue") or ()),
-                   tuple(sorted(_int(k) for k in data.get("deleted_responses") or ())),
-                   tuple(Run.from_json(r) for r in data.get("origin") or ()), data.get("created_at") or 0,
-                   dict(data.get("metadata") or {}), tuple(Dropped.from_json(d) for d in data.get("dropped") or ()))
-
-    def evolve(self, **changes: Any) -> SessionState:
-        return attrs.evolve(self, **changes)
+        return cls(string(data["kind"]), bool(data.get("system_head")),
+                   tuple(sorted(serial(s) for s in listed(data.get("deleted_items")))),
+                   tuple(Cut.from_json(c) for c in listed(data.get("cuts"))),
+                   tuple(obj(m) for m in listed(data.get("queue"))),
+                   tuple(sorted(serial(k) for k in listed(data.get("deleted_responses")))),
+                   tuple(Run.from_json(r) for r in listed(data.get("origin"))), serial(data.get("created_at") or 0),
+                   strings(data.get("metadata")), tuple(Dropped.from_json(d) for d in listed(data.get("dropped"))))
 
 
 @attrs.frozen
@@ -203,18 +204,21 @@ class Same:
 
     response: int
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, int]:
         return {"same_as": self.response}
 
 
-def _carried(value: Any, key: str = "same_as") -> Any:
-    """A carried field as stored: a value, or a reference (``key``, as the note's format spells it)."""
+def _carried(value: JSON, want: type[T], key: str = "same_as") -> T | Same | None:
+    """A carried field as stored: a value of type ``want``, or a reference (``key``, as the note's format spells
+    it)."""
     if isinstance(value, dict) and len(value) == 1 and isinstance(value.get(key), int):
         return Same(value[key])
-    return value
+    if value is None or isinstance(value, want):
+        return value
+    raise ValueError(f"{str(value)[:40]!r} is no {want.__name__}")
 
 
-def _carried_json(value: Any) -> Any:
+def _carried_json(value: object) -> object:
     return value.to_json() if isinstance(value, Same) else value
 
 
@@ -244,15 +248,15 @@ class Note:
     created_at: float
     idempotency_key: str | None = None
     previous_response_id: str | None = None
-    model: Any = None
-    request: Any = None
-    instructions: Any = None
-    tools: Any = None
-    turn: dict[str, Any] | None = None
+    model: str | Same | None = None
+    request: JSONObject | Same | None = None
+    instructions: str | Same | None = None
+    tools: Tools | Same | None = None
+    turn: TurnCounts | None = None
     dropped: tuple[DroppedMessage, ...] = ()
 
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"format": DROPPED_FORMAT if self.dropped else FORMAT,
+    def to_json(self) -> JSONObject:
+        data: JSONObject = {"format": DROPPED_FORMAT if self.dropped else FORMAT,
                                 "first_serial": self.first_serial, "end_serial": self.end_serial,
                                 "created_at": self.created_at}
         for key in ("idempotency_key", "previous_response_id", *CARRIED, "turn"):
@@ -264,16 +268,32 @@ class Note:
         return data
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Note:
-        if _version(data) == 1:
-            model, request, instructions, tools = (_carried(data.get(key), "ref")
-                                                   for key in ("model", "req", "instructions", "tools"))
-            return cls(data["s"], data["e"], data["at"], data.get("key"), data.get("prev"), model, request,
-                       instructions, tools, data.get("turn"))
-        model, request, instructions, tools = (_carried(data.get(key)) for key in CARRIED)
-        return cls(_int(data["first_serial"]), _int(data["end_serial"]), data["created_at"],
-                   data.get("idempotency_key"), data.get("previous_response_id"), model, request, instructions, tools,
-                   data.get("turn"), tuple(DroppedMessage.from_json(d) for d in data.get("dropped") or ()))
+    def from_json(cls, data: JSONObject) -> Note:
+        old = _version(data) == 1
+        names, ref = (("model", "req", "instructions", "tools"), "ref") if old else (CARRIED, "same_as")
+        model, instructions = _carried(data.get(names[0]), str, ref), _carried(data.get(names[2]), str, ref)
+        request, tools = _carried(data.get(names[1]), dict, ref), _carried(data.get(names[3]), list, ref)
+        if old:
+            return cls(serial(data["s"]), serial(data["e"]), seconds(data["at"]), optional(data.get("key"), str),
+                       optional(data.get("prev"), str), model, request, instructions, tools, _turn(data.get("turn")))
+        return cls(serial(data["first_serial"]), serial(data["end_serial"]), seconds(data["created_at"]),
+                   optional(data.get("idempotency_key"), str), optional(data.get("previous_response_id"), str),
+                   model, request, instructions, tools, _turn(data.get("turn")),
+                   tuple(DroppedMessage.from_json(d) for d in listed(data.get("dropped"))))
+
+
+
+def _turn(value: object) -> TurnCounts | None:
+    """A note's ``turn`` as the manager wrote it (:func:`.responses_model.turn_of`, and ``chars``)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValueError(f"a turn is an object, not {type(value).__name__}")
+    finish = value.get("finish_reason")
+    if finish is not None and not isinstance(finish, str):
+        raise ValueError(f"finish_reason {str(finish)[:40]!r} is no string")
+    # kept as stored: the counts are read where a response needs them, a newer lmchat's keys stay
+    return cast(TurnCounts, value)
 
 
 #: what a record that cannot be read raises while it is parsed
@@ -302,7 +322,7 @@ def note_of(v: View, k: int) -> Note:
         raise _corrupt(v, f"note of response {k}", exc) from None
 
 
-def resolve(v: View, k: int, field: str) -> tuple[int, Any]:
+def resolve(v: View, k: int, field: str) -> tuple[int, object]:
     """(index of the note that holds it, value) of a carried ``field`` of note ``k`` of the session."""
     value = getattr(note_of(v, k), field)
     if isinstance(value, Same):
@@ -312,10 +332,23 @@ def resolve(v: View, k: int, field: str) -> tuple[int, Any]:
     return k, value
 
 
-def dropped_messages(v: View) -> dict[int, dict[str, Any]]:
+def resolved(v: View, k: int) -> Note:
+    """Note ``k`` of the session with its carried fields resolved (values, no :class:`Same`)."""
+
+    def value(field: str, want: type[T]) -> T | None:
+        found = resolve(v, k, field)[1]
+        if found is None or isinstance(found, want):
+            return found
+        raise _corrupt(v, f"note of response {k}", ValueError(f"its {field} is a same_as of a same_as"))
+
+    return attrs.evolve(note_of(v, k), model=value("model", str), request=value("request", dict),
+                        instructions=value("instructions", str), tools=value("tools", list))
+
+
+def dropped_messages(v: View) -> dict[int, Message]:
     """serial -> message of every dropped item whose message the session's notes keep (O(notes): read only where a
     dropped item is)."""
-    found: dict[int, dict[str, Any]] = {}
+    found: dict[int, Message] = {}
     for k, raw in enumerate(v.notes):
         if isinstance(raw, dict) and "dropped" in raw:
             found.update((d.serial, d.message) for d in note_of(v, k).dropped)

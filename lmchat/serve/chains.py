@@ -37,7 +37,7 @@ from ..manager.frame import Frame
 from ..manager.request import Target
 from ..manager.table import View
 from ..templates.base import BaseTemplate
-from .chain_state import CARRIED, DroppedMessage, Note, Same, SessionState, note_of, resolve, state_of
+from .chain_state import CARRIED, DroppedMessage, Note, Same, SessionState, note_of, resolve, resolved, state_of
 from .errors import ApiError
 from .item_names import count_below
 from .items import Serials, conversation_id, parse_conversation_id, parse_response_id, response_id
@@ -252,9 +252,8 @@ def note_for(p: Plan, n_input: int, *, model: str, previous: str | None, want: W
 def expanded(v: View, sid: str, k: int) -> tuple[Note, str | None]:
     """Note ``k`` whole (its carried fields resolved, its previous response named) and the id of the
     conversation it belongs to (None: a chain's)."""
-    state, note = state_of(v), note_of(v, k)
+    state, note = state_of(v), resolved(v, k)
     assert state is not None  # noqa: S101 - the caller read note k of a session of ours
-    note = attrs.evolve(note, **{key: resolve(v, k, key)[1] for key in CARRIED})
     if note.previous_response_id is None and k and state.kind == "responses":
         note = attrs.evolve(note, previous_response_id=response_id(sid, k - 1))
     return note, conversation_id(sid) if state.kind == "conversation" else None

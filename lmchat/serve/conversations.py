@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
+import attrs
 from fastapi import APIRouter, Body, Depends, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field
@@ -24,7 +25,7 @@ from pydantic import Field
 from ..errors import InvalidMessages, SessionKindMismatch, SessionNotFound, SnapshotError, StoreCorrupt
 from ..manager import SessionManager
 from ..manager.table import View
-from ..messages import normalize_messages
+from ..messages import Message, normalize_messages
 from ..session import Session
 from ..session.edits import restored
 from ..validation import MAX_MESSAGES, validate_messages
@@ -37,13 +38,14 @@ from .responses import walk
 from .responses_model import Metadata
 from .schemas import _Body
 from .truncation import Places
+from .wire import JSON, Conversation, ConversationPage, Deleted, Item, ItemPage, JSONObject
 
 router = APIRouter()
 T = TypeVar("T")
 
 
 class NewConversation(_Body):
-    items: list[Any] | None = Field(default=None, max_length=MAX_MESSAGES)
+    items: list[JSON] | None = Field(default=None, max_length=MAX_MESSAGES)
     metadata: Metadata | None = None
 
 
@@ -52,10 +54,10 @@ class ConversationUpdate(_Body):
 
 
 class NewItems(_Body):
-    items: list[Any] = Field(min_length=1, max_length=20)
+    items: list[JSON] = Field(min_length=1, max_length=20)
 
 
-def view(sid: str, state: SessionState) -> dict[str, Any]:
+def view(sid: str, state: SessionState) -> Conversation:
     return {"id": conversation_id(sid), "object": "conversation", "created_at": state.created_at,
             "metadata": state.metadata}
 
@@ -67,7 +69,7 @@ def _sid(cid: str) -> str:
     return sid
 
 
-def _checked(history: list[dict[str, Any]], new: list[dict[str, Any]], param: str) -> None:
+def _checked(history: list[Message], new: list[Message], param: str) -> None:
     """New items validated after what precedes them (a tool result answers a call before it)."""
     try:
         validate_messages(history, normalize_messages(new), start=len(history))
@@ -89,7 +91,7 @@ def _count(v: View, state: SessionState) -> int:
     return Places(v, state).count
 
 
-def _tail(v: View, state: SessionState) -> list[dict[str, Any]]:
+def _tail(v: View, state: SessionState) -> list[Message]:
     """The messages from the session's last answer on, then the queue: what new items follow."""
     i = v.messages
     while i > state.head and v.slice(i - 1, i)[0]["role"] != "assistant":
@@ -97,7 +99,7 @@ def _tail(v: View, state: SessionState) -> list[dict[str, Any]]:
     return v.slice(max(i - 1, 0)) + list(state.queue)
 
 
-def _call(fn: Callable[..., T], sid: str, *args: Any) -> T:
+def _call(fn: Callable[..., T], sid: str, *args: object) -> T:
     """``fn(sid, *args)``, a missing session (or another key's) answering as a missing conversation."""
     try:
         return fn(sid, *args)
@@ -121,10 +123,10 @@ async def create_conversation(request: Request, body: NewConversation = Body(def
     return JSONResponse(view(sid, state))
 
 
-def _listed(mgr: SessionManager, who: str | None, limit: int) -> tuple[list[dict[str, Any]], bool]:
+def _listed(mgr: SessionManager, who: str | None, limit: int) -> tuple[list[Conversation], bool]:
     """The caller's conversations, most recently changed first: the store lists sessions newest first, each is
     read for its kind (chains and chat sessions are no conversations), a session gone meanwhile is left out."""
-    found: list[dict[str, Any]] = []
+    found: list[Conversation] = []
     infos = mgr.list(who, limit)
     for info in infos:
         try:
@@ -138,7 +140,7 @@ def _listed(mgr: SessionManager, who: str | None, limit: int) -> tuple[list[dict
 
 @router.get("/v1/conversations", response_model=None)
 async def list_conversations(request: Request, limit: int = Query(20, ge=1, le=100),
-                             who: str | None = Depends(owner)) -> dict[str, Any]:
+                             who: str | None = Depends(owner)) -> ConversationPage:
     """lmchat's own (OpenAI's API lists no conversations): the caller's, most recently changed first. ``limit``
     counts the caller's sessions read, so a page may hold fewer conversations when chains are among them."""
     data, more = await blocking(_listed, request.app.state.manager, who, limit)
@@ -161,8 +163,8 @@ async def update_conversation(cid: str, body: ConversationUpdate, request: Reque
     mgr: SessionManager = request.app.state.manager
     result: list[SessionState] = []
 
-    def change(v: View) -> tuple[None, dict[str, Any]]:
-        result[:] = [_conversation(v, cid).evolve(metadata=body.metadata)]
+    def change(v: View) -> tuple[None, JSONObject]:
+        result[:] = [attrs.evolve(_conversation(v, cid), metadata=body.metadata)]
         return None, result[0].to_json()
 
     await blocking(_call, mgr.update, sid, change, who)
@@ -170,7 +172,7 @@ async def update_conversation(cid: str, body: ConversationUpdate, request: Reque
 
 
 @router.delete("/v1/conversations/{cid}", response_model=None)
-async def delete_conversation(cid: str, request: Request, who: str | None = Depends(owner)) -> dict[str, Any]:
+async def delete_conversation(cid: str, request: Request, who: str | None = Depends(owner)) -> Deleted:
     sid = _sid(cid)
     mgr: SessionManager = request.app.state.manager
 
@@ -193,7 +195,7 @@ async def list_items(cid: str, request: Request, limit: int = Query(20, ge=1, le
     sid = _sid(cid)
     mgr: SessionManager = request.app.state.manager
 
-    def read(v: View) -> dict[str, Any]:
+    def read(v: View) -> ItemPage:
         state = _conversation(v, cid)
         return page(walk(v, sid, 0, _count(v, state), order == "desc", after), limit, after)
 
@@ -205,9 +207,9 @@ async def add_items(cid: str, body: NewItems, request: Request, who: str | None 
     sid = _sid(cid)
     mgr: SessionManager = request.app.state.manager
     messages = input_messages(body.items, "items")
-    added: list[dict[str, Any]] = []
+    added: list[Item] = []
 
-    def change(v: View) -> tuple[None, dict[str, Any]]:
+    def change(v: View) -> tuple[None, JSONObject]:
         state = _conversation(v, cid)
         count, serials = _count(v, state), Serials(state.deleted_items)
         if count + len(messages) > MAX_MESSAGES:
@@ -216,7 +218,7 @@ async def add_items(cid: str, body: NewItems, request: Request, who: str | None 
         _checked(_tail(v, state), messages, "items")
         for j, message in enumerate(messages):
             added.extend(message_items(sid, serials.serial(count + j), message, v.session.template, v.session.tools))
-        return None, state.evolve(queue=(*state.queue, *messages)).to_json()
+        return None, attrs.evolve(state, queue=(*state.queue, *messages)).to_json()
 
     await blocking(_call, mgr.update, sid, change, who)
     return JSONResponse(page(iter(added), len(added), None))
@@ -241,7 +243,7 @@ async def get_item(cid: str, item_id: str, request: Request, who: str | None = D
     sid = _sid(cid)
     mgr: SessionManager = request.app.state.manager
 
-    def read(v: View) -> dict[str, Any]:
+    def read(v: View) -> Item:
         at = _find(v, sid, cid, item_id)
         if at is None:
             raise chains.not_found("item", item_id, "item_id")
@@ -256,25 +258,25 @@ async def delete_item(cid: str, item_id: str, request: Request, who: str | None 
     mgr: SessionManager = request.app.state.manager
     result: list[SessionState] = []
 
-    def change(v: View) -> tuple[Session | None, dict[str, Any]]:
+    def change(v: View) -> tuple[Session | None, JSONObject]:
         at = _find(v, sid, cid, item_id)
         if at is None:
             raise chains.not_found("item", item_id, "item_id")
         (index, serial), state = at, _conversation(v, cid)
         result[:] = [state]
         places = Places(v, state)
-        state = state.evolve(deleted_items=tuple(sorted((*state.deleted_items, serial))))
+        state = attrs.evolve(state, deleted_items=tuple(sorted((*state.deleted_items, serial))))
         position = places.held_at(index)
         if position is None:  # not seen by the model now (queued, or dropped): only the state changes
             queued = index - places.held - places.dropped
             queue = [m for j, m in enumerate(state.queue) if j != queued]
-            return None, state.evolve(queue=tuple(queue)).to_json()
+            return None, attrs.evolve(state, queue=tuple(queue)).to_json()
         data = v.session.to_dict()
         del data["messages"][position]
         _checked([], data["messages"], "item_id")
         template = v.session.template
         template.render(template.make_chat(data["messages"], tools=data.get("tools"), **data["template_kwargs"]))
-        state = state.evolve(cuts=(*state.cuts, Cut(len(v.notes), serial)))
+        state = attrs.evolve(state, cuts=(*state.cuts, Cut(len(v.notes), serial)))
         return restored(data, mgr.tokenizer, f"item {item_id} was deleted from the conversation"), state.to_json()
 
     await blocking(_call, mgr.update, sid, change, who)

@@ -22,11 +22,12 @@ import bisect
 import json
 import re
 from collections.abc import Iterable, Iterator
-from typing import Any
-
-from ..messages import call_arguments, flatten_text
+from ..messages import Message, call_arguments, flatten_text
+from ..templates.base import BaseTemplate
 from ..tools import parse_response
 from .errors import ApiError
+from .wire import (JSON, FunctionCall, FunctionCallOutput, FunctionTool, InputMessage, Item, ItemPage, OutputMessage,
+                   ReasoningItem, Tools)
 
 SID = re.compile(r"[0-9a-f]{32}")
 ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
@@ -42,7 +43,7 @@ def response_id(sid: str, k: int) -> str:
     return f"resp_{sid}_{k}"
 
 
-def parse_response_id(value: Any) -> tuple[str, int] | None:
+def parse_response_id(value: JSON) -> tuple[str, int] | None:
     """(session id, note index) of a response id, or None when it names no response of ours."""
     if not isinstance(value, str) or not value.startswith("resp_"):
         return None
@@ -54,7 +55,7 @@ def conversation_id(sid: str) -> str:
     return f"conv_{sid}"
 
 
-def parse_conversation_id(value: Any) -> str | None:
+def parse_conversation_id(value: JSON) -> str | None:
     sid = value[5:] if isinstance(value, str) and value.startswith("conv_") else ""
     return sid if SID.fullmatch(sid) else None
 
@@ -94,7 +95,7 @@ class Serials:
 
 
 # ---------------------------------------------------------------------------------------------- tools
-def session_tools(tools: Any, param: str = "tools") -> list[dict[str, Any]] | None:
+def session_tools(tools: list[JSON] | None, param: str = "tools") -> Tools | None:
     """Responses' flat function tools as the session's OpenAI tool schemas."""
     if not tools:
         return None
@@ -121,9 +122,9 @@ def session_tools(tools: Any, param: str = "tools") -> list[dict[str, Any]] | No
     return out
 
 
-def response_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+def response_tools(tools: Tools | None) -> list[FunctionTool]:
     """The session's tool schemas as Responses' function tools."""
-    out = []
+    out: list[FunctionTool] = []
     for tool in tools or ():
         fn = tool.get("function") or {}
         out.append({"type": "function", "name": fn.get("name"), "description": fn.get("description"),
@@ -132,7 +133,7 @@ def response_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
 
 
 # ---------------------------------------------------------------------------------------------- input
-def _text(content: Any, param: str, role: str) -> str:
+def _text(content: JSON, param: str, role: str) -> str:
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
@@ -154,14 +155,14 @@ def _text(content: Any, param: str, role: str) -> str:
     return "".join(texts)
 
 
-def _string(item: dict[str, Any], key: str, where: str) -> str:
+def _string(item: dict[str, JSON], key: str, where: str) -> str:
     value = item.get(key)
     if not isinstance(value, str) or not value:
         raise bad(f"{where}.{key}", f"{key} is a non-empty string")
     return value
 
 
-def arguments_text(value: Any) -> str:
+def arguments_text(value: JSON) -> str:
     """A session's call arguments as Responses' JSON text (the same text whichever way they were held)."""
     if isinstance(value, str):
         value = call_arguments(value)
@@ -170,13 +171,13 @@ def arguments_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def input_messages(value: Any, param: str = "input") -> list[dict[str, Any]]:
+def input_messages(value: JSON, param: str = "input") -> list[Message]:
     """The messages a turn appends for Responses ``input`` (a string, or a list of items)."""
     if isinstance(value, str):
         return [{"role": "user", "content": value}]
     if not isinstance(value, list):
         raise bad(param, "input is a string or a list of items")
-    messages: list[dict[str, Any]] = []
+    messages: list[Message] = []
     reasoning: str | None = None
     merge = False  # the last message is an assistant's that a function_call item may join
     for i, item in enumerate(value):
@@ -223,7 +224,8 @@ def input_messages(value: Any, param: str = "input") -> list[dict[str, Any]]:
 
 
 # ---------------------------------------------------------------------------------------------- output
-def answer_parts(message: dict[str, Any], template: Any, tools: Any) -> tuple[str, str | None, list[dict[str, Any]]]:
+def answer_parts(message: Message, template: str | BaseTemplate,
+                 tools: Tools | None) -> tuple[str, str | None, list[Message]]:
     """(content, reasoning, calls) of an assistant message: a plain answer is held as the model wrote it."""
     if message.get("tool_calls"):
         return flatten_text(message.get("content")), message.get("reasoning_content"), message["tool_calls"]
@@ -231,10 +233,10 @@ def answer_parts(message: dict[str, Any], template: Any, tools: Any) -> tuple[st
     return parsed.content, message.get("reasoning_content") or parsed.reasoning_content, []
 
 
-def answer_items(sid: str, serial: int, content: str, reasoning: str | None, calls: list[dict[str, Any]],
-                 status: str = "completed") -> list[dict[str, Any]]:
+def answer_items(sid: str, serial: int, content: str, reasoning: str | None, calls: list[Message],
+                 status: str = "completed") -> list[Item]:
     """An answer's output items: reasoning, the message (also when empty, if nothing else), the calls."""
-    items = []
+    items: list[Item] = []
     if reasoning:
         items.append(reasoning_item(sid, serial, reasoning, status))
     if content or not calls:
@@ -243,37 +245,41 @@ def answer_items(sid: str, serial: int, content: str, reasoning: str | None, cal
     return items
 
 
-def reasoning_item(sid: str, serial: int, text: str, status: str = "completed") -> dict[str, Any]:
+def reasoning_item(sid: str, serial: int, text: str, status: str = "completed") -> ReasoningItem:
     return {"type": "reasoning", "id": f"rs_{sid}_{serial}", "summary": [],
             "content": [{"type": "reasoning_text", "text": text}], "status": status}
 
 
-def message_item(sid: str, serial: int, text: str, status: str = "completed") -> dict[str, Any]:
+def message_item(sid: str, serial: int, text: str, status: str = "completed") -> OutputMessage:
     return {"type": "message", "id": f"msg_{sid}_{serial}", "role": "assistant", "status": status,
             "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}
 
 
-def call_item(sid: str, serial: int, j: int, call: dict[str, Any], status: str = "completed") -> dict[str, Any]:
+def call_item(sid: str, serial: int, j: int, call: Message, status: str = "completed") -> FunctionCall:
     fn = call.get("function") or {}
     return {"type": "function_call", "id": f"fc_{sid}_{serial}_{j}", "call_id": call.get("id") or "",
             "name": fn.get("name") or "", "arguments": arguments_text(fn.get("arguments", {})), "status": status}
 
 
-def message_items(sid: str, serial: int, message: dict[str, Any], template: Any, tools: Any) -> list[dict[str, Any]]:
+def message_items(sid: str, serial: int, message: Message, template: str | BaseTemplate,
+                  tools: Tools | None) -> list[Item]:
     """The items of one session message (input or output)."""
     role = message.get("role")
     if role == "assistant":
         return answer_items(sid, serial, *answer_parts(message, template, tools))
     if role == "tool":
-        return [{"type": "function_call_output", "id": f"fco_{sid}_{serial}", "call_id": message.get("tool_call_id")
-                 or "", "output": flatten_text(message.get("content")), "status": "completed"}]
-    return [{"type": "message", "id": f"msg_{sid}_{serial}", "role": role, "status": "completed",
-             "content": [{"type": "input_text", "text": flatten_text(message.get("content"))}]}]
+        output: FunctionCallOutput = {"type": "function_call_output", "id": f"fco_{sid}_{serial}",
+                                      "call_id": message.get("tool_call_id") or "",
+                                      "output": flatten_text(message.get("content")), "status": "completed"}
+        return [output]
+    said: InputMessage = {"type": "message", "id": f"msg_{sid}_{serial}", "role": str(role), "status": "completed",
+                          "content": [{"type": "input_text", "text": flatten_text(message.get("content"))}]}
+    return [said]
 
 
-def page(items: Iterator[dict[str, Any]], limit: int, after: str | None) -> dict[str, Any]:
+def page(items: Iterator[Item], limit: int, after: str | None) -> ItemPage:
     """A list object of up to ``limit`` items, those after ``after`` (an item id) in the iterator's order."""
-    data: list[dict[str, Any]] = []
+    data: list[Item] = []
     skipping, more = after is not None, False
     for item in items:
         if skipping:

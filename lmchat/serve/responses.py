@@ -39,6 +39,7 @@ from .request_turns import parsed_of
 from .responses_model import ResponsesRequest, input_error, response_object, turn_of
 from .responses_sse import Events, response_events
 from .responses_turn import ResponsesTurn, Started, start
+from .wire import Deleted, Item, ItemPage, ResponseObject
 from .truncation import Places
 
 router = APIRouter()
@@ -100,7 +101,7 @@ def _respond(mgr: SessionManager, turn: ResponsesTurn, started: Started, release
     rid, serial, parse = response_id(plan.sid, plan.k), plan.serial + len(turn.messages), body.tool_choice != "none"
     tokens = mgr.tokenizer is not None
 
-    def finish(result: TurnResult, output: list[dict[str, Any]]) -> dict[str, Any]:
+    def finish(result: TurnResult, output: list[Item]) -> ResponseObject:
         return response_object(rid, attrs.evolve(whole, turn=turn_of(result)), plan.conversation, output,
                                tokens=tokens)
 
@@ -119,12 +120,12 @@ def _respond(mgr: SessionManager, turn: ResponsesTurn, started: Started, release
     return JSONResponse(finish(result, output))
 
 
-def _replay(response: dict[str, Any], stream: bool) -> Response:
+def _replay(response: ResponseObject, stream: bool) -> Response:
     """A stored response as a retry gets it: the JSON object, or its stream's first and last events."""
     if not stream:
         return JSONResponse(response)
     events = Events()
-    opening = {**response, "status": "in_progress", "output": [], "usage": None}
+    opening: ResponseObject = {**response, "status": "in_progress", "output": [], "usage": None}
 
     async def replay() -> AsyncIterator[str]:
         yield events("response.created", response=opening)
@@ -148,19 +149,20 @@ def _found(mgr: SessionManager, rid: str, who: str | None, read: Callable[[str, 
     return got
 
 
-def _response_reader(mgr: SessionManager) -> Callable[[str, int], Callable[[View], dict[str, Any] | None]]:
-    def reader(sid: str, k: int) -> Callable[[View], dict[str, Any] | None]:
-        def read(v: View) -> dict[str, Any] | None:
+def _response_reader(mgr: SessionManager) -> Callable[[str, int], Callable[[View], ResponseObject | None]]:
+    def reader(sid: str, k: int) -> Callable[[View], ResponseObject | None]:
+        def read(v: View) -> ResponseObject | None:
             info = chains.read_response(k)(v)
             if info is None:
                 return None
             serial = info.note.end_serial - 1
             index = Serials(info.state.deleted_items).index(serial)
-            output: list[dict[str, Any]] = []
+            output: list[Item] = []
             places = Places(v, info.state)
             if index is not None and index < places.held + places.dropped:
                 message = places.message(index)
-                status = "completed" if (info.note.turn or {}).get("finish_reason") == "stop" else "incomplete"
+                turn = info.note.turn
+                status = "completed" if turn and turn.get("finish_reason") == "stop" else "incomplete"
                 output = answer_items(sid, serial, *answer_parts(message, v.session.template, v.session.tools),
                                       status=status)
             return response_object(response_id(sid, k), *chains.expanded(v, sid, k), output,
@@ -176,7 +178,7 @@ async def get_response(rid: str, request: Request, who: str | None = Depends(own
 
 
 @router.delete("/v1/responses/{rid}", response_model=None)
-async def delete_response(rid: str, request: Request, who: str | None = Depends(owner)) -> dict[str, Any]:
+async def delete_response(rid: str, request: Request, who: str | None = Depends(owner)) -> Deleted:
     mgr: SessionManager = request.app.state.manager
     parsed = parse_response_id(rid)
     if parsed is None:
@@ -188,7 +190,7 @@ async def delete_response(rid: str, request: Request, who: str | None = Depends(
         if info is None:
             raise chains.not_found("response", rid, "response_id")
         deleted = tuple(sorted({*info.state.deleted_responses, k}))
-        return None, info.state.evolve(deleted_responses=deleted).to_json()
+        return None, attrs.evolve(info.state, deleted_responses=deleted).to_json()
 
     def gone(v: View) -> bool:
         state = state_of(v)
@@ -212,7 +214,7 @@ async def delete_response(rid: str, request: Request, who: str | None = Depends(
     return {"id": rid, "object": "response.deleted", "deleted": True}
 
 
-def walk(v: View, sid: str, lo: int, hi: int, desc: bool, after: str | None) -> Iterator[dict[str, Any]]:
+def walk(v: View, sid: str, lo: int, hi: int, desc: bool, after: str | None) -> Iterator[Item]:
     """The items of messages ``[lo, hi)`` (item indices: the session's messages after its head, then a
     conversation's queue), in order or reversed, from the message of ``after`` on; named as
     :class:`~.item_names.Names` says (a branch's first items keep their ancestry's ids)."""
@@ -249,8 +251,8 @@ async def input_items(rid: str, request: Request, limit: int = Query(20, ge=1, l
         if value not in INCLUDABLE:
             raise bad(f"include[{i}]", f"{value[:100]!r} is not one of {', '.join(INCLUDABLE)}")
 
-    def reader(sid: str, k: int) -> Callable[[View], dict[str, Any] | None]:
-        def read(v: View) -> dict[str, Any] | None:
+    def reader(sid: str, k: int) -> Callable[[View], ItemPage | None]:
+        def read(v: View) -> ItemPage | None:
             info = chains.read_response(k)(v)
             if info is None:
                 return None

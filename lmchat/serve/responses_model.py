@@ -12,11 +12,12 @@ names the request's ``input[i]`` (:func:`input_error`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal, TypedDict
 
 from pydantic import Field, StrictBool, StrictStr, field_validator
 
 from ..errors import InvalidMessages, SessionLengthExceeded
+from ..messages import Message
 from ..manager import TurnResult
 from ..templates.base import BaseTemplate
 from ..tools.registry import response_format
@@ -26,45 +27,54 @@ from .chains import thinking_switch
 from .errors import ApiError, as_sent
 from .items import bad, input_messages, response_tools
 from .schemas import Count, Finite, _Body
+from .wire import JSON, Item, JSONObject, ResponseObject, TurnCounts, Usage
 
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 Metadata = Annotated[dict[Annotated[str, Field(max_length=64)], Annotated[StrictStr, Field(max_length=512)]],
                      Field(max_length=16)]
 
 
+class Checked(TypedDict):
+    """What :meth:`ResponsesRequest.checked` read from the nested fields."""
+
+    conversation: str | None
+    thinking: bool | None
+    effort: str | None
+
+
 class ResponsesRequest(_Body):
     """OpenAI's ``POST /v1/responses`` body."""
 
     model: StrictStr | None = None
-    input: StrictStr | list[Any] = Field(default_factory=list)
+    input: StrictStr | list[JSON] = Field(default_factory=list)
     instructions: StrictStr | None = None
-    tools: list[Any] | None = None
-    tool_choice: StrictStr | dict[str, Any] | None = None
+    tools: list[JSON] | None = None
+    tool_choice: StrictStr | JSONObject | None = None
     previous_response_id: StrictStr | None = None
-    conversation: StrictStr | dict[str, Any] | None = None
+    conversation: StrictStr | JSONObject | None = None
     store: StrictBool = True
     truncation: Literal["auto", "disabled"] = "disabled"
     max_output_tokens: Count | None = None
     temperature: Finite | None = Field(None, ge=0, le=2)
     top_p: Finite | None = Field(None, gt=0, le=1)
-    reasoning: dict[str, Any] | None = None
+    reasoning: JSONObject | None = None
     stream: StrictBool = False
     metadata: Metadata | None = None
     parallel_tool_calls: StrictBool | None = None
-    text: dict[str, Any] | None = None
+    text: JSONObject | None = None
     background: StrictBool | None = None
-    prompt: dict[str, Any] | None = None
+    prompt: JSONObject | None = None
 
     @field_validator("input")
     @classmethod
-    def _items(cls, value: str | list[Any]) -> str | list[Any]:
+    def _items(cls, value: str | list[JSON]) -> str | list[JSON]:
         # as many items as chat takes messages; checked here, not in the type: a union's error would name
         # its string branch (input.str)
         if isinstance(value, list) and len(value) > MAX_MESSAGES:
             raise ValueError(f"{len(value)} items: at most {MAX_MESSAGES}, as many as chat takes messages")
         return value
 
-    def checked(self, max_chars: int | None = DEFAULT_MAX_CHARS) -> dict[str, Any]:
+    def checked(self, max_chars: int | None = DEFAULT_MAX_CHARS) -> Checked:
         """What the body's nested fields mean, checked (``ApiError`` names the first field at fault);
         ``max_chars``: the server's limit on a message's text, which ``instructions`` (a system prompt) has."""
         check_text(self.instructions, "instructions", max_chars)
@@ -77,13 +87,14 @@ class ResponsesRequest(_Body):
                       "unsupported_value")
         conversation = self.conversation
         if isinstance(conversation, dict):
-            conversation = conversation.get("id")
-            if not isinstance(conversation, str):
+            named = conversation.get("id")
+            if not isinstance(named, str):
                 raise bad("conversation.id", "a conversation is named by its id string")
+            conversation = named
         if conversation is not None and not self.store:
             raise bad("store", "store=false cannot add to a conversation", "unsupported_value")
         effort = (self.reasoning or {}).get("effort")
-        if effort is not None and effort not in EFFORTS:
+        if effort is not None and (not isinstance(effort, str) or effort not in EFFORTS):
             raise bad("reasoning.effort", f"one of {', '.join(EFFORTS)}")
         choice = self.tool_choice
         if isinstance(choice, dict) and choice.get("type") not in ("function", "allowed_tools"):
@@ -93,7 +104,7 @@ class ResponsesRequest(_Body):
         return {"conversation": conversation, "thinking": None if effort is None else effort != "none",
                 "effort": effort}
 
-    def fields(self, template: BaseTemplate, text_format: dict[str, Any] | None = None) -> dict[str, Any]:
+    def fields(self, template: BaseTemplate, text_format: JSONObject | None = None) -> JSONObject:
         """The request's fields a response object repeats (a note keeps them); ``text_format``: ``text.format``
         as the response echoes it (:func:`.formats.text_constraint`)."""
         # kept only when structured: notes stay as they were for plain text
@@ -120,7 +131,7 @@ def check_effort(template: BaseTemplate, thinking: bool | None) -> None:
                                       "out", "unsupported_value")
 
 
-def input_error(exc: InvalidMessages | SessionLengthExceeded, value: str | list[Any]) -> ApiError:
+def input_error(exc: InvalidMessages | SessionLengthExceeded, value: str | list[JSON]) -> ApiError:
     """A turn's error naming the request's ``input`` (``input[i].content``) instead of the session's messages.
 
     Items are not messages (a ``function_call`` joins the assistant message
@@ -144,7 +155,8 @@ def input_error(exc: InvalidMessages | SessionLengthExceeded, value: str | list[
         if not field:
             return f"input[{at}]"
         field = _ITEM_FIELDS.get(field, field)
-        if value[at].get("type") == "function_call_output" and field.startswith("content"):
+        item = value[at]  # an object: input_messages read it
+        if isinstance(item, dict) and item.get("type") == "function_call_output" and field.startswith("content"):
             field = "output" + field[len("content"):]  # a tool result's text is the item's output
         return f"input[{at}].{field}"
 
@@ -155,7 +167,7 @@ def input_error(exc: InvalidMessages | SessionLengthExceeded, value: str | list[
 _ITEM_FIELDS = {"tool_call_id": "call_id", "id": "call_id"}
 
 
-def _message(value: list[Any], i: int, k: int) -> dict[str, Any]:
+def _message(value: list[JSON], i: int, k: int) -> Message:
     messages = input_messages(value[:i + 1])
     return messages[k] if k < len(messages) else {}
 
@@ -172,14 +184,14 @@ def _first(n: int, reached: Callable[[int], bool]) -> int:
     return lo
 
 
-def turn_of(result: TurnResult) -> dict[str, Any]:
+def turn_of(result: TurnResult) -> TurnCounts:
     """The counts of a finished turn, as a note keeps them (``stream_turn(note=)``)."""
     return {"finish_reason": result.finish_reason, "prefilled": result.prefilled, "reused": result.reused,
             "generated": len(result.token_ids), "chars": len(result.text),
             "cache_miss_reason": result.cache_miss_reason, "cached_from": result.cached_from}
 
 
-def status_of(finish_reason: str | None) -> tuple[str, dict[str, Any] | None]:
+def status_of(finish_reason: str | None) -> tuple[str, dict[str, str | None] | None]:
     if finish_reason == "stop":
         return "completed", None
     if finish_reason == "length":
@@ -189,7 +201,7 @@ def status_of(finish_reason: str | None) -> tuple[str, dict[str, Any] | None]:
     return "incomplete", {"reason": None}  # e.g. a repetition stop
 
 
-def usage(turn: dict[str, Any], tokens: bool) -> dict[str, Any]:
+def usage(turn: TurnCounts, tokens: bool) -> Usage:
     """Responses usage: the prompt is what the engine prefilled plus what it reused (``cached_tokens``);
     ``cache_miss_reason`` (lmchat's) says why it could not reuse all it held. Counts are characters when
     the sessions have no tokenizer (``tokens`` False)."""
@@ -202,14 +214,16 @@ def usage(turn: dict[str, Any], tokens: bool) -> dict[str, Any]:
             "output_tokens_details": {"reasoning_tokens": 0}}
 
 
-def response_object(rid: str, note: Note, conversation: str | None, output: list[dict[str, Any]] | None, *,
-                    tokens: bool, status: str | None = None) -> dict[str, Any]:
+def response_object(rid: str, note: Note, conversation: str | None, output: list[Item] | None, *,
+                    tokens: bool, status: str | None = None) -> ResponseObject:
     """A response as the API returns it, from its whole note (:func:`.chains.expanded`) and the conversation it
     belongs to; a note without its ``turn`` is a response still running."""
-    req, turn = note.request, note.turn
+    # resolved: values, no references (:func:`.chains.expanded`)
+    req = note.request if isinstance(note.request, dict) else {}
+    tools, turn = note.tools if isinstance(note.tools, list) else None, note.turn
     incomplete = None
     if status is None:
-        status, incomplete = status_of(turn["finish_reason"]) if turn else ("in_progress", None)
+        status, incomplete = status_of(turn.get("finish_reason")) if turn else ("in_progress", None)
     return {
         "id": rid, "object": "response", "created_at": int(note.created_at), "status": status,
         "completed_at": int(note.created_at) if turn else None, "error": None, "incomplete_details": incomplete,
@@ -219,11 +233,11 @@ def response_object(rid: str, note: Note, conversation: str | None, output: list
         "conversation": {"id": conversation} if conversation else None,
         "reasoning": req.get("reasoning"), "store": req.get("store", True), "temperature": req.get("temperature"),
         "text": {"format": req.get("text_format") or {"type": "text"}}, "tool_choice": req.get("tool_choice", "auto"),
-        "tools": response_tools(note.tools), "top_p": req.get("top_p"), "truncation": req.get("truncation"),
+        "tools": response_tools(tools), "top_p": req.get("top_p"), "truncation": req.get("truncation"),
         "usage": usage(turn, tokens) if turn else None, "user": None, "metadata": req.get("metadata") or {},
         "background": False,
     }
 
 
-def failed(response: dict[str, Any], error: ApiError) -> dict[str, Any]:
+def failed(response: ResponseObject, error: ApiError) -> ResponseObject:
     return {**response, "status": "failed", "error": {"code": "server_error", "message": error.message}}

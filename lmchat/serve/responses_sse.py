@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncGenerator, Callable
-from typing import Any
+from typing import TypeVar
 
 from ..tools import ContentDelta, ReasoningDelta
 from ..tools.events import Event
@@ -24,6 +24,7 @@ from .errors import api_error
 from .items import arguments_text, call_item, message_item, reasoning_item
 from .request_turns import parsed_of
 from .responses_model import failed
+from .wire import Item, OutputMessage, OutputText, ReasoningItem, ReasoningText, ResponseObject
 
 
 class Events:
@@ -32,25 +33,34 @@ class Events:
     def __init__(self) -> None:
         self.seq = 0
 
-    def __call__(self, kind: str, **fields: Any) -> str:
+    def __call__(self, kind: str, **fields: object) -> str:
         payload = {"type": kind, **fields, "sequence_number": self.seq}
         self.seq += 1
         return f"event: {kind}\ndata: {json.dumps(payload, ensure_ascii=False)}\n\n"
 
 
-async def response_events(turn: TurnStream, base: dict[str, Any], *, sid: str, serial: int, parse: bool,
-                          finish: Callable[[TurnResult, list[dict[str, Any]]], dict[str, Any]]
+Opened = TypeVar("Opened", ReasoningItem, OutputMessage)
+
+
+def _opened(item: Opened) -> Opened:
+    """An item as its stream opens it: no content part yet (``content_part.added`` brings it)."""
+    item["content"] = []
+    return item
+
+
+async def response_events(turn: TurnStream, base: ResponseObject, *, sid: str, serial: int, parse: bool,
+                          finish: Callable[[TurnResult, list[Item]], ResponseObject]
                           ) -> AsyncGenerator[str, None]:
     """The events of one response. ``turn``: the turn's stream, started (its answer parsed as it reads it, the
     same as the stored answer, when ``parse``); ``base``: the response object in progress; ``serial``: the
     answer's item serial; ``finish(result, output)``: the finished response object."""
     event = Events()
     parser = turn.reading.stream() if parse else None
-    output: list[dict[str, Any]] = []
+    output: list[Item] = []
     texts: dict[str, list[str]] = {}  # item id -> its text so far
     open_ids: list[str] = []
 
-    def open_item(item: dict[str, Any], part: dict[str, Any]) -> list[str]:
+    def open_item(item: Item, part: ReasoningText | OutputText) -> list[str]:
         output.append(item)
         texts[item["id"]] = []
         open_ids.append(item["id"])
@@ -63,14 +73,16 @@ async def response_events(turn: TurnStream, base: dict[str, Any], *, sid: str, s
         for item_id in open_ids:
             index = next(i for i, it in enumerate(output) if it["id"] == item_id)
             text = "".join(texts[item_id])
+            done: Item
+            part: ReasoningText | OutputText
             if output[index]["type"] == "reasoning":
                 done = reasoning_item(sid, serial, text, status)
                 part = done["content"][0]
                 out.append(event("response.reasoning_text.done", item_id=item_id, output_index=index,
                                  content_index=0, text=text))
             else:
-                done = message_item(sid, serial, text, status)
-                part = done["content"][0]
+                said = message_item(sid, serial, text, status)
+                done, part = said, said["content"][0]
                 out.append(event("response.output_text.done", item_id=item_id, output_index=index,
                                  content_index=0, text=text, logprobs=[]))
             out.append(event("response.content_part.done", item_id=item_id, output_index=index, content_index=0,
@@ -80,12 +92,12 @@ async def response_events(turn: TurnStream, base: dict[str, Any], *, sid: str, s
         open_ids.clear()
         return out
 
-    def deltas(parsed: list[Any]) -> list[str]:
+    def deltas(parsed: list[Event]) -> list[str]:
         out = []
         for piece in parsed:
-            reasoning = isinstance(piece, ReasoningDelta)
-            if not (reasoning or isinstance(piece, ContentDelta)) or not piece.text:
+            if not isinstance(piece, (ReasoningDelta, ContentDelta)) or not piece.text:
                 continue  # calls come once committed; a parse note is not for clients
+            reasoning = isinstance(piece, ReasoningDelta)
             item_id = f"{'rs' if reasoning else 'msg'}_{sid}_{serial}"
             if item_id not in open_ids:
                 if not reasoning:
@@ -93,15 +105,15 @@ async def response_events(turn: TurnStream, base: dict[str, Any], *, sid: str, s
                 if item_id in texts:  # reasoning again after the answer began: it joins the first block
                     open_ids.append(item_id)
                 elif reasoning:
-                    out += open_item({**reasoning_item(sid, serial, "", "in_progress"), "content": []},
+                    out += open_item(_opened(reasoning_item(sid, serial, "", "in_progress")),
                                      {"type": "reasoning_text", "text": ""})
                 else:
-                    out += open_item({**message_item(sid, serial, "", "in_progress"), "content": []},
+                    out += open_item(_opened(message_item(sid, serial, "", "in_progress")),
                                      {"type": "output_text", "text": "", "annotations": [], "logprobs": []})
             texts[item_id].append(piece.text)
             index = next(i for i, it in enumerate(output) if it["id"] == item_id)
             kind = "response.reasoning_text.delta" if reasoning else "response.output_text.delta"
-            extra: dict[str, Any] = {} if reasoning else {"logprobs": []}
+            extra: dict[str, object] = {} if reasoning else {"logprobs": []}
             out.append(event(kind, item_id=item_id, output_index=index, content_index=0, delta=piece.text, **extra))
         return out
 
@@ -120,7 +132,7 @@ async def response_events(turn: TurnStream, base: dict[str, Any], *, sid: str, s
         status = "completed" if result.finish_reason == "stop" else "incomplete"
         calls = parsed_of(result).tool_calls if parse and result.finish_reason == "stop" else []
         if not calls and not any(it["type"] == "message" for it in output):  # no text, no call: an empty message
-            for line in open_item({**message_item(sid, serial, "", "in_progress"), "content": []},
+            for line in open_item(_opened(message_item(sid, serial, "", "in_progress")),
                                   {"type": "output_text", "text": "", "annotations": [], "logprobs": []}):
                 yield line
         for line in close(status):

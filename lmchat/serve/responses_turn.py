@@ -187,8 +187,8 @@ def _frame(mgr: SessionManager, want: Want, template: BaseTemplate, state: Sessi
         switches["reasoning_effort"] = effort_level(want.effort, levels)
     elif want.thinking is not None:
         switches["enable_thinking"] = want.thinking
-    kept = state.evolve(queue=()) if consume_queue and state.queue else None
-    reframed = (kept or state).evolve(system_head=system is not None)
+    kept = attrs.evolve(state, queue=()) if consume_queue and state.queue else None
+    reframed = attrs.evolve(kept or state, system_head=system is not None)
     return Frame(system, state.system_head, want.tools, switches, SWITCHES, want.overflow,
                  None if kept is None else kept.to_json(), reframed.to_json(), mgr.tokenizer)
 

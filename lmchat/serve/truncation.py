@@ -108,7 +108,7 @@ def recording(note: dict[str, Any]) -> OnDrop:
         runs = [*places.runs, *((i, 1) for i in indices)]
         kept = Note.from_json(note)
         messages = (DroppedMessage(places.serials.serial(i), m) for i, m in zip(indices, delta.removed))
-        return (state.evolve(dropped=places.spans(runs)).to_json(),
+        return (attrs.evolve(state, dropped=places.spans(runs)).to_json(),
                 attrs.evolve(kept, dropped=(*kept.dropped, *messages)).to_json())
 
     return on_drop
