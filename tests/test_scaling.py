@@ -3,7 +3,8 @@ one real redis-server as their store, one KV directory they share (``--kv-shared
 HAProxy with deploy/haproxy.cfg in front of them, on localhost.
 
 One setup for the module (starting replicas is what costs), three replicas: a corrupt state in the shared tier
-is a prefill that says why; a replica drained with SIGTERM in the middle of a streamed turn finishes it, and the
+is a prefill that says why; a stateless client is spread over the replicas, each starting from what the others
+published; a replica drained with SIGTERM in the middle of a streamed turn finishes it, and the
 conversation's next turn is answered by another from the shared tier; then a conversation stays on one replica
 through the balancer, that replica is killed with SIGKILL and the next turn is answered by the last one, most of
 its prompt from the shared tier, with the answer a cold server gives.
@@ -139,6 +140,27 @@ def test_a_corrupt_state_in_the_shared_tier_is_a_prefill_that_says_why(deployed)
     assert "fails its MAC" in details["cache_miss_reason"], usage
     assert "fails its MAC" in r2.output() and "prefilling instead" in r2.output()
     assert not newest.exists()  # removed: damage under this engine's identity and key
+
+
+def test_a_stateless_client_is_spread_over_the_replicas_and_each_starts_from_the_shared_tier(deployed):
+    """Chat completions without a session (the whole history each time) have no routing key: HAProxy spreads
+    them round robin, and a replica that never saw the conversation starts from what another published."""
+    client = deployed.balancer.client(base="/v1", timeout=600)
+    history = [{"role": "system", "content": SYSTEM + " Stateless."}]
+    seen: list[str] = []
+    for question in QUESTIONS[:3]:
+        history.append({"role": "user", "content": question})
+        r = client.post("/chat/completions", json={"messages": history, **ASK})
+        assert r.status_code == 200, r.text
+        name, usage = r.headers["x-lmchat-replica"], r.json()["usage"]
+        if seen and name not in seen:
+            details = usage["prompt_tokens_details"]
+            assert details["cached_from"] == "shared", usage
+            assert details["cached_tokens"] >= 0.8 * usage["prompt_tokens"], usage
+        seen.append(name)
+        history.append(r.json()["choices"][0]["message"])
+        published(deployed.replicas[name], deployed.kv, 0)
+    assert len(set(seen)) >= 2, seen
 
 
 def test_a_drained_replica_finishes_its_turn_and_the_conversation_goes_on_elsewhere(deployed):
