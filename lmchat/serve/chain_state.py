@@ -224,6 +224,8 @@ def _carried_json(value: object) -> object:
 
 #: the note fields that rarely change: written when they do, :class:`Same` otherwise
 CARRIED = ("model", "request", "instructions", "tools")
+#: a note's carried fields resolved: field -> (index of the note that holds it, its value)
+Carried = dict[str, tuple[int, object]]
 
 
 @attrs.frozen

@@ -27,7 +27,7 @@ import hashlib
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import attrs
 
@@ -37,11 +37,14 @@ from ..manager.frame import Frame
 from ..manager.request import Target
 from ..manager.table import View
 from ..templates.base import BaseTemplate
-from .chain_state import CARRIED, DroppedMessage, Note, Same, SessionState, note_of, resolve, resolved, state_of
+from ..messages import Message
+from .chain_state import (CARRIED, Carried, DroppedMessage, Note, Same, SessionState, note_of, resolve, resolved,
+                          state_of)
 from .errors import ApiError
 from .item_names import count_below
 from .items import Serials, conversation_id, parse_conversation_id, parse_response_id, response_id
 from .truncation import Places
+from .wire import JSONObject, Tools
 
 _SWITCH: dict[str, bool] = {}
 T = TypeVar("T")
@@ -93,7 +96,7 @@ def _keyed_note(key: str, k: int | None) -> Callable[[View], int | None]:
     return read
 
 
-def not_found(what: str, value: Any, param: str | None) -> ApiError:
+def not_found(what: str, value: object, param: str | None) -> ApiError:
     code = {"response": "response_not_found", "conversation": "conversation_not_found", "previous response":
             "previous_response_not_found", "item": "item_not_found"}[what]
     return ApiError(404, f"{what} {str(value)[:200]!r} not found", type="invalid_request_error", param=param,
@@ -118,7 +121,7 @@ class Want:
     """What a request wants the session's frame to be for its turn (its input aside)."""
 
     instructions: str | None
-    tools: list[dict[str, Any]] | None
+    tools: Tools | None
     thinking: bool | None  # None: the template's default
     overflow: str
     #: ``reasoning.effort`` as sent, for a template that takes its level (gpt-oss); None: the template's default
@@ -137,9 +140,9 @@ class Plan:
     frame: Frame  # the turn's edit: the session as the request wants it
     expect: int | None = None  # the version the decision was made on (None: a session made for it)
     #: a conversation's items the model has not seen, sent first
-    queued: list[dict[str, Any]] = attrs.field(factory=list)
+    queued: list[Message] = attrs.field(factory=list)
     #: the carried fields of the session's last note: {"instructions": (k, value), ...}
-    last: dict[str, tuple[int, Any]] | None = None
+    last: Carried | None = None
     conversation: str | None = None
     #: a branch's dropped items (those of the items it was made with), whose messages its first note keeps
     dropped: tuple[DroppedMessage, ...] = ()
@@ -155,7 +158,7 @@ class Plan:
         return self.expect is None
 
 
-def carried(notes_last: dict[str, Any] | None, key: str, value: Any) -> Any:
+def carried(notes_last: Carried | None, key: str, value: T) -> T | Same:
     """What a new note holds for a carried field: a reference when the last note has the same value."""
     if notes_last is not None and key in notes_last and notes_last[key][1] == value and value is not None:
         return Same(notes_last[key][0])
@@ -174,12 +177,12 @@ class ResponseAt:
     messages: int  # how many of the session's messages the response's state holds (dropped items aside)
     stale: bool  # an item its state held was deleted since: it cannot be continued
     latest: bool  # the latest response of an unchanged chain: continuing it extends the session
-    last: dict[str, Any] | None  # the carried fields of the session's last note (:attr:`Plan.last`)
-    template: Any
+    last: Carried | None  # the carried fields of the session's last note (:attr:`Plan.last`)
+    template: BaseTemplate
     responses: int  # how many responses the session noted
 
 
-def _last_carried(v: View) -> dict[str, Any] | None:
+def _last_carried(v: View) -> Carried | None:
     if not v.notes:
         return None
     k = len(v.notes) - 1
@@ -204,13 +207,27 @@ def read_response(k: int) -> Callable[[View], ResponseAt | None]:
     return read
 
 
-def read_conversation(v: View) -> dict[str, Any] | None:
+@attrs.frozen
+class ConversationAt:
+    """A conversation as :func:`read_conversation` found it: the store version read, its next response's index
+    and first item's serial, its queue, the carried fields of its last note, its template and state."""
+
+    version: int
+    k: int
+    serial: int
+    queue: list[Message]
+    last: Carried | None
+    template: BaseTemplate
+    state: SessionState
+
+
+def read_conversation(v: View) -> ConversationAt | None:
     state = state_of(v)
     if state is None or state.kind != "conversation":
         return None
     items = Places(v, state).count
-    return {"version": v.version, "k": len(v.notes), "serial": Serials(state.deleted_items).serial(items),
-            "queue": list(state.queue), "last": _last_carried(v), "template": v.session.template, "state": state}
+    return ConversationAt(v.version, len(v.notes), Serials(state.deleted_items).serial(items), list(state.queue),
+                          _last_carried(v), v.session.template, state)
 
 
 # ---------------------------------------------------------------------------------------------- for planning
@@ -237,15 +254,17 @@ def effort_level(effort: str, levels: tuple[str, ...]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- the turn's note
-def note_for(p: Plan, n_input: int, *, model: str, previous: str | None, want: Want, request: dict[str, Any],
-             idempotency_key: str | None = None) -> tuple[dict[str, Any], Note]:
+def note_for(p: Plan, n_input: int, *, model: str, previous: str | None, want: Want, request: JSONObject,
+             idempotency_key: str | None = None) -> tuple[JSONObject, Note]:
     """What the turn notes (compact: fields equal to the last note's by reference, the previous response only
     when it is not the chain's previous one), as JSON; and the same note whole, as a response object reads it."""
     whole = Note(p.serial, p.serial + n_input + 1, round(time.time(), 3), idempotency_key or None, previous, model,
                  request, want.instructions, want.tools, dropped=p.dropped)
     chained = previous is None or (p.k and previous == response_id(p.sid, p.k - 1))
     note = attrs.evolve(whole, previous_response_id=None if chained else previous,
-                        **{key: carried(p.last, key, getattr(whole, key)) for key in CARRIED})
+                        model=carried(p.last, "model", whole.model), request=carried(p.last, "request", whole.request),
+                        instructions=carried(p.last, "instructions", whole.instructions),
+                        tools=carried(p.last, "tools", whole.tools))
     return note.to_json(), whole
 
 

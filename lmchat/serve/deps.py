@@ -6,10 +6,13 @@ import contextlib
 import hmac
 import uuid
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TypeVar
+
+from typing_extensions import ParamSpec
 
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import State
 from starlette.types import Receive
 
 from ..errors import LmchatError, SnapshotError, StoreCorrupt
@@ -17,6 +20,9 @@ from ..manager import SessionManager
 from ..manager.ids import owner_key, store_key
 from ..validation import DEFAULT_MAX_CHARS
 from .errors import ApiError
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 async def owner(request: Request) -> str | None:
@@ -47,7 +53,7 @@ def bearer_ok(header: str, keys: Iterable[str]) -> bool:
     return scheme.lower() == "bearer" and any([hmac.compare_digest(token.encode(), k.encode()) for k in keys])
 
 
-def model_named(state: Any, name: str | None) -> str:
+def model_named(state: State, name: str | None) -> str:
     """The model a response names: the request's ``model``, else the served one. A server given its model's name
     (``--model-name``) refuses any other, as OpenAI and vLLM do (404 ``model_not_found``); otherwise any name is
     answered by the one model served, as llama-server does (clients send names of their own: "gpt-4o", "m")."""
@@ -60,7 +66,7 @@ def model_named(state: Any, name: str | None) -> str:
     return name
 
 
-async def blocking(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+async def blocking(fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
     """A manager call that may touch the store (disk, network): off the event loop."""
     return await run_in_threadpool(fn, *args, **kwargs)
 
@@ -99,7 +105,7 @@ def new_id(prefix: str) -> str:
 WATCH_AFTER = 0.02
 
 
-def cancel_on_disconnect(receive: Receive, cancel: Callable[[], Any]) -> "_Watch":
+def cancel_on_disconnect(receive: Receive, cancel: Callable[[], object]) -> "_Watch":
     """``async with cancel_on_disconnect(receive, cancel):`` calls ``cancel`` if the client goes away while
     an answer is being generated.
 
@@ -117,7 +123,7 @@ class _Watch:
 
     __slots__ = ("receive", "cancel", "timer", "task", "left")
 
-    def __init__(self, receive: Receive, cancel: Callable[[], Any]) -> None:
+    def __init__(self, receive: Receive, cancel: Callable[[], object]) -> None:
         self.receive, self.cancel = receive, cancel
         self.timer: asyncio.TimerHandle | None = None
         self.task: asyncio.Task[None] | None = None
@@ -137,7 +143,7 @@ class _Watch:
         with contextlib.suppress(LmchatError):  # the turn may have just ended
             self.cancel()
 
-    async def __aexit__(self, *exc_info: Any) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         if self.timer is not None:
             self.timer.cancel()
         if self.task is not None:

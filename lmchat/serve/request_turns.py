@@ -20,7 +20,9 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from typing import Any, TypeVar
+from typing import TypeVar
+
+from starlette.types import Receive
 
 from ..errors import LmchatError, SessionBusy
 from ..manager import SessionManager, TurnRequest, TurnResult, TurnStream
@@ -35,7 +37,7 @@ T = TypeVar("T")
 STOPPING_SECONDS = 5.0
 
 
-async def patient(mgr: SessionManager, request: TurnRequest, receive: Callable[[], Awaitable[Any]],
+async def patient(mgr: SessionManager, request: TurnRequest, receive: Receive,
                   start: Callable[[], Awaitable[T]]) -> T:
     """``start()``; when the session is busy with a turn that is stopping, again once that turn has saved,
     unless the client (``receive``: the request's) left during the wait: nobody would read the answer."""
@@ -49,7 +51,7 @@ async def patient(mgr: SessionManager, request: TurnRequest, receive: Callable[[
     return await start()
 
 
-async def start_stream(mgr: SessionManager, request: TurnRequest, receive: Callable[[], Awaitable[Any]]
+async def start_stream(mgr: SessionManager, request: TurnRequest, receive: Receive
                        ) -> TurnStream:
     """The turn's stream, once its first chunk is there (so the turn has started, and what stopped it from
     starting is still an HTTP error); ``receive``: the request's. A disconnect cancels the response task, which
@@ -57,15 +59,15 @@ async def start_stream(mgr: SessionManager, request: TurnRequest, receive: Calla
     return await patient(mgr, request, receive, lambda: mgr.astream_turn(request).start())
 
 
-async def run(mgr: SessionManager, request: TurnRequest, receive: Callable[[], Awaitable[Any]]) -> TurnResult:
+async def run(mgr: SessionManager, request: TurnRequest, receive: Receive) -> TurnResult:
     """The whole turn; the client leaving mid-way (``receive``: the request's) cancels it (the partial
     answer is committed)."""
     async with stop_on_disconnect(mgr, request, receive):
         return await patient(mgr, request, receive, lambda: mgr.arun_turn(request))
 
 
-def stop_on_disconnect(mgr: SessionManager, request: TurnRequest, receive: Callable[[], Awaitable[Any]]
-                       ) -> AbstractAsyncContextManager[Any]:
+def stop_on_disconnect(mgr: SessionManager, request: TurnRequest, receive: Receive
+                       ) -> AbstractAsyncContextManager[object]:
     """``async with stop_on_disconnect(...)``: the turn of ``request`` is stopped through the manager (its
     partial answer committed) if the client goes away meanwhile (a response sent by the route itself, not by a
     task that the disconnect cancels)."""
@@ -79,7 +81,7 @@ def parsed_of(result: TurnResult) -> ParsedResponse:
     return result.parsed
 
 
-def count(tokenizer: Any, n_chars: int, n_ids: int) -> int:
+def count(tokenizer: object, n_chars: int, n_ids: int) -> int:
     """Generated tokens; characters without a tokenizer (the unit of a session's ``step``)."""
     return n_ids if tokenizer is not None else n_chars
 

@@ -22,15 +22,15 @@ continuing (``SessionBusy``) is branched off instead.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable
-from typing import Any
 
 import attrs
+from starlette.types import Receive
 
 from ..constraints import Constraint
 from ..errors import LmchatError, SessionBusy, SessionExists, SessionMoved
 from ..manager import SessionManager, TurnRequest, TurnResult, TurnStream
 from ..manager.frame import Frame
+from ..messages import Message
 from ..templates.base import BaseTemplate
 from ..validation import check_tools_supported
 from .chain_state import Dropped, DroppedMessage, Note, SessionState
@@ -43,6 +43,7 @@ from .items import bad, parse_conversation_id, parse_response_id
 from .request_turns import run
 from .responses_model import ResponsesRequest, check_effort
 from .truncation import inherited, recording
+from .wire import JSONObject
 
 #: how often a request re-plans when the session moved under it (another request extended it first)
 ATTEMPTS = 4
@@ -63,9 +64,9 @@ class ResponsesTurn:
     who: str | None
     conversation: str | None
     want: Want
-    messages: list[dict[str, Any]]
+    messages: list[Message]
     model: str
-    fields: dict[str, Any]
+    fields: JSONObject
     key: str | None
     constraint: Constraint | None
 
@@ -84,7 +85,7 @@ class Started:
     turn: TurnStream | TurnResult
 
 
-async def start(mgr: SessionManager, turn: ResponsesTurn, receive: Callable[[], Awaitable[Any]]) -> Started:
+async def start(mgr: SessionManager, turn: ResponsesTurn, receive: Receive) -> Started:
     """Plan, then start the turn: its stream (primed) or its result; a moved session is planned again, a chain's
     latest response that another request is continuing is branched off."""
     plan = await blocking(plan_for, mgr, turn)
@@ -115,7 +116,7 @@ async def start(mgr: SessionManager, turn: ResponsesTurn, receive: Callable[[], 
     raise AssertionError("unreachable")  # every attempt returns or raises
 
 
-def _request(turn: ResponsesTurn, plan: Plan, note: dict[str, Any]) -> TurnRequest:
+def _request(turn: ResponsesTurn, plan: Plan, note: JSONObject) -> TurnRequest:
     body = turn.body
     return TurnRequest(
         plan.target, plan.queued + turn.messages, owner=turn.who, expect=plan.expect, note=note,
@@ -140,10 +141,9 @@ def plan_for(mgr: SessionManager, turn: ResponsesTurn) -> Plan:
         info = inspected(mgr, sid, read_conversation, who) if sid else None
         if sid is None or info is None:
             raise not_found("conversation", turn.conversation, "conversation")
-        turn.check(info["template"])
-        queued = info["queue"]
-        return Plan(sid, info["k"], info["serial"], _frame(mgr, want, info["template"], info["state"], bool(queued)),
-                    info["version"], queued=queued, last=info["last"], conversation=turn.conversation)
+        turn.check(info.template)
+        return Plan(sid, info.k, info.serial, _frame(mgr, want, info.template, info.state, bool(info.queue)),
+                    info.version, queued=info.queue, last=info.last, conversation=turn.conversation)
     if previous is None:
         template = mgr.default_template
         turn.check(template)
@@ -182,7 +182,7 @@ def _frame(mgr: SessionManager, want: Want, template: BaseTemplate, state: Sessi
     if system is None and state.system_head:
         system = template.default_system
     levels = template.reasoning_efforts
-    switches: dict[str, Any] = {}
+    switches: dict[str, str | bool] = {}
     if want.effort is not None and levels:
         switches["reasoning_effort"] = effort_level(want.effort, levels)
     elif want.thinking is not None:

@@ -12,18 +12,17 @@ yet): :class:`Places` says where.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
-
 import attrs
 
 from ..errors import StoreCorrupt
-from ..messages import json_copy
+from ..messages import Message, json_copy
 from ..manager.request import OnDrop
 from ..manager.table import View
 from ..session import Delta
 from .chain_state import Dropped, DroppedMessage, Note, SessionState, dropped_messages, state_of
 from .item_names import count_below
 from .items import Serials
+from .wire import JSONObject
 
 
 class Places:
@@ -42,7 +41,7 @@ class Places:
                 self.runs.append((lo, hi - lo))
         self.dropped = sum(count for _, count in self.runs)
         self.held = v.messages - state.head
-        self._messages: dict[int, dict[str, Any]] | None = None
+        self._messages: dict[int, Message] | None = None
 
     @property
     def count(self) -> int:
@@ -68,11 +67,10 @@ class Places:
             return None
         return self.state.head + self.held_below(i)
 
-    def message(self, i: int) -> dict[str, Any]:
+    def message(self, i: int) -> Message:
         """The message of item ``i`` (a copy where the session holds it)."""
         if i >= self.held + self.dropped:
-            queued: dict[str, Any] = self.state.queue[i - self.held - self.dropped]
-            return queued
+            return self.state.queue[i - self.held - self.dropped]
         at = self.held_at(i)
         if at is not None:
             return self.v.slice(at, at + 1)[0]
@@ -96,11 +94,11 @@ class Places:
         return tuple(Dropped(serial(lo), serial(lo + count - 1) + 1) for lo, count in merged)
 
 
-def recording(note: dict[str, Any]) -> OnDrop:
+def recording(note: JSONObject) -> OnDrop:
     """The turn's ``on_drop`` (``note``: the one it was given): the state names the dropped items, the note keeps
     their messages."""
 
-    def on_drop(v: View, delta: Delta) -> tuple[dict[str, Any], dict[str, Any]]:
+    def on_drop(v: View, delta: Delta) -> tuple[JSONObject, JSONObject]:
         state = state_of(v)  # the session as the turn dropped from it; its state as it was before
         assert state is not None  # noqa: S101 - the manager checked the session's kind (ours) before the turn
         places = Places(v, state)
