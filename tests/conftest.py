@@ -36,17 +36,15 @@ def pytest_report_header(config):
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the groups
 def pytest_collection_modifyitems(config, items):
-    """Each test marked with the resources it uses; the tests of a resource on a module- or class-scoped fixture
-    (a server, a backend) grouped by their file, so that ``--dist loadgroup`` starts each such fixture on one
-    worker only. A cheap shared fixture (a tokenizer, a template) groups nothing: its tests spread one by one."""
+    """Each test marked with the resources it uses, and grouped with the tests that share its server or backend
+    (tiers.groups), so that ``--dist loadgroup`` starts each on one worker only."""
     for item in items:
-        markers = tiers.markers_for(item)
-        for name in sorted(markers):
+        for name in sorted(tiers.markers_for(item)):
             item.add_marker(name)
-        definitions = getattr(item, "_fixtureinfo", None)
-        scopes = {d.scope for defs in (definitions.name2fixturedefs.values() if definitions else ()) for d in defs}
-        if scopes & {"module", "class", "package"} and markers & tiers.RESOURCES:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+    grouped = tiers.groups(items)
+    for item in items:
+        if item.nodeid in grouped:
+            item.add_marker(pytest.mark.xdist_group(grouped[item.nodeid]))
     # The longest first, so that no worker starts a soak while the other has only a few quick tests left: xdist
     # hands out the groups largest first, then single tests in this order (a stable sort keeps each file's order)
     items.sort(key=lambda item: 0 if item.get_closest_marker("slow") else 1 if tiers.RESOURCES & {

@@ -74,6 +74,47 @@ SLOW = (
     "tests/test_batch_invariance.py::test_sixteen_conversations_of_five_turns_answer_as_alone",
 )
 
+#: module-scoped fixtures of a resource that start in about a second (llama-cpp-python's own Llama on the bundled
+#: GGUF, a redis-server): worth starting on both workers rather than holding their tests to one
+CHEAP_TO_SHARE = frozenset({"llm", "redis_server"})
+
+
+def groups(items: list[pytest.Item]) -> dict[str, str]:
+    """Node id -> xdist group, for the tests that share a module- or class-scoped fixture of a resource (a server,
+    a backend), so that ``--dist loadgroup`` starts each such fixture on one worker only: the tests of a file
+    whose fixtures of that kind overlap form one group, named by the file and those fixtures; the other tests of
+    the file spread one by one."""
+    shared: dict[str, tuple[str, frozenset[str]]] = {}
+    for item in items:
+        names = _shared_resources(item)
+        if names:
+            shared[item.nodeid] = (item.nodeid.split("::", 1)[0], names)
+    components: dict[str, list[frozenset[str]]] = {}  # file -> disjoint sets of fixture names
+    for path, names in shared.values():
+        merged, rest = set(names), []
+        for component in components.get(path, []):
+            if component & merged:
+                merged |= component
+            else:
+                rest.append(component)
+        components[path] = [*rest, frozenset(merged)]
+    found = {}
+    for nodeid, (path, names) in shared.items():
+        component = next(c for c in components[path] if c & names)
+        found[nodeid] = f"{path}::{'+'.join(sorted(component))}"
+    return found
+
+
+def _shared_resources(item: pytest.Item) -> frozenset[str]:
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return frozenset()
+    return frozenset(name for name, definitions in info.name2fixturedefs.items()
+                     if name not in GUARD_FIXTURES and name not in CHEAP_TO_SHARE
+                     and definitions[-1].scope in ("module", "class", "package")
+                     and _reached(None, (name,), info) & RESOURCES)
+
+
 def leaves_a_tier_out(markexpr: str) -> bool:
     """Whether a run's ``-m`` leaves out a tier (``not model``, ``not slow`` ...): a developer's quicker run, which
     the property tests run at the ``dev`` profile (tests/hypothesis_profiles.py)."""
