@@ -14,16 +14,20 @@ on the event loop (a grammar's compile and its lexer's first step can take secon
 from __future__ import annotations
 
 import string
-from typing import Any
+from typing import Literal
+
+import attrs
 
 from .. import constraints
 from ..backends.base import Backend, answer_budget, check_constraint, special_tokens
 from ..constraints import Constraint
 from ..errors import ConstraintUnsupported
+from ..templates.base import BaseTemplate
 from ..tools.forcing import forced_calls
 from .deps import blocking
 from .errors import ApiError
 from .items import bad
+from .wire import JSON, JSONObject, Tools
 
 TYPES = ("text", "json_object", "json_schema")
 #: OpenAI's rule for a schema's name: 1 to 64 ASCII letters, digits, '_' or '-'
@@ -31,43 +35,101 @@ MAX_NAME = 64
 NAME_CHARS = frozenset(string.ascii_letters + string.digits + "_-")
 
 
-async def chat_constraint(value: Any, backend: Backend, max_tokens: int | None, field: str = "response_format"
-                          ) -> Constraint | None:
+@attrs.frozen
+class JsonSchemaFormat:
+    """A ``json_schema`` format's fields, checked (OpenAI's ``ResponseFormatJSONSchema.json_schema``, flat in
+    ``text.format``: ``ResponseFormatTextJSONSchemaConfig``)."""
+
+    name: str
+    schema: JSON
+    description: str | None
+    strict: bool | None
+    any_object: bool = False  # chat's json_schema without a schema: any JSON object, as named
+
+
+@attrs.frozen
+class Format:
+    """``response_format`` or ``text.format``, checked: its ``type`` and, for ``json_schema``, its fields."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+    @classmethod
+    def read(cls, value: JSON, field: str, *, flat: bool = False) -> Format:
+        """The format the client sent as ``field``; ``flat``: Responses' ``text.format``, which holds the schema's
+        fields itself (a schema required) where chat's ``response_format`` has them under ``json_schema``."""
+        if not isinstance(value, dict):
+            raise bad(field, f"an object with a type ({', '.join(TYPES)}), not {type(value).__name__}")
+        kind = value.get("type")
+        if kind == "text" or kind == "json_object":
+            return cls("text" if kind == "text" else "json_object")
+        if kind != "json_schema":
+            raise bad(f"{field}.type", f"one of {', '.join(TYPES)}, not {kind!r}")
+        spec = value if flat else value.get("json_schema")
+        if not isinstance(spec, dict):
+            raise bad(f"{field}.json_schema", "an object with the schema's name and schema is required")
+        where = field if flat else f"{field}.json_schema"
+        name, strict, description = spec.get("name"), spec.get("strict"), spec.get("description")
+        if not isinstance(name, str) or not 1 <= len(name) <= MAX_NAME or not all(c in NAME_CHARS for c in name):
+            raise bad(f"{where}.name", f"a name of 1 to {MAX_NAME} letters, digits, '_' or '-' is required")
+        if strict is not None and not isinstance(strict, bool):
+            raise bad(f"{where}.strict", "a boolean")
+        if description is not None and not isinstance(description, str):
+            raise bad(f"{where}.description", "a string")
+        # a missing schema: any JSON object (chat); text.format's is refused as the compiler refuses None
+        return cls("json_schema", JsonSchemaFormat(name, spec.get("schema"), description, strict,
+                                                   any_object=not flat and "schema" not in spec))
+
+    def echo(self) -> JSONObject:
+        """As a response object echoes ``text.format`` (OpenAI's: description and strict null when not sent)."""
+        spec = self.json_schema
+        if spec is None:
+            return {"type": self.type}
+        return {"type": "json_schema", "name": spec.name, "schema": spec.schema, "description": spec.description,
+                "strict": spec.strict}
+
+
+async def chat_constraint(value: JSONObject | None, backend: Backend, max_tokens: int | None,
+                          field: str = "response_format") -> Constraint | None:
     """``response_format`` of a chat completion (or a completion): None for ``{"type": "text"}`` or none.
     ``max_tokens``: the answer's budget (None: the context's)."""
     if value is None:
         return None
-    kind = _kind(value, field)
-    if kind == "text":
-        return None
-    if kind == "json_object":
-        return await _checked(constraints.json_object(), backend, field, field)
-    spec = value.get("json_schema")
-    if not isinstance(spec, dict):
-        raise bad(f"{field}.json_schema", "an object with the schema's name and schema is required")
-    return await _from_spec(spec, backend, max_tokens, f"{field}.json_schema", field)
+    return await _constraint(Format.read(value, field), backend, max_tokens, field, f"{field}.json_schema")
 
 
-async def text_constraint(text: Any, backend: Backend, max_tokens: int | None
-                          ) -> tuple[Constraint | None, dict[str, Any]]:
+async def text_constraint(text: JSONObject | None, backend: Backend, max_tokens: int | None
+                          ) -> tuple[Constraint | None, JSONObject]:
     """``text.format`` of a Responses request, and the ``format`` the response object echoes (``max_tokens``: its
     ``max_output_tokens``)."""
-    fmt = None if text is None else text.get("format")
-    if fmt is None:
+    value = None if text is None else text.get("format")
+    if value is None:
         return None, {"type": "text"}
-    kind = _kind(fmt, "text.format")
-    if kind == "text":
-        return None, {"type": "text"}
-    if kind == "json_object":
-        return await _checked(constraints.json_object(), backend, "text.format", "text.format"), {"type": "json_object"}
-    constraint = await _from_spec(fmt, backend, max_tokens, "text.format", "text.format", schema_required=True)
-    # as OpenAI echoes it: the fields the client sent, description and strict null when it sent none
-    echo = {"type": "json_schema", "name": fmt["name"], "schema": fmt["schema"],
-            "description": fmt.get("description"), "strict": fmt.get("strict")}
-    return constraint, echo
+    fmt = Format.read(value, "text.format", flat=True)
+    return await _constraint(fmt, backend, max_tokens, "text.format", "text.format"), fmt.echo()
 
 
-async def tool_constraint(choice: Any, tools: list[dict[str, Any]] | None, template: Any, backend: Backend, *,
+async def _constraint(fmt: Format, backend: Backend, max_tokens: int | None, root: str, field: str
+                      ) -> Constraint | None:
+    """The constraint of a checked format (``field``: the json_schema's place, ``root``: the format's)."""
+    spec = fmt.json_schema
+    if fmt.type == "text":
+        return None
+    if spec is None:  # json_object
+        return await _checked(constraints.json_object(), backend, root, root)
+    schema_field = f"{field}.schema"
+    if spec.any_object:
+        return await _checked(constraints.json_object(), backend, schema_field, root)  # any JSON object, as named
+    budget = await blocking(answer_budget, backend, max_tokens)
+    try:
+        constraint = constraints.json_schema(spec.schema, name=spec.name, field=schema_field, budget=budget)
+    except ConstraintUnsupported as exc:
+        raise bad(schema_field, exc.reason) from None
+    return await _checked(constraint, backend, schema_field, root)
+
+
+async def tool_constraint(choice: str | JSONObject | None, tools: Tools | None, template: str | BaseTemplate,
+                          backend: Backend, *,
                           parallel: bool | None, max_tokens: int | None, response: Constraint | None = None,
                           chat: bool = True) -> Constraint | None:
     """The constraint a forced ``tool_choice`` puts on the answer (already checked against the tools by
@@ -78,14 +140,15 @@ async def tool_constraint(choice: Any, tools: list[dict[str, Any]] | None, templ
     ``tools[i].parameters`` where ``chat`` is false)."""
     if not tools or choice in (None, "auto", "none"):
         return None
-    names: list[Any] | None = None  # checked against the tools: names of theirs
+    names: list[str] | None = None  # checked against the tools (check_tool_choice): names of theirs
     if isinstance(choice, dict):
         if choice.get("type") == "allowed_tools":
             if choice.get("mode") != "required":
                 return None
-            names = [t.get("name") for t in choice.get("tools") or [] if isinstance(t, dict)]
+            listed = choice.get("tools")
+            names = _names(listed if isinstance(listed, list) else [])
         else:
-            names = [(choice.get("function") or {}).get("name") if chat else choice.get("name")]
+            names = _names([choice.get("function") if chat else choice])
     if response is not None:
         field = "response_format" if chat else "text.format"
         raise ApiError(400, f"{field}: a forced tool call (tool_choice) is the whole answer: it cannot be "
@@ -102,35 +165,9 @@ async def tool_constraint(choice: Any, tools: list[dict[str, Any]] | None, templ
     return await _checked(constraint, backend, "tool_choice", "tool_choice")
 
 
-def _kind(value: Any, field: str) -> str:
-    if not isinstance(value, dict):
-        raise bad(field, f"an object with a type ({', '.join(TYPES)}), not {type(value).__name__}")
-    kind = value.get("type")
-    if kind not in TYPES:
-        raise bad(f"{field}.type", f"one of {', '.join(TYPES)}, not {kind!r}")
-    return str(kind)
-
-
-async def _from_spec(spec: dict[str, Any], backend: Backend, max_tokens: int | None, field: str, root: str,
-                     schema_required: bool = False) -> Constraint:
-    """A ``json_schema`` format's ``name``, ``schema``, ``strict``, ``description`` (``field`` their parent)."""
-    name = spec.get("name")
-    if not isinstance(name, str) or not 1 <= len(name) <= MAX_NAME or not all(c in NAME_CHARS for c in name):
-        raise bad(f"{field}.name", f"a name of 1 to {MAX_NAME} letters, digits, '_' or '-' is required")
-    if spec.get("strict") is not None and not isinstance(spec["strict"], bool):
-        raise bad(f"{field}.strict", "a boolean")
-    if spec.get("description") is not None and not isinstance(spec["description"], str):
-        raise bad(f"{field}.description", "a string")
-    if "schema" not in spec and not schema_required:
-        # any JSON object, as named
-        return await _checked(constraints.json_object(), backend, f"{field}.schema", root)
-    schema_field = f"{field}.schema"
-    budget = await blocking(answer_budget, backend, max_tokens)
-    try:
-        constraint = constraints.json_schema(spec.get("schema"), name=name, field=schema_field, budget=budget)
-    except ConstraintUnsupported as exc:
-        raise bad(schema_field, exc.reason) from None
-    return await _checked(constraint, backend, schema_field, root)
+def _names(tools: list[object]) -> list[str]:
+    """The names of the tools (objects) a ``tool_choice`` lists."""
+    return [name for t in tools if isinstance(t, dict) and isinstance(name := t.get("name"), str)]
 
 
 async def _checked(constraint: Constraint, backend: Backend, schema_field: str, root: str) -> Constraint:
