@@ -15,7 +15,7 @@ FastAPI handlers use too).
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from fastapi.exceptions import RequestValidationError
@@ -116,7 +116,8 @@ def http_error(exc: HTTPException) -> ApiError:
 _ENCODE = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"), check_circular=False).encode
 
 
-async def send_json(send: Send, body: Any, status: int = 200, headers: dict[str, Any] | None = None) -> None:
+async def send_json(send: Send, body: object, status: int = 200, headers: Mapping[str, object] | None = None
+                    ) -> None:
     """One JSON response, encoded as Starlette's ``JSONResponse`` encodes it."""
     data = _ENCODE(body).encode()
     raw = [*_JSON_HEADERS, (b"content-length", str(len(data)).encode())]

@@ -30,6 +30,7 @@ from .formats import chat_constraint, tool_constraint
 from .idempotency import releasing
 from ..manager import OneOff, SessionManager, TurnRequest
 from ..manager.history import from_openai
+from ..messages import Message
 from ..tools.answer_constraint import for_answer
 from .request_turns import count, parsed_of, run, start_stream
 from .schemas import ChatRequest
@@ -62,7 +63,7 @@ async def _chat(body: ChatRequest, request: Request, who: str | None, constraint
     sid = request.headers.get("x-session-id") or body.session_id or body.user
     tools = body.tools or None
     key = request.headers.get("idempotency-key")
-    messages: list[dict[str, Any]] | None
+    messages: list[Message] | None
     history: list[Mapping[str, Any]] | None
     if sid is None:  # a one-off: in memory for this turn only, the store never sees it (nothing blocks here)
         session: str | OneOff = mgr.oneoff(who, tools=tools)
@@ -104,8 +105,8 @@ async def _chat(body: ChatRequest, request: Request, who: str | None, constraint
         release()
     if parse:
         parsed = parsed_of(result)
-        message: dict[str, Any] = {"role": "assistant",
-                                   "content": parsed.content if parsed.content or not parsed.tool_calls else None}
+        message: Message = {"role": "assistant",
+                            "content": parsed.content if parsed.content or not parsed.tool_calls else None}
         if parsed.reasoning_content is not None:
             message["reasoning_content"] = parsed.reasoning_content
         if parsed.tool_calls:

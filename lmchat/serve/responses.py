@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any, Literal, TypeVar
+from typing import Literal, TypeVar
 
 import attrs
 from fastapi import APIRouter, Depends, Query, Request
@@ -39,7 +39,7 @@ from .request_turns import parsed_of
 from .responses_model import ResponsesRequest, input_error, response_object, turn_of
 from .responses_sse import Events, response_events
 from .responses_turn import ResponsesTurn, Started, start
-from .wire import Deleted, Item, ItemPage, ResponseObject
+from .wire import Deleted, Item, ItemPage, JSONObject, ResponseObject
 from .truncation import Places
 
 router = APIRouter()
@@ -185,7 +185,7 @@ async def delete_response(rid: str, request: Request, who: str | None = Depends(
         raise chains.not_found("response", rid, "response_id")
     sid, k = parsed
 
-    def change(v: View) -> tuple[None, dict[str, Any]]:
+    def change(v: View) -> tuple[None, JSONObject]:
         info = chains.read_response(k)(v)
         if info is None:
             raise chains.not_found("response", rid, "response_id")

@@ -11,12 +11,14 @@ fault, which types declared here could not do as precisely.
 """
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, model_validator
 
+from ..messages import Message
 from ..validation import MAX_MESSAGES
 from .errors import ApiError
+from .wire import JSON, JSONObject, Tools
 
 #: deeper JSON is refused (a conversation with tools nests about 10 levels)
 MAX_DEPTH = 64
@@ -35,11 +37,11 @@ SessionId = Annotated[StrictStr, Field(min_length=1)]
 Place = tuple[str | int, "Place"] | None
 
 
-def check_json(value: Any) -> None:
+def check_json(value: JSON) -> None:
     """Refuse nesting deeper than :data:`MAX_DEPTH` and lone surrogates, walking ``value`` iteratively: a 400
     naming the field at fault (``response_format.json_schema.schema.properties.a...``), as a pydantic error
     would."""
-    stack: list[tuple[Any, int, Place]] = [(value, 1, None)]
+    stack: list[tuple[JSON, int, Place]] = [(value, 1, None)]
     while stack:
         item, depth, place = stack.pop()
         if depth > MAX_DEPTH:
@@ -77,7 +79,7 @@ class _Body(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _sound_json(cls, data: Any) -> Any:
+    def _sound_json(cls, data: JSON) -> JSON:
         check_json(data)
         return data
 
@@ -98,7 +100,7 @@ class _Sampling(_Body):
     seed: StrictInt | None = Field(None, ge=0, le=2**63 - 1)
     stop: Stop = None
 
-    def sampling(self) -> dict[str, Any]:
+    def sampling(self) -> dict[str, float | None]:
         return {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k or None,
                 "repetition_penalty": self.repetition_penalty, "seed": self.seed}
 
@@ -106,7 +108,7 @@ class _Sampling(_Body):
 class InteractiveRequest(_Sampling):
     """LMDeploy's ``/v1/chat/interactive`` body (``session_id=-1``: a new session)."""
 
-    prompt: StrictStr | list[dict[str, Any]] = ""
+    prompt: StrictStr | list[Message] = ""
     # early LMDeploy clients sent ``stop`` as a bool: true meant what ``cancel`` means now
     # (a wider type than _Sampling's, as pydantic allows a subclass's field: mypy's assignment rule does not)
     stop: StrictStr | list[StrictStr] | StrictBool | None = None  # type: ignore[assignment]
@@ -123,11 +125,11 @@ class ChatRequest(_Sampling):
     """OpenAI's chat completion body, plus ``session_id`` (or ``user``) to keep a session."""
 
     model: StrictStr | None = None
-    messages: list[dict[str, Any]] = Field(min_length=1, max_length=MAX_MESSAGES)
+    messages: list[Message] = Field(min_length=1, max_length=MAX_MESSAGES)
     stream: StrictBool = False
     stream_options: StreamOptions | None = None
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: StrictStr | dict[str, Any] | None = None  # checked against the tools (validation.check_tool_choice)
+    tools: Tools | None = None
+    tool_choice: StrictStr | JSONObject | None = None  # checked against the tools (validation.check_tool_choice)
     parallel_tool_calls: StrictBool | None = None  # a forced tool_choice: one call (false) or one or more
     max_tokens: Count | None = None
     max_completion_tokens: Count | None = None
@@ -135,7 +137,7 @@ class ChatRequest(_Sampling):
     session_id: SessionId | None = None
     user: StrictStr | None = None
     #: structured outputs, checked by :func:`.formats.chat_constraint` (it names the field at fault)
-    response_format: dict[str, Any] | None = None
+    response_format: JSONObject | None = None
 
 
 class CompletionRequest(_Sampling):
@@ -149,13 +151,13 @@ class CompletionRequest(_Sampling):
     n: StrictInt = 1
     echo: StrictBool = False
     #: as chat's (vLLM and SGLang take it here too): a remote lmchat backend sends it to an lmchat upstream
-    response_format: dict[str, Any] | None = None
+    response_format: JSONObject | None = None
 
 
 class NewSession(_Body):
     session_id: SessionId | None = None
     system: StrictStr | None = None
-    tools: list[dict[str, Any]] | None = None
+    tools: Tools | None = None
     template: StrictStr | None = None
 
 

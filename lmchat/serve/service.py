@@ -6,8 +6,6 @@ answers 404, exactly like a session that does not exist.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
-
 from fastapi import APIRouter, Body, Depends, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
@@ -20,11 +18,12 @@ from .deps import authorized, blocking, end_session, owner, text_limit
 from .errors import ApiError, api_error
 from .metrics import exposition
 from .schemas import Fork, NewSession
+from .wire import Deleted, JSONObject, SessionList, SessionSummary, SessionView
 
 router = APIRouter()
 
 
-def view(session: Session) -> dict[str, Any]:
+def view(session: Session) -> SessionView:
     """A session as the API shows it; ``unit`` says what ``step`` and ``session_len`` count."""
     return {
         "id": session.session_id, "object": "session", "template": session.template.name,
@@ -36,16 +35,16 @@ def view(session: Session) -> dict[str, Any]:
 
 @router.get("/v1/sessions", response_model=None)
 async def list_sessions(request: Request, limit: int = Query(100, ge=1, le=10_000),
-                        who: str | None = Depends(owner)) -> dict[str, Any]:
+                        who: str | None = Depends(owner)) -> SessionList:
     infos = await blocking(request.app.state.manager.list, who, limit)
-    data = [{"id": i.id, "object": "session", "title": i.title, "turns": i.turns, "updated_at": i.updated_at,
-             "template": i.template} for i in infos]
+    data: list[SessionSummary] = [{"id": i.id, "object": "session", "title": i.title, "turns": i.turns,
+                                   "updated_at": i.updated_at, "template": i.template} for i in infos]
     return {"object": "list", "data": data}
 
 
 @router.post("/v1/sessions", status_code=201, response_model=None)
 async def create_session(request: Request, body: NewSession = Body(default_factory=NewSession),
-                         who: str | None = Depends(owner)) -> dict[str, Any]:
+                         who: str | None = Depends(owner)) -> SessionView:
     mgr: SessionManager = request.app.state.manager
     check_text(body.system, "system", text_limit(mgr))  # the limit a message's content has (and instructions)
     sid = await blocking(mgr.create, body.session_id, who, system=body.system, tools=body.tools,
@@ -54,26 +53,26 @@ async def create_session(request: Request, body: NewSession = Body(default_facto
 
 
 @router.get("/v1/sessions/{session_id}", response_model=None)
-async def get_session(session_id: str, request: Request, who: str | None = Depends(owner)) -> dict[str, Any]:
+async def get_session(session_id: str, request: Request, who: str | None = Depends(owner)) -> SessionView:
     return view(await blocking(request.app.state.manager.get, session_id, who))
 
 
 @router.delete("/v1/sessions/{session_id}", response_model=None)
-async def delete_session(session_id: str, request: Request, who: str | None = Depends(owner)) -> dict[str, Any]:
+async def delete_session(session_id: str, request: Request, who: str | None = Depends(owner)) -> Deleted:
     await blocking(end_session, request.app.state.manager, session_id, who)
     return {"id": session_id, "object": "session.deleted", "deleted": True}
 
 
 @router.post("/v1/sessions/{session_id}/fork", status_code=201, response_model=None)
 async def fork_session(session_id: str, request: Request, body: Fork = Body(default_factory=Fork),
-                       who: str | None = Depends(owner)) -> dict[str, Any]:
+                       who: str | None = Depends(owner)) -> SessionView:
     mgr: SessionManager = request.app.state.manager
     new = await blocking(mgr.fork, session_id, body.session_id, who)
     return view(await blocking(mgr.get, new, who))
 
 
 @router.get("/v1/sessions/{session_id}/export", response_model=None)
-async def export_session(session_id: str, request: Request, who: str | None = Depends(owner)) -> dict[str, Any]:
+async def export_session(session_id: str, request: Request, who: str | None = Depends(owner)) -> JSONObject:
     """The session's JSON snapshot (``lmchat.Session.from_dict`` restores it; ``lmchat chat`` can load it)."""
     session: Session = await blocking(request.app.state.manager.get, session_id, who)
     return session.to_dict()
@@ -84,7 +83,7 @@ HEALTH_SECONDS = 1.0
 
 
 @router.get("/health", response_model=None)
-async def health(request: Request) -> JSONResponse | dict[str, Any]:
+async def health(request: Request) -> JSONResponse | JSONObject:
     """200 when the store answers within a second; 503 otherwise (a load balancer takes the replica out).
 
     With API keys, an anonymous probe gets the status only; a key also gets the engine, the store and
@@ -101,7 +100,7 @@ async def health(request: Request) -> JSONResponse | dict[str, Any]:
     if state.api_keys and not await authorized(request, state.api_keys):
         return {"status": "ok"}
     held = await blocking(mgr.occupancy)  # not metrics(): the engine's stats wait for its current step
-    body = {"status": "ok", "model": state.model_name, "backend": mgr.backend.name, "engine": mgr.engine,
+    body: JSONObject = {"status": "ok", "model": state.model_name, "backend": mgr.backend.name, "engine": mgr.engine,
             "store": mgr.store.spec, **held}
     if isinstance(mgr.backend, PromptFormat):  # remote: prompts go upstream as 'ids' or 'text' (no I/O here)
         body["prompt_format"] = mgr.backend.prompt_mode

@@ -194,3 +194,31 @@ class ConversationPage(TypedDict):
     first_id: str | None
     last_id: str | None
     has_more: bool
+
+
+class SessionView(TypedDict):
+    """A session as ``/v1/sessions/{id}`` shows it (``unit``: what ``step`` and ``session_len`` count)."""
+
+    id: str
+    object: Literal["session"]
+    template: str
+    step: int
+    unit: Literal["tokens", "characters"]
+    session_len: int
+    turns: int
+    messages: list[Message]
+    tools: Tools | None
+
+
+class SessionSummary(TypedDict):
+    id: str
+    object: Literal["session"]
+    title: str | None
+    turns: int
+    updated_at: float
+    template: str | None
+
+
+class SessionList(TypedDict):
+    object: Literal["list"]
+    data: list[SessionSummary]
