@@ -25,8 +25,6 @@ import hashlib
 import json
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
-
 from starlette.datastructures import State
 from starlette.types import Message, Receive, Scope, Send
 
@@ -38,6 +36,7 @@ from .deps import blocking
 from .errors import ApiError, api_error, as_sent
 from .request_turns import count, end_soon, run, start_stream, stop_on_disconnect
 from .schemas import InteractiveRequest
+from .wire import JSONObject
 
 PATH = "/v1/chat/interactive"
 
@@ -166,7 +165,7 @@ async def _lines(mgr: SessionManager, sid: str, who: str | None, chunks: AsyncIt
             end_soon(mgr, sid, who)
 
 
-def reply(sid: str, text: str, tokens: int, last: Chunk, finish_reason: str | None, **extra: Any) -> dict[str, Any]:
+def reply(sid: str, text: str, tokens: int, last: Chunk, finish_reason: str | None, **extra: object) -> JSONObject:
     """LMDeploy's response fields; ``input_tokens``/``history_tokens`` are final on the last chunk."""
     body = {"text": text, "tokens": tokens, "input_tokens": last.prefilled, "history_tokens": last.reused,
             "finish_reason": finish_reason, "session_id": sid}
@@ -178,7 +177,7 @@ def reply(sid: str, text: str, tokens: int, last: Chunk, finish_reason: str | No
     return body
 
 
-def _prompt_param(prompt: str | list[Any], kept: list[int], k: int | None, field: str | None) -> str:
+def _prompt_param(prompt: str | list[JSONObject], kept: list[int], k: int | None, field: str | None) -> str:
     if k is None or isinstance(prompt, str):
         return "prompt"
     return f"prompt[{kept[k]}].{field}" if field else f"prompt[{kept[k]}]"

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from typing import Any
 
 import attrs
 
@@ -19,6 +18,7 @@ from ..backends.base import Chunk
 from ..tools.events import Event
 from ..tools import ContentDelta, ReasoningDelta, ResponseStream, ToolCallArgumentsDelta, ToolCallStart
 from .errors import api_error
+from .wire import JSON, JSONObject
 
 DONE = "data: [DONE]\n\n"
 
@@ -32,13 +32,13 @@ class Meta:
     created: int
     model: str
 
-    def event(self, choices: list[Any], **extra: Any) -> str:
-        payload = {"id": self.id, "object": self.object, "created": self.created, "model": self.model,
+    def event(self, choices: list[JSONObject], **extra: JSON) -> str:
+        payload: JSONObject = {"id": self.id, "object": self.object, "created": self.created, "model": self.model,
                    "choices": choices, **extra}
         return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
 
 
-def usage(last: Chunk, completion_tokens: int) -> dict[str, Any]:
+def usage(last: Chunk, completion_tokens: int) -> JSONObject:
     """OpenAI usage from the backend's counts: the prompt is what it prefilled plus what it reused;
     lmchat's own ``cached_from`` says where the cached tokens came from (session, resident, host, disk) and
     ``cache_miss_reason`` why the engine could not reuse all it held, if it could not."""
@@ -58,7 +58,7 @@ async def chat_events(chunks: AsyncIterator[Chunk], meta: Meta, *, parser: Respo
     """``parser``: the turn's (``TurnStream.reading``), so the stream reads as the stored answer; None: the text
     as it is. ``count(n_chars, n_ids)``: how many tokens were generated (see :func:`turns.count`)."""
 
-    def choice(delta: dict[str, Any], finish: str | None = None) -> str:
+    def choice(delta: JSONObject, finish: str | None = None) -> str:
         return meta.event([{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}])
 
     chars = ids = 0
@@ -68,6 +68,7 @@ async def chat_events(chunks: AsyncIterator[Chunk], meta: Meta, *, parser: Respo
         async for chunk in chunks:
             chars += len(chunk.text)
             ids += len(chunk.token_ids)
+            deltas: list[JSONObject]
             if parser is None:
                 deltas = [{"content": chunk.text}] if chunk.text else []
             else:
@@ -85,7 +86,7 @@ async def chat_events(chunks: AsyncIterator[Chunk], meta: Meta, *, parser: Respo
         yield f"data: {json.dumps(api_error(exc).body())}\n\n"
 
 
-def _delta(event: Event) -> dict[str, Any] | None:
+def _delta(event: Event) -> JSONObject | None:
     if isinstance(event, ContentDelta):
         return {"content": event.text} if event.text else None
     if isinstance(event, ReasoningDelta):
