@@ -5,9 +5,10 @@ HAProxy with deploy/haproxy.cfg in front of them, on localhost.
 One setup for the module (starting replicas is what costs), three replicas: a corrupt state in the shared tier
 is a prefill that says why; a stateless client is spread over the replicas, each starting from what the others
 published; a replica drained with SIGTERM in the middle of a streamed turn finishes it, and the
-conversation's next turn is answered by another from the shared tier; then a conversation stays on one replica
-through the balancer, that replica is killed with SIGKILL and the next turn is answered by the last one, most of
-its prompt from the shared tier, with the answer a cold server gives.
+conversation's next turn is answered by another from the shared tier; Redis is killed and started again while a
+conversation goes on through the balancer (503 ``store_unavailable``, then nothing lost); then a conversation stays
+on one replica through the balancer, that replica is killed with SIGKILL and the next turn is answered by the last
+one, most of its prompt from the shared tier, with the answer a cold server gives.
 """
 from __future__ import annotations
 
@@ -189,6 +190,47 @@ def test_a_drained_replica_finishes_its_turn_and_the_conversation_goes_on_elsewh
     assert name != drained_name and name in deployed.replicas, name
     assert usage.prompt_tokens_details.model_extra["cached_from"] == "shared", usage
     assert usage.prompt_tokens_details.cached_tokens >= 0.8 * usage.prompt_tokens, usage
+
+
+def test_redis_restarted_mid_conversation_is_a_503_store_unavailable_then_the_conversation_goes_on(
+        deployed, redis_server):
+    """The store (one redis-server for every replica) is killed while a conversation goes on through HAProxy:
+    for longer than HAProxy's health checks take to react, every turn is refused with the replica's own 503
+    ``store_unavailable`` (not the balancer's page: no replica is taken out for what all of them share). Redis is
+    started again on its port and data directory: the conversation's committed turns are all there, none of the
+    refused ones, and its next turn is answered by the replica that holds its KV."""
+    lb = deployed.balancer.openai(timeout=600)
+    history = [{"role": "system", "content": SYSTEM + " Outage."}]
+    served = []
+    for question in QUESTIONS[:2]:
+        history.append({"role": "user", "content": question})
+        served.append(ask(lb, "outage", history)[0])
+    history.append({"role": "user", "content": QUESTIONS[2]})
+    redis_server.kill()
+    try:
+        with deployed.balancer.client(base="/v1", timeout=60) as c:
+            refused = []
+            deadline = time.monotonic() + 4  # HAProxy's verdict: 2 failed checks (fall 2), 1 s apart
+            while time.monotonic() < deadline:
+                r = c.post("/chat/completions", headers={"X-Session-Id": "outage"}, json={"messages": history, **ASK})
+                assert r.status_code == 503, r.text
+                assert r.json()["error"]["code"] == "store_unavailable", r.text
+                refused.append(r.headers.get("x-lmchat-replica"))
+                time.sleep(0.5)
+            assert set(refused) == {served[0]}, refused  # answered by the conversation's replica each time
+    finally:
+        redis_server.start()  # the same port and directory (appendonly, fsync always)
+    with deployed.balancer.client(timeout=60) as c:
+        got = c.get("/v1/sessions/outage")
+    assert got.status_code == 200, got.text
+    stored = got.json()
+    assert stored["turns"] == 2, stored
+    assert [m["content"] for m in stored["messages"]] == [m["content"] for m in history[:-1]], stored
+    name, usage, _ = ask(lb, "outage", history)
+    assert [*served, name] == [served[0]] * 3, (served, name)
+    assert usage.prompt_tokens_details.model_extra["cached_from"] == "session", usage
+    with deployed.balancer.client(timeout=60) as c:
+        assert c.get("/v1/sessions/outage").json()["turns"] == 3
 
 
 def test_a_conversation_stays_on_its_replica_and_survives_its_kill(deployed):
