@@ -21,10 +21,10 @@ import json
 import statistics
 import time
 
+from lmchat.manager import TurnRequest
 from tests.constraint_schemas import SCHEMAS
 
 from .common import save, table
-from lmchat.manager import TurnRequest
 
 #: any JSON object: the schema that json_object() enforces, for validating unconstrained answers alike
 OBJECT = ({"type": "object"}, "Describe your favourite animal.")

@@ -17,8 +17,9 @@ import statistics
 import time
 from pathlib import Path
 
-from .common import save, table
 from lmchat.manager import TurnRequest
+
+from .common import save, table
 
 #: (question, a regular expression a right answer matches, case-insensitive)
 QUESTIONS = [

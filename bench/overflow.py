@@ -19,6 +19,7 @@ import time
 
 from .common import save, table
 
+
 def run(room: float, args: argparse.Namespace, backend) -> dict:
     import lmchat
     from lmchat.backends import GenerationRequest, SamplingParams

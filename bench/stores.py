@@ -41,9 +41,9 @@ import tracemalloc
 
 from lmchat import Session, SessionManager
 from lmchat.backends.echo import EchoBackend
+from lmchat.manager import TurnRequest
 from lmchat.stores import MemoryStore, SQLiteStore, Summary
 from lmchat.stores.base import record
-from lmchat.manager import TurnRequest
 
 from .common import save, table
 

@@ -15,15 +15,15 @@ from .errors import (
     TemplateRuleError,
     UnknownTemplate,
 )
-from .interop.loading import load_template, register_template
 from .interop.jinja import JinjaTemplate
+from .interop.loading import load_template, register_template
 from .interop.matching import match_template
+from .interop.training import encode_for_training
 from .registry import CHAT_TEMPLATES, get_template, template_names
 from .session import Delta, Session
-from .tools import ResponseStream, parse_response
 from .stops import StopMatcher
-from .interop.training import encode_for_training
 from .templates import AffixTemplate, BaseTemplate, Chat
+from .tools import ResponseStream, parse_response
 
 __version__ = "0.1.0"
 

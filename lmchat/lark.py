@@ -48,12 +48,12 @@ class Pattern:
     regex: str
 
     @classmethod
-    def literal(cls, text: str) -> "Pattern":
+    def literal(cls, text: str) -> Pattern:
         """``text`` matched as it is, to end a pattern (the lazy lexeme that runs up to a marker)."""
         return cls("".join(c if c.isalnum() or c in " _" or ord(c) >= 128 else f"\\x{ord(c):02x}" for c in text))
 
     @classmethod
-    def excluding(cls, chars: str, bounds: tuple[int, int | None] | None = None) -> "Pattern":
+    def excluding(cls, chars: str, bounds: tuple[int, int | None] | None = None) -> Pattern:
         """Any characters but ``chars`` (``bounds``: at least and at most so many; None: any number)."""
         if bounds is None:
             times = "*"

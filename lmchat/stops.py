@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
-from .errors import SessionError, ConfigError
+from .errors import ConfigError, SessionError
 
 _REPLACEMENT = "\ufffd"  # what decoders produce for an incomplete UTF-8 sequence
 

@@ -18,9 +18,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "lmchat"
 def _uses(tree: ast.AST) -> int:
     count = 0
     for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and node.id == "Any":
-            count += 1
-        elif isinstance(node, ast.Attribute) and node.attr == "Any":
+        if (isinstance(node, ast.Name) and node.id == "Any") or (
+                isinstance(node, ast.Attribute) and node.attr == "Any"):
             count += 1
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "Any" in node.value:
             count += _quoted(node.value)

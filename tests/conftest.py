@@ -20,7 +20,6 @@ from . import hypothesis_profiles, tiers, timeline
 from .store_helpers import STORES, RedisServer, open_kind, redis_binary
 
 
-
 # ---------------------------------------------------------------------- tiers (tests/tiers.py)
 def pytest_configure(config):
     for name, meaning in tiers.MARKERS.items():

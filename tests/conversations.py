@@ -5,7 +5,16 @@ from hypothesis import strategies as st
 
 # the fixed battery lives in the package (``lmchat check`` uses it too); tests add strategies
 from lmchat.interop.battery import (  # noqa: F401
-    PLAIN, REASONING, TOOL_CONVERSATIONS, TOOLS, TRICKY, a, call, s, tool, u,
+    PLAIN,
+    REASONING,
+    TOOL_CONVERSATIONS,
+    TOOLS,
+    TRICKY,
+    a,
+    call,
+    s,
+    tool,
+    u,
 )
 
 

@@ -43,7 +43,7 @@ SEEDS = Path(os.environ.get("LMCHAT_SEEDS") or CORPUS.parent / "seeds")
 DATE = dt.date(2024, 7, 26)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def module():
     """The oracle module, with template compilation cached (rendering semantics untouched)."""
     if not AVAILABLE:
@@ -53,7 +53,7 @@ def module():
     spec.loader.exec_module(mod)
     make_env = mod.make_environment
 
-    @functools.lru_cache(maxsize=None)
+    @functools.cache
     def cached(now=mod.DEFAULT_DATE):
         env = make_env(now)
         env.from_string = functools.lru_cache(maxsize=None)(env.from_string)
@@ -63,7 +63,7 @@ def module():
     return mod
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def template_text(stem: str) -> str:
     if not AVAILABLE:
         pytest.skip(f"needs the official template text {stem}: {SKIP_REASON}")
@@ -71,7 +71,7 @@ def template_text(stem: str) -> str:
         return f.read()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def special_tokens(stem: str, fallback: tuple = ()) -> dict:
     """bos/eos for a corpus file; 'unknown' values come from the template's own declaration."""
     if not AVAILABLE:

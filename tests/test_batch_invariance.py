@@ -168,7 +168,7 @@ def test_the_probe_is_measured_once_per_model_and_shape_in_a_process(any_backend
     assert any_backend.stats()["step_probe"] in [p.as_stats() for p in measured.values()]
     with LlamaCppBackend(model=any_backend.path, threads=THREADS, sessions=2, ctx=2 * 1024) as again:
         assert again.stats()["step_probe"] == any_backend.stats()["step_probe"]
-        assert probe._MEASURED == measured
+        assert measured == probe._MEASURED
     # a shape no other test opens: flash attention, whose CPU kernel takes a tiled path for many rows, so that a
     # prompt fed in chunks ends on other logits than one batch of it: nothing is exact, nothing is paired
     with LlamaCppBackend(model=any_backend.path, threads=THREADS, sessions=1, ctx=2304, flash_attn=True) as other:

@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, settings
 import lmchat
 from lmchat.registry import template_class
 
-from .hypothesis_profiles import examples
 from . import golden, oracle
 from .conversations import conversations
+from .hypothesis_profiles import examples
 
 OFFICIAL = sorted(n for n in lmchat.template_names() if template_class(n).official)
 
@@ -57,10 +57,11 @@ def test_random_conversations(name, messages):
 
 
 def test_catalogue_is_complete():
-    required = (
-        "internlm2 internlm2.5 internlm3 chatglm3 glm4 llama2 llama3 llama3.1 llama3.2 mistral mixtral "
-        "mistral-v0.3 qwen qwen2.5 qwen3 qwq gemma gemma2 gemma3 deepseek deepseek-coder deepseek-v2 "
-        "deepseek-v3 deepseek-r1 yi zephyr phi3 phi4 smollm2 falcon3 granite3 tinyllama openchat solar hermes3"
-    ).split()
+    required = [
+        "internlm2", "internlm2.5", "internlm3", "chatglm3", "glm4", "llama2", "llama3", "llama3.1", "llama3.2",
+        "mistral", "mixtral", "mistral-v0.3", "qwen", "qwen2.5", "qwen3", "qwq", "gemma", "gemma2", "gemma3",
+        "deepseek", "deepseek-coder", "deepseek-v2", "deepseek-v3", "deepseek-r1", "yi", "zephyr", "phi3", "phi4",
+        "smollm2", "falcon3", "granite3", "tinyllama", "openchat", "solar", "hermes3",
+    ]
     missing = [n for n in required if n not in OFFICIAL]
     assert not missing, f"catalogue templates without an official counterpart: {missing}"

@@ -22,8 +22,8 @@ jsonschema = pytest.importorskip("jsonschema")
 from lmchat import ConstraintUnsupported, SessionManager, constraints  # noqa: E402
 from lmchat.backends.llamacpp import LlamaCppBackend  # noqa: E402
 from lmchat.backends.llamacpp.grammars import lark_of  # noqa: E402
-from lmchat.tools.answer_constraint import for_answer  # noqa: E402
 from lmchat.manager import TurnRequest  # noqa: E402
+from lmchat.tools.answer_constraint import for_answer  # noqa: E402
 
 from .llama_helpers import THREADS  # noqa: E402
 
@@ -61,8 +61,9 @@ HARMONY = ["<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|return|>", "
 def test_a_harmony_answer_is_the_final_channel_after_free_analysis(special):
     """gpt-oss (the harmony format): the reasoning on the analysis channel is free, the final message holds the
     answer; with the markers as the special tokens they are in its tokenizer, and spelled out as text."""
-    from .test_forcing import ByteVocab, _accepts
     import llguidance
+
+    from .test_forcing import ByteVocab, _accepts
 
     vocab = ByteVocab(HARMONY if special else [])
     tokenizer = llguidance.LLTokenizer(llguidance.TokenizerWrapper(vocab))

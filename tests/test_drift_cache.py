@@ -19,7 +19,14 @@ from lmchat.backends.llamacpp import LlamaCppBackend  # noqa: E402
 from lmchat.manager import TurnRequest
 
 from .llama_helpers import (  # noqa: E402
-    STOPS, THREADS, greedy, llama_greedy, new_session, reference_llama, settled, turn,
+    STOPS,
+    THREADS,
+    greedy,
+    llama_greedy,
+    new_session,
+    reference_llama,
+    settled,
+    turn,
 )
 
 ASK = "Write one sentence mixing French, Italian and Spanish."

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 from lmchat import JinjaTemplate, get_template
-from lmchat.interop.battery import first_difference
 from lmchat.errors import TemplateConfigError
+from lmchat.interop.battery import first_difference
 from lmchat.interop.export import export_jinja, exportable_names
 
 from . import oracle

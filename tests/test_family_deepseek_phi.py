@@ -8,9 +8,9 @@ from hypothesis import strategies as st
 from lmchat import Session, get_template
 from lmchat.registry import canonical_name
 
-from .hypothesis_profiles import examples
 from . import oracle
 from .conversations import a, call, s, text_strategy, tool, u
+from .hypothesis_profiles import examples
 from .test_conformance import assert_same, assert_same_as_oracle
 
 NAMES = ["deepseek", "deepseek-v2", "deepseek-coder", "deepseek-v3", "deepseek-r1", "phi3", "phi4"]

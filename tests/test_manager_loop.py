@@ -18,11 +18,18 @@ import pytest
 import lmchat
 from lmchat import SessionManager
 from lmchat.backends.echo import EchoBackend
-from lmchat.errors import (BackendError, CapacityExceeded, ConfigError, LmchatError, SessionBusy, SessionNotFound,
-                           StoreConflict)
+from lmchat.errors import (
+    BackendError,
+    CapacityExceeded,
+    ConfigError,
+    LmchatError,
+    SessionBusy,
+    SessionNotFound,
+    StoreConflict,
+)
+from lmchat.manager import TurnRequest
 from lmchat.serve.request_turns import run, start_stream
 from lmchat.stores import VERSION_KEY, open_store
-from lmchat.manager import TurnRequest
 
 
 def user(text: str) -> list[dict]:

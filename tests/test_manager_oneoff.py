@@ -20,12 +20,18 @@ import pytest
 
 from lmchat import SessionManager
 from lmchat.backends.echo import EchoBackend
-from lmchat.errors import (BackendError, CapacityExceeded, ConfigError, InvalidMessages, SessionBusy,
-                           SessionLengthExceeded, SessionNotFound)
-from lmchat.manager import OneOff
+from lmchat.errors import (
+    BackendError,
+    CapacityExceeded,
+    ConfigError,
+    InvalidMessages,
+    SessionBusy,
+    SessionLengthExceeded,
+    SessionNotFound,
+)
+from lmchat.manager import OneOff, TurnRequest
 from lmchat.manager.ids import owner_key, store_key
 from lmchat.stores import MemoryStore, SQLiteStore
-from lmchat.manager import TurnRequest
 
 
 def user(text: str) -> list[dict]:

@@ -10,12 +10,12 @@ import time
 
 import pytest
 
-from lmchat.manager.ids import owner_key, store_key
 from lmchat import SessionManager
 from lmchat.backends.echo import EchoBackend
 from lmchat.errors import SessionNotFound, StoreConflict, StoreError
-from lmchat.stores import VERSION_KEY, SQLiteStore
 from lmchat.manager import TurnRequest
+from lmchat.manager.ids import owner_key, store_key
+from lmchat.stores import VERSION_KEY, SQLiteStore
 
 from .test_manager import assert_alternates, user
 

@@ -48,7 +48,7 @@ def test_fingerprint_table_is_recomputed_from_the_corpus():
         by_digest[fingerprint(oracle.template_text(path.stem))].append(path.stem)
     claimed = {stem for n in template_names() for stem in claimed_stems(n)}
     expected = {d: tuple(stems) for d, stems in by_digest.items() if claimed & set(stems)}
-    assert OFFICIAL_TEXTS == expected, "regenerate lmchat/interop/fingerprints.py:\n" + "\n".join(
+    assert expected == OFFICIAL_TEXTS, "regenerate lmchat/interop/fingerprints.py:\n" + "\n".join(
         f"    {d!r}: {stems!r}," for d, stems in sorted(expected.items(), key=lambda kv: kv[1][0].lower())
     )
     # the corpus files are the ones SOURCES.md documents (raw sha256, first 16 hex digits)

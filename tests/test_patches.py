@@ -11,8 +11,8 @@ import lmchat
 from lmchat import Session
 from lmchat.session import patches
 
-from .hypothesis_profiles import examples
 from . import tokenizers_fixtures as tf
+from .hypothesis_profiles import examples
 
 OPS = st.lists(st.tuples(st.sampled_from(["turn", "turn", "cut", "undo", "reopen", "reset", "bad", "reload"]),
                          st.text(alphabet="ab <|>\n中", max_size=12)), min_size=1, max_size=25)

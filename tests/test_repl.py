@@ -18,8 +18,8 @@ from lmchat.errors import BackendError
 from lmchat.repl.app import run_plain
 from lmchat.repl.conversation import Conversation
 from lmchat.repl.rendering import PlainOutput
-from lmchat.session.edits import restored
 from lmchat.repl.toolbar import toolbar_text
+from lmchat.session.edits import restored
 from lmchat.stores import VERSION_KEY, SQLiteStore
 
 from .repl_backend import CacheBackend

@@ -7,9 +7,9 @@ import pytest
 from lmchat import SessionManager
 from lmchat.backends import get_backend
 from lmchat.errors import SessionBusy, SessionMoved, SessionNotFound
+from lmchat.manager import TurnRequest
 from lmchat.session.edits import restored
 from lmchat.stores import MemoryStore
-from lmchat.manager import TurnRequest
 
 
 def manager(store=None) -> SessionManager:

@@ -21,8 +21,9 @@ openai = pytest.importorskip("openai")
 
 import httpx  # noqa: E402
 
-from .serve_helpers import Server, lines  # noqa: E402
 from lmchat.manager import TurnRequest  # noqa: E402
+
+from .serve_helpers import Server, lines  # noqa: E402
 
 KEYS = tuple(f"sk-{n}" for n in range(64))
 _next_key = itertools.count()

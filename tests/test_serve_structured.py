@@ -10,6 +10,7 @@ import json
 
 import httpx
 import pytest
+
 from lmchat.manager import TurnRequest
 
 pytest.importorskip("fastapi")

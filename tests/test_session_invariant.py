@@ -10,8 +10,8 @@ import lmchat
 from lmchat import Session, get_template
 from lmchat.registry import template_class
 
-from .hypothesis_profiles import examples
 from .conversations import dialogues, plain_dialogues
+from .hypothesis_profiles import examples
 
 DATE = __import__("datetime").date(2024, 7, 26)
 ALL = lmchat.template_names()

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 import lmchat
 from lmchat.errors import ConfigError, SessionError
-from lmchat.stops import StopMatcher, combine_stops
 from lmchat.session.tokens import TokenCodec
+from lmchat.stops import StopMatcher, combine_stops
 
 from .hypothesis_profiles import examples
 from .tokenizers_fixtures import deepseek
@@ -152,7 +152,7 @@ def test_exported():
 
 
 # ---------------------------------------------------------------------- token ids, real tokenizer
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def codec() -> TokenCodec:
     return TokenCodec(deepseek())
 

@@ -12,8 +12,7 @@ from hypothesis import strategies as st
 from lmchat import Session
 from lmchat.errors import StoreConflict, StoreError
 from lmchat.session import patches
-from lmchat.stores import VERSION_KEY, MemoryStore, SQLiteStore, Summary
-from lmchat.stores import records
+from lmchat.stores import VERSION_KEY, MemoryStore, SQLiteStore, Summary, records
 from lmchat.stores.records import COMPACT_AFTER, fold
 
 from .hypothesis_profiles import examples
@@ -124,7 +123,7 @@ def test_background_compactions_queue_one_per_session(any_store):
 
     try:
         asyncio.run(main())
-        assert records._COMPACTING == {(id(any_store), session.session_id)}
+        assert {(id(any_store), session.session_id)} == records._COMPACTING
         assert any_store.records(session.session_id).base_version == 1  # nothing folded yet
     finally:
         release.set()

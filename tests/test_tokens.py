@@ -11,9 +11,9 @@ import lmchat
 from lmchat import Session, SessionLengthExceeded, get_template
 from lmchat.session.tokens import codec_for, encode_prompt
 
-from .hypothesis_profiles import examples
 from . import tokenizers_fixtures as tf
 from .conversations import dialogues
+from .hypothesis_profiles import examples
 
 DATE = dt.date(2024, 7, 26)
 TOKENIZERS = ["smollm2", "deepseek", "spm-legacy", "spm"]

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from lmchat import Session, get_template
 
-from .hypothesis_profiles import examples
 from .conversations import PLAIN_WORDS, TOOLS, a, s, text_strategy, u
+from .hypothesis_profiles import examples
 from .test_tool_prompts import DATE, GLM_MESSAGES, WEATHER_TOOLS, raw_actions
 from .tool_prompt_seeds import call
 

@@ -16,8 +16,17 @@ from lmchat import get_template
 from . import oracle
 from .conversations import PLAIN, TOOL_CONVERSATIONS, TOOLS, a, s, u
 from .test_conformance import assert_same
-from .tool_prompt_seeds import (INTERPRETER_MESSAGES, PLUGIN_MESSAGES, SEED_BOTH, SEED_INTERPRETER, SEED_PLUGIN,
-                                SYSTEM, WEATHER, as_rendered, call)
+from .tool_prompt_seeds import (
+    INTERPRETER_MESSAGES,
+    PLUGIN_MESSAGES,
+    SEED_BOTH,
+    SEED_INTERPRETER,
+    SEED_PLUGIN,
+    SYSTEM,
+    WEATHER,
+    as_rendered,
+    call,
+)
 
 DATE = dt.date(2024, 7, 26)
 INTERNLM = ["internlm2", "internlm2.5", "internlm3"]

@@ -13,8 +13,8 @@ from lmchat import Session, get_template
 from lmchat.messages import calls_as
 from lmchat.registry import template_class
 
-from .hypothesis_profiles import examples
 from .conversations import TOOLS, text_strategy
+from .hypothesis_profiles import examples
 
 DATE = dt.date(2024, 7, 26)
 TOOL_TEMPLATES = [n for n in lmchat.template_names() if template_class(n).supports_tools]

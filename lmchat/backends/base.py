@@ -42,7 +42,7 @@ class SamplingParams:
     constraint: Constraint | None = None
 
     @classmethod
-    def from_template(cls, template: BaseTemplate, **overrides: Any) -> "SamplingParams":
+    def from_template(cls, template: BaseTemplate, **overrides: Any) -> SamplingParams:
         base: dict[str, Any] = {
             "temperature": template.temperature,
             "top_p": template.top_p,
@@ -106,7 +106,7 @@ class GenerationRequest:
     @classmethod
     def from_session(cls, session: Session, delta: Delta, params: SamplingParams,
                      key: str | None = None, progress: Callable[[int, int], None] | None = None
-                     ) -> "GenerationRequest":
+                     ) -> GenerationRequest:
         """The request for ``delta``, which ``session`` has just applied; ``key`` names the session for
         the backend (default: its id; a server namespaces ids by owner)."""
         size = len(delta.token_ids or ()) if session.counts_tokens else len(delta.text)

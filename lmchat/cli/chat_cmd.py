@@ -11,18 +11,18 @@ from typing import Any
 from .. import logs
 from ..backends.base import BACKEND_ALIASES, Backend, ModelTemplate, SessionLimit, Threaded, engine_id, get_backend
 from ..errors import SessionError, UnknownTemplate
+from ..interop.loading import saveable
+from ..paths import data_dir
 from ..registry import get_template
-from ..repl.commands import help_lines
 from ..repl import settings
+from ..repl.commands import help_lines
 from ..repl.context import DEFAULT_OVERFLOW, choose_context
 from ..repl.conversation import NOTES, Conversation
-from ..repl.resuming import find, recap
-from ..paths import data_dir
 from ..repl.history import default_store_path, input_history
 from ..repl.rendering import PlainOutput, RichOutput
-from ..interop.loading import saveable
-from ..session.edits import restored
+from ..repl.resuming import find, recap
 from ..session import DRIFT_POLICIES, Session
+from ..session.edits import restored
 from ..stores import VERSION_KEY, open_store
 from ..stores.base import SessionStore
 from ..templates.base import BaseTemplate

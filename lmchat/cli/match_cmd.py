@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import json
 
-
 DESCRIPTION = """\
 Which built-in template fits a model, and the evidence, strongest first: the chat template the model ships
 (a folder's chat_template.jinja or tokenizer_config.json, a GGUF's embedded tokenizer.chat_template) when it

@@ -181,9 +181,9 @@ def build_app(args: argparse.Namespace) -> App:
 
     with needs("lmchat serve", "serve"):
         from ..serve import create_app
+    from ..interop.loading import saveable
     from ..manager import SessionManager
     from ..registry import as_template, get_template
-    from ..interop.loading import saveable
     from ..stores import open_store
 
     keys = list(args.api_key) + [k for k in os.environ.get(KEYS_ENV, "").split(",") if k.strip()]

@@ -116,7 +116,7 @@ class JinjaTemplate(BaseTemplate):
     # ------------------------------------------------------------------ construction
     @classmethod
     def from_string(cls, text: str, *, bos_token: str | None = None, eos_token: str | None = None,
-                    name: str | None = None, **sampling: Any) -> "JinjaTemplate":
+                    name: str | None = None, **sampling: Any) -> JinjaTemplate:
         """A template from its Jinja source; ``sampling`` sets fields such as ``temperature``."""
         if not isinstance(text, str):
             raise TemplateConfigError(f"expected the template source as a string, got {type(text).__name__}")
@@ -124,20 +124,20 @@ class JinjaTemplate(BaseTemplate):
         return cls(chat_template=text, special_tokens=tokens, label=name, **sampling)
 
     @classmethod
-    def from_pretrained(cls, folder: str | os.PathLike[str], **overrides: Any) -> "JinjaTemplate":
+    def from_pretrained(cls, folder: str | os.PathLike[str], **overrides: Any) -> JinjaTemplate:
         """A model folder: tokenizer_config.json, chat_template.jinja/.json, generation_config.json, config.json."""
         from .jinja_files import read_pretrained
 
         return cls(**{**read_pretrained(folder), **overrides})
 
     @classmethod
-    def from_gguf(cls, path: str | os.PathLike[str], **overrides: Any) -> "JinjaTemplate":
+    def from_gguf(cls, path: str | os.PathLike[str], **overrides: Any) -> JinjaTemplate:
         """A GGUF file's ``tokenizer.chat_template`` with its bos/eos (needs the ``gguf`` package)."""
         from .jinja_files import read_gguf
 
         return cls(**{**read_gguf(path), **overrides})
 
-    def evolve(self, **changes: Any) -> "JinjaTemplate":
+    def evolve(self, **changes: Any) -> JinjaTemplate:
         # a new template source invalidates the inferred markers unless they are given
         if {"chat_template", "named_templates", "special_tokens"} & set(changes):
             changes = {"lead": None, "eoa": None, **changes}

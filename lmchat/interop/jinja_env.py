@@ -92,7 +92,7 @@ def _tojson(x: Any, ensure_ascii: bool = False, indent: int | str | None = None,
     return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def environment() -> ImmutableSandboxedEnvironment:
     """The one shared environment; ``strftime_now`` is passed per rendering (it reads the session's date)."""
     env = ImmutableSandboxedEnvironment(

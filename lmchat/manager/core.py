@@ -25,8 +25,15 @@ import time
 from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
 from typing import Any, TypeVar, cast
 
-from ..backends.base import (AsyncGenerates, Backend, Chunk, GenerationRequest, PrefixCache, SamplingParams,
-                             model_sampling)
+from ..backends.base import (
+    AsyncGenerates,
+    Backend,
+    Chunk,
+    GenerationRequest,
+    PrefixCache,
+    SamplingParams,
+    model_sampling,
+)
 from ..errors import ConfigError, SessionNotFound
 from ..registry import as_template
 from ..session import Session

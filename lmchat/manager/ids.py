@@ -1,11 +1,10 @@
 """Session ids, owners, store keys, and what a save writes."""
 from __future__ import annotations
 
-from typing import Any
-
 import hashlib
 import re
 import uuid
+from typing import Any
 
 from ..errors import ConfigError
 from ..session import Session

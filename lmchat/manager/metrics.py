@@ -1,12 +1,11 @@
 """Counters and a latency histogram for :meth:`SessionManager.metrics` (Prometheus-shaped, no dependency)."""
 from __future__ import annotations
 
-from typing import Any
-
 import bisect
 import threading
 from collections import Counter
 from types import TracebackType
+from typing import Any
 
 from ..errors import LmchatError
 
@@ -33,7 +32,7 @@ class Metrics:
         with self._lock:
             self.errors[type(exc).__name__] += 1
 
-    def counting(self) -> "_Counting":
+    def counting(self) -> _Counting:
         """``with metrics.counting():`` counts the LmchatErrors raised inside, by type (a public method's
         refusals)."""
         return self._counting

@@ -14,8 +14,15 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol, TypeVar
 
 from ..backends.base import Backend
-from ..errors import (EngineMismatch, LmchatError, SessionBusy, SessionExists, SessionMoved, SessionNotFound,
-                      StoreConflict)
+from ..errors import (
+    EngineMismatch,
+    LmchatError,
+    SessionBusy,
+    SessionExists,
+    SessionMoved,
+    SessionNotFound,
+    StoreConflict,
+)
 from ..session import Session
 from ..stores import VERSION_KEY, AsyncStore, SessionStore, Summary
 from ..templates.base import BaseTemplate

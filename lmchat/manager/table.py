@@ -8,12 +8,11 @@ just before checks under the same lock before it claims the session.
 """
 from __future__ import annotations
 
-from typing import Any
-
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import Any
 
 import attrs
 

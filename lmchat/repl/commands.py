@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import difflib
-from collections import Counter
 import re
 import time
-from pathlib import Path
+from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import attrs

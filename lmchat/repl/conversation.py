@@ -17,22 +17,29 @@ from typing import Any
 
 import attrs
 
-from ..backends.base import (Backend, SamplingParams, SessionLimit, check_constraint, engine_id, model_sampling,
-                             special_tokens)
+from ..backends.base import (
+    Backend,
+    SamplingParams,
+    SessionLimit,
+    check_constraint,
+    engine_id,
+    model_sampling,
+    special_tokens,
+)
 from ..constraints import continued
-from ..tools.answer_constraint import for_answer
 from ..errors import ConstraintUnsupported, LmchatError, SessionError, SessionLengthExceeded, StoreConflict
+from ..repetition import RepetitionGuard
 from ..session import Delta, Session, edits
 from ..session.overflow import ROOM
 from ..stores import VERSION_KEY, SessionStore
 from ..stores.base import Summary
 from ..templates.base import BaseTemplate
-from ..repetition import RepetitionGuard
-from . import settings
-from .settings import SettingError
-from .context import DEFAULT_OVERFLOW, ContextFull, advice, dropped_notice
+from ..tools.answer_constraint import for_answer
 from ..turns import Turn
+from . import settings
+from .context import DEFAULT_OVERFLOW, ContextFull, advice, dropped_notice
 from .rendering import Output
+from .settings import SettingError
 from .streaming import Outcome, Prefill, interrupt_flag, stream
 
 NOTES = {

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 from .settings import describe_format
 
 if TYPE_CHECKING:
-    from .conversation import Conversation
     from ..session import Delta, Session
+    from .conversation import Conversation
 
 SEP = " │ "
 

@@ -21,8 +21,7 @@ from ..errors import SessionError
 from ..messages import Message, flatten_text, in_call_form, normalize_messages
 from ..registry import as_template
 from ..templates.base import BaseTemplate
-from ..templates.chat import Chat
-from ..templates.chat import as_date
+from ..templates.chat import Chat, as_date
 from . import commits, overflow, patches, reopening, snapshot
 from .markers import output_markers, special_strings
 from .overflow import ROOM, check_room
@@ -368,7 +367,7 @@ class Session:
         return snapshot.to_dict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], *, tokenizer: Any = None) -> "Session":
+    def from_dict(cls, data: Mapping[str, Any], *, tokenizer: Any = None) -> Session:
         """Restore a snapshot; pass the tokenizer again for token-level sessions.
 
         A snapshot taken without token ids but restored with a tokenizer (or the

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 FORMAT_VERSION = 1
 
 
-def to_dict(session: "Session") -> dict[str, Any]:
+def to_dict(session: Session) -> dict[str, Any]:
     chat = session._chat
     return {
         "version": FORMAT_VERSION,
@@ -49,7 +49,7 @@ def to_dict(session: "Session") -> dict[str, Any]:
     }
 
 
-def patch(session: "Session") -> dict[str, Any] | None:
+def patch(session: Session) -> dict[str, Any] | None:
     """What changed since the session was last saved, as a patch (:mod:`.patches`), or None when it never
     was: O(turn) for a turn (the small fields are not taken from :meth:`Held.to_dict`, which copies the
     history; only those that changed are set)."""
@@ -76,14 +76,14 @@ _UNSAVED = object()  # no value saved (compares unequal to any)
 _HELD = {key: name for name, key in SMALL_FIELDS}
 
 
-def small_values(session: "Session") -> tuple[Any, ...]:
+def small_values(session: Session) -> tuple[Any, ...]:
     """The small fields (:data:`.patches.SMALL`, in its order) as the session holds them: tuples are shared,
     not copied, so what :meth:`Session.mark_saved` keeps per session costs one tuple."""
     held, opts = session._held, options(session)
     return tuple(getattr(held, _HELD[key]) if key in _HELD else opts[key] for key in patches.SMALL)
 
 
-def options(session: "Session") -> dict[str, Any]:
+def options(session: Session) -> dict[str, Any]:
     """The constructor options a snapshot keeps (besides the template, tools and the like)."""
     return {
         "session_len": session.session_len if session._codec is not None or session._explicit_len else None,
@@ -96,7 +96,7 @@ def options(session: "Session") -> dict[str, Any]:
     }
 
 
-def from_dict(cls: type, data: Mapping[str, Any], tokenizer: Any) -> "Session":
+def from_dict(cls: type, data: Mapping[str, Any], tokenizer: Any) -> Session:
     if not isinstance(data, Mapping):
         raise SnapshotError(f"a session snapshot is a JSON object, got {type(data).__name__}")
     if data.get("version") != FORMAT_VERSION:
@@ -113,7 +113,7 @@ def from_dict(cls: type, data: Mapping[str, Any], tokenizer: Any) -> "Session":
                             ) from None
 
 
-def _restore(cls: type[Session], data: Mapping[str, Any], tokenizer: Any) -> "Session":
+def _restore(cls: type[Session], data: Mapping[str, Any], tokenizer: Any) -> Session:
     session = cls(
         BaseTemplate.from_dict(data["template"]),
         tools=data.get("tools"),

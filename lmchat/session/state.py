@@ -135,7 +135,7 @@ class Held:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], with_ids: bool) -> "Held":
+    def from_dict(cls, data: dict[str, Any], with_ids: bool) -> Held:
         values: dict[str, Any] = {}
         for a in attrs.fields(cls):
             key = a.metadata.get("key")

@@ -212,7 +212,7 @@ class _DefusedMessages(Sequence[dict[str, Any]]):
 
 
 #: one codec per tokenizer, for as long as the tokenizer lives (building one copies the tokenizer)
-_CODECS: "weakref.WeakKeyDictionary[Any, TokenCodec]" = weakref.WeakKeyDictionary()
+_CODECS: weakref.WeakKeyDictionary[Any, TokenCodec] = weakref.WeakKeyDictionary()
 #: tokenizers that cannot be weakly referenced (``tokenizers.Tokenizer``): the few most recent
 _PINNED: OrderedDict[int, tuple[Any, TokenCodec]] = OrderedDict()
 PINNED_CODECS = 8

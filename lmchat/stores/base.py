@@ -63,7 +63,7 @@ class Summary:
             raise StoreError(f"a Summary has strings title, template, owner and a count of turns, got {self!r}")
 
     @classmethod
-    def of(cls, snapshot: Mapping[str, Any]) -> "Summary":
+    def of(cls, snapshot: Mapping[str, Any]) -> Summary:
         """The columns of a whole snapshot (reads every message: for saves, not per turn)."""
         earlier = snapshot.get("earlier")  # what the overflow policy dropped comes first (no list: none)
         messages = [*(earlier if isinstance(earlier, list) else ()), *(snapshot.get("messages") or [])]
@@ -76,7 +76,7 @@ class Summary:
         )
 
     @classmethod
-    def of_session(cls, session: Session, owner: str = "", *, turns: int | None = None) -> "Summary":
+    def of_session(cls, session: Session, owner: str = "", *, turns: int | None = None) -> Summary:
         """The columns of a live :class:`lmchat.Session` after a turn.
 
         ``turns``: the caller's own count, when it keeps one; otherwise

@@ -17,8 +17,8 @@ import os
 import queue
 import sqlite3
 import threading
-from concurrent.futures import Future
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from ..errors import StoreError

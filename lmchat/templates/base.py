@@ -28,7 +28,6 @@ from .fields import check_overrides, honoured
 from .sampling import DEFAULT_SAMPLING, SAMPLING_FIELDS
 
 
-
 def _stop_words(value: str | Iterable[str] | None) -> tuple[str, ...] | None:
     if value is None:
         return None
@@ -304,7 +303,7 @@ class BaseTemplate:
         return out
 
     @staticmethod
-    def from_dict(data: Mapping[str, Any]) -> "BaseTemplate":
+    def from_dict(data: Mapping[str, Any]) -> BaseTemplate:
         from ..registry import get_template
 
         data = dict(data)
@@ -315,7 +314,7 @@ class BaseTemplate:
         template: BaseTemplate = get_template(name, **data)
         return template
 
-    def evolve(self, **changes: Any) -> "BaseTemplate":
+    def evolve(self, **changes: Any) -> BaseTemplate:
         """A copy with ``changes``; a field this template would ignore is refused (:mod:`.fields`)."""
         check_overrides(self, changes)
         return attrs.evolve(self, **changes)

@@ -20,8 +20,8 @@ import attrs
 
 from ..errors import LmchatError, TemplateConfigError
 from ..messages import normalize_messages
-from .sampling import SAMPLING_FIELDS
 from .chat import Chat
+from .sampling import SAMPLING_FIELDS
 
 if TYPE_CHECKING:  # base imports this module
     from .base import BaseTemplate

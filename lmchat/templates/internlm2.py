@@ -38,8 +38,7 @@ from .base import stops
 from .chat import Chat
 from .chatml import IM_END, ChatML
 from .render_utils import tojson
-from .toolcalls import (answered_call, arguments_of, call_function, functions, interpreter_code,
-                        is_interpreter_call)
+from .toolcalls import answered_call, arguments_of, call_function, functions, interpreter_code, is_interpreter_call
 
 PLUGIN, INTERPRETER = "<|plugin|>", "<|interpreter|>"
 ACTION_START, ACTION_END = "<|action_start|>", "<|action_end|>"

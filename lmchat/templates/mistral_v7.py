@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-
 from ..errors import InvalidMessages, TemplateRuleError
 from ..registry import template
 from .chat import Chat

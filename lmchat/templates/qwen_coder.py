@@ -6,14 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-
 from ..errors import InvalidMessages
 from ..registry import template
 from .base import stops
 from .chat import Chat
 from .chatml import IM_END, IM_START, ChatML
 from .render_utils import jstr, tojson
-
 
 CODER_SYSTEM = "You are Qwen, a helpful AI assistant that can interact with a computer to solve tasks."
 CODER_TOOLS_OUTRO = (

@@ -1,8 +1,8 @@
 """The sampling settings a template bundles: their names, and the defaults of a model that publishes none."""
 from __future__ import annotations
 
-from types import MappingProxyType
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 SAMPLING_FIELDS = ("session_len", "top_p", "top_k", "temperature", "repetition_penalty", "stop_words", "capability")

@@ -100,7 +100,7 @@ class XTunerTemplate(BaseTemplate):
         return ""
 
     @classmethod
-    def from_xtuner(cls, spec: dict[str, Any], *, source: str | None = None, **fields: Any) -> "XTunerTemplate":
+    def from_xtuner(cls, spec: dict[str, Any], *, source: str | None = None, **fields: Any) -> XTunerTemplate:
         """Build from an XTuner dict (``SYSTEM``, ``INSTRUCTION``, ...); errors name the key.
 
         ``INSTRUCTION`` is required; the other keys default as in XTuner. The

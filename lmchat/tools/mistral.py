@@ -70,7 +70,7 @@ class V11Call:
             pos, marker = cut(self.buf, (ARGS, CALL_ID), final=False)
             written = marker or ""
             brace = self.buf.find("{")
-            if 0 <= brace and (marker is None or brace < pos):  # [ARGS] left out (a decoder that skips it)
+            if brace >= 0 and (marker is None or brace < pos):  # [ARGS] left out (a decoder that skips it)
                 pos, marker, written = brace, ARGS, ""
             if marker is None:
                 return None  # the rest of the head has yet to come

@@ -27,8 +27,15 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import attrs
 
-from ..backends.base import (AsyncGenerates, Backend, Chunk, GenerationRequest, PrefixCache, SamplingParams,
-                             check_constraint)
+from ..backends.base import (
+    AsyncGenerates,
+    Backend,
+    Chunk,
+    GenerationRequest,
+    PrefixCache,
+    SamplingParams,
+    check_constraint,
+)
 from ..messages import calls_as
 from ..repetition import RepetitionGuard
 from ..session import Delta, Session

@@ -70,13 +70,13 @@ def key(name: str, messages, options: dict[str, Any]) -> str:
     return dumps([name, messages, normalize(options)])
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load() -> dict:
     with gzip.open(PATH, "rt", encoding="utf-8") as f:
         return json.load(f)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def index() -> dict[str, dict]:
     """key(name, messages, options) -> outcome, for every committed vector."""
     data = load()

@@ -11,7 +11,8 @@
 from __future__ import annotations
 
 import importlib
-from typing import Any, Iterator, NamedTuple
+from collections.abc import Iterator
+from typing import Any, NamedTuple
 
 from lmchat import template_names
 from lmchat.interop.battery import PLAIN, REASONING, TOOL_CONVERSATIONS, TOOLS

@@ -17,13 +17,13 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from ...errors import ModelMatchError
-from ...logs import quiet_transformers_handler
 from ...interop.matching import match_template
+from ...logs import quiet_transformers_handler
 from ...session.tokens import codec_for
 from ...stops import StopMatcher
 from ..base import Chunk, GenerationRequest, SamplingParams
-from ..cancel import Cancels, Flag
 from ..bundled import bundled_sampling, default_gguf
+from ..cancel import Cancels, Flag
 from .convert import cache_root, ensure_converted, quiet_transformers
 from .kvcache import KVStore, Slot
 from .sampling import Sampler

@@ -17,8 +17,7 @@ from typing import Protocol
 
 import attrs
 import torch
-from transformers import DynamicCache
-from transformers import PretrainedConfig, PreTrainedModel
+from transformers import DynamicCache, PretrainedConfig, PreTrainedModel
 from transformers.cache_utils import CacheLayerMixin, DynamicLayer
 from transformers.models.llama.modeling_llama import rotate_half
 
