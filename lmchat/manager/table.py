@@ -39,9 +39,9 @@ class Entry:
     #: a digest of each message as a client sees it, for matching resent histories (filled lazily)
     digests: list[str] = attrs.field(factory=list)
     #: the caller's JSON kept with the session (snapshot key ``extra``), see ``SessionManager.update``
-    extra: dict[str, Any] = attrs.field(factory=dict)
+    extra: dict[str, object] = attrs.field(factory=dict)
     #: one JSON note per noted turn (snapshot key ``notes``, appended with the turn), see ``TurnRequest.note``
-    notes: list[Any] = attrs.field(factory=list)
+    notes: list[object] = attrs.field(factory=list)
 
 
 @attrs.frozen
@@ -52,8 +52,8 @@ class View:
     """
 
     session: Session
-    extra: dict[str, Any]
-    notes: list[Any]
+    extra: dict[str, object]
+    notes: list[object]
     version: int  # the store version this state is
 
     @property

@@ -319,7 +319,7 @@ def state_of(v: View) -> SessionState | None:
 def note_of(v: View, k: int) -> Note:
     """Note ``k`` of the session (one it has); unreadable, ``StoreCorrupt``."""
     try:
-        return Note.from_json(v.notes[k])
+        return Note.from_json(obj(v.notes[k]))
     except UNREADABLE as exc:
         raise _corrupt(v, f"note of response {k}", exc) from None
 
