@@ -14,6 +14,7 @@ from their canonical encoding: docs/tokens.md) prefills everything after the sys
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import time
 
@@ -56,7 +57,7 @@ def summarize(room: float, rows: list[dict]) -> dict:
     # computed again: the engine prefilled more of the prompt than it reused (a reset it could not shift keeps only
     # the system prompt it shares)
     again = [r["turn"] for r in later if r["prefilled"] > r["reused"]]
-    gaps = [b - a for a, b in zip(again, again[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(again)]
     return {"room": room, "first_drop": full, "turns_after": len(later),
             "drops": sum(1 for r in later if r["dropped"]), "drop_resets": sum(1 for r in later if r["dropped"]
                                                                                and r["reset"]),

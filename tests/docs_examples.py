@@ -109,7 +109,7 @@ def matches(expected, actual) -> bool:
         pattern = ".*?".join(re.escape(part) for part in expected.split("..."))
         return re.fullmatch(pattern, actual, re.DOTALL) is not None
     if isinstance(expected, (tuple, list)) and isinstance(actual, (tuple, list)):
-        return len(expected) == len(actual) and all(matches(e, a) for e, a in zip(expected, actual))
+        return len(expected) == len(actual) and all(matches(e, a) for e, a in zip(expected, actual, strict=True))
     return expected == actual
 
 

@@ -201,7 +201,7 @@ def test_a_dropped_or_diverged_cache_is_rebuilt(backend, llm):
     session.commit("Something else entirely.")  # another length than generated: the counts disagree
     delta = session.prompt(QUESTIONS[3])
     context = session.context_ids
-    diverge = next(i for i, (a, b) in enumerate(zip(held, context)) if a != b)
+    diverge = next(i for i, (a, b) in enumerate(zip(held, context, strict=False)) if a != b)
     last = list(backend.generate(GenerationRequest.from_session(session, delta, greedy())))[-1]
     assert (last.prefilled, last.reused) == (len(context) - diverge, diverge)
     assert chunks[-1].finish_reason in ("stop", "length")
@@ -215,7 +215,7 @@ def test_reset_and_text_only_sessions(backend):
     session.reset()
     ids, last, delta = turn(backend, session, QUESTIONS[1])
     # a reset carries the whole prompt: the sequence keeps what it shares with it (the system prompt)
-    shared = next(i for i, (a, b) in enumerate(zip(held, delta.token_ids)) if a != b)
+    shared = next(i for i, (a, b) in enumerate(zip(held, delta.token_ids, strict=False)) if a != b)
     assert delta.reset and (last.prefilled, last.reused) == (len(delta.token_ids) - shared, shared) and shared > 10
     backend.drop(session.session_id)
     # without a tokenizer the context is encoded whole (special strings parsed) and its prefix reused

@@ -32,7 +32,7 @@ def assert_alternates(messages: list[dict]) -> None:
     """user, answer to that user (whole, or cut short by a cancel), ...: no turn interleaved with another."""
     body = [m for m in messages if m["role"] != "system"]
     assert [m["role"] for m in body] == ["user", "assistant"] * (len(body) // 2)
-    for question, answer in zip(body[::2], body[1::2]):
+    for question, answer in zip(body[::2], body[1::2], strict=True):
         assert ("echo: " + question["content"]).startswith(answer["content"]) and answer["content"]
 
 

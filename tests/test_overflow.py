@@ -7,6 +7,7 @@ dropping again (each drop changes the prompt's start); what the engine no longer
 from __future__ import annotations
 
 import io
+import itertools
 import json
 
 import pytest
@@ -45,7 +46,7 @@ def test_a_drop_leaves_the_room_free_so_the_next_turns_drop_nothing():
     assert [t for t, _ in before] == list(range(before[0][0], 24))  # once full, every turn drops
     quarter, half = held_after_drops(0.25), held_after_drops(0.5)
     assert all(held + 20 <= 200 - 50 for _, held in quarter) and all(held + 20 <= 200 - 100 for _, held in half)
-    gaps = [b - a for (a, _), (b, _) in zip(half, half[1:])]
+    gaps = [b - a for (a, _), (b, _) in itertools.pairwise(half)]
     assert len(half) < len(quarter) < len(before) and min(gaps) >= 3, (quarter, half)
 
 

@@ -154,7 +154,7 @@ def test_malformed_output_comes_back_with_a_note(template, text, content, expect
     parsed = parse_response(template, text)
     assert (parsed.content, calls(parsed)) == (content, expected)
     assert len(parsed.errors) == len(notes)
-    for note, fragment in zip(parsed.errors, notes):
+    for note, fragment in zip(parsed.errors, notes, strict=True):
         assert fragment in note
 
 
@@ -223,7 +223,7 @@ def openai_calls(string_arguments):
     return [
         {"id": f"call{k}abcd", "type": "function",
          "function": {"name": name, "arguments": json.dumps(a, ensure_ascii=False) if string_arguments else a}}
-        for k, (name, a) in enumerate(zip(("get_weather", "get_time"), ARGS))
+        for k, (name, a) in enumerate(zip(("get_weather", "get_time"), ARGS, strict=True))
     ]
 
 
@@ -240,7 +240,7 @@ def test_rendered_calls_parse_back(name, content, string_arguments, n):
     message = {"role": "assistant", "content": content, "tool_calls": openai_calls(string_arguments)[:n]}
     text = answer_text(template, [{"role": "user", "content": "Weather?"}, message], tools=[WEATHER])
     parsed = parse_response(template, text)
-    assert calls(parsed) == list(zip(("get_weather", "get_time"), ARGS))[:n]
+    assert calls(parsed) == list(zip(("get_weather", "get_time"), ARGS, strict=True))[:n]
     assert (parsed.content, parsed.errors) == (content or "", [])
 
 
@@ -252,7 +252,7 @@ def test_agent_format_renderings_parse_back(name, interpreter):
     code = {"role": "assistant", "content": "Computing.", "tool_calls": [
         {"id": "c", "type": "function",
          "function": {"name": interpreter, "arguments": {"code": "import math\nprint(1)"}}}]}
-    for message, expected in ((plugin, list(zip(("get_weather", "get_time"), ARGS))),
+    for message, expected in ((plugin, list(zip(("get_weather", "get_time"), ARGS, strict=True))),
                               (code, [(interpreter, {"code": "import math\nprint(1)"})])):
         text = answer_text(template, [{"role": "user", "content": "Hi"}, message], tools=tools)
         parsed = parse_response(template, text)

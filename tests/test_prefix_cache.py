@@ -10,6 +10,7 @@ whole history, run for one turn and dropped (manager.create / turn / end).
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import secrets
@@ -95,7 +96,7 @@ def chat(backend, llm, turns, system=SYSTEM, n=16, read=False):
 def test_a_stateless_client_reuses_its_whole_history(backend, llm):
     rows = chat(backend, llm, 8, read=True)
     assert rows[0][0].reused == 0
-    for (_, before, held), (last, prompt, _) in zip(rows, rows[1:]):
+    for (_, before, held), (last, prompt, _) in itertools.pairwise(rows):
         assert prompt[:len(before)] == before  # the template only appends
         # the previous request's prompt and its answer, settled while the client read it: all that the
         # history, rendered again, shares with them (an answer's text may tokenize otherwise)
@@ -110,7 +111,7 @@ def test_a_stateless_client_reuses_its_whole_history(backend, llm):
 def test_a_stateless_client_that_does_not_wait_prefills_the_answer_again(backend, llm):
     # the next request before the engine settled the answer: the answer, decoded alone, is prefilled with it
     rows = chat(backend, llm, 6)
-    for (_, before, held), (last, prompt, _) in zip(rows, rows[1:]):
+    for (_, before, held), (last, prompt, _) in itertools.pairwise(rows):
         assert last.reused in (len(before), common_prefix(held, prompt, 0, len(prompt) - 1))
         assert last.reused + last.prefilled == len(prompt)
 
@@ -458,7 +459,8 @@ def test_concurrent_conversations_compute_a_shared_system_prompt_once(llm):
         for t in threads:
             t.join(timeout=600)
         prompts = [results[i][3] for i in range(4)]
-        shared = min(next(k for k, (x, y) in enumerate(zip(prompts[0], p)) if x != y) for p in prompts[1:])
+        shared = min(next(k for k, (x, y) in enumerate(zip(prompts[0], p, strict=False)) if x != y)
+                     for p in prompts[1:])
         prefilled = b.stats()["tokens_by_source"]["prefilled"]
     assert prefilled <= sum(len(p) for p in prompts) - 3 * (shared - BLOCK), (prefilled, shared)
     for i in range(4):

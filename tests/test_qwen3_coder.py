@@ -256,12 +256,12 @@ def test_calls_the_template_renders_parse_back():
     arguments = [{"city": "Dallas", "state": "TX"}, {"shape": "box", "dimensions": {"w": [1, 2.5]}, "precision": 2}]
     message = {"role": "assistant", "content": "Let me check.", "tool_calls": [
         {"type": "function", "function": {"name": n, "arguments": a}}
-        for n, a in zip(("get_current_weather", "calculate_area"), arguments)]}
+        for n, a in zip(("get_current_weather", "calculate_area"), arguments, strict=True)]}
     text = answer_of([{"role": "user", "content": "Hi"}, message], VLLM_TOOLS)
     assert text.startswith("Let me check.\n\n<tool_call>\n<function=get_current_weather>\n<parameter=city>\nDallas\n")
     parsed = check_every_split(FMT, text, tools=VLLM_TOOLS)
     assert (parsed.content, calls(parsed), parsed.errors) == \
-        ("Let me check.", list(zip(("get_current_weather", "calculate_area"), arguments)), [])
+        ("Let me check.", list(zip(("get_current_weather", "calculate_area"), arguments, strict=True)), [])
 
 
 def test_the_template_names_the_format_and_bundles_the_model_settings():

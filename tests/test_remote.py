@@ -52,7 +52,8 @@ class Handler(BaseHTTPRequestHandler):
         prompt = body["prompt"]
         said = re.findall(r"<\|im_start\|>user\n(.*?)<\|im_end\|>", prompt, re.S)[-1]
         previous = server.prompts.get(body["user"], "")
-        cached = next((i for i, (a, b) in enumerate(zip(previous, prompt)) if a != b), min(len(previous), len(prompt)))
+        cached = next((i for i, (a, b) in enumerate(zip(previous, prompt, strict=False)) if a != b),
+                      min(len(previous), len(prompt)))
         server.prompts[body["user"]] = prompt
         words = re.findall(r"\S+\s*", f"you said {said}")
         finish = "length" if len(words) > body["max_tokens"] else "stop"

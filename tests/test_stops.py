@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -35,7 +36,7 @@ def longest_growable_suffix(text: str, stops) -> int:
 
 def split(text: str, cuts: list[int]) -> list[str]:
     bounds = [0, *sorted({c % (len(text) + 1) for c in cuts}), len(text)]
-    return [text[a:b] for a, b in zip(bounds, bounds[1:])]
+    return [text[a:b] for a, b in itertools.pairwise(bounds)]
 
 
 def run(matcher: StopMatcher, chunks: list[str]) -> tuple[str, list[str]]:

@@ -2,6 +2,7 @@
 appends and saves; random interleavings against a reference dict), malformed records, delete and close."""
 from __future__ import annotations
 
+import itertools
 import json
 import sqlite3
 
@@ -43,7 +44,7 @@ def test_compaction_happens_geometrically_and_is_invisible(any_store, no_floor):
         if i % 25 == 0:
             assert any_store.load(session.session_id) == {**json_copy(session.to_dict()), VERSION_KEY: version}
     assert 3 <= compactions <= 10  # about log3(150 turns / the first base's size in turns)
-    gaps = [b - a for a, b in zip(bases, bases[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(bases)]
     assert gaps == sorted(gaps) and gaps[-1] >= 2 * gaps[1]  # each base holds about 1 + COMPACT_AFTER times the last
     assert any_store.compact(session.session_id) is True and any_store.compact(session.session_id) is False
     assert any_store.records(session.session_id).patches == 0

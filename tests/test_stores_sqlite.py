@@ -211,7 +211,7 @@ def test_group_commit_isolates_each_write_of_a_batch(tmp_path):
     release.set()
     for t in [holder, *workers]:
         t.join()
-    transactions, writes = (a - b for a, b in zip(store.group_commits, before))
+    transactions, writes = (a - b for a, b in zip(store.group_commits, before, strict=True))
     assert (transactions, writes) == (2, len(workers) + 1)  # the holder's, then everything queued behind it
     for n, s in enumerate(sessions):
         if n % 3:
@@ -246,7 +246,7 @@ def test_a_write_alone_in_its_batch_that_fails_takes_back_what_it_wrote(tmp_path
     assert store.version("s0") == version and store.records("s0").patches == 1
     assert store.append("s0", s.changes(), expected_version=version, summary=Summary.of_session(s)) == version + 1
     assert store.load("s0") == {**json_copy(s.to_dict()), VERSION_KEY: version + 1}
-    transactions, writes = (a - b for a, b in zip(store.group_commits, before))
+    transactions, writes = (a - b for a, b in zip(store.group_commits, before, strict=True))
     assert transactions == writes >= 3  # each alone in its transaction (a compaction may follow the append)
     store.close()
 
@@ -341,7 +341,7 @@ def test_two_processes_appending_to_one_session_never_both_win(tmp_path):
         proc.stdin.write("go\n")
         proc.stdin.flush()
     wins = {}
-    for name, proc in zip("ab", procs):
+    for name, proc in zip("ab", procs, strict=True):
         out, _ = proc.communicate(timeout=120)
         assert proc.returncode == 0
         wins[name] = [int(v) for v in out.split()]

@@ -99,14 +99,14 @@ def events(name, lead, turn):
     the template's end-of-turn marker."""
     question, preamble, calls, results, answer, mode, _ = turn
     out = [("prompt", [u(question)])]
-    answers = [{"role": "tool", "tool_call_id": c["id"], "content": r} for c, r in zip(calls, results)]
+    answers = [{"role": "tool", "tool_call_id": c["id"], "content": r} for c, r in zip(calls, results, strict=True)]
     if calls and mode == "parsed commit":  # the engine keeps the raw text, the parser gives the message
         raw = preamble + raw_actions(calls) if name == "internlm2" else glm_raw(preamble, calls)
         out += [("commit", raw, a(preamble, tool_calls=calls), ""), ("extend", answers)]
     elif calls and mode == "raw commit" and name == "internlm2":  # raw text only: results name their tool
         out.append(("commit", preamble + raw_actions(calls), a(preamble + raw_actions(calls)), ""))
         out.append(("extend", [{"role": "tool", "name": c["function"]["name"], "content": r}
-                               for c, r in zip(calls, results)]))
+                               for c, r in zip(calls, results, strict=True)]))
     elif calls:  # the client sends the parsed calls with their results
         out.append(("extend", [a(preamble, tool_calls=calls), *answers]))
     return out + [("commit", lead + answer, a(answer), None)]

@@ -68,7 +68,7 @@ def test_tool_turns_keep_the_invariant(name, script, with_tools):
             held = calls_as(calls, template.call_arguments)
             messages.append({"role": "assistant", "content": "", "tool_calls": held})
             step = [{"role": "tool", "content": r, "tool_call_id": c["id"], "name": c["function"]["name"]}
-                    for c, r in zip(calls, results)]
+                    for c, r in zip(calls, results, strict=True)]
         session.commit(answer)
         lead = template.lead
         messages.append({"role": "assistant",

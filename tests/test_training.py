@@ -19,7 +19,8 @@ CONVERSATION = [
 
 
 def trained_text(tok, result):
-    return tok.decode([t for t, label in zip(result["input_ids"], result["labels"]) if label != IGNORE_INDEX])
+    pairs = zip(result["input_ids"], result["labels"], strict=True)
+    return tok.decode([t for t, label in pairs if label != IGNORE_INDEX])
 
 
 def test_chatml_trains_answers_and_their_end_marker_only():
@@ -58,7 +59,8 @@ def test_xtuner_suffix_semantics_and_eos(name, expected, tmp_path_factory):
 def test_separators_and_prompts_are_masked():
     tok = tf.deepseek()
     result = encode_for_training(CONVERSATION, "internlm_chat", tok)
-    masked = tok.decode([t for t, label in zip(result["input_ids"], result["labels"]) if label == IGNORE_INDEX])
+    pairs = zip(result["input_ids"], result["labels"], strict=True)
+    masked = tok.decode([t for t, label in pairs if label == IGNORE_INDEX])
     assert "Be brief." in masked and "Bye" in masked and "Ciao" not in masked
 
 

@@ -94,5 +94,5 @@ def run(args: argparse.Namespace) -> int:
     ]
     widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
     for row in table:
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1])
+        print("  ".join(c.ljust(w) for c, w in zip(row[:-1], widths, strict=True)) + "  " + row[-1])
     return 0

@@ -139,7 +139,7 @@ class Difference:
         if self.expected[0] and self.got[0]:
             lines.append(f"  first difference at character {self.position}:")
         width = max(len(n) for n in names)
-        for name, (ok, text) in zip(names, (self.expected, self.got)):
+        for name, (ok, text) in zip(names, (self.expected, self.got), strict=True):
             shown = f"...{text[lo:hi]!r}..." if ok else f"rejects it: {text}"
             lines.append(f"  {name.ljust(width)}: {shown}")
         return "\n".join(lines)
@@ -164,7 +164,7 @@ def first_difference(reference: BaseTemplate, candidate: BaseTemplate,
         for gp in (True, False):
             ref, cand = outcome(reference, case, gp), outcome(candidate, case, gp)
             if (ref[0] or cand[0]) and ref != cand:  # both rejecting agrees, whatever the wording
-                pos = next((i for i, (x, y) in enumerate(zip(ref[1], cand[1])) if x != y),
+                pos = next((i for i, (x, y) in enumerate(zip(ref[1], cand[1], strict=False)) if x != y),
                            min(len(ref[1]), len(cand[1])))
                 return count, Difference(case, gp, pos, ref, cand)
     return count, None

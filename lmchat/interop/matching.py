@@ -203,7 +203,7 @@ class Match:
 def _rule(component: str) -> tuple[str, str] | None:
     """``(pattern, template)`` of the first name rule matching ``component`` (any case)."""
     key = component.lower()
-    for (pattern, template), compiled in zip(NAME_RULES, _COMPILED):
+    for (pattern, template), compiled in zip(NAME_RULES, _COMPILED, strict=True):
         if compiled.search(key):
             return pattern, template
     return None

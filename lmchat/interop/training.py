@@ -85,8 +85,8 @@ def encode_for_training(
     ids, starts = codec.encode_offsets(text, codec.spans(template, chat, 0, text))
     ends = starts[1:] + [len(text)]
     # a token is trained when it overlaps a trained span, as transformers' assistant mask counts it
-    mask = [int(any(s < b and e > a for a, b in spans)) for s, e in zip(starts, ends)]
-    labels = [t if m else IGNORE_INDEX for t, m in zip(ids, mask)]
+    mask = [int(any(s < b and e > a for a, b in spans)) for s, e in zip(starts, ends, strict=True)]
+    labels = [t if m else IGNORE_INDEX for t, m in zip(ids, mask, strict=True)]
     if max_length is not None:
         ids, labels, mask = ids[:max_length], labels[:max_length], mask[:max_length]
     return {"input_ids": ids, "labels": labels, "assistant_masks": mask}

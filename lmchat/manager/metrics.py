@@ -50,7 +50,7 @@ class Metrics:
         """Totals, errors by type, and the histogram as cumulative ``[le, count]`` pairs (``le`` "+Inf" last)."""
         with self._lock:
             cumulative, total = [], 0
-            for bound, n in zip((*LATENCY_BUCKETS, "+Inf"), self._buckets):
+            for bound, n in zip((*LATENCY_BUCKETS, "+Inf"), self._buckets, strict=True):
                 total += n
                 cumulative.append([bound, total])
             return {

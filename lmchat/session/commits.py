@@ -57,7 +57,8 @@ def _drifted(held: Held, drift: str, new: list[int], canonical: list[int] | None
         # token-in/token-out: the engine's own ids stay; the next delta is encoded after them
         return new, (end, len(held.ids) + len(new))
     if drift == "rewind" and canonical is not None:
-        same = next((i for i, (a, b) in enumerate(zip(new, canonical)) if a != b), min(len(new), len(canonical)))
+        same = next((i for i, (a, b) in enumerate(zip(new, canonical, strict=False)) if a != b),
+                    min(len(new), len(canonical)))
         held.rewind = (len(held.ids) + same, len(new) - same)
         return canonical, anchor
     held.needs_reset = True

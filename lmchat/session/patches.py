@@ -66,4 +66,4 @@ def apply(snapshot: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
 
 def first_change(old: list[Any], new: list[Any]) -> int:
     """The first index where ``new`` differs from ``old`` (rare edits only: it walks the lists)."""
-    return next((i for i, (a, b) in enumerate(zip(old, new)) if a != b), min(len(old), len(new)))
+    return next((i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b), min(len(old), len(new)))

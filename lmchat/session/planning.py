@@ -94,7 +94,7 @@ def full_plan(frame: Frame, held: Held, reason: str | None, rendered: tuple[str,
 
 def divergence(held: str, text: str, base: int) -> str:
     """Where the held context and the new rendering part, for a reset's reason."""
-    i = next((j for j, (a, b) in enumerate(zip(held, text)) if a != b), min(len(held), len(text)))
+    i = next((j for j, (a, b) in enumerate(zip(held, text, strict=False)) if a != b), min(len(held), len(text)))
     return (
         f"the template renders earlier turns differently at context offset {base + i}: "
         f"held {held[i:i + 24]!r}, now {text[i:i + 24]!r}"

@@ -67,7 +67,8 @@ def patch(session: Session) -> dict[str, Any] | None:
     changed: dict[str, Any] = {
         key: list(value) if isinstance(value, tuple) else value
         for key, (value, was) in zip(patches.SMALL, itertools.zip_longest(small_values(session), last,
-                                                                          fillvalue=_UNSAVED)) if value != was}
+                                                                          fillvalue=_UNSAVED), strict=True)
+        if value != was}
     return patches.make(lists, lows, changed)
 
 

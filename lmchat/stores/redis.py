@@ -219,7 +219,7 @@ class RedisStore(RecordStore):
             for sid in ids:
                 pipe.hmget(self._key(sid), *_FIELDS)
             expired = []
-            for sid, row in zip(ids, self._call("list sessions", pipe.execute)):
+            for sid, row in zip(ids, self._call("list sessions", pipe.execute), strict=True):
                 if row[0] is None:  # the hash expired: its id lingers in the sorted sets
                     expired.append(sid)
                     continue

@@ -128,7 +128,7 @@ class _Results:
     def _result(chat: Chat, k: int, calls: list[Any], functions: list[Mapping[str, Any]]) -> str:
         follow = chat.messages[k]
         name = follow.get("name") or "unknown"
-        for call, fn in zip(calls, functions):
+        for call, fn in zip(calls, functions, strict=True):
             if call.get("id") == follow.get("tool_call_id"):
                 name = fn["name"]
         if not isinstance(name, str):

@@ -86,7 +86,7 @@ def collect(events: Iterable[Event]) -> ParsedResponse:
             arguments[event.index].append(event.text)
         else:
             errors.append(event.note)
-    for call, parts in zip(calls, arguments):
+    for call, parts in zip(calls, arguments, strict=True):
         call["function"]["arguments"] = "".join(parts)
     return ParsedResponse(
         content="".join(content),
