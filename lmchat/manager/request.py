@@ -30,12 +30,12 @@ class AnyKind:
 #: see :attr:`TurnRequest.kind`
 ANY_KIND = AnyKind()
 
-def check_kind(session_id: str, extra: Mapping[str, Any] | None, wanted: str | None | AnyKind) -> None:
+def check_kind(session_id: str, extra: Mapping[str, object] | None, wanted: str | None | AnyKind) -> None:
     """Refuse a change of ``wanted``'s API (a turn, an end) on a session whose ``extra`` says another API keeps
     records of it (:attr:`TurnRequest.kind`); :data:`ANY_KIND` takes any session."""
     held = (extra or {}).get("kind")
     if not isinstance(wanted, AnyKind) and held != wanted:
-        raise SessionKindMismatch(session_id, kind=held, wanted=wanted)
+        raise SessionKindMismatch(session_id, kind=None if held is None else str(held), wanted=wanted)
 
 
 #: what a turn runs on (:attr:`TurnRequest.session`) and ``SessionManager.cancel`` names: a stored session's id, or
@@ -43,10 +43,10 @@ def check_kind(session_id: str, extra: Mapping[str, Any] | None, wanted: str | N
 Target: TypeAlias = "str | OneOff"
 
 #: what an :attr:`TurnRequest.edit` returns: replacements of the session and its ``extra`` (None keeps one), or None
-Edit = Callable[[View], tuple[Session | None, dict[str, Any] | None] | None]
+Edit = Callable[[View], tuple[Session | None, dict[str, object] | None] | None]
 #: what an :attr:`TurnRequest.on_drop` returns: replacements of the session's ``extra`` and of the turn's ``note``
 #: (None keeps one)
-OnDrop = Callable[[View, Delta], tuple[dict[str, Any] | None, dict[str, Any] | None]]
+OnDrop = Callable[[View, Delta], tuple[dict[str, object] | None, dict[str, object] | None]]
 
 
 def _messages(value: Iterable[Mapping[str, Any]] | None) -> tuple[Mapping[str, Any], ...] | None:
@@ -100,7 +100,7 @@ class TurnRequest:
     idempotency_key: str | None = attrs.field(default=None, kw_only=True)
     expect: int | None = attrs.field(default=None, kw_only=True)
     edit: Edit | None = attrs.field(default=None, kw_only=True)
-    note: dict[str, Any] | None = attrs.field(default=None, kw_only=True)
+    note: dict[str, object] | None = attrs.field(default=None, kw_only=True)
     on_drop: OnDrop | None = attrs.field(default=None, kw_only=True)
     kind: str | None | AnyKind = attrs.field(default=ANY_KIND, kw_only=True)
 
