@@ -36,7 +36,7 @@ class Claim:
     def __init__(self, sessions: StoredSessions, capacity: Capacity, entry: Entry):
         self.sessions, self.capacity, self.entry = sessions, capacity, entry
         self.idempotency_key: str | None = None  # the turn's (TurnRequest.idempotency_key), saved with it
-        self.note: dict[str, Any] | None = None  # what the turn notes with its counts (TurnRequest.note)
+        self.note: dict[str, object] | None = None  # what the turn notes with its counts (TurnRequest.note)
 
     @property
     def session(self) -> Session:
@@ -52,7 +52,7 @@ class Claim:
     async def asave(self, record: dict[str, Any]) -> None:
         await self.sessions.asave(self.entry, *self._keyed(record))
 
-    def _keyed(self, record: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    def _keyed(self, record: dict[str, Any]) -> tuple[dict[str, Any], dict[str, object] | None]:
         """The record with the turn's key, and the note that goes with it."""
         note = None
         if self.note is not None:  # the counts, and the answer's length instead of its text (the session has it)

@@ -56,7 +56,7 @@ class StoredSessions:
         #: the store's writes awaited on an event loop, when it has them (turns on the loop need them)
         self.async_store = store if isinstance(store, AsyncStore) else None
 
-    def add(self, session: Session, owner: str, extra: dict[str, Any] | None = None) -> str:
+    def add(self, session: Session, owner: str, extra: dict[str, object] | None = None) -> str:
         key = self._new_key(session, owner)
         try:
             version = self.store.save(dump(session, key, owner, self.engine, extra), expected_version=0)
@@ -101,7 +101,7 @@ class StoredSessions:
             raise SessionExists(session.session_id)
         return key
 
-    def _added(self, key: str, session: Session, version: int, owner: str, extra: dict[str, Any] | None) -> str:
+    def _added(self, key: str, session: Session, version: int, owner: str, extra: dict[str, object] | None) -> str:
         session.mark_saved()
         self.table.add(Entry(key, session, version, owner, extra=dict(extra or {})))
         return session.session_id
@@ -257,7 +257,7 @@ class StoredSessions:
         self.backend.cancel(entry.key)
         return True
 
-    def save(self, entry: Entry, record: dict[str, Any] | None = None, note: dict[str, Any] | None = None) -> None:
+    def save(self, entry: Entry, record: dict[str, Any] | None = None, note: dict[str, object] | None = None) -> None:
         """Save the entry's session after a turn: its patch when the store appends, else a whole snapshot.
 
         ``note`` is appended to the entry's notes in the same save; the entry's ``extra`` is written too.
@@ -271,7 +271,7 @@ class StoredSessions:
         entry.session.mark_saved()
 
     async def asave(self, entry: Entry, record: dict[str, Any] | None = None,
-                    note: dict[str, Any] | None = None) -> None:
+                    note: dict[str, object] | None = None) -> None:
         """:meth:`save` on the event loop: the store's write is awaited (``aappend``, ``asave``)."""
         store = self.async_store
         if store is None:
@@ -284,7 +284,7 @@ class StoredSessions:
                                                 summary=Summary.of_session(entry.session, entry.owner), token=token)
         entry.session.mark_saved()
 
-    def _writes(self, entry: Entry, record: dict[str, Any] | None, note: dict[str, Any] | None
+    def _writes(self, entry: Entry, record: dict[str, Any] | None, note: dict[str, object] | None
                 ) -> tuple[bool, dict[str, Any], str | None]:
         """What saving the entry writes: whether it is the turn's patch (else a whole snapshot), the patch or
         the snapshot, and the turn's Idempotency-Key (a retried write is recognised by it)."""
