@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from . import any_count
 
-#: uses per 1,000 lines of all of lmchat, at most (22.6 when set)
-CEILING = 23.0
+#: uses per 1,000 lines of all of lmchat, at most (22.1 when set: a little room for work in flight)
+CEILING = 22.5
 #: the uses lmchat/serve keeps, per file, and why a type does not fit there (yet)
 SERVE_KEPT = {
     "lmchat/serve/asgi.py": 1,  # pydantic's error details, read with .get as FastAPI hands them over
