@@ -142,20 +142,24 @@ def fold(session_id: str, stored: Stored) -> dict[str, Any]:
 MAX_VERSION = 2**53
 
 
-def check_versions(session_id: str, version: Any, base_version: Any, where: str | None = None) -> None:
+def check_versions(session_id: str, version: object, base_version: object, where: str | None = None) -> None:
     """Stored versions are whole numbers, 1 <= base version <= version <= :data:`MAX_VERSION`: O(1), whatever
     a damaged row holds (no work in proportion to a version). ``where``: the store, as ``StoreError`` takes it."""
-    for what, value in (("version", version), ("base version", base_version)):
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise StoreCorrupt(f"session {session_id}: its stored {what} is not a number: {_short(value)}",
-                               where=where)
-    if not 1 <= base_version <= version <= MAX_VERSION:
+    top, base = (_whole(session_id, what, value, where)
+                 for what, value in (("version", version), ("base version", base_version)))
+    if not 1 <= base <= top <= MAX_VERSION:
         raise StoreCorrupt(f"session {session_id}: stored version {_short(version)} on a base of version "
                            f"{_short(base_version)}: a version is 1..{MAX_VERSION} and no older than its base",
                            where=where)
 
 
-def _apply(session_id: str, version: int, snapshot: dict[str, Any], patch: Any) -> None:
+def _whole(session_id: str, what: str, value: object, where: str | None) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise StoreCorrupt(f"session {session_id}: its stored {what} is not a number: {_short(value)}", where=where)
+    return value
+
+
+def _apply(session_id: str, version: int, snapshot: dict[str, Any], patch: object) -> None:
     where = f"session {session_id}: the stored patch of version {version}"
     if not isinstance(patch, dict):
         raise StoreCorrupt(f"{where} is not a JSON object")
@@ -178,14 +182,14 @@ def _apply(session_id: str, version: int, snapshot: dict[str, Any], patch: Any) 
     snapshot.update(sets)
 
 
-def _parse(session_id: str, text: Any, what: str) -> Any:
+def _parse(session_id: str, text: str | bytes, what: str) -> object:
     try:
         return json.loads(text)
     except (TypeError, ValueError, RecursionError) as exc:
         raise StoreCorrupt(f"session {session_id}: the stored {what} is not valid JSON: {exc}") from None
 
 
-def _short(value: Any) -> str:
+def _short(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
