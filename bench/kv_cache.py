@@ -48,6 +48,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import atexit
+import contextlib
 import importlib.util
 import json
 import math
@@ -232,10 +233,12 @@ class Server:
 
         self.port = free_port()
         command, env = self.command()
-        self.log = open(self.data_dir / f"{self.kind}-{self.port}.log", "w+", encoding="utf-8", errors="replace")
+        self.log = self.data_dir / f"{self.kind}-{self.port}.log"
         started = time.perf_counter()
-        self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env=env, cwd=ROOT)
+        # the child writes through its own copy of the descriptor: ours closes at once, output() reads the path
+        with open(self.log, "w", encoding="utf-8") as log:
+            self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         env=env, cwd=ROOT)
         _LIVE.add(self)
         path = "/v1/models" if self.kind == "llama-cpp-python" else "/health"
         deadline = time.monotonic() + READY_SECONDS
@@ -269,9 +272,7 @@ class Server:
     def output(self) -> str:
         if self.log is None:
             return ""
-        self.log.flush()
-        with open(self.log.name, encoding="utf-8", errors="replace") as f:
-            return f.read()
+        return self.log.read_text(encoding="utf-8", errors="replace")
 
     def mark(self) -> int:
         return len(self.output())
@@ -303,16 +304,12 @@ class Server:
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
         _LIVE.discard(self)
 
     def cleanup(self) -> None:
         self.stop()
-        if self.log is not None and not self.log.closed:
-            self.log.close()
         if self.owns_dir and not self.args.keep_logs:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
@@ -363,10 +360,8 @@ class Server:
             base = name.split("{", 1)[0]
             if base.endswith("_bucket") or not any(k in base for k in ("kv_", "cache", "tokens_")):
                 continue
-            try:
+            with contextlib.suppress(ValueError):
                 out[name] = float(value)
-            except ValueError:
-                pass
         return out
 
 

@@ -14,6 +14,7 @@ on this machine). A latency measured here is the server's, not the instrument's.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 import sys
@@ -112,10 +113,8 @@ FAILURES = (OSError, asyncio.TimeoutError, httptools.HttpParserError)
 
 
 async def warm(client: Client) -> None:
-    try:
+    with contextlib.suppress(FAILURES):
         await client.request("GET", "/health")
-    except FAILURES:
-        pass
 
 
 async def run(url: str, sessions: int, turns: int, think: float, tag: str) -> dict:

@@ -87,7 +87,7 @@ def commits_per_second(store, threads: int, patches: list[dict], start: dict, se
         counts = [0] * threads
         deadline = time.perf_counter() + seconds / rounds
 
-        def work(n: int) -> None:
+        def work(n: int, counts: list[int], deadline: float) -> None:
             sid, st = f"bench-{n}", state[n]
             snapshot = {**start, "session_id": sid}
             while time.perf_counter() < deadline:
@@ -102,7 +102,7 @@ def commits_per_second(store, threads: int, patches: list[dict], start: dict, se
                 counts[n] += 1
 
         began = time.perf_counter()
-        pool = [threading.Thread(target=work, args=(n,)) for n in range(threads)]
+        pool = [threading.Thread(target=work, args=(n, counts, deadline)) for n in range(threads)]
         for t in pool:
             t.start()
         for t in pool:
@@ -207,7 +207,7 @@ def bytes_per_idle_session(count: int, turns: int, folder: str) -> float:
     gc.collect()
     tracemalloc.start()
     before = tracemalloc.take_snapshot()
-    for n in range(count):
+    for _ in range(count):
         sid = mgr.create(owner="key")
         for i in range(turns):
             question = f"Question number {i}: what is {i} + {i}?"

@@ -7,6 +7,7 @@ prefix); transformers renders and tokenizes the whole history every turn.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 
 from .common import median_time, save, table
@@ -31,8 +32,8 @@ def main(argv=None) -> int:
         ours = lmchat_turn_cost("smollm2", turn, tok)
         base = base or ours
         msgs = conversation(turn)[:-1]
-        theirs = median_time(lambda: tok.apply_chat_template(msgs, tokenize=True, add_generation_prompt=True),
-                             repeat=20)
+        theirs = median_time(functools.partial(tok.apply_chat_template, msgs, tokenize=True,
+                                               add_generation_prompt=True), repeat=20)
         records.append({"turn": turn, "lmchat_s": ours, "transformers_s": theirs})
         rows.append([turn, f"{ours * 1e6:.0f} µs", f"{ours / base:.2f}x", f"{theirs * 1e6:.0f} µs",
                      f"{theirs / ours:.0f}x"])

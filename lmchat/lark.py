@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from typing import Any, Literal, Union
+from typing import Any, Literal, TypeAlias
 
 import attrs
 
@@ -55,10 +55,7 @@ class Pattern:
     @classmethod
     def excluding(cls, chars: str, bounds: tuple[int, int | None] | None = None) -> Pattern:
         """Any characters but ``chars`` (``bounds``: at least and at most so many; None: any number)."""
-        if bounds is None:
-            times = "*"
-        else:
-            times = f"{{{bounds[0]},{'' if bounds[1] is None else bounds[1]}}}"
+        times = "*" if bounds is None else f"{{{bounds[0]},{'' if bounds[1] is None else bounds[1]}}}"
         return cls(f"[^{cls.literal(chars).regex}]{times}")
 
 
@@ -100,7 +97,7 @@ class Nested:
     grammar: Grammar | str
 
 
-Expr = Union[Text, Token, Pattern, Ref, Json, Seq, Alt, Repeat, Nested]
+Expr: TypeAlias = Text | Token | Pattern | Ref | Json | Seq | Alt | Repeat | Nested
 #: nothing (a part a syntax leaves out)
 EMPTY = Seq(())
 

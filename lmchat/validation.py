@@ -183,7 +183,8 @@ def validate_messages(history: Sequence[dict[str, Any]], new: Iterable[dict[str,
     try:
         _validate_messages(history, new, start, max_chars)
     except InvalidMessages as exc:
-        raise located(exc, start, new)
+        located(exc, start, new)
+        raise
 
 
 def _validate_messages(history: Sequence[dict[str, Any]], new: Iterable[dict[str, Any]], start: int,
@@ -218,7 +219,8 @@ def injected_specials(messages: Iterable[dict[str, Any]], specials: Iterable[str
     try:
         _injected(messages, specials, start, allowed)
     except InvalidMessages as exc:
-        raise located(exc, start, messages)
+        located(exc, start, messages)
+        raise
 
 
 def _injected(messages: Iterable[dict[str, Any]], specials: list[str], start: int, allowed: set[str]) -> None:

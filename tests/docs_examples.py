@@ -118,10 +118,8 @@ def literal_comments(code: str) -> dict[int, object]:
     found = {}
     for tok in tokenize.generate_tokens(io.StringIO(code).readline):
         if tok.type == tokenize.COMMENT:
-            try:
+            with contextlib.suppress(ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
                 found[tok.start[0]] = ast.literal_eval(tok.string[1:].strip())
-            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-                pass
     return found
 
 

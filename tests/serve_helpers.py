@@ -3,6 +3,7 @@
 Both give clients the same way (``client``, ``openai``), so a test reads alike against either."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import httpx
 
@@ -141,9 +143,11 @@ class Service:
 
     def start(self, command: list[str], env: dict, preexec_fn=None, wait: bool = True) -> None:
         """Start the process; ``wait``: until it answers (else ``ready`` waits: the process gets ready meanwhile)."""
-        self.log = tempfile.NamedTemporaryFile("w+", prefix=f"{self.name}-", suffix=".log", delete=False)
-        self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, env=env,
-                                     preexec_fn=preexec_fn)
+        # the child writes through its own copy of the descriptor: ours closes at once, output() reads the path
+        with tempfile.NamedTemporaryFile("w", prefix=f"{self.name}-", suffix=".log", delete=False) as log:
+            self.log = Path(log.name)
+            self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                         preexec_fn=preexec_fn)
         self._deadline = time.monotonic() + self.ready_seconds
         self._ready = False
         if wait:
@@ -154,10 +158,8 @@ class Service:
         while not self._ready:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n{self.output()[-3000:]}")
-            try:
+            with contextlib.suppress(httpx.TransportError):
                 self._ready = httpx.get(self.url + self.ready_path, timeout=2).status_code == 200
-            except httpx.TransportError:
-                pass
             if not self._ready and time.monotonic() > self._deadline:
                 self.stop()
                 raise RuntimeError(f"{self.name} did not answer within {self.ready_seconds:g}s")
@@ -166,9 +168,7 @@ class Service:
         return self
 
     def output(self) -> str:
-        self.log.flush()
-        with open(self.log.name, encoding="utf-8", errors="replace") as f:
-            return f.read()
+        return self.log.read_text(encoding="utf-8", errors="replace")
 
     def kill(self) -> None:
         """SIGKILL: no shutdown handler runs, as in a crash or an OOM kill; connections drop without a goodbye."""
@@ -184,9 +184,7 @@ class Service:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.kill()
-        if not self.log.closed:
-            self.log.close()
-            os.unlink(self.log.name)
+        self.log.unlink(missing_ok=True)
 
 
 class Server(Service, Clients):

@@ -22,8 +22,7 @@ class CountingPump(Pump):
 
 def produce(n: int, closed: threading.Event | None = None):
     try:
-        for i in range(n):
-            yield i
+        yield from range(n)
         return f"made {n}"
     finally:
         if closed is not None:

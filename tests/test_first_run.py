@@ -30,17 +30,15 @@ def test_render_refuses_unknown_roles_like_the_session_and_the_server(tmp_path, 
 
 
 def test_a_missing_extra_names_the_extra_to_install():
-    with pytest.raises(MissingExtra) as err:
-        with needs("the frobnicator", "local"):
-            import llama_cpp_not_installed_anywhere  # noqa: F401
+    with pytest.raises(MissingExtra) as err, needs("the frobnicator", "local"):
+        import llama_cpp_not_installed_anywhere  # noqa: F401
     assert str(err.value) == ("the frobnicator needs the 'local' extra (llama_cpp_not_installed_anywhere is not "
                               "installed): pip install 'lmchat[local]'")
-    with pytest.raises(MissingExtra, match=r"pip install 'lmchat\[serve\]'"):
-        with needs("lmchat serve"):
-            raise ModuleNotFoundError("No module named 'uvicorn'", name="uvicorn")
-    with pytest.raises(ModuleNotFoundError):  # a module no extra brings is a bug, not a missing extra
-        with needs("something"):
-            raise ModuleNotFoundError("No module named 'nowhere'", name="nowhere")
+    with pytest.raises(MissingExtra, match=r"pip install 'lmchat\[serve\]'"), needs("lmchat serve"):
+        raise ModuleNotFoundError("No module named 'uvicorn'", name="uvicorn")
+    # a module no extra brings is a bug, not a missing extra
+    with pytest.raises(ModuleNotFoundError), needs("something"):
+        raise ModuleNotFoundError("No module named 'nowhere'", name="nowhere")
 
 
 def test_two_engines_never_share_a_default_store_and_a_foreign_session_is_refused(tmp_path):

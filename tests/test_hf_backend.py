@@ -127,7 +127,7 @@ def test_greedy_answer_mentions_paris(backend, reference):
 
 
 def test_turns_prefill_only_their_delta_and_match_a_fresh_prefill(backend, reference):
-    for i, (text, ids, last, delta, context_ids) in enumerate(reference):
+    for i, (_, ids, last, delta, context_ids) in enumerate(reference):
         assert last.prefilled + last.reused == len(context_ids)
         if i:
             assert not delta.reset and reference[i - 1][2].stop == "<|im_end|>"

@@ -231,7 +231,7 @@ def test_every_template_stores_the_same_session_whether_created_first_or_by_its_
         mgr = SessionManager(EchoBackend(), template=name, store=mem)
         if first == "create()":
             mgr.create("t")
-        results = [outcome(lambda text=text: mgr.run_turn(TurnRequest("t", user(text), create=True)).text)
+        results = [outcome(lambda text=text, mgr=mgr: mgr.run_turn(TurnRequest("t", user(text), create=True)).text)
                    for text in ("Hello there", "  tabs\tand  spaces, 中文 😀 ", "")]
         stored = [mem.load(i.id) for i in mem.list(owner=None)]
         ways[first] = (results, [{k: v for k, v in d.items() if k != VERSION_KEY} for d in stored])

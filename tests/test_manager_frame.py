@@ -6,6 +6,7 @@ import pytest
 
 from lmchat import SessionManager
 from lmchat.backends import get_backend
+from lmchat.errors import InvalidMessages
 from lmchat.manager import TurnRequest
 from lmchat.manager.frame import Frame
 from lmchat.stores import MemoryStore
@@ -68,7 +69,7 @@ def test_a_frame_is_applied_only_if_the_turn_starts():
     store = MemoryStore()
     mgr, sid = session_with_a_turn(store)
     before = store.load(sid)
-    with pytest.raises(Exception):  # an unknown role: the turn does not start
+    with pytest.raises(InvalidMessages, match="robot"):  # an unknown role: the turn does not start
         mgr.run_turn(TurnRequest(sid, [{"role": "robot", "content": "x"}], edit=frame("second", extra={"n": 1},
                                                                                       reframed_extra={"n": 2})))
     assert store.load(sid) == before and mgr.get(sid).messages[0]["content"] == "first"

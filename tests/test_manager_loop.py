@@ -294,12 +294,12 @@ def test_every_template_stores_the_same_turns_on_the_loop_as_in_a_thread(name):
         results = []
         for text in prompts:
             if on_loop:
-                async def turn(text=text):
+                async def turn(text=text, mgr=mgr):
                     chunks = [c async for c in mgr.astream_turn(TurnRequest("t", user(text)))]
                     return [(c.text, c.finish_reason, c.prefilled, c.reused) for c in chunks]
                 results.append(outcome(lambda: asyncio.run(turn())))
             else:
-                results.append(outcome(lambda text=text: [(c.text, c.finish_reason, c.prefilled, c.reused)
+                results.append(outcome(lambda text=text, mgr=mgr: [(c.text, c.finish_reason, c.prefilled, c.reused)
                                                          for c in mgr.stream_turn(TurnRequest("t", user(text)))]))
         key = next(i.id for i in mgr.store.list(owner=None))
         ways[on_loop] = (results, mgr.store.load(key))

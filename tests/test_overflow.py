@@ -160,14 +160,14 @@ def test_after_a_drop_the_next_turns_extend_what_the_engine_holds(engine):
 
     session = new_session(engine, system="Be brief.", session_len=engine.session_len, overflow="shift",
                           max_new_tokens=8)
-    i = 0
+    asked = 0
     while session.step < engine.session_len - 150:  # the history so far, which the first turn prefills at once
-        session.prompt(QUESTION.format(i, i))
-        session.commit(f"{i} is {'odd' if i % 2 else 'even'}.")
-        i += 1
+        session.prompt(QUESTION.format(asked, asked))
+        session.commit(f"{asked} is {'odd' if asked % 2 else 'even'}.")
+        asked += 1
     rows: list[tuple[int, int, int, int, int]] = []  # (dropped, held before, reused, prefilled, new ids) a turn
     first = None
-    for i in range(i, i + 10):
+    for i in range(asked, asked + 10):
         held = session.step
         _, last, delta = turn(engine, session, QUESTION.format(i, i), greedy(8))
         rows.append((delta.dropped, held, last.reused, last.prefilled, len(delta.token_ids)))
@@ -195,12 +195,12 @@ def test_a_drop_after_a_drifted_answer_shifts_the_engines_cache_too(engine):
     session = new_session(engine, system="Be brief.", session_len=engine.session_len, overflow="shift",
                           max_new_tokens=8)
     tok = engine.tokenizer
-    i = 0
+    asked = 0
     while session.step < engine.session_len - 150:
-        session.prompt(QUESTION.format(i, i))
-        session.commit(f"{i} is {'odd' if i % 2 else 'even'}.")
-        i += 1
-    for i in range(i, i + 8):
+        session.prompt(QUESTION.format(asked, asked))
+        session.commit(f"{asked} is {'odd' if asked % 2 else 'even'}.")
+        asked += 1
+    for i in range(asked, asked + 8):
         held = session.step
         delta = session.prompt(QUESTION.format(i, i))
         chunks = list(engine.generate(GenerationRequest.from_session(session, delta, greedy(8))))

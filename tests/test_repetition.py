@@ -40,7 +40,8 @@ def test_a_loop_is_caught_whatever_the_chunking():
 
 def test_ordinary_text_never_trips():
     guard = RepetitionGuard()
-    text = open(__file__.replace("tests/test_repetition.py", "README.md"), encoding="utf-8").read()
+    with open(__file__.replace("tests/test_repetition.py", "README.md"), encoding="utf-8") as f:
+        text = f.read()
     text += "".join(TRICKY) + "| --- | --- |\n" * 5 + "ha" * 100  # a short run of a loop is fine
     assert not any(guard.feed(text[i:i + 5]) for i in range(0, len(text), 5))
 

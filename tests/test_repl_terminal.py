@@ -1,6 +1,7 @@
 """`lmchat chat` as users and scripts run it: prompt_toolkit keys, a real terminal, stdin, a killed process."""
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
@@ -176,10 +177,8 @@ def _screen(child, screen, stream, seconds: float) -> None:
     """Feed what the child prints for ``seconds`` into a terminal emulator."""
     end = time.monotonic() + seconds
     while time.monotonic() < end:
-        try:
+        with contextlib.suppress(pexpect.TIMEOUT):
             stream.feed(child.read_nonblocking(65536, timeout=0.05))
-        except pexpect.TIMEOUT:
-            pass
 
 
 def test_ctrl_c_leaves_each_line_of_the_reply_once_on_screen(tmp_path):

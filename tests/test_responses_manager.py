@@ -6,7 +6,7 @@ import pytest
 
 from lmchat import SessionManager
 from lmchat.backends import get_backend
-from lmchat.errors import SessionBusy, SessionMoved, SessionNotFound
+from lmchat.errors import InvalidMessages, SessionBusy, SessionMoved, SessionNotFound
 from lmchat.manager import TurnRequest
 from lmchat.session.edits import restored
 from lmchat.stores import MemoryStore
@@ -70,7 +70,7 @@ def test_an_edit_replaces_the_session_only_when_its_turn_starts():
     sid = mgr.create(system="first")
     mgr.run_turn(TurnRequest(sid, [{"role": "user", "content": "one"}]))
     before = store.load(sid)
-    with pytest.raises(Exception):  # an unknown role: the turn does not start
+    with pytest.raises(InvalidMessages, match="robot"):  # an unknown role: the turn does not start
         mgr.run_turn(TurnRequest(sid, [{"role": "robot", "content": "x"}],
                      edit=lambda v: (with_system(v, "second"), {"edited": True})))
     assert mgr.get(sid).messages[0]["content"] == "first" and store.load(sid) == before

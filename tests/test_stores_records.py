@@ -2,6 +2,7 @@
 appends and saves; random interleavings against a reference dict), malformed records, delete and close."""
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import sqlite3
@@ -255,9 +256,9 @@ def test_a_closed_store_refuses_every_call(request, tmp_path):
         data = conversation("x")
         store.save(data)
         store.close()
-        for call in (lambda: store.load(data["session_id"]), lambda: store.save(data), store.list,
-                     lambda: store.version("x"), lambda: store.delete("x"),
-                     lambda: store.append("x", {}, expected_version=1, summary=Summary("", 0, ""))):
+        for call in (functools.partial(store.load, data["session_id"]), functools.partial(store.save, data),
+                     store.list, functools.partial(store.version, "x"), functools.partial(store.delete, "x"),
+                     functools.partial(store.append, "x", {}, expected_version=1, summary=Summary("", 0, ""))):
             with pytest.raises(StoreError, match="closed"):
                 call()
         store.close()  # twice is fine

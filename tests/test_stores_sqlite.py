@@ -2,6 +2,7 @@
 two processes racing on one session, a writer SIGKILLed mid-append."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -27,10 +28,8 @@ def open_fds(path) -> int:
     """This process's descriptors on the store's files (the database, its WAL and shared memory)."""
     count = 0
     for fd in os.listdir("/proc/self/fd"):
-        try:
+        with contextlib.suppress(OSError):  # a descriptor closed since the listing
             count += os.readlink(f"/proc/self/fd/{fd}").startswith(str(path))
-        except OSError:
-            pass
     return count
 
 

@@ -15,6 +15,7 @@ process and loads no model, or fails saying which test would have.
 """
 from __future__ import annotations
 
+import contextlib
 import dis
 import importlib
 import os
@@ -262,10 +263,8 @@ def _imported_inside(code: types.CodeType, namespace: dict[str, Any]) -> list[An
             name = f"{package}.{instruction.argval}".rstrip(".") if level else instruction.argval
             module = name if name.split(".")[0] == "tests" else None
         elif instruction.opname == "IMPORT_FROM" and module is not None:
-            try:
+            with contextlib.suppress(ImportError):
                 targets.append(getattr(importlib.import_module(module), instruction.argval, None))
-            except ImportError:
-                pass
     return targets
 
 

@@ -9,6 +9,7 @@ which always stay (a model that emits its end marker must stop there).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from collections.abc import Callable, Mapping
@@ -61,10 +62,8 @@ def _number(kind: type, check: Callable[[Any], bool], rule: str) -> Setting:
 def _stops(raw: Any) -> tuple[str, ...]:
     """A JSON list of strings, or one string (``/set stop ###``)."""
     if isinstance(raw, str):
-        try:
+        with contextlib.suppress(ValueError):
             raw = json.loads(raw) if raw.lstrip().startswith("[") else raw
-        except ValueError:
-            pass
     words = (raw,) if isinstance(raw, str) else tuple(raw) if isinstance(raw, (list, tuple)) else None
     if not words or not all(isinstance(w, str) and w for w in words):
         raise ValueError

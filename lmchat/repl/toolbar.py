@@ -26,10 +26,8 @@ def toolbar_text(conversation: Conversation, width: int | None = None) -> str:
     """
     session = conversation.session
     size = conversation_size(conversation)
-    if session.counts_tokens:
-        used = f"{size}/{session.session_len} tokens"
-    else:  # no tokenizer: the session counts characters and checks no budget
-        used = f"{size} chars (no tokenizer)"
+    # no tokenizer: the session counts characters and checks no budget
+    used = f"{size}/{session.session_len} tokens" if session.counts_tokens else f"{size} chars (no tokenizer)"
     last, why, speed = conversation.last, None, None
     turn = None
     if last is not None:

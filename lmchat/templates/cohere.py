@@ -100,10 +100,7 @@ class CommandRPlus(BaseTemplate):
     def header(self, chat: Chat) -> str:
         if not self.tool_use(chat):
             return self.bos
-        if chat.role(0) == "system":
-            system = chat.text(0)
-        else:
-            system = R_DEFAULT_SYSTEM
+        system = chat.text(0) if chat.role(0) == "system" else R_DEFAULT_SYSTEM
         return f"{self.bos}{self.system}{R_PREAMBLE}{system}{R_AVAILABLE_TOOLS}{self.declare(chat.tools)}{self.eoa}"
 
     def declare(self, tools: Any) -> str:

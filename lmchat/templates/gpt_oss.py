@@ -179,8 +179,8 @@ class GptOss(BaseTemplate):
     # ------------------------------------------------------------------ header: system and developer messages
     def system_message(self, chat: Chat) -> str:
         kwargs = chat.kwargs
-        identity = kwargs["model_identity"] if "model_identity" in kwargs else DEFAULT_IDENTITY
-        effort = kwargs["reasoning_effort"] if "reasoning_effort" in kwargs else "medium"
+        identity = kwargs.get("model_identity", DEFAULT_IDENTITY)
+        effort = kwargs.get("reasoning_effort", "medium")
         out = [
             _cat(identity, "\n", where="model_identity"),
             "Knowledge cutoff: 2024-06\n",
@@ -262,7 +262,7 @@ class GptOss(BaseTemplate):
             analysis = _cat(ANALYSIS, content, END, where="content", index=i)
         elif thinking and not later_final:
             analysis = _cat(ANALYSIS, thinking, END, where="thinking", index=i)
-        content_type = fn["content_type"] if "content_type" in fn else "json"
+        content_type = fn.get("content_type", "json")
         return analysis + _cat(
             f"{START}assistant to=functions.", _get(fn, "name"), f"{CHANNEL}commentary ", content_type, MESSAGE,
             _json(_get(fn, "arguments"), "tool_calls", i), CALL, where="tool_calls", index=i,

@@ -87,7 +87,7 @@ def ts_type(spec: Any) -> str:
     """The official ``render_typescript_type`` macro: a JSON schema as a TypeScript-like type."""
     kind = _get(spec, "type")
     if kind == "array":
-        items = spec["items"] if "items" in spec else _ITEMS_METHOD
+        items = spec.get("items", _ITEMS_METHOD)
         if items:
             item_kind = _get(items, "type")
             if item_kind == "string":

@@ -206,7 +206,7 @@ class Llama3_1(Llama3):
         return chat.date.strftime("%d %b %Y") if chat.date else "26 Jul 2024"
 
     def tools(self, chat: Chat) -> Any:  # custom_tools: what the caller passed, checked where it is used
-        return chat.kwargs["custom_tools"] if "custom_tools" in chat.kwargs else chat.tools
+        return chat.kwargs.get("custom_tools", chat.tools)
 
     def builtin_tools(self, chat: Chat) -> Any:
         return chat.kwargs.get("builtin_tools") if self.builtin_tools_supported else None
@@ -262,7 +262,8 @@ class Llama3_1(Llama3):
             function = calls[0]["function"]
             name, arguments = string(function["name"], i, "tool_calls"), function.get("arguments", MISSING)
         except (TypeError, KeyError, IndexError, AttributeError):
-            raise InvalidMessages("expected one call {'function': {'name', 'arguments'}}", index=i, field="tool_calls")
+            raise InvalidMessages("expected one call {'function': {'name', 'arguments'}}", index=i,
+                                  field="tool_calls") from None
         builtin = self.builtin_tools(chat)
         if builtin is not None and name in builtin:
             # Jinja's `items` filter yields nothing for a missing value and rejects non-mappings

@@ -125,9 +125,9 @@ def last_query_index(chat: Chat, n: int) -> int:
     for i in range(n - 1, -1, -1):
         m = chat.messages[i]
         content = m.get("content")
-        if m["role"] == "user" and isinstance(content, str):
-            if not (content.startswith("<tool_response>") and content.endswith("</tool_response>")):
-                return i
+        if m["role"] == "user" and isinstance(content, str) and not (
+                content.startswith("<tool_response>") and content.endswith("</tool_response>")):
+            return i
     return n - 1
 
 

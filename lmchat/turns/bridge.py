@@ -21,6 +21,7 @@ everything there when it wakes. A consumer that wants only the result
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import queue
 import threading
 from collections import deque
@@ -86,10 +87,8 @@ class Pump:
             if self._wake_scheduled:
                 return  # the consumer has not woken yet: it takes this item with the others
             self._wake_scheduled = True
-        try:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is listening any more
             self._loop.call_soon_threadsafe(self._wake)
-        except RuntimeError:  # the loop is closed: nobody is listening any more
-            pass
 
     def _wake(self) -> None:  # on the loop
         with self._wake_lock:

@@ -117,10 +117,7 @@ class KVStore:
         for its logits); crop the rest. Returns how many ids are reused."""
         held = slot.ids
         limit = min(len(held), len(ids) - 1)
-        if held[:limit] == ids[:limit]:
-            keep = limit
-        else:
-            keep = next(i for i in range(limit) if held[i] != ids[i])
+        keep = limit if held[:limit] == ids[:limit] else next(i for i in range(limit) if held[i] != ids[i])
         self.crop(slot, keep)
         return keep
 

@@ -30,10 +30,7 @@ class Sampler:
         logits = logits.float()
         if p.repetition_penalty != 1.0:
             logits = self._penalize(logits)
-        if p.greedy:
-            token = int(torch.argmax(logits))
-        else:
-            token = self._sample(logits / p.temperature)
+        token = int(torch.argmax(logits)) if p.greedy else self._sample(logits / p.temperature)
         if self._seen is not None:
             self._seen[token] = True
         return token
