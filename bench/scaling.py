@@ -10,7 +10,8 @@ tier) as the reference. Then:
 * ``--rounds`` times: a conversation of about ``--tokens`` prompt tokens (a long system prompt unique to the round,
   two turns) through the balancer (``X-Session-Id``); kill -9 the replica that answered it; the next turn through
   the balancer (answered by another replica, its prompt from the shared tier), against the same history sent to
-  the cold server (a re-prefill of all of it). The killed replica is started again before the next round.
+  the cold server (a re-prefill of all of it). The killed replica is started again before the next round; with
+  ``--replicas 1`` before that turn (a redeploy: the new process answers it from the shared tier).
 
 The numbers are the client's wall-clock seconds (the failover turn includes HAProxy's retry and redispatch) and
 the answering replica's own counts (``usage.prompt_tokens_details``). More replicas cannot be faster on a 2-core
@@ -86,6 +87,11 @@ class Deployment:
                    "--log-level", "warning", "--replica-name", name, *(self.shared if args is None else args)]
         self.procs[name] = subprocess.Popen(command, stdout=subprocess.DEVNULL, cwd=ROOT, env=env)
 
+    def restart(self, client, name: str) -> None:
+        self.start(name)
+        answering(self.procs[name], self.ports[name], name, 300)
+        self.routed(client, name)
+
     def routed(self, client, name: str, seconds: float = 60) -> None:
         """Wait until HAProxy's health checks see ``name`` up (a restarted replica takes its conversations back
         only then: a round started before would begin on another)."""
@@ -157,11 +163,13 @@ def run_round(client, deployment: Deployment, k: int, args: argparse.Namespace) 
     time.sleep(0.5)  # the last turn's state is written just after it ends
     deployment.kill(victim)
     history.append({"role": "user", "content": "And gears?"})
+    alone = len(deployment.names) == 1  # no other replica: the next turn waits for it to be started again
+    if alone:
+        deployment.restart(client, victim)
     after = turn(client, lb, session, history, args.max_tokens)
     cold = turn(client, deployment.url("cold"), None, history, args.max_tokens)
-    deployment.start(victim)
-    answering(deployment.procs[victim], deployment.ports[victim], victim, 300)
-    deployment.routed(client, victim)
+    if not alone and k + 1 < args.rounds:
+        deployment.restart(client, victim)
     return {"first_turn": turns[0], "victim": victim, "after_kill": after, "cold": cold,
             "same_answer": after["answer"] == cold["answer"]}
 
@@ -206,6 +214,7 @@ def main(argv: list[str]) -> int:
         deployment.close()
     result = {"args": vars(args), "routing": routing, "pings": args.pings, "rounds": rounds,
               "load_before": [round(x, 1) for x in load_before], "load_after": [round(x, 1) for x in os.getloadavg()]}
-    save("scaling" if args.kv == "dir" else f"scaling-{args.kv}", result)
+    # scaling.json and scaling-redis.json: the first runs, two replicas, before the count was in the name
+    save("scaling" + ("" if args.kv == "dir" else f"-{args.kv}") + f"-{args.replicas}", result)
     print(report(result))
     return 0
