@@ -46,8 +46,8 @@ def add_backend_arguments(p: argparse.ArgumentParser) -> None:
                         metavar="redis://HOST:PORT/DB",
                         help="a KV tier replicas share (docs/scaling.md): each turn's state is published as it ends, "
                              "and states other replicas publish are used; alone: the --kv-dir is shared; with a Redis "
-                             "URL: kept in that Redis, at most --kv-disk-mb (give the replicas one --kv-key-file); default: "
-                             "none, each replica keeps its own")
+                             "URL: kept in that Redis, at most --kv-disk-mb (give the replicas one --kv-key-file); "
+                             "default: none, each replica keeps its own")
     engine.add_argument("--gpu-layers", "-ngl", "--n-gpu-layers", type=_gpu_layers, metavar="N|auto",
                         help="layers offloaded to the GPU (default: auto, all of them when llama-cpp-python was "
                              "built with a GPU backend, else 0; N > 0 without one: a warning, the CPU)")
