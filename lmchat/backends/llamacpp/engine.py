@@ -9,7 +9,7 @@ caller reads :class:`Chunk` s from ``job.out``. The scheduler thread loops:
    first, then the least recently used session), restore saved states, and
    plan each turn's prefill from the delta (:func:`.planning.plan_turn`);
    a sequence that would prefill more than it holds starts instead from the
-   longest exact prefix of its prompt held anywhere (:meth:`Engine._reuse`);
+   longest exact prefix of its prompt held anywhere (:meth:`.reuse.PrefixReuse.reuse`);
 3. one ``llama_decode`` of the next token of every decoding sequence; then
    chunks of the prompts being prefilled, each in a ``llama_decode`` of its
    own, within a per-step budget (``prefill_chunk`` ids while others decode,
@@ -21,8 +21,12 @@ caller reads :class:`Chunk` s from ``job.out``. The scheduler thread loops:
    other prompt). An engine with nothing else to do keeps settling until no
    sequence needs it, then waits for commands.
 
-The per-step work (and why prompts and decoding tokens go to separate
-``llama_decode`` calls) is in :mod:`.steps`.
+The engine holds three parts, each with its own state and a reference to what
+it needs: :class:`.steps.Steps` (the per-step work, and why prompts and
+decoding tokens go to separate ``llama_decode`` calls), :class:`.reuse.PrefixReuse`
+(the prefix cache: orphans, reuse, spilling, publishing) and
+:class:`.inspection.Inspection` (read-only views). Other threads reach the
+scheduler through typed commands (:mod:`.commands`) on one queue.
 
 The KV tiers (docs/backends.md, "Where a session's KV lives"): resident
 sequences, states saved in host memory (:class:`.sequences.HostCache`), KV
@@ -44,7 +48,7 @@ import time
 import weakref
 from collections import Counter, deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 
 from ...errors import BackendError, ConstraintUnsupported
@@ -59,6 +63,7 @@ from .probe import Settle, probe_steps
 from .reuse import PrefixReuse
 from .sampler import Sampler
 from .sequences import HostCache, SequencePool, SessionState
+from .commands import Call, Close, Command, Drop, Expect, Rewind
 from .inspection import Inspection
 from .jobs import Job
 from .steps import Steps
@@ -68,8 +73,6 @@ if TYPE_CHECKING:
     from llama_cpp.llama_cpp import llama_model_p
 
 T = TypeVar("T")
-#: the close request on the command queue (compared by identity; a tuple as the other commands are)
-_CLOSE: tuple[str] = ("close",)
 
 _ENGINES: "weakref.WeakSet[Engine]" = weakref.WeakSet()
 
@@ -81,7 +84,7 @@ def _close_all() -> None:
         engine.close()
 
 
-class Engine(Steps, PrefixReuse, Inspection):
+class Engine:
     """A llama context with ``n_seq`` resident sequences of ``n_ctx // n_seq`` tokens each, and its scheduler."""
 
     def __init__(self, model: llama_model_p, vocab: LlamaVocab, *, n_ctx: int, n_seq: int, threads: int,
@@ -103,10 +106,7 @@ class Engine(Steps, PrefixReuse, Inspection):
         self.vocab = vocab
         self.n_vocab = vocab.n_tokens
         self.grammars = Grammars(L.llama_model_get_vocab(model), vocab.eog_ids)
-        self.n_seq = n_seq
         self.n_ctx_seq = int(L.llama_n_ctx_seq(self.ctx))  # what one sequence can hold
-        self.n_batch = n_batch
-        self.prefill_chunk = max(2, min(prefill_chunk, n_batch))
         self.batch = L.llama_batch_init(n_batch, 0, 1)
         for i in range(n_batch):
             self.batch.n_seq_id[i] = 1
@@ -116,23 +116,24 @@ class Engine(Steps, PrefixReuse, Inspection):
         L.llama_model_desc(model, desc, len(desc))  # "llama 135M Q4_1": architecture, size, weight type
         shape = (desc.value, int(L.llama_model_size(model)), int(L.llama_model_n_params(model)), self.n_vocab,
                  n_ctx, n_seq, threads, n_batch, flash_attn)
-        self.step_probe = probe_steps(L, self.ctx, self.batch, self.pool.mem, self.n_vocab, 0, shape)
-        self.pair_rows = self.step_probe.pair_rows
-        self.settle_decoded = settle == "always" or not self.step_probe.exact_steps
+        step_probe = probe_steps(L, self.ctx, self.batch, self.pool.mem, self.n_vocab, 0, shape)
         self.sessions: dict[str, SessionState] = {}
-        self.orphans: set[SessionState] = set()  # dropped sessions' states, kept as prefixes
         self.index: PrefixIndex[SessionState | DiskEntry] = PrefixIndex()
         self.disk = disk
         if disk is not None:
             for entry in disk.start(self.n_ctx_seq):
                 self.index.put(entry)
-        self.published: dict[str, DiskEntry] = {}  # a session's state in a shared tier, as this engine last put it
         self.served: Counter[str] = Counter()  # prompt tokens by where they came from (prefilled included)
-        self.misses: Counter[str] = Counter()  # held prefixes not used, by reason
-        self.settled = 0  # decoded ids prefilled again by spare capacity (steps.py)
+        self.steps = Steps(L, self.ctx, self.batch, self.pool, self.index, vocab, n_batch=n_batch,
+                           prefill_chunk=max(2, min(prefill_chunk, n_batch)), n_ctx_seq=self.n_ctx_seq,
+                           pair_rows=step_probe.pair_rows,
+                           settle_decoded=settle == "always" or not step_probe.exact_steps,
+                           finish=self._finish, fail=self._fail)
+        self.prefix = PrefixReuse(self.pool, self.index, vocab, self.sessions, disk, self.steps, self.n_ctx_seq)
+        self.inspection = Inspection(L, self.pool, self.host, self.sessions, self.served, self.steps, self.prefix,
+                                     step_probe)
         self._ticks = itertools.count(1)
-        # a Job, _CLOSE, or (name, *arguments): drop, expect, rewind, call
-        self._commands: queue.SimpleQueue[Job | tuple[Any, ...]] = queue.SimpleQueue()
+        self._commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
         self._waiting: deque[Job] = deque()
         self._active: list[Job] = []
         self._running: dict[str, Job] = {}  # session id -> job, read by cancel() from any thread
@@ -161,22 +162,22 @@ class Engine(Steps, PrefixReuse, Inspection):
             job.cancelled.set()
 
     def drop(self, session_id: str) -> None:
-        self._commands.put(("drop", session_id))
+        self._commands.put(Drop(session_id))
 
     def expect(self, session_id: str, seconds: float) -> None:
         """The session's client is expected back within ``seconds`` (it runs the tools the answer called):
         its KV is evicted after every other idle state's until then, or until its next turn starts."""
-        self._commands.put(("expect", session_id, seconds))
+        self._commands.put(Expect(session_id, seconds))
 
     def rewind(self, session_id: str, start: int, count: int, canonical: list[int]) -> None:
-        """The session's last answer met retokenization drift: see :meth:`.steps.Steps._rewind`."""
-        self._commands.put(("rewind", session_id, start, count, canonical))
+        """The session's last answer met retokenization drift: see :meth:`.steps.Steps.rewind`."""
+        self._commands.put(Rewind(session_id, start, count, canonical))
 
     def call(self, fn: Callable[[], T]) -> T:
         """Run ``fn()`` on the scheduler thread (which owns the context) and return its result."""
-        box: queue.SimpleQueue[tuple[Literal[True], T] | tuple[Literal[False], BaseException]] = queue.SimpleQueue()
-        self._commands.put(("call", fn, box))
-        result = box.get()
+        command = Call(fn)
+        self._commands.put(command)
+        result = command.box.get()
         if not result[0]:
             raise result[1]
         return result[1]
@@ -186,16 +187,47 @@ class Engine(Steps, PrefixReuse, Inspection):
             if self._closed:
                 return
             self._closed = True
-        self._commands.put(_CLOSE)
+        self._commands.put(Close())
         self._thread.join()
+
+    # ------------------------------------------------------------------ views (scheduler thread: through call)
+    def where(self, session_id: str) -> str | None:
+        return self.inspection.where(session_id)
+
+    def held_ids(self, session_id: str) -> list[int] | None:
+        return self.inspection.held_ids(session_id)
+
+    def pos_max(self, session_id: str) -> int | None:
+        return self.inspection.pos_max(session_id)
+
+    def problems(self) -> list[str]:
+        return self.inspection.problems()
+
+    def stats(self) -> dict[str, Any]:
+        return self.inspection.stats()
+
+    def cached(self, session_id: str, ids: list[int]) -> tuple[int, str | None]:
+        return self.prefix.cached(session_id, ids)
+
+    def reset_prefix_cache(self, disk: bool = False) -> int:
+        return self.prefix.reset_prefix_cache(disk)
+
+    @property
+    def pair_rows(self) -> bool:
+        return self.steps.pair_rows
+
+    def _settle(self, limit: int | None) -> None:
+        """One settling chunk now (tests/test_settling.py drives settling by hand through it)."""
+        self.steps.settle(limit)
 
     # ------------------------------------------------------------------ the scheduler thread
     def _loop(self) -> None:
         try:
-            while self._take_commands(block=not self._active and not self._waiting and self.unsettled() is None):
+            while self._take_commands(block=not self._active and not self._waiting
+                                      and self.steps.unsettled() is None):
                 try:
                     self._admit()
-                    self._step()
+                    self.steps.step(self._active, waiting=bool(self._waiting))
                 except Exception as exc:  # a bug or a library failure: end every stream with it, keep serving
                     jobs, self._waiting = [*self._active, *self._waiting], deque()
                     for job in jobs:
@@ -206,7 +238,7 @@ class Engine(Steps, PrefixReuse, Inspection):
             for job in [*self._active, *self._waiting]:
                 self._fail(job, BackendError("the llamacpp backend was closed"))
             self._drain_closed()
-            self._persist()
+            self.prefix.persist()
             self._free()
 
     def _take_commands(self, block: bool) -> bool:
@@ -217,23 +249,24 @@ class Engine(Steps, PrefixReuse, Inspection):
             except queue.Empty:
                 return True
             block = False
-            if command is _CLOSE:
+            if isinstance(command, Close):
                 return False
             if isinstance(command, Job):
                 self._waiting.append(command)
-            elif command[0] == "drop":
-                self._drop(command[1])
-            elif command[0] == "expect":
-                state = self.sessions.get(command[1])
+            elif isinstance(command, Drop):
+                self._drop(command.session_id)
+            elif isinstance(command, Expect):
+                state = self.sessions.get(command.session_id)
                 if state is not None:
-                    state.expected_until = time.monotonic() + command[2]
-            elif command[0] == "rewind":
-                self._rewind(*command[1:])
-            elif command[0] == "call":
+                    state.expected_until = time.monotonic() + command.seconds
+            elif isinstance(command, Rewind):
+                self.steps.rewind(self.sessions.get(command.session_id), command.start, command.count,
+                                  command.canonical)
+            else:
                 try:
-                    command[2].put((True, command[1]()))
+                    command.box.put((True, command.fn()))
                 except Exception as exc:
-                    command[2].put((False, exc))
+                    command.box.put((False, exc))
 
     def _drain_closed(self) -> None:
         while True:
@@ -243,8 +276,8 @@ class Engine(Steps, PrefixReuse, Inspection):
                 return
             if isinstance(command, Job):
                 self._fail(command, BackendError("the llamacpp backend was closed"))
-            elif command is not _CLOSE and command[0] == "call":
-                command[2].put((False, BackendError("the llamacpp backend was closed")))
+            elif isinstance(command, Call):
+                command.box.put((False, BackendError("the llamacpp backend was closed")))
 
     def _free(self) -> None:
         L = self._L
@@ -254,7 +287,7 @@ class Engine(Steps, PrefixReuse, Inspection):
         self.ctx = None
 
     def _drop(self, session_id: str) -> None:
-        self.published.pop(session_id, None)  # its file stays, a prefix like its orphan
+        self.prefix.unpublish(session_id)
         state = self.sessions.get(session_id)
         if state is None:
             return
@@ -262,7 +295,7 @@ class Engine(Steps, PrefixReuse, Inspection):
             state.drop_after = True
             return
         del self.sessions[session_id]
-        self._orphan(state)
+        self.prefix.orphan(state)
 
     # ------------------------------------------------------------------ admission
     def _admit(self) -> None:
@@ -272,7 +305,7 @@ class Engine(Steps, PrefixReuse, Inspection):
             if job.finished:
                 continue
             if job.cancelled.is_set():
-                self._finish(job, "cancelled")
+                self._finish(job, "cancelled", "")
                 continue
             state = job.state or self.sessions.get(job.session_id)
             if state is None:
@@ -281,10 +314,10 @@ class Engine(Steps, PrefixReuse, Inspection):
                 self._fail(job, BackendError(f"a generation is already running for session {job.session_id!r}"))
                 continue
             job.state, state.job, state.expected_until = state, job, 0.0
-            if self._behind_prefill(job):
+            if self.prefix.behind_prefill(job, self._active):
                 self._waiting.append(job)
                 continue
-            if state.seq is None and not self._take_orphan(job) and not self._place(state):
+            if state.seq is None and not self.prefix.take_orphan(job) and not self._place(state):
                 self._waiting.append(job)  # every sequence is busy: wait for one
                 continue
             self._start(job)
@@ -296,7 +329,7 @@ class Engine(Steps, PrefixReuse, Inspection):
             if victim is None:
                 return False
             seq = victim.resident_seq
-            self._spill(self.pool.evict(victim))
+            self.prefix.spill(self.pool.evict(victim))
         self.pool.attach(state, seq)
         return True
 
@@ -318,11 +351,11 @@ class Engine(Steps, PrefixReuse, Inspection):
             return
         if job.cached_from is None and state.ids:
             job.cached_from = "session"
-        self._reuse(job)
+        self.prefix.reuse(job)
         job.reused = len(state.ids)
         self.index.put(state)
         if job.reused:
-            assert job.cached_from is not None, "ids held before the delta came from somewhere (above, or _reuse)"
+            assert job.cached_from is not None, "ids held before the delta came from somewhere (above, or reuse)"
             self.served[job.cached_from] += job.reused
         self.served["prefilled"] += len(job.todo)
         job.report()  # before the first batch: a long prompt shows its size at once
@@ -341,7 +374,7 @@ class Engine(Steps, PrefixReuse, Inspection):
         self._active.append(job)
 
     # ------------------------------------------------------------------ ending a job
-    def _finish(self, job: Job, reason: str, text: str = "") -> None:
+    def _finish(self, job: Job, reason: str, text: str) -> None:
         matcher = job.matcher
         if matcher is not None:
             text += matcher.finish()
@@ -356,7 +389,7 @@ class Engine(Steps, PrefixReuse, Inspection):
         self._release(job)
         job.out.put(last)
         if state is not None and self.disk is not None and self.disk.shared:
-            self._publish(state)  # after the answer went out: the copy costs the next turn, not this one
+            self.prefix.publish(state)  # after the answer went out: the copy costs the next turn, not this one
 
     def _fail(self, job: Job, exc: BaseException) -> None:
         self._release(job)
@@ -378,7 +411,7 @@ class Engine(Steps, PrefixReuse, Inspection):
                 state.drop_after = False
                 if self.sessions.get(state.session_id) is state:
                     del self.sessions[state.session_id]
-                self._orphan(state)
+                self.prefix.orphan(state)
             elif state.tier is not None:
                 self.index.put(state)
         with self._lock:  # before the last chunk goes out: the caller may start the next turn at once

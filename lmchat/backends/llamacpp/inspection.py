@@ -3,13 +3,25 @@ invariants checked against llama.cpp, every tier's counts. Scheduler thread only
 ``Engine.call``), which owns the context."""
 from __future__ import annotations
 
-from typing import Any
+from collections import Counter
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
-from .state import EngineState
+if TYPE_CHECKING:
+    from .probe import StepProbe
+    from .reuse import PrefixReuse
+    from .sequences import HostCache, SequencePool, SessionState
+    from .steps import Steps
 
 
-class Inspection(EngineState):
-    """The :class:`.engine.Engine`'s read-only views (it sets the attributes used here)."""
+class Inspection:
+    """The :class:`.engine.Engine`'s read-only views of its parts: ``sessions`` (by session id) and ``served``
+    (prompt tokens by where they came from) are the engine's own."""
+
+    def __init__(self, L: ModuleType, pool: SequencePool, host: HostCache, sessions: dict[str, SessionState],
+                 served: Counter[str], steps: Steps, prefix: PrefixReuse, step_probe: StepProbe) -> None:
+        self._L, self.pool, self.host, self.sessions, self.served = L, pool, host, sessions, served
+        self.steps, self.prefix, self.step_probe = steps, prefix, step_probe
 
     def where(self, session_id: str) -> str | None:
         """'resident', 'host' or None (unknown or dropped)."""
@@ -44,32 +56,33 @@ class Inspection(EngineState):
             top = int(self._L.llama_memory_seq_pos_max(mem, seq))
             if top != len(state.ids) - 1 or (state.ids and self._L.llama_memory_seq_pos_min(mem, seq) != 0):
                 out.append(f"sequence {seq} holds positions up to {top} for {len(state.ids)} ids")
-        for state in [*self.sessions.values(), *self.orphans]:
+        for state in [*self.sessions.values(), *self.prefix.orphans]:
             if state.exact > len(state.ids) or (state.blob is not None and state.seq is not None):
                 out.append(f"state {state.session_id} is inconsistent")
         if self.host.nbytes > self.host.budget:
             out.append(f"host cache {self.host.nbytes} bytes > budget {self.host.budget}")
-        if self.disk is not None and self.disk.nbytes > self.disk.budget:
-            out.append(f"disk tier {self.disk.nbytes} bytes > budget {self.disk.budget}")
+        disk = self.prefix.disk
+        if disk is not None and disk.nbytes > disk.budget:
+            out.append(f"disk tier {disk.nbytes} bytes > budget {disk.budget}")
         return out
 
     def stats(self) -> dict[str, Any]:
         """Counts and sizes of every tier (the scheduler thread's view: call it there)."""
         resident = [s for s in self.pool.owner if s is not None]
         held = sum(len(s.ids) for s in resident)
-        disk = self.disk
-        out = {"resident": len(resident), "sequences": self.n_seq, "resident_tokens": held,
+        disk, steps = self.prefix.disk, self.steps
+        out = {"resident": len(resident), "sequences": len(self.pool.owner), "resident_tokens": held,
                "resident_orphans": sum(s.orphan for s in resident),
                "host_sessions": len(self.host), "host_bytes": self.host.nbytes, "host_budget": self.host.budget,
                "host_tokens": sum(len(s.ids) for s in self.host.states()),
-               "orphans": len(self.orphans), "evictions": self.pool.evictions, "restores": self.pool.restores,
+               "orphans": len(self.prefix.orphans), "evictions": self.pool.evictions, "restores": self.pool.restores,
                "host_dropped": self.host.dropped, "evict_seconds": self.pool.evict_seconds,
-               "restore_seconds": self.pool.restore_seconds, "indexed": len(self.index),
-               "tokens_by_source": dict(self.served), "misses_by_reason": dict(self.misses),
-               "settled_tokens": self.settled, "settle_decoded": self.settle_decoded,
+               "restore_seconds": self.pool.restore_seconds, "indexed": len(self.prefix.index),
+               "tokens_by_source": dict(self.served), "misses_by_reason": dict(self.prefix.misses),
+               "settled_tokens": steps.settled, "settle_decoded": steps.settle_decoded,
                "step_probe": self.step_probe.as_stats(),
                "unsettled_tokens": sum(len(s.ids) - (len(s.ids) if s.decoded_at is None else s.decoded_at)
-                                   + len(s.unfed[:-1]) for s in self.unsettled_states())}
+                                   + len(s.unfed[:-1]) for s in steps.unsettled_states())}
         if disk is not None:
             out.update(disk_dir=disk.where, disk_shared=disk.shared, disk_files=len(disk.entries),
                        disk_bytes=disk.nbytes,

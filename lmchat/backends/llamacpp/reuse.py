@@ -1,6 +1,6 @@
 """The engine's prefix cache: where a new sequence's keys and values come from, and where a state goes.
 
-A mixin of :class:`.engine.Engine`, run on its scheduler thread (docs/backends.md, "Where a session's KV
+A part of :class:`.engine.Engine`, run on its scheduler thread (docs/backends.md, "Where a session's KV
 lives"): a dropped session's state is kept as an *orphan*, a prefix anybody may start from; a sequence that
 would prefill more than it holds starts from the longest exact prefix of its prompt held anywhere (moved from
 an idle orphan, copied from another sequence, restored from host memory or a KV file, every restore
@@ -9,34 +9,47 @@ checked); states pushed out of host memory, and every state at close, go to disk
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from typing import TYPE_CHECKING
 
-from .kvfiles import DiskEntry
+from .kvfiles import DiskEntry, DiskTier
 from .kvformat import KVFileRejected
 from .planning import prompt_ids
-from .prefix import BLOCK, common_prefix
-from .sequences import SessionState
-from .state import EngineState
+from .prefix import BLOCK, PrefixIndex, common_prefix
+from .sequences import SequencePool, SessionState
 
 if TYPE_CHECKING:
     from .jobs import Job
+    from .steps import Steps
+    from .vocab import LlamaVocab
 
 log = logging.getLogger("lmchat.llamacpp")
 #: the cheaper a tier is to start from, the lower: ties between holders of one prefix go to the cheapest
 _RANK: dict[str | None, int] = {"session": 0, "resident": 1, "host": 2, "disk": 3}
 
 
-class PrefixReuse(EngineState):
-    """What :class:`.engine.Engine` does as a prefix cache (its ``pool``, ``index``, ``orphans``, ``disk``)."""
+class PrefixReuse:
+    """What :class:`.engine.Engine` does as a prefix cache: the states of ``pool`` and the KV files of ``disk``,
+    found by their ids in ``index``; ``sessions`` (the engine's, by session id) is read only. It keeps the
+    orphans, what it published to a shared tier, and the misses."""
 
-    def _persist(self) -> None:
+    def __init__(self, pool: SequencePool, index: PrefixIndex[SessionState | DiskEntry], vocab: LlamaVocab,
+                 sessions: dict[str, SessionState], disk: DiskTier | None, steps: Steps, n_ctx_seq: int) -> None:
+        self.pool, self.index, self.vocab, self.sessions, self.disk = pool, index, vocab, sessions, disk
+        self.steps = steps  # settles the last answers before they go to disk
+        self.n_ctx_seq = n_ctx_seq
+        self.orphans: set[SessionState] = set()  # dropped sessions' states, kept as prefixes
+        self.published: dict[str, DiskEntry] = {}  # a session's state in a shared tier, as this engine last put it
+        self.misses: Counter[str] = Counter()  # held prefixes not used, by reason
+
+    def persist(self) -> None:
         """Every state the engine holds to disk, the most recently used last (the disk's LRU keeps those):
         the next process starts where this one stopped."""
         if self.disk is None:
             return
         try:
-            while self.unsettled() is not None:  # the last answers, prefilled again: all of them reusable
-                self._settle(None)
+            while self.steps.unsettled() is not None:  # the last answers, prefilled again: all of them reusable
+                self.steps.settle(None)
             for state in sorted({*self.sessions.values(), *self.orphans}, key=lambda s: s.tick):
                 if state.exact < BLOCK or state.busy:
                     continue
@@ -48,23 +61,23 @@ class PrefixReuse(EngineState):
         finally:
             self.disk.close()
 
-    def _orphan(self, state: SessionState) -> None:
+    def orphan(self, state: SessionState) -> None:
         """Keep a dropped session's KV as a prefix nobody owns (or free it if it holds nothing exact)."""
         if state.exact < BLOCK:
-            self._forget(state)
+            self.forget(state)
             return
         state.orphan = True  # its unfed ids stay: canonical ids of a drift rewind get settled all the same
         self.orphans.add(state)
         self.index.put(state)
 
-    def _forget(self, state: SessionState) -> None:
+    def forget(self, state: SessionState) -> None:
         self.index.remove(state)
         self.pool.release(state)
         self.orphans.discard(state)
 
     def _prompt(self, job: Job) -> list[int] | None:
         """The whole prompt of a job whose state holds nothing (None: one that holds something, or a request
-        that cannot give it: :meth:`_start` reports that)."""
+        that cannot give it: :meth:`.engine.Engine._start` reports that)."""
         state = job.admitted
         if state.ids or state.blob is not None:
             return None
@@ -75,15 +88,15 @@ class PrefixReuse(EngineState):
                 return None
         return job.target
 
-    def _behind_prefill(self, job: Job) -> bool:
-        """Whether a new sequence's prompt shares a block or more with what another job is prefilling right
+    def behind_prefill(self, job: Job, active: list[Job]) -> bool:
+        """Whether a new sequence's prompt shares a block or more with what another ``active`` job is prefilling right
         now, beyond what that job has computed: it then waits and copies the prefix once computed, instead
         of computing the same keys and values beside it (concurrent conversations that open with one system
         prompt compute it once)."""
         target = self._prompt(job)
         if target is None:
             return False
-        for other in self._active:
+        for other in active:
             if other.fed >= len(other.todo):
                 continue
             done = len(other.admitted.ids)
@@ -92,7 +105,7 @@ class PrefixReuse(EngineState):
                 return True
         return False
 
-    def _take_orphan(self, job: Job) -> bool:
+    def take_orphan(self, job: Job) -> bool:
         """A state new to the engine whose prompt continues an idle resident orphan takes its sequence:
         the stateless client's next request, at no copy. False: nothing to take."""
         target = self._prompt(job) if self.orphans else None
@@ -110,7 +123,7 @@ class PrefixReuse(EngineState):
         job.cached_from, job.adopted = "resident", True
         return True
 
-    def _spill(self, states: list[SessionState]) -> None:
+    def spill(self, states: list[SessionState]) -> None:
         """States pushed out of host memory: to disk if there is one, then forgotten by the engine's
         tiers (a session keeps its SessionState: its next turn finds its prefix on disk, or prefills)."""
         for state in states:
@@ -121,9 +134,9 @@ class PrefixReuse(EngineState):
                 if entry is not None:
                     self.index.put(entry)
             state.blob = None
-            self._forget(state)
+            self.forget(state)
 
-    def _publish(self, state: SessionState) -> None:
+    def publish(self, state: SessionState) -> None:
         """Put an idle session's state in the shared tier at once (another replica may take its next turn:
         after a kill, a drain or a redeploy); the file of its previous turn, a prefix of this one, goes."""
         disk = self.disk
@@ -147,6 +160,10 @@ class PrefixReuse(EngineState):
             self.index.remove(before)
             disk.reject(before)
 
+    def unpublish(self, session_id: str) -> None:
+        """The session was dropped: its file stays, a prefix like its orphan, but is no longer its own."""
+        self.published.pop(session_id, None)
+
     def _discover(self) -> None:
         """Index what other replicas published to (or removed from) a shared tier since the last look."""
         if self.disk is None:
@@ -157,7 +174,7 @@ class PrefixReuse(EngineState):
         for entry in new:
             self.index.put(entry)
 
-    def _reuse(self, job: Job) -> None:
+    def reuse(self, job: Job) -> None:
         """Start the sequence from the longest exact prefix of its prompt held elsewhere, when that saves
         prefilling at least a block (and a sixteenth of what must be loaded for it)."""
         state = job.admitted
@@ -238,7 +255,7 @@ class PrefixReuse(EngineState):
         gone = list(self.orphans)
         for state in gone:
             if not state.busy:
-                self._forget(state)
+                self.forget(state)
         n = len(gone)
         if disk and self.disk is not None:
             for entry in list(self.disk.entries.values()):

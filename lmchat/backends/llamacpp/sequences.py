@@ -41,7 +41,7 @@ class SessionState:
     tick: int = 0  # last use, for the LRU
     expected_until: float = 0.0  # its answer called tools: the client comes back with the results before then
     version: int = 0  # bumped whenever ids are cut or replaced (the prefix index re-hashes them then)
-    #: the session's drift rewind (start, count) applied when its answer was committed (:meth:`.steps.Steps._rewind`):
+    #: the session's drift rewind (start, count) applied when its answer was committed (:meth:`.steps.Steps.rewind`):
     #: ids from ``start`` hold the canonical encoding, and the next turn's discard of that range is done already
     rewound: tuple[int, int] | None = None
 

@@ -42,42 +42,64 @@ arrives meanwhile waits for one chunk, not for a whole answer (all at once, a
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from ...errors import BackendError
 from ..base import Chunk
 from ._lib import last_error
-from .state import EngineState
 
 if TYPE_CHECKING:
+    from llama_cpp.llama_cpp import llama_context_p
+
     from .jobs import Job
-    from .sequences import SessionState
+    from .kvfiles import DiskEntry
+    from .prefix import PrefixIndex
+    from .sequences import SequencePool, SessionState
+    from .vocab import LlamaVocab
 
 #: ids an idle engine settles between two looks at its queue: small enough that a request arriving meanwhile
 #: hardly waits (64 ids prefill in about 0.1-0.3 s on 2 CPU cores), large enough to stay a batched prefill
 SETTLE_CHUNK = 64
 
 
-class Steps(EngineState):
-    """The :class:`.engine.Engine`'s work on its scheduler thread between two looks at its command queue."""
+class Steps:
+    """The :class:`.engine.Engine`'s work on its scheduler thread between two looks at its command queue: it feeds
+    the engine's context (``ctx``, through ``batch``) the ids of the sequences ``pool`` holds, indexes what they
+    computed in ``index``, and ends a job through the engine's ``finish`` and ``fail``."""
 
-    def _step(self) -> None:
-        """The next token of every decoding sequence (one ``llama_decode``), then prefill chunks within budget."""
-        for job in list(self._active):
+    def __init__(self, L: ModuleType, ctx: llama_context_p, batch: Any, pool: SequencePool,
+                 index: PrefixIndex[SessionState | DiskEntry], vocab: LlamaVocab, *, n_batch: int, prefill_chunk: int,
+                 n_ctx_seq: int, pair_rows: bool, settle_decoded: bool, finish: Callable[[Job, str, str], None],
+                 fail: Callable[[Job, BaseException], None]) -> None:
+        self._L, self.ctx, self.pool, self.index, self.vocab = L, ctx, pool, index, vocab
+        # a llama_batch: llama-cpp-python annotates its fields wrongly (``pos`` as two-dimensional)
+        self.batch = batch
+        self.n_batch, self.prefill_chunk, self.n_ctx_seq = n_batch, prefill_chunk, n_ctx_seq
+        self.pair_rows = pair_rows  # give every sequence two rows per llama_decode (probe.py)
+        self.settle_decoded = settle_decoded  # decoded ids hold other keys and values than a prefill's
+        self._finish, self._fail = finish, fail
+        self.settled = 0  # decoded ids prefilled again by spare capacity
+
+    def step(self, active: list[Job], waiting: bool) -> None:
+        """The next token of every decoding sequence of the ``active`` jobs (one ``llama_decode``), then prefill
+        chunks within budget; with no prompt to prefill and none ``waiting``, settle."""
+        for job in list(active):
             if job.cancelled.is_set():
-                self._finish(job, "cancelled")
+                self._finish(job, "cancelled", "")
         # by sequence id: llama.cpp puts adjacent sequences in one micro-batch
-        decoding = sorted((j for j in self._active if j.token is not None), key=lambda j: j.admitted.resident_seq)
+        decoding = sorted((j for j in active if j.token is not None), key=lambda j: j.admitted.resident_seq)
         if decoding:
             self._decode(decoding)
         budget = self.prefill_chunk if decoding else self.n_batch
-        prompts = [j for j in self._active if j.fed < len(j.todo)]
+        prompts = [j for j in active if j.fed < len(j.todo)]
         for job in prompts:
             if budget <= 0 or budget < 2 <= len(job.todo) - job.fed:
                 break
             budget -= self._prefill(job, budget)
-        if not prompts and not self._waiting:
-            self._settle(self.prefill_chunk if decoding else None)
+        if not prompts and not waiting:
+            self.settle(self.prefill_chunk if decoding else None)
 
     def _decode(self, jobs: list[Job]) -> None:
         n, rows = 0, []
@@ -115,7 +137,7 @@ class Steps(EngineState):
             self.index.put(state)  # what it has computed so far may serve prompts waiting for it
             if last:
                 if job.request.params.max_new_tokens <= 0:
-                    self._finish(job, "length")
+                    self._finish(job, "length", "")
                 else:
                     self._sample(job, n - 1)
         return take
@@ -130,7 +152,7 @@ class Steps(EngineState):
         """The one to settle first: the one used last."""
         return max(self.unsettled_states(), key=lambda s: s.tick, default=None)
 
-    def _settle(self, limit: int | None) -> None:
+    def settle(self, limit: int | None) -> None:
         """Prefill again one chunk of the decoded tail of :meth:`unsettled` and of the ids it lacks but the one
         sampled last: at most :data:`SETTLE_CHUNK` ids a call, two or more, in a ``llama_decode`` of its own (see
         the module docstring), so a turn that arrives meanwhile waits for one chunk, never for a whole answer.
@@ -165,13 +187,13 @@ class Steps(EngineState):
         state.decoded_at = None
         self.index.put(state)  # the ids it was indexed under are unchanged: it only gains blocks
 
-    def _rewind(self, session_id: str, start: int, count: int, canonical: list[int]) -> None:
+    def rewind(self, state: SessionState | None, start: int, count: int, canonical: list[int]) -> None:
         """The session's last answer met retokenization drift: from ``start`` its ``count`` ids (fed and
         unfed) are not the canonical encoding of its text, ``canonical``, which the session holds instead
         (docs/tokens.md). Swap them now, so the canonical ids get settled while the engine is idle and every
         later prompt (the session's, a stateless client's resending the history, a branch's, a resumed
-        conversation's) finds them; the session's next turn then discards that range for nothing."""
-        state = self.sessions.get(session_id)
+        conversation's) finds them; the session's next turn then discards that range for nothing.
+        ``state``: the session's (None: the engine holds none)."""
         if state is None or state.seq is None or state.busy or state.shifted_at is not None \
                 or len(state.ids) + len(state.unfed) != start + count or start <= 0:
             return  # not what the session says the engine holds: its next turn's discard does it
@@ -232,10 +254,9 @@ class Steps(EngineState):
         return n + 1
 
     def _sample(self, job: Job, index: int) -> None:
-        sampler, matcher, ctx = job.sampler, job.matcher, self.ctx
+        sampler, matcher = job.sampler, job.matcher
         assert sampler is not None and matcher is not None, "set by Engine._start"
-        assert ctx is not None, "freed only once the scheduler stops"
-        token = sampler.sample(ctx, index)
+        token = sampler.sample(self.ctx, index)
         job.generated += 1
         result = matcher.feed_ids([token], self.vocab.decode)
         if result.stopped:
@@ -248,5 +269,5 @@ class Steps(EngineState):
             job.out.put(Chunk(text=result.text, token_ids=tuple(new)))
         job.token = token
         if job.generated >= job.request.params.max_new_tokens or len(job.admitted.ids) >= self.n_ctx_seq:
-            self._finish(job, "length")
+            self._finish(job, "length", "")
 
