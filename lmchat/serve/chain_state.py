@@ -20,8 +20,8 @@ from typing import TypeVar, cast
 import attrs
 
 from ..errors import StoreCorrupt
-from ..messages import Message
 from ..manager.table import View
+from ..messages import Message
 from .json_read import listed, obj, optional, seconds, serial, string, strings
 from .wire import JSON, JSONObject, Tools, TurnCounts
 

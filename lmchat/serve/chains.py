@@ -36,10 +36,20 @@ from ..manager import SessionManager
 from ..manager.frame import Frame
 from ..manager.request import Target
 from ..manager.table import View
-from ..templates.base import BaseTemplate
 from ..messages import Message
-from .chain_state import (CARRIED, Carried, DroppedMessage, Note, Same, SessionState, note_of, resolve, resolved,
-                          state_of)
+from ..templates.base import BaseTemplate
+from .chain_state import (
+    CARRIED,
+    Carried,
+    DroppedMessage,
+    Note,
+    Same,
+    SessionState,
+    note_of,
+    resolve,
+    resolved,
+    state_of,
+)
 from .errors import ApiError
 from .item_names import count_below
 from .items import Serials, conversation_id, parse_conversation_id, parse_response_id, response_id

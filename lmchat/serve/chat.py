@@ -23,15 +23,15 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from ..backends.base import Chunk, special_tokens
 from ..constraints import Constraint
 from ..errors import InvalidMessages, SessionLengthExceeded
+from ..manager import OneOff, SessionManager, TurnRequest
+from ..manager.history import from_openai
+from ..messages import Message
+from ..tools.answer_constraint import for_answer
 from ..validation import check_tool_choice, tool_names
 from .deps import blocking, check_n, model_named, new_id, owner
 from .errors import as_sent
 from .formats import chat_constraint, tool_constraint
 from .idempotency import releasing
-from ..manager import OneOff, SessionManager, TurnRequest
-from ..manager.history import from_openai
-from ..messages import Message
-from ..tools.answer_constraint import for_answer
 from .request_turns import count, parsed_of, run, start_stream
 from .schemas import ChatRequest
 from .sse import Meta, chat_events, finish_reason, usage

@@ -21,14 +21,13 @@ from typing import Any, cast
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 
-from ..manager import SessionManager
-from ..templates.base import BaseTemplate
-
 from ..backends.base import Chunk, GenerationRequest, Prompt, SamplingParams
 from ..constraints import Constraint
 from ..errors import SessionLengthExceeded
+from ..manager import SessionManager
 from ..manager.ids import oneoff_key
 from ..session import Delta
+from ..templates.base import BaseTemplate
 from .deps import cancel_on_disconnect, check_n, model_named, new_id, owner
 from .errors import ApiError
 from .formats import chat_constraint

@@ -32,8 +32,16 @@ from ..validation import MAX_MESSAGES, validate_messages
 from . import chains
 from .chain_state import Cut, SessionState, state_of
 from .deps import blocking, end_session, owner
-from .items import (Serials, bad, conversation_id, input_messages, message_items, page, parse_conversation_id,
-                    parse_item_id)
+from .items import (
+    Serials,
+    bad,
+    conversation_id,
+    input_messages,
+    message_items,
+    page,
+    parse_conversation_id,
+    parse_item_id,
+)
 from .responses import walk
 from .responses_model import Metadata
 from .schemas import _Body

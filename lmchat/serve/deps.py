@@ -8,12 +8,11 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
-from typing_extensions import ParamSpec
-
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import State
 from starlette.types import Receive
+from typing_extensions import ParamSpec
 
 from ..errors import LmchatError, SnapshotError, StoreCorrupt
 from ..manager import SessionManager
@@ -105,7 +104,7 @@ def new_id(prefix: str) -> str:
 WATCH_AFTER = 0.02
 
 
-def cancel_on_disconnect(receive: Receive, cancel: Callable[[], object]) -> "_Watch":
+def cancel_on_disconnect(receive: Receive, cancel: Callable[[], object]) -> _Watch:
     """``async with cancel_on_disconnect(receive, cancel):`` calls ``cancel`` if the client goes away while
     an answer is being generated.
 
@@ -129,7 +128,7 @@ class _Watch:
         self.task: asyncio.Task[None] | None = None
         self.left = False  # the client went away (seen by the watch)
 
-    async def __aenter__(self) -> "_Watch":
+    async def __aenter__(self) -> _Watch:
         self.timer = asyncio.get_running_loop().call_later(WATCH_AFTER, self._start)
         return self
 

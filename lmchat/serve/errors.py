@@ -13,10 +13,28 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import (
-    BackendError, CapacityExceeded, ConfigError, ConstraintUnsupported, EngineMismatch, InvalidMessages, LmchatError,
-    RequestInProgress, SessionBusy, SessionExists, SessionKindMismatch, SessionLengthExceeded, SessionNotFound,
-    SnapshotError, StoreConflict, StoreCorrupt, StoreError, StoreTimeout, TemplateRuleError, TextTooLong,
-    ToolsUnsupported, UnknownTemplate,
+    BackendError,
+    CapacityExceeded,
+    ConfigError,
+    ConstraintUnsupported,
+    EngineMismatch,
+    InvalidMessages,
+    LmchatError,
+    RequestInProgress,
+    SessionBusy,
+    SessionExists,
+    SessionKindMismatch,
+    SessionLengthExceeded,
+    SessionNotFound,
+    SnapshotError,
+    StoreConflict,
+    StoreCorrupt,
+    StoreError,
+    StoreTimeout,
+    TemplateRuleError,
+    TextTooLong,
+    ToolsUnsupported,
+    UnknownTemplate,
 )
 
 log = logging.getLogger("lmchat.serve")
@@ -71,7 +89,7 @@ class ApiError(Exception):
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
-    def naming(self, param: str | None, message: str | None = None) -> "ApiError":
+    def naming(self, param: str | None, message: str | None = None) -> ApiError:
         """The same error naming another field (the request's own, where a session's was named)."""
         return ApiError(self.status, message or self.message, type=self.type, param=param, code=self.code,
                         headers=self.headers)

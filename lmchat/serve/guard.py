@@ -144,10 +144,8 @@ class Guard:
             elif not ended:
                 raise
         finally:
-            if own is not None:
-                path = scope["path"]
-            else:  # the route template: session ids stay out
-                path = getattr(scope.get("route"), "path", None) or "unmatched"
+            # a route of its own by its path; another by its template, so that session ids stay out
+            path = scope["path"] if own is not None else getattr(scope.get("route"), "path", None) or "unmatched"
             self.stats.record(scope["method"], path, status, time.perf_counter() - began)
 
 

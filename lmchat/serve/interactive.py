@@ -25,6 +25,7 @@ import hashlib
 import json
 import uuid
 from collections.abc import AsyncIterator
+
 from starlette.datastructures import State
 from starlette.types import Message, Receive, Scope, Send
 

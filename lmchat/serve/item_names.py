@@ -45,7 +45,7 @@ class Names:
 
     def index(self, sid: str, serial: int) -> int | None:
         """Where the item ``(sid, serial)`` is (a deleted own item: where the next one is), None: not here."""
-        for start, run in zip(self.starts, self.origin):
+        for start, run in zip(self.starts, self.origin, strict=True):
             if run.session == sid and run.first_serial <= serial < run.first_serial + run.count:
                 return start + serial - run.first_serial
         if sid != self.sid:

@@ -22,12 +22,23 @@ import bisect
 import json
 import re
 from collections.abc import Iterable, Iterator
+
 from ..messages import Message, call_arguments, flatten_text
 from ..templates.base import BaseTemplate
 from ..tools import parse_response
 from .errors import ApiError
-from .wire import (JSON, FunctionCall, FunctionCallOutput, FunctionTool, InputMessage, Item, ItemPage, OutputMessage,
-                   ReasoningItem, Tools)
+from .wire import (
+    JSON,
+    FunctionCall,
+    FunctionCallOutput,
+    FunctionTool,
+    InputMessage,
+    Item,
+    ItemPage,
+    OutputMessage,
+    ReasoningItem,
+    Tools,
+)
 
 SID = re.compile(r"[0-9a-f]{32}")
 ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}

@@ -170,7 +170,7 @@ def _kv(kv: Mapping[str, Any]) -> Iterator[Metric]:
 def _cumulative(counts: Sequence[float]) -> list[tuple[str, float]]:
     """Per-bucket counts of :data:`REQUEST_BUCKETS` (and the last, infinite one) as cumulative ``(le, count)``."""
     out, total = [], 0.0
-    for bound, n in zip((*REQUEST_BUCKETS, "+Inf"), counts):
+    for bound, n in zip((*REQUEST_BUCKETS, "+Inf"), counts, strict=True):
         total += n
         out.append((str(bound), total))
     return out

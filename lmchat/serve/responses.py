@@ -21,10 +21,9 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from ..backends.base import special_tokens
+from ..errors import InvalidMessages, SessionBusy, SessionLengthExceeded, SessionNotFound, SnapshotError, StoreCorrupt
 from ..manager import SessionManager, TurnResult, TurnStream
 from ..manager.table import View
-from ..errors import (InvalidMessages, SessionBusy, SessionLengthExceeded, SessionNotFound,
-                      SnapshotError, StoreCorrupt)
 from ..tools.answer_constraint import for_answer
 from ..validation import validate_tools
 from . import chains
@@ -33,14 +32,26 @@ from .deps import blocking, end_session, model_named, owner, text_limit
 from .formats import text_constraint, tool_constraint
 from .idempotency import releasing
 from .item_names import Names, count_below
-from .items import (Serials, answer_items, answer_parts, bad, input_messages, message_item, message_items, page,
-                    parse_item_id, parse_response_id, response_id, session_tools)
+from .items import (
+    Serials,
+    answer_items,
+    answer_parts,
+    bad,
+    input_messages,
+    message_item,
+    message_items,
+    page,
+    parse_item_id,
+    parse_response_id,
+    response_id,
+    session_tools,
+)
 from .request_turns import parsed_of
 from .responses_model import ResponsesRequest, input_error, response_object, turn_of
 from .responses_sse import Events, response_events
 from .responses_turn import ResponsesTurn, Started, start
-from .wire import Deleted, Item, ItemPage, JSONObject, ResponseObject
 from .truncation import Places
+from .wire import Deleted, Item, ItemPage, JSONObject, ResponseObject
 
 router = APIRouter()
 T = TypeVar("T")

@@ -17,8 +17,8 @@ from typing import Annotated, Literal, TypedDict
 from pydantic import Field, StrictBool, StrictStr, field_validator
 
 from ..errors import InvalidMessages, SessionLengthExceeded
-from ..messages import Message
 from ..manager import TurnResult
+from ..messages import Message
 from ..templates.base import BaseTemplate
 from ..tools.registry import response_format
 from ..validation import DEFAULT_MAX_CHARS, MAX_MESSAGES, check_text, check_tool_choice

@@ -17,9 +17,9 @@ import json
 from collections.abc import AsyncGenerator, Callable
 from typing import TypeVar
 
+from ..manager import TurnResult, TurnStream
 from ..tools import ContentDelta, ReasoningDelta
 from ..tools.events import Event
-from ..manager import TurnResult, TurnStream
 from .errors import api_error
 from .items import arguments_text, call_item, message_item, reasoning_item
 from .request_turns import parsed_of

@@ -34,8 +34,19 @@ from ..messages import Message
 from ..templates.base import BaseTemplate
 from ..validation import check_tools_supported
 from .chain_state import Dropped, DroppedMessage, Note, SessionState
-from .chains import (Plan, ResponseAt, Want, _parsed, inspected, effort_level, new_sid, not_found, note_for,
-                     read_conversation, read_response)
+from .chains import (
+    Plan,
+    ResponseAt,
+    Want,
+    _parsed,
+    effort_level,
+    inspected,
+    new_sid,
+    not_found,
+    note_for,
+    read_conversation,
+    read_response,
+)
 from .deps import blocking
 from .errors import ApiError
 from .item_names import Names

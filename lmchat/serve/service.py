@@ -6,6 +6,7 @@ answers 404, exactly like a session that does not exist.
 from __future__ import annotations
 
 import asyncio
+
 from fastapi import APIRouter, Body, Depends, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 

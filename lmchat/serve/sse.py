@@ -15,8 +15,8 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 import attrs
 
 from ..backends.base import Chunk
-from ..tools.events import Event
 from ..tools import ContentDelta, ReasoningDelta, ResponseStream, ToolCallArgumentsDelta, ToolCallStart
+from ..tools.events import Event
 from .errors import api_error
 from .wire import JSON, JSONObject
 

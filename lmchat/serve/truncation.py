@@ -12,12 +12,13 @@ yet): :class:`Places` says where.
 from __future__ import annotations
 
 from collections.abc import Iterable
+
 import attrs
 
 from ..errors import StoreCorrupt
-from ..messages import Message, json_copy
 from ..manager.request import OnDrop
 from ..manager.table import View
+from ..messages import Message, json_copy
 from ..session import Delta
 from .chain_state import Dropped, DroppedMessage, Note, SessionState, dropped_messages, state_of
 from .item_names import count_below
@@ -105,7 +106,7 @@ def recording(note: JSONObject) -> OnDrop:
         indices = [places.index_of(delta.removed_at - state.head + j) for j in range(delta.dropped)]
         runs = [*places.runs, *((i, 1) for i in indices)]
         kept = Note.from_json(note)
-        messages = (DroppedMessage(places.serials.serial(i), m) for i, m in zip(indices, delta.removed))
+        messages = (DroppedMessage(places.serials.serial(i), m) for i, m in zip(indices, delta.removed, strict=True))
         return (attrs.evolve(state, dropped=places.spans(runs)).to_json(),
                 attrs.evolve(kept, dropped=(*kept.dropped, *messages)).to_json())
 

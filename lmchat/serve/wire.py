@@ -12,7 +12,7 @@ it is checked: ``object``, so that nothing reads it without looking at its type 
 """
 from __future__ import annotations
 
-from typing import Literal, TypedDict, Union
+from typing import Literal, TypeAlias, TypedDict
 
 from typing_extensions import NotRequired
 
@@ -85,7 +85,7 @@ class FunctionCallOutput(TypedDict):
     status: str
 
 
-Item = Union[ReasoningItem, OutputMessage, InputMessage, FunctionCall, FunctionCallOutput]
+Item: TypeAlias = ReasoningItem | OutputMessage | InputMessage | FunctionCall | FunctionCallOutput
 
 
 class ItemPage(TypedDict):

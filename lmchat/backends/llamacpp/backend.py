@@ -1,6 +1,7 @@
 """``LlamaCppBackend``: any GGUF model run by llama.cpp, sessions kept in llama.cpp sequences."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
@@ -16,8 +17,8 @@ from ..bundled import bundled_sampling, default_gguf
 from ._lib import ALL_LAYERS, gpu_offload, lib, load_model, meta
 from .engine import Engine
 from .kvfiles import DiskTier
-from .kvredis import RedisFiles
 from .kvformat import model_identity
+from .kvredis import RedisFiles
 from .probe import Settle
 from .vocab import LlamaVocab
 
@@ -240,12 +241,10 @@ class LlamaCppBackend:
         return engine
 
     def __del__(self) -> None:  # an unclosed backend: stop its scheduler thread and free the context
-        try:
+        with contextlib.suppress(Exception):
             self.close()
-        except Exception:
-            pass
 
-    def __enter__(self) -> "LlamaCppBackend":
+    def __enter__(self) -> LlamaCppBackend:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import queue
 from collections.abc import Callable
-from typing import Any, Generic, Literal, TypeVar, Union
+from typing import Any, Generic, Literal, TypeVar
 
 import attrs
 
@@ -15,7 +15,7 @@ from .jobs import Job
 
 T = TypeVar("T")
 #: a call's result or its exception
-Outcome = Union[tuple[Literal[True], T], tuple[Literal[False], BaseException]]
+Outcome = tuple[Literal[True], T] | tuple[Literal[False], BaseException]
 
 
 @attrs.frozen
@@ -58,4 +58,4 @@ class Close:
 
 #: a new turn or one of the commands above (a call's result type is its caller's: Engine.call is typed, the queue
 #: holds calls of any)
-Command = Union[Job, Drop, Expect, Rewind, Call[Any], Close]
+Command = Job | Drop | Expect | Rewind | Call[Any] | Close

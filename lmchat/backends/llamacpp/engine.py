@@ -50,12 +50,14 @@ from collections import Counter, deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-
 from ...errors import BackendError, ConstraintUnsupported
 from ...stops import StopMatcher
 from ..base import Chunk, GenerationRequest
 from ._lib import lib
+from .commands import Call, Close, Command, Drop, Expect, Rewind
 from .grammars import Grammars, advance
+from .inspection import Inspection
+from .jobs import Job
 from .kvfiles import DiskEntry, DiskTier
 from .planning import plan_turn
 from .prefix import PrefixIndex
@@ -63,9 +65,6 @@ from .probe import Settle, probe_steps
 from .reuse import PrefixReuse
 from .sampler import Sampler
 from .sequences import HostCache, SequencePool, SessionState
-from .commands import Call, Close, Command, Drop, Expect, Rewind
-from .inspection import Inspection
-from .jobs import Job
 from .steps import Steps
 from .vocab import LlamaVocab
 
@@ -74,7 +73,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-_ENGINES: "weakref.WeakSet[Engine]" = weakref.WeakSet()
+_ENGINES: weakref.WeakSet[Engine] = weakref.WeakSet()
 
 
 @atexit.register

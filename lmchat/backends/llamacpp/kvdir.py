@@ -12,6 +12,7 @@ name.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
 import os
@@ -179,7 +180,5 @@ def write(dfd: int, name: str, parts: Parts) -> None:
 
 def unlink(dfd: int, name: str) -> None:
     """Remove ``name`` (a link itself, never what it points to), if it can be."""
-    try:
+    with contextlib.suppress(OSError):
         os.unlink(name, dir_fd=dfd)
-    except OSError:
-        pass

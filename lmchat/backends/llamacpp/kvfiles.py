@@ -38,8 +38,17 @@ import attrs
 from ...errors import ConfigError
 from . import kvdir
 from .kvformat import (
-    SUFFIX, TAG_BYTES, KVFileRejected, authenticated, difference, file_name, head_bytes, ids_bytes, ids_of,
-    parse_header, tagger,
+    SUFFIX,
+    TAG_BYTES,
+    KVFileRejected,
+    authenticated,
+    difference,
+    file_name,
+    head_bytes,
+    ids_bytes,
+    ids_of,
+    parse_header,
+    tagger,
 )
 from .kvkey import KVKeyError, default_key_path, given_key, own_key
 

@@ -9,6 +9,7 @@ instead (``kv_key_file``, ``--kv-key-file``).
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import secrets
@@ -43,17 +44,13 @@ def own_key(path: Path) -> bytes:
             f.write(secrets.token_hex(32).encode() + b"\n")
             f.flush()
             os.fsync(f.fileno())  # a key torn by a power cut would refuse every file, and then itself
-        try:
+        with contextlib.suppress(FileExistsError):  # another process made it first: its key is the one
             os.link(tmp, path)
-        except FileExistsError:  # another process made it first: its key is the one
-            pass
     except OSError as exc:
         raise KVKeyError(f"cannot create the KV key {path}: {exc.strerror or exc}") from None
     finally:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
     try:
         return _read(path, own=True)
     except FileNotFoundError:

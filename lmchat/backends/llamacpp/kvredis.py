@@ -16,8 +16,10 @@ chunk is a miss, evicting a session is a loss.
 """
 from __future__ import annotations
 
+import contextlib
 import secrets
 import time
+
 from .kvdir import Parts
 from .kvformat import HEAD, MAX_HEADER, Header, KVFileRejected, parse_header
 
@@ -197,16 +199,12 @@ class RedisFiles:
         return bytes(out[:n])
 
     def _forget(self, name: str, gen: str, n: int) -> None:
-        try:
+        with contextlib.suppress(self._error):
             self._client.delete(*[self._key("c", name, gen, str(i)) for i in range(n + 1)])
-        except self._error:
-            pass
 
     def delete(self, name: str) -> None:
-        try:
+        with contextlib.suppress(self._error):
             self._drop(keys=[self._key("names"), self._key("bytes")], args=[name, self.prefix])
-        except self._error:
-            pass
 
     def sweep(self) -> None:
         """Nothing: the chunks of a write cut short expire (:data:`ORPHAN_SECONDS`)."""

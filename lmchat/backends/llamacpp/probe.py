@@ -23,6 +23,7 @@ chunks on a prompt long enough to take that path.
 """
 from __future__ import annotations
 
+import itertools
 import logging
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal
@@ -128,7 +129,7 @@ def _measure(L: ModuleType, ctx: llama_context_p, batch: Any, mem: Any, n_vocab:
         L.llama_memory_seq_rm(mem, seq, -1, -1)
         long = [(7 + 104729 * i) % n_vocab for i in range(CHUNKED)]
         out: list[Any] = []
-        for start, end in zip([0, *cuts], cuts):
+        for start, end in itertools.pairwise([0, *cuts]):
             out = run([(long[p], p, p == CHUNKED - 1) for p in range(start, end)])
         return out[0]
 
@@ -146,10 +147,10 @@ def _measure(L: ModuleType, ctx: llama_context_p, batch: Any, mem: Any, n_vocab:
         L.llama_memory_seq_rm(mem, seq, -1, -1)
 
     def equal(out: list[Any]) -> bool:
-        return all(np.array_equal(a, b) for a, b in zip(out, reference))
+        return all(np.array_equal(a, b) for a, b in zip(out, reference, strict=True))
 
     result = StepProbe(one_row_exact=equal(one), two_row_exact=equal(two),
-                       max_diff=max(float(np.max(np.abs(a - b))) for a, b in zip(one, reference)),
+                       max_diff=max(float(np.max(np.abs(a - b))) for a, b in zip(one, reference, strict=True)),
                        chunks_exact=chunks_exact)
     log.info("llama.cpp step probe: one-row steps %s a prefill's logits (max difference %.3g), two-row steps %s%s",
              "give" if result.one_row_exact else "do not give", result.max_diff,

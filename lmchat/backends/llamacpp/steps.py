@@ -110,7 +110,7 @@ class Steps:
             rows.append(n - 1)
         if not self._run(n, jobs):
             return
-        for i, job in zip(rows, jobs):
+        for i, job in zip(rows, jobs, strict=True):
             state, token = job.admitted, job.token
             assert token is not None, "a decoding job has its next token"
             if state.decoded_at is None and self.settle_decoded:
