@@ -6,6 +6,8 @@ cache folder (some seconds), then every test shares the loaded model.
 from __future__ import annotations
 
 import importlib.util
+import logging
+import sys
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -51,6 +53,15 @@ def _torch():
     torch.set_num_threads(THREADS)
     globals().update(torch=torch, DynamicCache=DynamicCache, HFBackend=HFBackend, cache_keyword=cache_keyword,
                      MARKER=MARKER, Sampler=Sampler)
+    yield
+    # torch's log handlers were made on pytest's captured stderr, which is closed when the worker exits, and torch
+    # logs its compile statistics then: five "--- Logging error ---" tracebacks at the end of the run
+    torch_loggers = [logging.getLogger(n) for n in list(logging.root.manager.loggerDict) if n.startswith("torch")]
+    for logger in torch_loggers:
+        for handler in logger.handlers:
+            if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):
+                handler.setStream(sys.__stderr__)
+                handler.setLevel(logging.WARNING)
 
 
 QUESTIONS = ["What is the capital of France?", "And of Italy?", "Which of the two cities is larger?"]

@@ -19,7 +19,17 @@ pytest.importorskip("fastapi")
 
 import httpx  # noqa: E402
 
-from lmchat.serve.chain_state import DROPPED_FORMAT, FORMAT, Cut, Dropped, DroppedMessage, Note, Run, Same, SessionState  # noqa: E402
+from lmchat.serve.chain_state import (  # noqa: E402
+    DROPPED_FORMAT,
+    FORMAT,
+    Cut,
+    Dropped,
+    DroppedMessage,
+    Note,
+    Run,
+    Same,
+    SessionState,
+)
 from lmchat.stores.sqlite import SQLiteStore  # noqa: E402
 
 from .serve_helpers import InProcess, Server  # noqa: E402
