@@ -58,6 +58,19 @@ def found(tier: DiskTier):
     return {e.name: e for e in new}, gone
 
 
+
+def race(write, writers, read, stop: threading.Event) -> None:
+    """``write(w)`` for every writer at once while ``read()`` runs, until the writers are done."""
+    threads = [threading.Thread(target=write, args=(w,)) for w in writers]
+    reader = threading.Thread(target=read)
+    reader.start()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    stop.set()
+    reader.join()
+
 def test_a_state_one_replica_publishes_is_read_by_another_as_shared(kv):
     a, b = kv(), kv()
     ids = ids_of(MIN_IDS * 2)
@@ -98,15 +111,7 @@ def test_two_writers_of_one_prefix_and_a_reader_never_meet_a_torn_state(kv):
                 errors.append(exc)
                 reader._seen.clear()  # noqa: SLF001 - look again at once: the writers keep publishing it
 
-    threads = [threading.Thread(target=write, args=(t,)) for t in (w1, w2)]
-    r = threading.Thread(target=read)
-    r.start()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    stop.set()
-    r.join()
+    race(write, (w1, w2), read, stop)
     assert results, "the reader read nothing"
     assert {len(x) for x in results} <= {300_000, 170_000}
     assert all(x in (blobs[w1], blobs[w2]) for x in results)
@@ -252,15 +257,7 @@ def test_two_writers_in_redis_and_a_reader_never_meet_a_torn_state(in_redis):
                 except KVFileRejected as exc:
                     kinds.append(exc.kind)
 
-    threads = [threading.Thread(target=write, args=(t,)) for t in (w1, w2)]
-    r = threading.Thread(target=read)
-    r.start()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    stop.set()
-    r.join()
+    race(write, (w1, w2), read, stop)
     assert results and all(x in (blobs[w1], blobs[w2]) for x in results)
     assert set(kinds) <= {"gone"}, kinds  # replaced while read: a miss that says so, never a torn state
     assert not reader.removed
