@@ -5,7 +5,7 @@ compare-and-set save), one at a time per session, within capacity limits,
 from threads or asyncio; :class:`TurnResult` is a collected turn;
 :class:`OneOff` a session for one turn that the store never sees.
 """
-from ..turns.turn import TurnResult
+from ..turns.result import TurnResult
 from .core import SessionManager
 from .oneoff import OneOff
 from .request import ANY_KIND, TurnRequest

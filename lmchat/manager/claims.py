@@ -20,7 +20,8 @@ from ..errors import ConfigError, SessionMoved
 from ..messages import normalize_messages
 from ..session import Delta, Session
 from ..turns.bridge import Done
-from ..turns.turn import AsyncTurn, Reading, Turn, TurnResult, reading_of, result_of
+from ..turns.result import Reading, TurnResult, reading_of, result_of
+from ..turns.turn import AsyncTurn, Turn
 from ..validation import check_tools_supported, validate_messages, validate_tools
 from . import history as hist
 from .capacity import Capacity

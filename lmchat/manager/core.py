@@ -42,7 +42,7 @@ from ..session.state import Held
 from ..stores import AsyncStore, Expiring, MemoryStore, SessionInfo, SessionStore
 from ..templates.base import BaseTemplate
 from ..turns.bridge import Done, Pump
-from ..turns.turn import TurnResult
+from ..turns.result import TurnResult
 from ..validation import check_tools_supported
 from .capacity import Capacity
 from .ids import checked_id, oneoff_key, owner_key, public_id, store_key

@@ -77,7 +77,7 @@ class TurnRequest:
     :func:`lmchat.session.edits.restored`, so that its delta resets): they replace the session only if the
     turn starts, and are saved with it (a caller that decided the edit from what it read passes it as data: a
     :class:`~.frame.Frame`). ``note``: a JSON object appended to the session's notes when the turn
-    is saved, in the same compare-and-set, with the turn's counts under ``"turn"`` (:func:`lmchat.turns.turn.
+    is saved, in the same compare-and-set, with the turn's counts under ``"turn"`` (:func:`lmchat.turns.result.
     record_of` with ``chars``, the answer's length, instead of its text). ``on_drop(view, delta)``: called when
     the overflow policy dropped messages to fit the turn (``delta.removed``, which the session no longer holds;
     ``view``: the session after the drop, with the ``extra`` the turn started from); the ``extra`` and ``note``

@@ -5,7 +5,7 @@ manager decided once, when it was made, from what its backend and store declare:
 (:class:`LoopTurns`) when the backend streams asynchronously (:class:`~lmchat.backends.AsyncGenerates`) and the
 store's writes can be awaited and its reads are local (:class:`~lmchat.stores.AsyncStore`, ``loop_safe``);
 else in a pool worker (:class:`PoolTurns`). Both give the same items: how the answer reads
-(:class:`~lmchat.turns.turn.Reading`), its chunks, then :class:`~lmchat.turns.Done` with the result.
+(:class:`~lmchat.turns.result.Reading`), its chunks, then :class:`~lmchat.turns.Done` with the result.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from ..backends.base import Chunk
 from ..errors import CapacityExceeded, SessionNotFound
 from ..turns.bridge import Done, Pump
-from ..turns.turn import Reading, TurnResult
+from ..turns.result import Reading, TurnResult
 from .capacity import Capacity
 from .claims import Claim, astart_turn, start_turn
 from .ids import owner_key
