@@ -28,14 +28,9 @@ decoding tokens go to separate ``llama_decode`` calls), :class:`.reuse.PrefixReu
 :class:`.inspection.Inspection` (read-only views). Other threads reach the
 scheduler through typed commands (:mod:`.commands`) on one queue.
 
-The KV tiers (docs/backends.md, "Where a session's KV lives"): resident
-sequences, states saved in host memory (:class:`.sequences.HostCache`), KV
-files on disk (:class:`.kvfiles.DiskTier`), all indexed by their token ids
-(:class:`.prefix.PrefixIndex`). A dropped session's state is not freed but
-kept as an *orphan*: a prefix any later prompt may start from (a stateless
-client's next request, a branch, another conversation with the same system
-prompt), evicted before any session's. States pushed out of host memory,
-and at :meth:`Engine.close` every state, go to disk.
+The KV tiers (resident sequences, host memory, disk files, indexed by their
+token ids; a dropped session's state kept as an *orphan* prefix) are
+described in docs/backends.md, "Where a session's KV lives".
 """
 from __future__ import annotations
 
@@ -51,11 +46,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ...errors import BackendError, ConstraintUnsupported
-from ...stops import StopMatcher
 from ..base import Chunk, GenerationRequest
 from ._lib import lib
 from .commands import Call, Close, Command, Drop, Expect, Rewind
-from .grammars import Grammars, advance
+from .grammars import Grammars
 from .inspection import Inspection
 from .jobs import Job
 from .kvfiles import DiskEntry, DiskTier
@@ -63,7 +57,7 @@ from .planning import plan_turn
 from .prefix import PrefixIndex
 from .probe import Settle, probe_steps
 from .reuse import PrefixReuse
-from .sampler import Sampler
+from .sampler import answer_sampling
 from .sequences import HostCache, SequencePool, SessionState
 from .steps import Steps
 from .vocab import LlamaVocab
@@ -358,18 +352,11 @@ class Engine:
             self.served[job.cached_from] += job.reused
         self.served["prefilled"] += len(job.todo)
         job.report()  # before the first batch: a long prompt shows its size at once
-        stop_ids = set(self.vocab.eog_ids)
-        stop_ids.update(self.vocab.added[w] for w in params.stop if w in self.vocab.added)
-        job.matcher = StopMatcher(params.stop, stop_ids=stop_ids)
-        context = state.ids + job.todo if params.repetition_penalty != 1.0 else ()
         try:  # checked on the caller's thread already: only a grammar that failed to parse again gets here
-            guide = None if params.constraint is None else self.grammars.matcher(params.constraint)
-            if guide is not None and params.constraint is not None and params.constraint.written:
-                advance(guide, self.vocab.encode_plain(params.constraint.written))
+            job.matcher, job.sampler = answer_sampling(params, self.vocab, self.grammars, state.ids + job.todo)
         except ConstraintUnsupported as exc:
             self._fail(job, exc)
             return
-        job.sampler = Sampler(params, self.n_vocab, context, guide)
         self._active.append(job)
 
     # ------------------------------------------------------------------ ending a job

@@ -21,8 +21,11 @@ import ctypes
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ...stops import StopMatcher
 from ..base import SamplingParams
 from ._lib import lib
+from .grammars import Grammars, advance
+from .vocab import LlamaVocab
 
 if TYPE_CHECKING:
     from llama_cpp.llama_cpp import llama_context_p
@@ -95,3 +98,18 @@ class Sampler:
         if self._chain is not None:
             self._L.llama_sampler_free(self._chain)
             self._chain = None
+
+
+def answer_sampling(params: SamplingParams, vocab: LlamaVocab, grammars: Grammars,
+                    context: Sequence[int]) -> tuple[StopMatcher, Sampler]:
+    """What an answer needs to be sampled and to end: its stop matcher (the request's stops, and the model's end
+    ids and stop words that are its added tokens) and its sampler (primed with ``context``, the ids the sequence
+    will hold, where a repetition penalty reads them; its constraint's matcher past what the constraint wrote).
+    Raises :class:`~lmchat.errors.ConstraintUnsupported` for a grammar that does not compile."""
+    stop_ids = set(vocab.eog_ids)
+    stop_ids.update(vocab.added[w] for w in params.stop if w in vocab.added)
+    guide = None if params.constraint is None else grammars.matcher(params.constraint)
+    if guide is not None and params.constraint is not None and params.constraint.written:
+        advance(guide, vocab.encode_plain(params.constraint.written))
+    penalized = context if params.repetition_penalty != 1.0 else ()
+    return StopMatcher(params.stop, stop_ids=stop_ids), Sampler(params, vocab.n_tokens, penalized, guide)
