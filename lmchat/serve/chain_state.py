@@ -20,10 +20,11 @@ from typing import TypeVar, cast
 import attrs
 
 from ..errors import StoreCorrupt
+from ..jsontypes import JSON, JSONObject
 from ..manager.table import View
 from ..messages import Message
 from .json_read import listed, obj, optional, seconds, serial, string, strings
-from .wire import JSON, JSONObject, Tools, TurnCounts
+from .wire import Tools, TurnCounts
 
 T = TypeVar("T")
 

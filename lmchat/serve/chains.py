@@ -32,6 +32,7 @@ from typing import TypeVar
 import attrs
 
 from ..errors import SessionNotFound
+from ..jsontypes import JSONObject
 from ..manager import SessionManager
 from ..manager.frame import Frame
 from ..manager.request import Target
@@ -54,7 +55,7 @@ from .errors import ApiError
 from .item_names import count_below
 from .items import Serials, conversation_id, parse_conversation_id, parse_response_id, response_id
 from .truncation import Places
-from .wire import JSONObject, Tools
+from .wire import Tools
 
 _SWITCH: dict[str, bool] = {}
 T = TypeVar("T")

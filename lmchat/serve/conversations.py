@@ -23,6 +23,7 @@ from fastapi.responses import JSONResponse
 from pydantic import Field
 
 from ..errors import InvalidMessages, SessionKindMismatch, SessionNotFound, SnapshotError, StoreCorrupt
+from ..jsontypes import JSON, JSONObject
 from ..manager import SessionManager
 from ..manager.table import View
 from ..messages import Message, normalize_messages
@@ -46,7 +47,7 @@ from .responses import walk
 from .responses_model import Metadata
 from .schemas import _Body
 from .truncation import Places
-from .wire import JSON, Conversation, ConversationPage, Deleted, Item, ItemPage, JSONObject
+from .wire import Conversation, ConversationPage, Deleted, Item, ItemPage
 
 router = APIRouter()
 T = TypeVar("T")

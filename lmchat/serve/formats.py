@@ -22,12 +22,13 @@ from .. import constraints
 from ..backends.base import Backend, answer_budget, check_constraint, special_tokens
 from ..constraints import Constraint
 from ..errors import ConstraintUnsupported
+from ..jsontypes import JSON, JSONObject
 from ..templates.base import BaseTemplate
 from ..tools.forcing import forced_calls
 from .deps import blocking
 from .errors import ApiError
 from .items import bad
-from .wire import JSON, JSONObject, Tools
+from .wire import Tools
 
 TYPES = ("text", "json_object", "json_schema")
 #: OpenAI's rule for a schema's name: 1 to 64 ASCII letters, digits, '_' or '-'

@@ -31,13 +31,13 @@ from starlette.types import Message, Receive, Scope, Send
 
 from ..backends.base import Chunk
 from ..errors import InvalidMessages, LmchatError, SessionLengthExceeded
+from ..jsontypes import JSONObject
 from ..manager import OneOff, SessionManager, TurnRequest
 from . import asgi
 from .deps import blocking
 from .errors import ApiError, api_error, as_sent
 from .request_turns import count, end_soon, run, start_stream, stop_on_disconnect
 from .schemas import InteractiveRequest
-from .wire import JSONObject
 
 PATH = "/v1/chat/interactive"
 

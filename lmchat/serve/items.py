@@ -23,12 +23,12 @@ import json
 import re
 from collections.abc import Iterable, Iterator
 
+from ..jsontypes import JSON
 from ..messages import Message, call_arguments, flatten_text
 from ..templates.base import BaseTemplate
 from ..tools import parse_response
 from .errors import ApiError
 from .wire import (
-    JSON,
     FunctionCall,
     FunctionCallOutput,
     FunctionTool,

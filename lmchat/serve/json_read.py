@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from .wire import JSON, JSONObject
+from ..jsontypes import JSON, JSONObject
 
 T = TypeVar("T")
 

@@ -22,6 +22,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from ..backends.base import special_tokens
 from ..errors import InvalidMessages, SessionBusy, SessionLengthExceeded, SessionNotFound, SnapshotError, StoreCorrupt
+from ..jsontypes import JSONObject
 from ..manager import SessionManager, TurnResult, TurnStream
 from ..manager.table import View
 from ..tools.answer_constraint import for_answer
@@ -51,7 +52,7 @@ from .responses_model import ResponsesRequest, input_error, response_object, tur
 from .responses_sse import Events, response_events
 from .responses_turn import ResponsesTurn, Started, start
 from .truncation import Places
-from .wire import Deleted, Item, ItemPage, JSONObject, ResponseObject
+from .wire import Deleted, Item, ItemPage, ResponseObject
 
 router = APIRouter()
 T = TypeVar("T")

@@ -17,6 +17,7 @@ from typing import Annotated, Literal, TypedDict
 from pydantic import Field, StrictBool, StrictStr, field_validator
 
 from ..errors import InvalidMessages, SessionLengthExceeded
+from ..jsontypes import JSON, JSONObject
 from ..manager import TurnResult
 from ..messages import Message
 from ..templates.base import BaseTemplate
@@ -27,7 +28,7 @@ from .chains import thinking_switch
 from .errors import ApiError, as_sent
 from .items import bad, input_messages, response_tools
 from .schemas import Count, Finite, _Body
-from .wire import JSON, Item, JSONObject, ResponseObject, TurnCounts, Usage
+from .wire import Item, ResponseObject, TurnCounts, Usage
 
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 Metadata = Annotated[dict[Annotated[str, Field(max_length=64)], Annotated[StrictStr, Field(max_length=512)]],

@@ -28,6 +28,7 @@ from starlette.types import Receive
 
 from ..constraints import Constraint
 from ..errors import LmchatError, SessionBusy, SessionExists, SessionMoved
+from ..jsontypes import JSONObject
 from ..manager import SessionManager, TurnRequest, TurnResult, TurnStream
 from ..manager.frame import Frame
 from ..messages import Message
@@ -54,7 +55,6 @@ from .items import bad, parse_conversation_id, parse_response_id
 from .request_turns import run
 from .responses_model import ResponsesRequest, check_effort
 from .truncation import inherited, recording
-from .wire import JSONObject
 
 #: how often a request re-plans when the session moved under it (another request extended it first)
 ATTEMPTS = 4

@@ -15,10 +15,11 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, model_validator
 
+from ..jsontypes import JSON, JSONObject
 from ..messages import Message
 from ..validation import MAX_MESSAGES
 from .errors import ApiError
-from .wire import JSON, JSONObject, Tools
+from .wire import Tools
 
 #: deeper JSON is refused (a conversation with tools nests about 10 levels)
 MAX_DEPTH = 64

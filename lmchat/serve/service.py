@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 
 from ..backends.base import PromptFormat
 from ..errors import StoreError
+from ..jsontypes import JSONObject
 from ..manager import SessionManager
 from ..session import Session
 from ..validation import check_text
@@ -19,7 +20,7 @@ from .deps import authorized, blocking, end_session, owner, text_limit
 from .errors import ApiError, api_error
 from .metrics import exposition
 from .schemas import Fork, NewSession
-from .wire import Deleted, JSONObject, SessionList, SessionSummary, SessionView
+from .wire import Deleted, SessionList, SessionSummary, SessionView
 
 router = APIRouter()
 

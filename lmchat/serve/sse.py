@@ -15,10 +15,10 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 import attrs
 
 from ..backends.base import Chunk
+from ..jsontypes import JSON, JSONObject
 from ..tools import ContentDelta, ReasoningDelta, ResponseStream, ToolCallArgumentsDelta, ToolCallStart
 from ..tools.events import Event
 from .errors import api_error
-from .wire import JSON, JSONObject
 
 DONE = "data: [DONE]\n\n"
 

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 import attrs
 
 from ..errors import StoreCorrupt
+from ..jsontypes import JSONObject
 from ..manager.request import OnDrop
 from ..manager.table import View
 from ..messages import Message, json_copy
@@ -23,7 +24,6 @@ from ..session import Delta
 from .chain_state import Dropped, DroppedMessage, Note, SessionState, dropped_messages, state_of
 from .item_names import count_below
 from .items import Serials
-from .wire import JSONObject
 
 
 class Places:

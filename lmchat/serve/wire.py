@@ -7,8 +7,8 @@ The names follow ``openai.types.responses`` (``ResponseReasoningItem``, ``Respon
 ``ResponseFunctionToolCall``...), whose pydantic models are for reading a response, not for
 building one key for key.
 
-:data:`JSON` is a value parsed from JSON (a stored record, a field the request leaves open) before
-it is checked: ``object``, so that nothing reads it without looking at its type first.
+:data:`JSON` and :data:`JSONObject` (lmchat/jsontypes.py) are values parsed from JSON before they are
+checked: ``object``, so that nothing reads them without looking at their type first.
 """
 from __future__ import annotations
 
@@ -16,12 +16,9 @@ from typing import Literal, TypeAlias, TypedDict
 
 from typing_extensions import NotRequired
 
+from ..jsontypes import JSON, JSONObject
 from ..messages import Message
 
-#: a value parsed from JSON, not yet checked (a stored record, a field the request leaves open)
-JSON = object
-#: a JSON object not yet checked (its values are looked at one by one)
-JSONObject = dict[str, object]
 Status = Literal["completed", "in_progress", "incomplete"]
 
 
