@@ -23,7 +23,7 @@ from ..repl.rendering import PlainOutput, RichOutput
 from ..repl.resuming import find, recap
 from ..session import DRIFT_POLICIES, Session
 from ..session.edits import restored
-from ..stores import VERSION_KEY, open_store
+from ..stores import open_store, version_of
 from ..stores.base import SessionStore
 from ..templates.base import BaseTemplate
 from .backend_args import DEFAULT as DEFAULT_BACKEND
@@ -186,12 +186,13 @@ def _open(args: argparse.Namespace, store: SessionStore, backend: Backend, templ
     try:
         session = restored(data, tokenizer, "resumed: the engine holds nothing for this session")
     except UnknownTemplate:
-        name = data["template"].get("name", "")
-        if name.startswith("file:"):
+        stored_template = data["template"]
+        name = stored_template.get("name", "") if isinstance(stored_template, dict) else ""
+        if isinstance(name, str) and name.startswith("file:"):
             raise SessionError(f"session {session_id[:8]} uses a template file: "
                                f"pass --chat-template {name[5:]}") from None
         raise
-    conv = Conversation(session, backend, store, out, tokenizer=tokenizer, version=data[VERSION_KEY])
+    conv = Conversation(session, backend, store, out, tokenizer=tokenizer, version=version_of(data))
     conv.restore_settings(data)
     if args.drift:
         session.drift = args.drift

@@ -31,7 +31,7 @@ from ..errors import ConstraintUnsupported, LmchatError, SessionError, SessionLe
 from ..repetition import RepetitionGuard
 from ..session import Delta, Session, edits
 from ..session.overflow import ROOM
-from ..stores import VERSION_KEY, SessionStore
+from ..stores import SessionStore, version_of
 from ..stores.base import Summary
 from ..templates.base import BaseTemplate
 from ..tools.answer_constraint import for_answer
@@ -264,7 +264,7 @@ class Conversation:
             raise SessionError(f"{where} ({type(exc).__name__}: {printable(str(exc)[:200])})") from None
         stored = self.store.load(session.session_id)
         self.restore_settings(data)
-        self.replace(session, stored[VERSION_KEY] if stored else 0)
+        self.replace(session, version_of(stored) if stored else 0)
 
     def snapshot(self) -> dict[str, Any]:
         """The session as saved: its snapshot plus this chat's /set values."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from ..backends.base import PrefixCache
 from ..errors import SessionError
 from ..session.edits import restored
-from ..stores import VERSION_KEY, SessionStore
+from ..stores import SessionStore, version_of
 from .conversation import Conversation, printable, turns
 
 #: a recap shows this many characters of each message of the last exchange
@@ -72,5 +72,5 @@ def switch(conv: Conversation, prefix: str) -> str:
         raise SessionError(f"no stored session {printable(prefix)}: /sessions lists them")
     conv.restore_settings(data)
     conv.replace(restored(data, conv.tokenizer, "resumed: the engine holds nothing for this session"),
-                 data[VERSION_KEY])
+                 version_of(data))
     return f"continuing session {printable(session_id[:8])}: {recap(conv)}"

@@ -11,13 +11,13 @@ from typing import Any
 
 from ..errors import StoreError
 from ..extras import load
-from .base import VERSION_KEY, AsyncStore, Expiring, SessionInfo, SessionStore, Summary
+from .base import VERSION_KEY, AsyncStore, Expiring, SessionInfo, SessionStore, Summary, version_of
 from .memory import MemoryStore
 from .records import RecordInfo
 from .sqlite import SQLiteStore
 
 __all__ = ["VERSION_KEY", "AsyncStore", "Expiring", "MemoryStore", "RecordInfo", "SQLiteStore", "SessionInfo",
-           "SessionStore", "Summary", "open_store"]
+           "SessionStore", "Summary", "version_of", "open_store"]
 
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 

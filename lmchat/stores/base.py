@@ -21,11 +21,12 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import attrs
 
 from ..errors import StoreError
+from ..jsontypes import JSONObject
 
 if TYPE_CHECKING:  # no import at run time: the store sits below the session
     from ..session import Session
@@ -33,6 +34,12 @@ if TYPE_CHECKING:  # no import at run time: the store sits below the session
 #: key that :meth:`SessionStore.load` adds to the returned dict: the stored version
 VERSION_KEY = "store_version"
 TITLE_CHARS = 60
+
+
+def version_of(snapshot: Mapping[str, object]) -> int:
+    """The version :meth:`SessionStore.load` put in ``snapshot`` under :data:`VERSION_KEY` (0: none)."""
+    version = snapshot.get(VERSION_KEY, 0)
+    return version if isinstance(version, int) else 0
 
 
 @attrs.frozen
@@ -63,10 +70,11 @@ class Summary:
             raise StoreError(f"a Summary has strings title, template, owner and a count of turns, got {self!r}")
 
     @classmethod
-    def of(cls, snapshot: Mapping[str, Any]) -> Summary:
+    def of(cls, snapshot: Mapping[str, object]) -> Summary:
         """The columns of a whole snapshot (reads every message: for saves, not per turn)."""
         earlier = snapshot.get("earlier")  # what the overflow policy dropped comes first (no list: none)
-        messages = [*(earlier if isinstance(earlier, list) else ()), *(snapshot.get("messages") or [])]
+        kept = snapshot.get("messages")
+        messages = [*(earlier if isinstance(earlier, list) else ()), *(kept if isinstance(kept, list) else ())]
         template = snapshot.get("template") or {}
         return cls(
             title=title_of(messages),
@@ -101,15 +109,15 @@ class SessionStore(Protocol):
     # optional capabilities: AsyncStore (the writes awaited on an event loop), Expiring (sessions
     # that expire)
 
-    def save(self, session_dict: Mapping[str, Any], *, expected_version: int | None = None,
+    def save(self, session_dict: Mapping[str, object], *, expected_version: int | None = None,
              token: str | None = None) -> int:
         """Write a whole snapshot (a new base) and return its new version; :class:`StoreConflict` on a CAS miss."""
 
-    def append(self, session_id: str, patch: Mapping[str, Any], *, expected_version: int, summary: Summary,
+    def append(self, session_id: str, patch: Mapping[str, object], *, expected_version: int, summary: Summary,
                token: str | None = None) -> int:
         """Add one turn's patch on top of ``expected_version``; the new version (+1), or :class:`StoreConflict`."""
 
-    def load(self, session_id: str) -> dict[str, Any] | None:
+    def load(self, session_id: str) -> JSONObject | None:
         """The base with every later patch applied, plus ``VERSION_KEY``; or None."""
 
     def compact(self, session_id: str) -> bool:
@@ -138,11 +146,11 @@ class AsyncStore(Protocol):
     #: the event loop (with a backend that streams asynchronously), where a blocking read would stall it
     loop_safe: bool
 
-    async def asave(self, session_dict: Mapping[str, Any], *, expected_version: int | None = None,
+    async def asave(self, session_dict: Mapping[str, object], *, expected_version: int | None = None,
                     token: str | None = None) -> int:
         """``save``, awaited."""
 
-    async def aappend(self, session_id: str, patch: Mapping[str, Any], *, expected_version: int,
+    async def aappend(self, session_id: str, patch: Mapping[str, object], *, expected_version: int,
                       summary: Summary, token: str | None = None) -> int:
         """``append``, awaited."""
 
@@ -170,14 +178,15 @@ class Record:
         return Summary(self.title, self.turns, self.template, self.owner)
 
 
-def record(session_dict: Mapping[str, Any]) -> Record:
+def record(session_dict: Mapping[str, object]) -> Record:
     """Check a session dict and derive the columns every store indexes."""
-    if not isinstance(session_dict, Mapping) or not isinstance(session_dict.get("session_id"), str):
+    session_id = session_dict.get("session_id") if isinstance(session_dict, Mapping) else None
+    if not isinstance(session_id, str):
         raise StoreError("expected the dict of Session.to_dict() (with a 'session_id' string)")
     data = {k: v for k, v in session_dict.items() if k != VERSION_KEY}
-    text = dumps(data, f"session {data['session_id']}")
+    text = dumps(data, f"session {session_id}")
     summary = Summary.of(data)
-    return Record(id=data["session_id"], data=text, title=summary.title, turns=summary.turns,
+    return Record(id=session_id, data=text, title=summary.title, turns=summary.turns,
                   template=summary.template, owner=summary.owner)
 
 
@@ -187,7 +196,7 @@ def record(session_dict: Mapping[str, Any]) -> Record:
 _ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False).encode
 
 
-def dumps(value: Any, what: str) -> str:
+def dumps(value: object, what: str) -> str:
     """Compact JSON, or a StoreError saying what could not be encoded."""
     try:
         return _ENCODE(value)
@@ -195,7 +204,7 @@ def dumps(value: Any, what: str) -> str:
         raise StoreError(f"{what} is not JSON-serialisable: {exc}") from None
 
 
-def title_of(messages: Iterable[Any]) -> str:
+def title_of(messages: Iterable[object]) -> str:
     """The first user message on one line, shortened: what `/sessions` shows."""
     for m in messages:
         if (type(m) is dict or isinstance(m, Mapping)) and m.get("role") == "user":  # an ABC check costs more

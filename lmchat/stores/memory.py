@@ -4,7 +4,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any
 
 import attrs
 
@@ -51,7 +50,7 @@ class MemoryStore(RecordStore):
         self._seq += 1
         return self._seq
 
-    def save(self, session_dict: Mapping[str, Any], *, expected_version: int | None = None,
+    def save(self, session_dict: Mapping[str, object], *, expected_version: int | None = None,
              token: str | None = None) -> int:
         rec = record(session_dict)
         token = token or new_tag()
@@ -67,7 +66,7 @@ class MemoryStore(RecordStore):
                                       time.time(), self._next_seq(), token)
             return current + 1
 
-    async def asave(self, session_dict: Mapping[str, Any], *, expected_version: int | None = None,
+    async def asave(self, session_dict: Mapping[str, object], *, expected_version: int | None = None,
                     token: str | None = None) -> int:
         return self.save(session_dict, expected_version=expected_version, token=token)  # never waits
 

@@ -32,11 +32,12 @@ import os
 import uuid
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import attrs
 
 from ..errors import StoreCorrupt, StoreError
+from ..jsontypes import JSONObject
 from .base import VERSION_KEY, Summary, dumps
 
 log = logging.getLogger("lmchat.stores")
@@ -84,7 +85,7 @@ def new_tag() -> str:
     return f"{_PROCESS}-{next(_COUNTER)}"
 
 
-def encode_patch(session_id: str, patch: Mapping[str, Any]) -> str:
+def encode_patch(session_id: str, patch: Mapping[str, object]) -> str:
     """Check a patch's shape (O(patch), nothing about the snapshot) and encode it."""
     where = f"session {session_id}: a patch"
     if not isinstance(patch, Mapping) or set(patch) - {"lists", "set"}:
@@ -111,14 +112,14 @@ def check_append(session_id: str, expected_version: int, summary: Summary) -> No
         raise StoreError(f"session {session_id}: append needs a Summary (the columns list() shows), got {summary!r}")
 
 
-def materialize(session_id: str, stored: Stored) -> dict[str, Any]:
+def materialize(session_id: str, stored: Stored) -> JSONObject:
     """The snapshot ``load`` returns: the base with every patch applied, plus ``VERSION_KEY``."""
     snapshot = fold(session_id, stored)
     snapshot[VERSION_KEY] = stored.version
     return snapshot
 
 
-def fold(session_id: str, stored: Stored) -> dict[str, Any]:
+def fold(session_id: str, stored: Stored) -> JSONObject:
     """The base with the patches applied, as :func:`lmchat.session.patches.apply` would, in O(base + patches).
 
     ``patches.apply`` copies each list it patches (a fresh snapshot per turn); here every object is freshly
@@ -159,7 +160,7 @@ def _whole(session_id: str, what: str, value: object, where: str | None) -> int:
     return value
 
 
-def _apply(session_id: str, version: int, snapshot: dict[str, Any], patch: object) -> None:
+def _apply(session_id: str, version: int, snapshot: JSONObject, patch: object) -> None:
     where = f"session {session_id}: the stored patch of version {version}"
     if not isinstance(patch, dict):
         raise StoreCorrupt(f"{where} is not a JSON object")
@@ -229,7 +230,7 @@ class RecordStore:
     #: them itself, and the session manager then runs asyncio callers' turns on the loop
     loop_safe = False
 
-    def append(self, session_id: str, patch: Mapping[str, Any], *, expected_version: int, summary: Summary,
+    def append(self, session_id: str, patch: Mapping[str, object], *, expected_version: int, summary: Summary,
                token: str | None = None) -> int:
         check_append(session_id, expected_version, summary)
         text = encode_patch(session_id, patch)
@@ -238,7 +239,7 @@ class RecordStore:
             self._compact_after(session_id, version)
         return version
 
-    async def aappend(self, session_id: str, patch: Mapping[str, Any], *, expected_version: int,
+    async def aappend(self, session_id: str, patch: Mapping[str, object], *, expected_version: int,
                       summary: Summary, token: str | None = None) -> int:
         """:meth:`append` for an event loop: the write is awaited, never waited on; a compaction that is
         due runs in the background, in one worker thread for the process (it reads and folds the whole
@@ -253,10 +254,10 @@ class RecordStore:
         return version
 
     if TYPE_CHECKING:  # each store's own
-        def save(self, session_dict: Mapping[str, Any], *, expected_version: int | None = None,
+        def save(self, session_dict: Mapping[str, object], *, expected_version: int | None = None,
                  token: str | None = None) -> int: ...
 
-    async def asave(self, session_dict: Mapping[str, Any], *, expected_version: int | None = None,
+    async def asave(self, session_dict: Mapping[str, object], *, expected_version: int | None = None,
                     token: str | None = None) -> int:
         """``save`` for an event loop (here: in a worker thread)."""
         return await asyncio.to_thread(self.save, session_dict, expected_version=expected_version, token=token)
@@ -274,7 +275,7 @@ class RecordStore:
             log.warning("session %s: compaction after version %d failed (the append stands): %s",
                         session_id, version, exc)
 
-    def load(self, session_id: str) -> dict[str, Any] | None:
+    def load(self, session_id: str) -> JSONObject | None:
         stored = self._read(session_id)
         return None if stored is None else materialize(session_id, stored)
 

@@ -25,7 +25,7 @@ a redis-py exception.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 from redis.backoff import NoBackoff
@@ -54,6 +54,10 @@ def _without_password(url: str) -> str:
 #: what the scripts answer about a session whose hash holds no number where one belongs (:mod:`.redis_scripts`)
 _DAMAGED = "the stored version is not a number"
 
+T = TypeVar("T")
+#: a pipeline's replies: redis-py types them Any (text, bytes, numbers or None by command); each is checked
+#: where read (``_int``)
+Replies = list[Any]
 _FIELDS = ("title", "turns", "updated_at", "template", "version", "owner")
 
 
@@ -93,7 +97,7 @@ class RedisStore(RecordStore):
     def _patches_key(self, session_id: str) -> str:
         return f"{self.prefix}p:{session_id}"
 
-    def _call(self, what: str, fn: Callable[..., Any], *args: Any, write: bool = False, **kwargs: Any) -> Any:
+    def _call(self, what: str, fn: Callable[..., T], *args: object, write: bool = False, **kwargs: object) -> T:
         """Run one Redis operation; every failure becomes a StoreError that names the server."""
         try:
             return fn(*args, **kwargs)
@@ -116,7 +120,7 @@ class RedisStore(RecordStore):
             ) from None
 
     def _write_args(self, rec_id: str, expected: int | None, token: str, summary: Summary
-                    ) -> tuple[list[str], list[Any]]:
+                    ) -> tuple[list[str], list[str | int | None]]:
         keys = [self._key(rec_id), self._patches_key(rec_id), f"{self.prefix}index",
                 f"{self.prefix}owner:{summary.owner}"]
         ttl_ms = int(self.ttl * 1000) if self.ttl else 0
@@ -125,7 +129,7 @@ class RedisStore(RecordStore):
         return keys, args
 
     # ------------------------------------------------------------------ writes
-    def save(self, session_dict: Mapping[str, Any], *, expected_version: int | None = None,
+    def save(self, session_dict: Mapping[str, object], *, expected_version: int | None = None,
              token: str | None = None) -> int:
         rec = record(session_dict)
         keys, args = self._write_args(rec.id, expected_version, token or new_tag(), rec.summary)
@@ -161,7 +165,7 @@ class RedisStore(RecordStore):
 
     # ------------------------------------------------------------------ reads
     def _read(self, session_id: str) -> Stored | None:
-        def read() -> list[Any]:
+        def read() -> Replies:
             pipe = self._client.pipeline(transaction=True)  # MULTI/EXEC: the hash and the list of one moment
             pipe.hmget(self._key(session_id), "version", "base_version", "base_tag", "data")
             pipe.lrange(self._patches_key(session_id), 0, -1)
@@ -177,7 +181,7 @@ class RedisStore(RecordStore):
         check_versions(session_id, version, base_version, f"Redis at {self.spec}")
         return Stored(version, base_version, tag or "", data, patches)
 
-    def _int(self, value: Any, session_id: str, field: str) -> int:
+    def _int(self, value: str | bytes | int, session_id: str, field: str) -> int:
         try:
             return int(value)
         except (TypeError, ValueError):
@@ -185,7 +189,7 @@ class RedisStore(RecordStore):
                                f"{value!r:.80}") from None
 
     def records(self, session_id: str) -> RecordInfo | None:
-        def read() -> list[Any]:
+        def read() -> Replies:
             pipe = self._client.pipeline(transaction=True)
             pipe.hmget(self._key(session_id), "version", "base_version", "base_chars", "patch_chars", "data")
             pipe.llen(self._patches_key(session_id))
@@ -198,10 +202,10 @@ class RedisStore(RecordStore):
                           int(base_chars) if base_chars is not None else len(data or ""), int(patch_chars or 0))
 
     def version(self, session_id: str) -> int:
-        version = self._call(f"read session {session_id}", self._client.hget, self._key(session_id), "version")
-        if version is None:
+        stored = self._call(f"read session {session_id}", self._client.hget, self._key(session_id), "version")
+        if stored is None:
             return 0
-        version = self._int(version, session_id, "version")
+        version = self._int(stored, session_id, "version")
         check_versions(session_id, version, 1, f"Redis at {self.spec}")
         return version
 
@@ -211,7 +215,7 @@ class RedisStore(RecordStore):
         seen: set[str] = set()  # a session saved while we page moves up and could come again
         start = 0
         while len(infos) < limit:
-            ids = self._call("list sessions", self._client.zrevrange, index, start, start + limit - 1)
+            ids: Replies = self._call("list sessions", self._client.zrevrange, index, start, start + limit - 1)
             if not ids:
                 break
             start += len(ids)

@@ -23,12 +23,11 @@ import sqlite3
 import time
 import weakref
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from ..errors import StoreConflict, StoreCorrupt, StoreError
 from .base import SessionInfo, Summary, record
 from .records import RecordInfo, RecordStore, Stored, check_versions, compaction_due, new_tag
-from .sqlite_io import BUSY_SECONDS, Readers, Writer, connect
+from .sqlite_io import BUSY_SECONDS, Readers, Row, Writer, connect
 
 __all__ = ["BUSY_SECONDS", "MIGRATIONS", "SQLiteStore"]
 
@@ -164,11 +163,11 @@ class SQLiteStore(RecordStore):
         return self._writer.transactions, self._writer.writes
 
     # ------------------------------------------------------------------ writes
-    def save(self, session_dict: Mapping[str, Any], *, expected_version: int | None = None,
+    def save(self, session_dict: Mapping[str, object], *, expected_version: int | None = None,
              token: str | None = None) -> int:
         return self._writer.submit(*self._save_job(session_dict, expected_version, token))
 
-    async def asave(self, session_dict: Mapping[str, Any], *, expected_version: int | None = None,
+    async def asave(self, session_dict: Mapping[str, object], *, expected_version: int | None = None,
                     token: str | None = None) -> int:
         return await self._writer.run(*self._save_job(session_dict, expected_version, token))
 
@@ -179,7 +178,7 @@ class SQLiteStore(RecordStore):
                            token: str) -> tuple[int, bool]:
         return await self._writer.run(*self._append_job(session_id, patch, expected, summary, token))
 
-    def _save_job(self, session_dict: Mapping[str, Any], expected_version: int | None, token: str | None
+    def _save_job(self, session_dict: Mapping[str, object], expected_version: int | None, token: str | None
                   ) -> tuple[Callable[[sqlite3.Connection], int], str]:
         rec = record(session_dict)
         token = token or new_tag()
@@ -259,7 +258,7 @@ class SQLiteStore(RecordStore):
 
     # ------------------------------------------------------------------ reads
     def _read(self, session_id: str) -> Stored | None:
-        def read(conn: sqlite3.Connection) -> tuple[Any, list[Any]]:
+        def read(conn: sqlite3.Connection) -> tuple[Row | None, list[Row]]:
             head = conn.execute("SELECT s.version, b.version, b.tag, b.data FROM sessions s "
                                 "LEFT JOIN bases b ON b.id = s.id WHERE s.id = ?", (session_id,)).fetchone()
             if head is None or head[1] is None:
@@ -289,10 +288,10 @@ class SQLiteStore(RecordStore):
         ).fetchone(), f"read session {session_id}")
         return None if row is None else RecordInfo(*row)
 
-    def _rows(self, sql: str, params: tuple[Any, ...], what: str) -> list[tuple[Any, ...]]:
+    def _rows(self, sql: str, params: tuple[object, ...], what: str) -> list[Row]:
         return self._readers.rows(sql, params, what)
 
-    def _check_int(self, session_id: str, what: str, value: Any) -> int:
+    def _check_int(self, session_id: str, what: str, value: object) -> int:
         # SQLite columns take any type: a hand-edited file may hold text where a number belongs
         if not isinstance(value, int):
             raise StoreCorrupt(f"session {session_id}: its stored {what} is not a number: {value!r:.80}",

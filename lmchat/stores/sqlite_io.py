@@ -19,12 +19,15 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from ..errors import StoreError
 
 #: what a job's function returns, and so its caller
 T = TypeVar("T")
+#: a row as sqlite3 returns it: each column has the type its table declares, which sqlite3 cannot say (its own
+#: stubs type a row Any); readers check what a hand-edited file could break (versions: ``_check_int``)
+Row = tuple[Any, ...]
 
 BUSY_SECONDS = 10.0
 #: writes per transaction at most: bounds how long one commit holds the queue up
@@ -63,28 +66,31 @@ def connect(path: str, *, readonly: bool = False) -> sqlite3.Connection:
     return conn
 
 
+#: what waits for a write: a thread (a concurrent future) or a coroutine (an asyncio future on its loop)
+_Future = Future[object] | asyncio.Future[object]
+
+
 class _Job:
     """A queued write and whoever waits for it: a thread (a ``concurrent.futures.Future``) or a coroutine on
     ``loop`` (an asyncio future, settled on its loop)."""
 
     __slots__ = ("fn", "what", "future", "loop")
 
-    def __init__(self, fn: Callable[[sqlite3.Connection], Any], what: str,
+    def __init__(self, fn: Callable[[sqlite3.Connection], object], what: str, future: _Future,
                  loop: asyncio.AbstractEventLoop | None = None):
-        self.fn, self.what, self.loop = fn, what, loop
-        self.future: Any = Future() if loop is None else loop.create_future()
+        self.fn, self.what, self.future, self.loop = fn, what, future, loop
 
     def start(self) -> bool:
         """Whether to run it: not when its caller gave up waiting first (a cancelled task or future)."""
-        if self.loop is None:
-            return bool(self.future.set_running_or_notify_cancel())
+        if isinstance(self.future, Future):  # a thread waits (no loop)
+            return self.future.set_running_or_notify_cancel()
         return not self.future.cancelled()  # read across threads: at worst it runs for a caller that left
 
 
-def _deliver(outcomes: list[tuple[_Job, Any, BaseException | None]]) -> None:
+def _deliver(outcomes: list[tuple[_Job, object, BaseException | None]]) -> None:
     """Hand each job its result or error: threads at once, coroutines with one call per loop for the batch
     (one wake-up of the loop, not one per write)."""
-    waiting: dict[asyncio.AbstractEventLoop, list[tuple[Any, Any, BaseException | None]]] = {}
+    waiting: dict[asyncio.AbstractEventLoop, list[tuple[_Future, object, BaseException | None]]] = {}
     for job, result, exc in outcomes:
         if job.loop is not None:
             waiting.setdefault(job.loop, []).append((job.future, result, exc))
@@ -98,7 +104,7 @@ def _deliver(outcomes: list[tuple[_Job, Any, BaseException | None]]) -> None:
             loop.call_soon_threadsafe(_settle, settled)
 
 
-def _settle(settled: list[tuple[Any, Any, BaseException | None]]) -> None:  # on the waiting loop
+def _settle(settled: list[tuple[_Future, object, BaseException | None]]) -> None:  # on the waiting loop
     for future, result, exc in settled:
         if not future.done():  # a cancelled caller
             if exc is None:
@@ -124,22 +130,24 @@ class Writer:
         self._thread.start()
 
     def submit(self, fn: Callable[[sqlite3.Connection], T], what: str) -> T:
-        result: T = self._put(_Job(fn, what)).result()
-        return result
+        future: Future[object] = Future()
+        self._put(_Job(fn, what, future))
+        return cast(T, future.result())  # the job's future holds what fn returned
 
     async def run(self, fn: Callable[[sqlite3.Connection], T], what: str) -> T:
         """:meth:`submit` for a coroutine: the write is awaited, the loop never blocked. Cancelled before the
         writer takes it, it is not written."""
-        result: T = await self._put(_Job(fn, what, asyncio.get_running_loop()))
-        return result
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[object] = loop.create_future()
+        self._put(_Job(fn, what, future, loop))
+        return cast(T, await future)  # the job's future holds what fn returned
 
-    def _put(self, job: _Job) -> Any:
+    def _put(self, job: _Job) -> None:
         check_process(self.path, self._pid)
         with self._lock:  # a write queued before close()'s stop marker is still run
             if self._closed:
                 raise StoreError("the store is closed", where=self.path)
             self._queue.put(job)
-        return job.future
 
     def close(self) -> None:
         with self._lock:
@@ -177,7 +185,7 @@ class Writer:
 
     def _commit(self, batch: list[_Job]) -> None:
         conn = self._conn
-        outcomes: list[tuple[_Job, Any, BaseException | None]] = []
+        outcomes: list[tuple[_Job, object, BaseException | None]] = []
         # a write alone in its batch (most of them, unless the server is busy) needs no savepoint: when it fails
         # the whole transaction is rolled back. Each statement is a GIL round trip with the event loop.
         alone = len(batch) == 1
@@ -273,7 +281,7 @@ class Readers:
             except sqlite3.Error as exc:
                 raise StoreError(f"cannot {what}: {exc}", where=self.path) from None
 
-    def rows(self, sql: str, params: tuple[Any, ...], what: str) -> list[tuple[Any, ...]]:
+    def rows(self, sql: str, params: tuple[object, ...], what: str) -> list[Row]:
         """The rows of one query: a single statement is its own read transaction (no BEGIN and COMMIT around
         it, two statements fewer)."""
         with self.connection() as conn:
