@@ -19,8 +19,8 @@ import importlib
 import json
 import math
 from collections.abc import Callable
-from typing import Any
 
+from .jsontypes import JSON, JSONObject
 from .schema_refs import children, pointer_of, resolve
 
 #: the bound of a schema no JSON text validates against
@@ -32,10 +32,10 @@ ROUNDS = 64
 SHORTEST = {"null": 4, "boolean": 4, "integer": 1, "number": 1, "string": 2, "array": 2, "object": 2}
 
 #: a subschema's current bound
-Bound = Callable[[Any], float]
+Bound = Callable[[JSON], float]
 
 
-def shortest(schema: Any) -> float:
+def shortest(schema: JSON) -> float:
     """The fewest characters a JSON text valid against ``schema`` has (written with no whitespace): :data:`NEVER`
     when no text is valid, 0 when the bound could not be settled within :data:`ROUNDS` rounds."""
     nodes = _reachable(schema)
@@ -51,11 +51,11 @@ def shortest(schema: Any) -> float:
     return 0
 
 
-def _reachable(root: Any) -> list[Any]:
+def _reachable(root: JSON) -> list[JSON]:
     """Every subschema of ``root`` its bound reads, those each one uses before it where they do not loop."""
-    order: list[Any] = []
+    order: list[JSON] = []
     seen: set[int] = set()
-    stack: list[tuple[Any, bool]] = [(root, False)]
+    stack: list[tuple[JSON, bool]] = [(root, False)]
     while stack:
         node, done = stack.pop()
         if done:
@@ -71,7 +71,7 @@ def _reachable(root: Any) -> list[Any]:
     return order
 
 
-def _target(node: Any, root: Any) -> Any:
+def _target(node: JSON, root: JSON) -> JSON:
     """The schema a local ``$ref`` of ``node`` names, or None (none, or one that resolves nowhere)."""
     if not isinstance(node, dict):
         return None
@@ -84,7 +84,7 @@ def _target(node: Any, root: Any) -> Any:
         return None
 
 
-def _bound(node: Any, root: Any, bound: dict[int, float]) -> float:
+def _bound(node: JSON, root: JSON, bound: dict[int, float]) -> float:
     """``node``'s bound from the current bounds of the subschemas it uses."""
     if node is True:
         return 1
@@ -93,26 +93,29 @@ def _bound(node: Any, root: Any, bound: dict[int, float]) -> float:
     if not isinstance(node, dict):
         return 0  # no schema: the grammar compiler refuses it, with a better message
 
-    def of(sub: Any) -> float:
+    def of(sub: JSON) -> float:
         return bound.get(id(sub), 0)
 
     parts = [_by_type(node, of)]
     target = _target(node, root)
     if target is not None:
         parts.append(of(target))
-    if isinstance(node.get("allOf"), list):
-        parts += [of(sub) for sub in node["allOf"]]
+    every = node.get("allOf")
+    if isinstance(every, list):
+        parts += [of(sub) for sub in every]
     for key in ("anyOf", "oneOf"):
-        if isinstance(node.get(key), list) and node[key]:
-            parts.append(min(of(sub) for sub in node[key]))
-    if isinstance(node.get("enum"), list):
-        parts.append(min((_written(v) for v in node["enum"]), default=NEVER))
+        some = node.get(key)
+        if isinstance(some, list) and some:
+            parts.append(min(of(sub) for sub in some))
+    enum = node.get("enum")
+    if isinstance(enum, list):
+        parts.append(min((_written(v) for v in enum), default=NEVER))
     if "const" in node:
         parts.append(_written(node["const"]))
     return max(parts)
 
 
-def _written(value: Any) -> int:
+def _written(value: JSON) -> int:
     """The fewest characters ``value`` is written in: as JSON with no whitespace, each number one character (a
     number equals others written shorter: ``-2.0`` is ``-2``, ``100000`` is ``1e5``)."""
     if isinstance(value, dict):
@@ -124,7 +127,7 @@ def _written(value: Any) -> int:
     return len(json.dumps(value, ensure_ascii=False))
 
 
-def _by_type(node: dict[str, Any], of: Bound) -> float:
+def _by_type(node: JSONObject, of: Bound) -> float:
     """The bound ``type`` and the keywords of each type give: the smallest of the types allowed."""
     declared = node.get("type")
     types = [declared] if isinstance(declared, str) else declared if isinstance(declared, list) else list(SHORTEST)
@@ -132,11 +135,11 @@ def _by_type(node: dict[str, Any], of: Bound) -> float:
     return min(bounds, default=0)
 
 
-def _count(value: Any) -> int:
+def _count(value: JSON) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
-def _of_type(kind: str, node: dict[str, Any], of: Bound) -> float:
+def _of_type(kind: str, node: JSONObject, of: Bound) -> float:
     if kind == "string":
         return 2 + max(_count(node.get("minLength")), _pattern_width(node.get("pattern")))
     if kind == "array":
@@ -146,7 +149,7 @@ def _of_type(kind: str, node: dict[str, Any], of: Bound) -> float:
     return SHORTEST.get(kind, 0)
 
 
-def _array(node: dict[str, Any], of: Bound) -> float:
+def _array(node: JSONObject, of: Bound) -> float:
     """Brackets, then ``minItems`` items, each of the schema its position has, and the commas between."""
     n = _count(node.get("minItems"))
     if "prefixItems" in node:  # 2020-12
@@ -164,12 +167,12 @@ def _array(node: dict[str, Any], of: Bound) -> float:
     return total
 
 
-def _object(node: dict[str, Any], of: Bound) -> float:
+def _object(node: JSONObject, of: Bound) -> float:
     """Braces, then each required member (its name, a colon, a value of its schema), and the commas between."""
     required = node.get("required")
     names = list(dict.fromkeys(r for r in required if isinstance(r, str))) if isinstance(required, list) else []
     declared = node.get("properties")
-    properties: dict[str, Any] = declared if isinstance(declared, dict) else {}
+    properties: JSONObject = declared if isinstance(declared, dict) else {}
     other = node.get("additionalProperties", True)
     total: float = 2 + max(len(names) - 1, 0)
     for name in names:
@@ -184,7 +187,7 @@ def _object(node: dict[str, Any], of: Bound) -> float:
     return total
 
 
-def _pattern_width(pattern: Any) -> int:
+def _pattern_width(pattern: JSON) -> int:
     """The fewest characters ``pattern`` matches, read by Python's own regex parser (a pattern it does not read,
     an ECMA-262 form such as ``\\p{L}``, bounds nothing)."""
     if not isinstance(pattern, str):

@@ -8,8 +8,9 @@ be written on its own would point into nothing (:func:`relocated` carries what i
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
 from urllib.parse import unquote
+
+from .jsontypes import JSON, JSONObject
 
 #: keywords whose value is one subschema
 ONE = ("additionalProperties", "additionalItems", "unevaluatedProperties", "unevaluatedItems", "contains",
@@ -22,7 +23,7 @@ NAMED = ("properties", "patternProperties", "dependentSchemas", "dependencies")
 DEFINITIONS = ("$defs", "definitions")
 
 
-def children(schema: Any) -> Iterator[Any]:
+def children(schema: JSON) -> Iterator[JSON]:
     """The subschemas directly in ``schema`` (definitions left out: they are reached through references)."""
     if not isinstance(schema, dict):
         return
@@ -35,9 +36,9 @@ def children(schema: Any) -> Iterator[Any]:
             yield from (sub for sub in value.values() if isinstance(sub, (dict, bool)))
 
 
-def mapped(schema: dict[str, Any], change: Callable[[Any], Any]) -> dict[str, Any]:
+def mapped(schema: JSONObject, change: Callable[[JSON], JSON]) -> JSONObject:
     """A copy of ``schema`` with ``change`` applied to each subschema directly in it, definitions left out."""
-    out: dict[str, Any] = {}
+    out: JSONObject = {}
     for key, value in schema.items():
         if key in DEFINITIONS:
             continue
@@ -52,7 +53,7 @@ def mapped(schema: dict[str, Any], change: Callable[[Any], Any]) -> dict[str, An
     return out
 
 
-def pointer_of(ref: Any) -> tuple[str, ...] | None:
+def pointer_of(ref: JSON) -> tuple[str, ...] | None:
     """The path a local reference names (``#/$defs/a~1b`` -> ``('$defs', 'a/b')``), or None for any other
     reference (another document, an anchor)."""
     if not isinstance(ref, str) or not ref.startswith("#") or (len(ref) > 1 and ref[1] != "/"):
@@ -61,7 +62,7 @@ def pointer_of(ref: Any) -> tuple[str, ...] | None:
     return tuple(t.replace("~1", "/").replace("~0", "~") for t in tokens)
 
 
-def resolve(root: Any, path: Sequence[str | int]) -> Any:
+def resolve(root: JSON, path: Sequence[str | int]) -> JSON:
     """The value at ``path`` in ``root``; KeyError where there is none."""
     node = root
     for token in path:
@@ -74,14 +75,14 @@ def resolve(root: Any, path: Sequence[str | int]) -> Any:
     return node
 
 
-def embedded(schema: dict[str, Any], name: str) -> dict[str, Any]:
+def embedded(schema: JSONObject, name: str) -> JSONObject:
     """``schema``, to be placed inside another, as a resource of its own (an ``$id``, ``urn:lmchat:NAME`` unless it
     has one): its local references then resolve against itself, as JSON Schema 2020-12 reads embedded resources
     (llguidance and validators alike), where they would resolve against the schema around it."""
     return schema if "$id" in schema else {"$id": f"urn:lmchat:{name}", **schema}
 
 
-def relocated(root: dict[str, Any], path: Sequence[str | int] = ()) -> Any:
+def relocated(root: JSONObject, path: Sequence[str | int] = ()) -> JSON:
     """The subschema of ``root`` at ``path``, as a schema of its own: each schema its local references reach is
     copied once into a ``$defs`` of the result, under a name of its own, and the reference points to that copy.
     A subschema that is only a reference (and annotations) is the schema it names, so that its keywords
@@ -96,7 +97,7 @@ def relocated(root: dict[str, Any], path: Sequence[str | int] = ()) -> Any:
             pending.append(pointer)
         return "#/$defs/" + names[pointer]
 
-    def copy(node: Any) -> Any:
+    def copy(node: JSON) -> JSON:
         if not isinstance(node, dict) or "$id" in node:  # a resource of its own: its references are relative to it
             return node
         out = mapped(node, copy)
@@ -107,7 +108,7 @@ def relocated(root: dict[str, Any], path: Sequence[str | int] = ()) -> Any:
 
     top = _dereferenced(root, resolve(root, path))
     result = copy({key: value for key, value in top.items() if key != "$id"} if isinstance(top, dict) else top)
-    defs: dict[str, Any] = {}
+    defs: JSONObject = {}
     while pending:
         pointer = pending.pop()
         defs[names[pointer]] = copy(resolve(root, pointer))
@@ -121,7 +122,7 @@ ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$commen
                          "writeOnly"})
 
 
-def _dereferenced(root: dict[str, Any], node: Any) -> Any:
+def _dereferenced(root: JSONObject, node: JSON) -> JSON:
     """``node``, or the schema its lone local reference names (followed while there are more; a loop stays)."""
     seen: set[tuple[str, ...]] = set()
     while isinstance(node, dict) and not set(node) - ANNOTATIONS - {"$ref"}:
@@ -133,7 +134,7 @@ def _dereferenced(root: dict[str, Any], node: Any) -> Any:
     return node
 
 
-def _resolvable(root: Any, pointer: tuple[str, ...]) -> bool:
+def _resolvable(root: JSON, pointer: tuple[str, ...]) -> bool:
     try:
         resolve(root, pointer)
     except KeyError:

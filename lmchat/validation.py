@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from .errors import ConfigError, InvalidMessages, TextTooLong, ToolsUnsupported
+from .jsontypes import JSON
 
 if TYPE_CHECKING:  # templates validate through this module: no import at run time
     from .templates.base import BaseTemplate
@@ -30,20 +31,22 @@ DEFAULT_MAX_CHARS = 1_000_000
 MAX_MESSAGES = 100_000
 TOOL_CHOICES = ("none", "auto", "required")
 INJECTION_POLICIES = ("split", "reject", "allow")
+#: a message as normalised (messages.py): its role a string, its other fields JSON, checked here before use
+Message = Mapping[str, JSON]
 
 
-def handles_tools(template: Any) -> bool:
+def handles_tools(template: object) -> bool:
     """True when the template renders tools into the prompt or knows the syntax its model calls them in."""
     return bool(getattr(template, "supports_tools", False)) or getattr(template, "tool_format", "plain") != "plain"
 
 
-def check_tools_supported(template: Any, tools: Any, field: str = "tools") -> None:
+def check_tools_supported(template: object, tools: JSON, field: str = "tools") -> None:
     """Refuse tools a template would silently ignore (neither rendered nor parsed), before anything is stored."""
     if tools and not handles_tools(template):
         raise ToolsUnsupported(getattr(template, "name", None) or type(template).__name__, field=field)
 
 
-def validate_tools(tools: Any) -> None:
+def validate_tools(tools: JSON) -> None:
     """OpenAI function schemas: ``[{"type": "function", "function": {"name": ..., "parameters": {...}}}]``."""
     if tools is None:
         return
@@ -65,7 +68,7 @@ def validate_tools(tools: Any) -> None:
             raise InvalidMessages("parameters must be a JSON schema object", field=f"{where}.function.parameters")
 
 
-def _check_content(message: dict[str, Any], index: int, max_chars: int | None) -> None:
+def _check_content(message: Message, index: int, max_chars: int | None) -> None:
     content = message.get("content")
     if content is None:
         if message["role"] not in ("assistant", "tool"):
@@ -91,7 +94,7 @@ def check_text(text: str | None, field: str, max_chars: int | None = DEFAULT_MAX
         raise TextTooLong(len(text), max_chars, field=field)
 
 
-def check_tool_choice(choice: Any, names: Sequence[str], chat: bool = True) -> None:
+def check_tool_choice(choice: JSON, names: Sequence[str], chat: bool = True) -> None:
     """``tool_choice`` must name a tool the request gives: ``'required'`` or a named function without it
     would be an order the model cannot follow. ``chat``: the chat shape (``{"type": "function",
     "function": {"name"}}``), else Responses' (``{"type": "function", "name"}``, ``allowed_tools``)."""
@@ -124,7 +127,7 @@ def check_tool_choice(choice: Any, names: Sequence[str], chat: bool = True) -> N
         _named(choice.get("name"), names, "tool_choice.name")
 
 
-def _named(name: Any, names: Sequence[str], field: str) -> None:
+def _named(name: JSON, names: Sequence[str], field: str) -> None:
     if not isinstance(name, str) or not name:
         raise ConfigError("names no tool: give the name of one of the request's tools", field=field)
     if name not in names:
@@ -132,13 +135,13 @@ def _named(name: Any, names: Sequence[str], field: str) -> None:
         raise ConfigError(f"no tool {name!r} in the request's tools (its tools: {known})", field=field)
 
 
-def tool_names(tools: Any) -> list[str]:
+def tool_names(tools: Iterable[JSON] | None) -> list[str]:
     """The function names of OpenAI tool schemas (checked by :func:`validate_tools`)."""
     return [t["function"]["name"] for t in tools or () if isinstance(t, dict) and isinstance(t.get("function"), dict)
             and isinstance(t["function"].get("name"), str)]
 
 
-def _check_tool_calls(message: dict[str, Any], index: int) -> list[str]:
+def _check_tool_calls(message: Message, index: int) -> list[str]:
     calls = message.get("tool_calls")
     if calls is None:
         return []
@@ -157,19 +160,21 @@ def _check_tool_calls(message: dict[str, Any], index: int) -> list[str]:
     return ids
 
 
-def open_call_ids(history: Sequence[dict[str, Any]], added: Sequence[dict[str, Any]] = ()) -> set[Any] | None:
+def open_call_ids(history: Sequence[Message], added: Sequence[Message] = ()) -> set[JSON] | None:
     """Ids of the calls the last assistant turn made (of ``history`` then ``added``), or None when no tool call
     is pending. Walks back to the last user or assistant message only: O(turn)."""
     for message in itertools.chain(reversed(added), reversed(history)):
         if message["role"] == "assistant":
-            calls = message.get("tool_calls") or []
-            return {c.get("id") for c in calls if isinstance(c, dict)} if calls else None
+            calls = message.get("tool_calls")  # a list (checked when the message came in)
+            if not calls or not isinstance(calls, Iterable):
+                return None
+            return {c.get("id") for c in calls if isinstance(c, dict)}
         if message["role"] == "user":
             return None
     return None
 
 
-def located(exc: InvalidMessages, start: int, new: Iterable[Any]) -> InvalidMessages:
+def located(exc: InvalidMessages, start: int, new: Iterable[object]) -> InvalidMessages:
     """``exc`` marked with where a request's new messages begin (``start``) and how many there are, which a
     server needs to name the request's own field."""
     if exc.first is None:
@@ -177,7 +182,7 @@ def located(exc: InvalidMessages, start: int, new: Iterable[Any]) -> InvalidMess
     return exc
 
 
-def validate_messages(history: Sequence[dict[str, Any]], new: Iterable[dict[str, Any]], *, start: int,
+def validate_messages(history: Sequence[Message], new: Iterable[Message], *, start: int,
                       max_chars: int | None = DEFAULT_MAX_CHARS) -> None:
     """Check normalised ``new`` messages appended after ``history`` (indices from ``start``)."""
     try:
@@ -187,9 +192,9 @@ def validate_messages(history: Sequence[dict[str, Any]], new: Iterable[dict[str,
         raise
 
 
-def _validate_messages(history: Sequence[dict[str, Any]], new: Iterable[dict[str, Any]], start: int,
+def _validate_messages(history: Sequence[Message], new: Iterable[Message], start: int,
                        max_chars: int | None) -> None:
-    added: list[dict[str, Any]] = []  # history is not copied: a turn is O(turn)
+    added: list[Message] = []  # history is not copied: a turn is O(turn)
     for k, message in enumerate(new):
         index = start + k
         if message["role"] not in KNOWN_ROLES:
@@ -206,7 +211,7 @@ def _validate_messages(history: Sequence[dict[str, Any]], new: Iterable[dict[str
         added.append(message)
 
 
-def injected_specials(messages: Iterable[dict[str, Any]], specials: Iterable[str], start: int,
+def injected_specials(messages: Iterable[Message], specials: Iterable[str], start: int,
                       answer_markup: Iterable[str] = ()) -> None:
     """The ``'reject'`` policy: name the first special-token string typed into a message.
 
@@ -223,7 +228,7 @@ def injected_specials(messages: Iterable[dict[str, Any]], specials: Iterable[str
         raise
 
 
-def _injected(messages: Iterable[dict[str, Any]], specials: list[str], start: int, allowed: set[str]) -> None:
+def _injected(messages: Iterable[Message], specials: list[str], start: int, allowed: set[str]) -> None:
     for k, message in enumerate(messages):
         exempt = allowed if message.get("role") == "assistant" else set()
         for field, value in _strings(message):
@@ -236,7 +241,7 @@ def _injected(messages: Iterable[dict[str, Any]], specials: list[str], start: in
                                           index=start + k, field=field)
 
 
-def _strings(value: Any, path: str = "") -> Iterable[tuple[str, str]]:
+def _strings(value: JSON, path: str = "") -> Iterable[tuple[str, str]]:
     """Every string inside a message, with the path of the field that holds it (the role aside)."""
     if isinstance(value, str):
         yield path, value

@@ -18,11 +18,11 @@ from __future__ import annotations
 import ast
 import json
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import attrs
 
 from ..errors import ConstraintUnsupported
+from ..jsontypes import JSON, JSONObject
 from ..lark import EMPTY, Expr, Grammar, Json, Pattern, Ref, Rule, Text, alt, opt, seq
 from ..schema_refs import relocated
 
@@ -40,11 +40,11 @@ STRING_WORDS = {"type", "enum", "const", "minLength", "maxLength", "description"
 @attrs.frozen
 class Param:
     name: str
-    schema: dict[str, Any]
+    schema: JSONObject
     required: bool
 
 
-def params(tool: str, schema: dict[str, Any]) -> list[Param]:
+def params(tool: str, schema: JSON) -> list[Param]:
     """A tool's parameters in the order its schema declares them: a flat object of named properties only."""
     def refuse(why: str) -> ConstraintUnsupported:
         return ConstraintUnsupported(f"the parameters of {tool!r} cannot be forced in this template's call syntax: "
@@ -78,7 +78,7 @@ def _refuse(tool: str, param: Param, why: str) -> ConstraintUnsupported:
                                  f"call syntax: {why}", field="tools")
 
 
-def _number(schema: dict[str, Any]) -> Expr:
+def _number(schema: JSONObject) -> Expr:
     """A JSON value of ``schema``; an unbounded number finite (:data:`FINITE_NUMBER`)."""
     if schema.get("type") == "number" and not BOUNDS & set(schema):
         return FINITE_NUMBER
@@ -92,13 +92,15 @@ def _bounds(tool: str, param: Param) -> tuple[int, int | None]:
     return lo, hi
 
 
-def _choices(tool: str, param: Param, written: Callable[[Any], str], reads: Callable[[str], Any]) -> Expr | None:
+def _choices(tool: str, param: Param, written: Callable[[JSON], str], reads: Callable[[str], JSON]) -> Expr | None:
     """``enum`` or ``const`` as alternatives of the texts their values are written as (None: neither given); a
     value whose text would not read back as itself is refused."""
+    enum = param.schema.get("enum")
+    values: list[JSON]
     if "const" in param.schema:
         values = [param.schema["const"]]
-    elif isinstance(param.schema.get("enum"), list) and param.schema["enum"]:
-        values = param.schema["enum"]
+    elif isinstance(enum, list) and enum:
+        values = enum
     else:
         return None
     texts = []
@@ -110,7 +112,7 @@ def _choices(tool: str, param: Param, written: Callable[[Any], str], reads: Call
     return alt(*texts)
 
 
-def tagged_value(tool: str, param: Param, reads: Callable[[str, Any], Any], newlines: bool = True) -> Expr:
+def tagged_value(tool: str, param: Param, reads: Callable[[str, JSON], JSON], newlines: bool = True) -> Expr:
     """A value between tags (Qwen3-Coder, GLM-4.5): a string as it is, any other value as JSON. ``newlines``:
     whether a string may hold one (not where a newline comes before the closing tag: the grammar's lexer reads
     a text as far as it can, and could not end it before that newline)."""

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
 
 from ..errors import ConstraintUnsupported
+from ..jsontypes import JSON
 from ..lark import Expr, Grammar, Text, alt, opt, seq, some
 from . import forcing_params as by_param
 from . import forcing_shapes as shape
@@ -154,7 +154,7 @@ def _call(name: str, args: Expr, mark: Mark) -> Expr:
     return seq(mark(CALL), Text(f"{CALL_PREFIX}{name}{{"), args, Text("}"), mark(CALL_END))
 
 
-def _reads(text: str, declared: Any) -> Any:
+def _reads(text: str, declared: JSON) -> JSON:
     return text if declared in (None, "string") else json.loads(text)
 
 
@@ -164,7 +164,8 @@ def _param(tool: str, p: by_param.Param, mark: Mark) -> Expr:
                                     "template's call syntax", field="tools")
     declared = p.schema.get("type")
     choices = [p.schema["const"]] if "const" in p.schema else p.schema.get("enum")
-    strings = declared in (None, "string") and all(isinstance(v, str) for v in choices or ())
+    listed = choices if isinstance(choices, list) else ()  # an enum is a list (JSON Schema); any other none
+    strings = declared in (None, "string") and all(isinstance(v, str) for v in listed)
     value: Expr
     if strings:
         value = seq(mark(QUOTE), by_param.tagged_value(tool, p, _reads), mark(QUOTE))

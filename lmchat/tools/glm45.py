@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
 
+from ..jsontypes import JSON
 from ..lark import Expr, Grammar, Text, seq
 from . import forcing_params as by_param
 from . import forcing_shapes as shape
@@ -25,7 +25,7 @@ PAIR = re.compile(r"\s*<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>",
 NAME_END = re.compile(r"[\n<]")
 
 
-def typed(raw: str, declared: Any) -> object:
+def typed(raw: str, declared: JSON) -> JSON:
     types = [declared] if isinstance(declared, str) else declared if isinstance(declared, list) else []
     if "string" in types:
         return raw

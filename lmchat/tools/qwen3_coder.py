@@ -28,8 +28,8 @@ from __future__ import annotations
 import ast
 import json
 import math
-from typing import Any
 
+from ..jsontypes import JSON
 from ..lark import Expr, Text, seq
 from . import forcing_params as by_param
 from . import forcing_shapes as shape
@@ -54,7 +54,7 @@ JSON_TYPES = ("object", "array", "arr")
 JSON_PREFIXES = ("dict", "list")
 
 
-def _json_value(value: Any) -> bool:
+def _json_value(value: object) -> bool:
     """Whether ``value`` is strict JSON (no NaN, no sets or bytes from ``ast.literal_eval``)."""
     try:
         json.dumps(value, allow_nan=False)
@@ -63,7 +63,7 @@ def _json_value(value: Any) -> bool:
     return True
 
 
-def _literal(raw: str) -> Any:
+def _literal(raw: str) -> JSON:
     """``ast.literal_eval`` where it gives a JSON value, else the text (vLLM's last resort)."""
     try:
         value = ast.literal_eval(raw)
@@ -72,7 +72,7 @@ def _literal(raw: str) -> Any:
     return json.loads(json.dumps(value)) if _json_value(value) else raw  # a tuple becomes a list
 
 
-def _number(raw: str) -> Any:
+def _number(raw: str) -> JSON:
     try:
         value = float(raw)
     except ValueError:
@@ -82,7 +82,7 @@ def _number(raw: str) -> Any:
     return int(value) if value == int(value) else value
 
 
-def _declared(declared: Any) -> str | None:
+def _declared(declared: JSON) -> str | None:
     """The one type name a value is converted by (None: a string as written).
 
     A list of types (``["integer", "null"]``) is read by its first non-null
@@ -97,7 +97,7 @@ def _declared(declared: Any) -> str | None:
     return None if declared is None else str(declared).strip().lower()
 
 
-def typed(raw: str, declared: Any) -> Any:
+def typed(raw: str, declared: JSON) -> JSON:
     """A parameter's value as vLLM's qwen3_coder parser converts it, given the schema's ``type`` (or None); a
     boolean that is neither true nor false stays text (see the module docstring)."""
     if raw.lower() == "null":
@@ -258,7 +258,7 @@ class Qwen3Coder(Format):
         return True
 
     # ------------------------------------------------------------------ actions
-    def _param(self, key: str, value: Any) -> None:
+    def _param(self, key: str, value: JSON) -> None:
         assert self.index is not None
         piece = json.dumps(key, ensure_ascii=False) + ": " + json.dumps(value, ensure_ascii=False)
         self.sink.args(self.index, ("{" if not self.params else ", ") + piece)
