@@ -11,6 +11,7 @@ from ..constraints import Budget, Constraint
 from ..errors import ConfigError, ConstraintUnsupported
 from ..extras import load
 from ..session import Delta, Session
+from ..session.vocab import Tokenizer
 from ..templates.base import BaseTemplate
 from ..templates.sampling import DEFAULT_SAMPLING
 
@@ -158,7 +159,7 @@ class Backend(Protocol):
     #: which model answers (a file name, a served model); with ``name``, the engine a session belongs to
     model_id: str
     #: a tokenizer sessions should use for token deltas (None: text-only backend)
-    tokenizer: Any
+    tokenizer: Tokenizer | None
     # optional capabilities, each a protocol below: AsyncGenerates, ModelSampling, PrefixCache, Constrains,
     # ModelTemplate, SessionLimit, PromptFormat (test them with isinstance, never getattr)
 

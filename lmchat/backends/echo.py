@@ -21,6 +21,7 @@ from collections.abc import AsyncGenerator, Iterator, Sequence
 from typing import Any, Literal, overload
 
 from ..session.tokens import codec_for
+from ..session.vocab import Tokenizer
 from ..stops import StopMatcher
 from .base import Chunk, GenerationRequest
 from .cancel import Cancels
@@ -32,7 +33,8 @@ class EchoBackend:
 
     name = "echo"
 
-    def __init__(self, tokenizer: Any = None, prefix: str = "echo: ", delay: float = 0.0, model: str = "echo"):
+    def __init__(self, tokenizer: Tokenizer | None = None, prefix: str = "echo: ", delay: float = 0.0,
+                 model: str = "echo"):
         self.model_id = model  # stands for a model name: two echo "engines" keep their sessions apart
         self.tokenizer = tokenizer
         self.codec = codec_for(tokenizer) if tokenizer is not None else None

@@ -40,6 +40,7 @@ import httpx
 
 from ..constraints import Constraint
 from ..errors import BackendError, ConfigError, ConstraintUnsupported
+from ..session.vocab import Tokenizer
 from ..stops import StopMatcher
 from .base import Chunk, GenerationRequest
 from .cancel import Cancels
@@ -73,7 +74,7 @@ class RemoteBackend:
         api_key: str | None = None,
         model: str | None = None,
         timeout: float = 600.0,
-        tokenizer: Any = None,
+        tokenizer: Tokenizer | None = None,
         prompt_format: str = "auto",
         session_headers: str | Sequence[str] = ("X-Session-Id",),
         extra_body: Mapping[str, Any] | None = None,
@@ -129,6 +130,7 @@ class RemoteBackend:
     def _probe(self) -> None:
         from ..session.tokens import codec_for
 
+        assert self.tokenizer is not None  # probed only while _ids is None, which needs a tokenizer (__init__)
         ids = codec_for(self.tokenizer).encode_text("Hello", at_start=True)[:1]
         body = {**self.extra_body, "prompt": ids, "max_tokens": 1, "temperature": 0.0, "stream": False}
         if self.model:

@@ -16,6 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from ..registry import as_template
 from ..session.tokens import codec_for
+from ..session.vocab import Tokenizer
 from ..templates.base import BaseTemplate
 from ..templates.chat import Chat
 from ..templates.xtuner import XTunerTemplate
@@ -69,7 +70,7 @@ def trained_spans(template: BaseTemplate, chat: Chat) -> tuple[str, list[tuple[i
 def encode_for_training(
     messages: Sequence[Mapping[str, Any]],
     template: BaseTemplate | str,
-    tokenizer: Any,
+    tokenizer: Tokenizer,
     max_length: int | None = None,
     *,
     tools: list[dict[str, Any]] | None = None,

@@ -39,6 +39,7 @@ from ..registry import as_template
 from ..session import Session
 from ..session.edits import restored
 from ..session.state import Held
+from ..session.vocab import Tokenizer
 from ..stores import AsyncStore, Expiring, MemoryStore, SessionInfo, SessionStore
 from ..templates.base import BaseTemplate
 from ..turns.bridge import Done, Pump
@@ -64,8 +65,9 @@ class SessionManager:
 
     def __init__(
         self, backend: Backend, template: str | BaseTemplate = "smollm2", store: SessionStore | None = None,
-        tokenizer: Any = None, max_sessions: int = 10_000, max_active: int = 64, idle_ttl: float | None = None,
-        store_ttl: float | None = None, session_defaults: Mapping[str, Any] | None = None,
+        tokenizer: Tokenizer | None = None, max_sessions: int = 10_000, max_active: int = 64,
+        idle_ttl: float | None = None, store_ttl: float | None = None,
+        session_defaults: Mapping[str, Any] | None = None,
         engine: str | None = None, on_loop: bool | None = None, sampling: Mapping[str, Any] | None = None,
     ):
         self.backend = backend

@@ -16,6 +16,7 @@ import attrs
 
 from ..session import Session
 from ..session.edits import restored
+from ..session.vocab import Tokenizer
 from .table import View
 
 
@@ -39,7 +40,7 @@ class Frame:
     overflow: str
     extra: dict[str, Any] | None
     reframed_extra: dict[str, Any] | None
-    tokenizer: Any
+    tokenizer: Tokenizer | None
 
     def __call__(self, v: View) -> tuple[Session | None, dict[str, Any] | None] | None:
         session = v.session

@@ -24,6 +24,7 @@ from ..errors import (
     StoreConflict,
 )
 from ..session import Session
+from ..session.vocab import Tokenizer
 from ..stores import VERSION_KEY, AsyncStore, SessionStore, Summary
 from ..templates.base import BaseTemplate
 from .ids import dump, store_key
@@ -48,7 +49,7 @@ class StoredSessions:
     creates its session calls it); an evicted session's cache is dropped from ``backend``.
     """
 
-    def __init__(self, store: SessionStore, backend: Backend, tokenizer: Any, engine: str | None,
+    def __init__(self, store: SessionStore, backend: Backend, tokenizer: Tokenizer | None, engine: str | None,
                  new_session: NewSession, metrics: Metrics, max_sessions: int, idle_ttl: float | None):
         self.store, self.backend, self.tokenizer, self.engine = store, backend, tokenizer, engine
         self.new_session, self.metrics = new_session, metrics

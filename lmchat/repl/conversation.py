@@ -31,6 +31,7 @@ from ..errors import ConstraintUnsupported, LmchatError, SessionError, SessionLe
 from ..repetition import RepetitionGuard
 from ..session import Delta, Session, edits
 from ..session.overflow import ROOM
+from ..session.vocab import Tokenizer
 from ..stores import SessionStore, version_of
 from ..stores.base import Summary
 from ..templates.base import BaseTemplate
@@ -89,7 +90,7 @@ class Conversation:
     """The REPL's state; ``out`` is a :mod:`.rendering` output (plain or rich)."""
 
     def __init__(self, session: Session, backend: Backend, store: SessionStore, out: Output, *,
-                 tokenizer: Any = None, version: int = 0) -> None:
+                 tokenizer: Tokenizer | None = None, version: int = 0) -> None:
         self.backend = backend
         self.overrides: dict[str, Any] = {}  # /set values; the rest comes from the template
         self.session = self._fitted(session)

@@ -6,8 +6,9 @@ width: the least useful parts go first when it is narrow.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ..session.vocab import Tokenizer
 from .settings import describe_format
 
 if TYPE_CHECKING:
@@ -94,7 +95,7 @@ def conversation_size(conversation: Conversation) -> int:
     return size
 
 
-def _resent_size(session: Session, tokenizer: Any) -> int:
+def _resent_size(session: Session, tokenizer: Tokenizer | None) -> int:
     from ..session.tokens import codec_for, encode_prompt  # tokenizers: only with a tokenizer
 
     messages = session.messages

@@ -7,8 +7,6 @@ are the served model's: a backend without the model's tokenizer (echo, remote wi
 """
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, Field, StrictBool, StrictInt, StrictStr
 
@@ -111,7 +109,7 @@ async def detokenize(body: DetokenizeRequest, request: Request, who: str | None 
 
 
 def _codec(mgr: SessionManager) -> TokenCodec:
-    tokenizer: Any = mgr.tokenizer
+    tokenizer = mgr.tokenizer
     if tokenizer is None:
         raise ApiError(400, f"the {mgr.backend.name} backend has no tokenizer of the model (--tokenizer PATH gives "
                             "one): its sessions count characters", code="unsupported_value")

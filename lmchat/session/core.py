@@ -27,6 +27,7 @@ from .markers import output_markers, special_strings
 from .overflow import ROOM, check_room
 from .planning import Frame, next_plan
 from .state import Delta, Held, Plan
+from .vocab import Tokenizer
 
 OVERFLOW_POLICIES = overflow.POLICIES
 #: what a session does when the engine's ids of an answer differ from their canonical encoding
@@ -45,7 +46,7 @@ class Session:
         date: _dt.date | None = None,
         session_id: str | None = None,
         template_kwargs: Mapping[str, Any] | None = None,
-        tokenizer: Any = None,
+        tokenizer: Tokenizer | None = None,
         session_len: int | None = None,
         overflow: str = "error",
         max_new_tokens: int = 0,
@@ -367,7 +368,7 @@ class Session:
         return snapshot.to_dict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], *, tokenizer: Any = None) -> Session:
+    def from_dict(cls, data: Mapping[str, Any], *, tokenizer: Tokenizer | None = None) -> Session:
         """Restore a snapshot; pass the tokenizer again for token-level sessions.
 
         A snapshot taken without token ids but restored with a tokenizer (or the

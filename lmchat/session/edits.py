@@ -21,26 +21,27 @@ import attrs
 
 from ..templates.base import BaseTemplate
 from .core import Session
+from .vocab import Tokenizer
 
 #: keys a store adds to a snapshot (its version, the owner, the engine): not part of the session
 STORE_KEYS = ("store_version", "owner", "engine", "chat")
 
 
-def restored(data: Mapping[str, Any], tokenizer: Any, reason: str) -> Session:
+def restored(data: Mapping[str, Any], tokenizer: Tokenizer | None, reason: str) -> Session:
     """A session from its snapshot whose next delta resets (``reason`` says why), history intact."""
     data = {k: v for k, v in data.items() if k not in STORE_KEYS}
     data.update(needs_reset=True, reset_reason=reason)
     return Session.from_dict(data, tokenizer=tokenizer)
 
 
-def forked(session: Session, tokenizer: Any, new_id: str | None = None) -> Session:
+def forked(session: Session, tokenizer: Tokenizer | None, new_id: str | None = None) -> Session:
     """The same conversation under a new id (the engine holds nothing for it yet)."""
     data = session.to_dict()
     data["session_id"] = new_id or uuid.uuid4().hex
     return restored(data, tokenizer, f"forked from session {session.session_id}")
 
 
-def with_system(session: Session, system: str | None, tokenizer: Any) -> Session:
+def with_system(session: Session, system: str | None, tokenizer: Tokenizer | None) -> Session:
     """The conversation with its system prompt replaced (None: removed)."""
     data = session.to_dict()
     messages = list(data["messages"])
@@ -53,7 +54,7 @@ def with_system(session: Session, system: str | None, tokenizer: Any) -> Session
     return restored(data, tokenizer, "the system prompt changed")
 
 
-def with_template(session: Session, template: BaseTemplate, tokenizer: Any) -> Session:
+def with_template(session: Session, template: BaseTemplate, tokenizer: Tokenizer | None) -> Session:
     """The conversation under another template; ``session_len`` becomes the new template's."""
     data = session.to_dict()
     data.update(template=template.to_dict(), session_len=None)

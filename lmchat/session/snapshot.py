@@ -25,6 +25,7 @@ from ..templates.base import BaseTemplate
 from . import patches
 from .overflow import ROOM
 from .state import SMALL_FIELDS, Held
+from .vocab import Tokenizer
 
 if TYPE_CHECKING:
     from .core import Session
@@ -97,7 +98,7 @@ def options(session: Session) -> dict[str, Any]:
     }
 
 
-def from_dict(cls: type, data: Mapping[str, Any], tokenizer: Any) -> Session:
+def from_dict(cls: type, data: Mapping[str, Any], tokenizer: Tokenizer | None) -> Session:
     if not isinstance(data, Mapping):
         raise SnapshotError(f"a session snapshot is a JSON object, got {type(data).__name__}")
     if data.get("version") != FORMAT_VERSION:
@@ -114,7 +115,7 @@ def from_dict(cls: type, data: Mapping[str, Any], tokenizer: Any) -> Session:
                             ) from None
 
 
-def _restore(cls: type[Session], data: Mapping[str, Any], tokenizer: Any) -> Session:
+def _restore(cls: type[Session], data: Mapping[str, Any], tokenizer: Tokenizer | None) -> Session:
     session = cls(
         BaseTemplate.from_dict(data["template"]),
         tools=data.get("tools"),

@@ -33,7 +33,7 @@ from typing import Any, cast, overload
 
 from ..templates.base import BaseTemplate
 from ..templates.chat import Chat
-from .vocab import HFVocab, Vocabulary
+from .vocab import HFVocab, Tokenizer, Vocabulary
 
 _PUA = "\ue000"
 
@@ -46,7 +46,7 @@ class TokenCodec:
     anywhere else.
     """
 
-    def __init__(self, tokenizer: Any):
+    def __init__(self, tokenizer: Tokenizer):
         self.vocab: Vocabulary = tokenizer if isinstance(tokenizer, Vocabulary) else HFVocab(tokenizer)
         self.tokenizer = tokenizer
         self.special: dict[str, int] = dict(self.vocab.added)
@@ -212,13 +212,13 @@ class _DefusedMessages(Sequence[dict[str, Any]]):
 
 
 #: one codec per tokenizer, for as long as the tokenizer lives (building one copies the tokenizer)
-_CODECS: weakref.WeakKeyDictionary[Any, TokenCodec] = weakref.WeakKeyDictionary()
+_CODECS: weakref.WeakKeyDictionary[Tokenizer, TokenCodec] = weakref.WeakKeyDictionary()
 #: tokenizers that cannot be weakly referenced (``tokenizers.Tokenizer``): the few most recent
-_PINNED: OrderedDict[int, tuple[Any, TokenCodec]] = OrderedDict()
+_PINNED: OrderedDict[int, tuple[Tokenizer, TokenCodec]] = OrderedDict()
 PINNED_CODECS = 8
 
 
-def codec_for(tokenizer: Any) -> TokenCodec:
+def codec_for(tokenizer: Tokenizer | TokenCodec) -> TokenCodec:
     """The codec of a tokenizer (or vocabulary), built once per tokenizer object."""
     if isinstance(tokenizer, TokenCodec):
         return tokenizer

@@ -13,9 +13,12 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, Union, runtime_checkable
 
 from ..extras import needs
+
+if TYPE_CHECKING:
+    import tokenizers
 
 
 @runtime_checkable
@@ -38,6 +41,18 @@ class Vocabulary(Protocol):
     def decode(self, ids: Sequence[int]) -> str: ...
 
 
+class FastTokenizer(Protocol):
+    """A transformers fast tokenizer, as :class:`HFVocab` reads it: the ``tokenizers.Tokenizer`` it wraps."""
+
+    @property
+    def backend_tokenizer(self) -> tokenizers.Tokenizer: ...
+
+
+#: what a session tokenizes with: a :class:`Vocabulary` (the llama.cpp backend's), a transformers fast tokenizer
+#: or a ``tokenizers.Tokenizer`` (:class:`HFVocab` wraps both, and checks which it got when it is built)
+Tokenizer = Union[Vocabulary, FastTokenizer, "tokenizers.Tokenizer"]
+
+
 class HFVocab:
     """A transformers fast tokenizer or a ``tokenizers.Tokenizer`` as a :class:`Vocabulary`.
 
@@ -49,7 +64,7 @@ class HFVocab:
     random so that content can never contain it.
     """
 
-    def __init__(self, tokenizer: Any):
+    def __init__(self, tokenizer: FastTokenizer | tokenizers.Tokenizer):
         with needs("token-level sessions", "tokens"):
             from tokenizers import AddedToken, Tokenizer
         backend = getattr(tokenizer, "backend_tokenizer", None) or getattr(tokenizer, "_tokenizer", None)
