@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TypeVar
 
 import attrs
 
@@ -71,11 +71,14 @@ class Prefill:
         self.latest = (done, total)
 
 
+A = TypeVar("A")
+
+
 class _Daemons:
     """An executor of daemon threads: a hung backend never keeps the REPL from exiting."""
 
-    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
-        threading.Thread(target=fn, args=args, name="lmchat-turn", daemon=True).start()
+    def submit(self, fn: Callable[[A], None], arg: A, /) -> None:
+        threading.Thread(target=fn, args=(arg,), name="lmchat-turn", daemon=True).start()
 
 
 def stream(turn: Turn, on_text: Callable[[str], None], interrupted: threading.Event,
@@ -109,6 +112,7 @@ def stream(turn: Turn, on_text: Callable[[str], None], interrupted: threading.Ev
                 raise broken  # the turn has ended: committed and saved, nothing left running behind
             last = time.monotonic()
             return Outcome(item.value, (last - turn.first_chunk) if turn.first_chunk else 0.0)
+        assert item is not None  # Turn.run yields None only to prime, taken before the pump started
         if item.text:
             on_prefill = None  # the answer has begun: its text replaces the progress
         if item.text and broken is None:

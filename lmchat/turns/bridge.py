@@ -26,22 +26,27 @@ import queue
 import threading
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Iterator
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 import attrs
+
+Y = TypeVar("Y")  # what the generator yields
+A = TypeVar("A")
 
 
 class Submits(Protocol):
     """Where a :class:`Pump` runs its producer: ``submit(fn, arg)`` (a ``concurrent.futures`` executor, or the
     REPL's daemon threads)."""
 
-    def submit(self, fn: Callable[[Any], Any], arg: Any, /) -> object: ...
+    def submit(self, fn: Callable[[A], None], arg: A, /) -> object: ...
 
 
 @attrs.frozen
 class Done:
     """The generator returned ``value``: the last item of a pump."""
 
+    # Any: what a generator returns is no part of an Iterator's type (StopIteration.value); each caller knows it
+    # (a TurnResult) and annotates it where it reads it
     value: Any
 
 
@@ -50,7 +55,7 @@ class _Raised:
     error: BaseException
 
 
-class Pump:
+class Pump(Generic[Y]):
     """``produce()`` (it returns an iterator) runs in a worker; its items, then :class:`Done`, cross over.
 
     ``loop``: deliver to an asyncio consumer on that loop (iterate with
@@ -59,12 +64,13 @@ class Pump:
     error) crosses.
     """
 
-    def __init__(self, produce: Callable[[], Iterator[Any]], executor: Submits, *,
-                 on_abandon: Callable[[], Any] | None = None, loop: asyncio.AbstractEventLoop | None = None,
+    def __init__(self, produce: Callable[[], Iterator[Y]], executor: Submits, *,
+                 on_abandon: Callable[[], object] | None = None, loop: asyncio.AbstractEventLoop | None = None,
                  result_only: bool = False):
         self._loop = loop
-        self._queue: Any = queue.SimpleQueue() if loop is None else None
-        self._pending: deque[Any] = deque()  # an asyncio consumer's items (deque appends are thread-safe)
+        self._queue: queue.SimpleQueue[Y | Done | _Raised] = queue.SimpleQueue()  # a thread consumer's
+        # an asyncio consumer's items (deque appends are thread-safe)
+        self._pending: deque[Y | Done | _Raised] = deque()
         self._wake_lock = threading.Lock()
         self._wake_scheduled = False
         self._ready = asyncio.Event()  # an asyncio consumer's (bound to a loop only once awaited)
@@ -78,7 +84,7 @@ class Pump:
         executor.submit(self._work, produce)
 
     # ------------------------------------------------------------------ worker side
-    def _put(self, item: Any) -> None:
+    def _put(self, item: Y | Done | _Raised) -> None:
         if self._loop is None:
             self._queue.put(item)
             return
@@ -95,7 +101,7 @@ class Pump:
             self._wake_scheduled = False
         self._ready.set()
 
-    def _work(self, produce: Callable[[], Iterator[Any]]) -> None:
+    def _work(self, produce: Callable[[], Iterator[Y]]) -> None:
         try:
             iterator = produce()
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer, which raises it
@@ -121,7 +127,7 @@ class Pump:
                 close()  # after abandonment: the generator cancels, drains, commits and saves
 
     # ------------------------------------------------------------------ consumer side
-    def _take(self, item: Any) -> Any:
+    def _take(self, item: Y | Done | _Raised) -> Y | Done:
         if isinstance(item, _Raised):
             self.finished = True
             raise item.error
@@ -129,11 +135,11 @@ class Pump:
             self.finished = True
         return item
 
-    def get(self, timeout: float) -> Any:
+    def get(self, timeout: float) -> Y | Done:
         """The next item (a thread consumer); ``queue.Empty`` after ``timeout`` seconds without one."""
         return self._take(self._queue.get(timeout=timeout))
 
-    async def items(self) -> AsyncGenerator[Any, None]:
+    async def items(self) -> AsyncGenerator[Y | Done, None]:
         """Every item, :class:`Done` last (an asyncio consumer); leaving early abandons the pump."""
         try:
             while not self.finished:
@@ -142,7 +148,7 @@ class Pump:
             if not self.finished:
                 self.abandon()
 
-    async def _next(self) -> Any:
+    async def _next(self) -> Y | Done:
         while not self._pending:
             self._ready.clear()
             if self._pending:  # appended before the clear, its wake-up already consumed
