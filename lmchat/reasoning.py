@@ -5,14 +5,12 @@ for callers that only want the two texts.
 """
 from __future__ import annotations
 
-from typing import Any
-
 from .tools.events import collect
-from .tools.registry import FORMATS, ResponseFormat, prompt_opens_think, response_format
+from .tools.registry import FORMATS, ResponseFormat, TemplateLike, prompt_opens_think, response_format
 from .tools.stream import ResponseStream
 
 
-def split_reasoning(template: Any, text: str, *, prompt_opened: bool | None = None) -> tuple[str | None, str]:
+def split_reasoning(template: TemplateLike, text: str, *, prompt_opened: bool | None = None) -> tuple[str | None, str]:
     """``(reasoning_content, content)`` of an answer; reasoning is None when there is none.
 
     Templates whose models do not reason (their class's ``reasoning`` is False)

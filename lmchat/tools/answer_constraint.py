@@ -7,7 +7,6 @@ a constraint on the answer, not on the reasoning before it: the reasoning stays 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import attrs
 
@@ -15,11 +14,11 @@ from .. import constraints
 from ..constraints import Constraint
 from ..errors import ConstraintUnsupported
 from .channel_lead import marker_writer
-from .registry import SYNTAX_TABLE, prompt_opens_think, response_format
+from .registry import SYNTAX_TABLE, TemplateLike, prompt_opens_think, response_format
 from .think import CLOSE, OPEN
 
 
-def for_answer(constraint: Constraint | None, template: Any, field: str = "response_format",
+def for_answer(constraint: Constraint | None, template: TemplateLike | None, field: str = "response_format",
                tokens: Mapping[str, int] | None = None) -> Constraint | None:
     """``constraint`` as it applies to an answer of ``template``'s model. A prompt that leaves ``<think>`` open
     (QwQ, DeepSeek-R1) starts the answer inside the block; otherwise (Qwen3) the model may open one or answer

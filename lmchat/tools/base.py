@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
+from ..jsontypes import JSON
 from .sink import WS, Sink, openai_id
 
 #: what a tool name written as plain text (GLM's metadata line, DeepSeek's call header) may contain
@@ -37,7 +38,7 @@ def cut(buf: str, markers: Sequence[str], final: bool) -> tuple[int, str | None]
     return len(buf), None
 
 
-def args_json(value: Any) -> str:
+def args_json(value: JSON) -> str:
     """Arguments as strict JSON text; ValueError when they are not an object of JSON values."""
     if not isinstance(value, dict):
         raise ValueError("arguments are not an object")
@@ -115,7 +116,7 @@ class RegionFormat(Format):
     opens: tuple[str, ...] = ()
     closes: tuple[str, ...] = ()
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         if "markers" not in cls.__dict__:  # a format with markers inside its regions lists them itself
             cls.markers = tuple(dict.fromkeys((*cls.opens, *cls.closes)))

@@ -65,6 +65,8 @@ class ParsedResponse:
 
     content: str
     reasoning_content: str | None
+    #: OpenAI's shape, ``{"id", "type": "function", "function": {"name", "arguments"}}``; Any: the serve routes
+    #: take them as ``dict[str, Any]`` (serve/items.call_item, serve/responses answer_items), a TypedDict here would not pass there
     tool_calls: list[dict[str, Any]]
     errors: list[str]
 
@@ -72,7 +74,7 @@ class ParsedResponse:
 def collect(events: Iterable[Event]) -> ParsedResponse:
     """Fold a stream's events into the whole-text result."""
     content, reasoning, errors = [], [], []
-    calls: list[dict[str, Any]] = []
+    calls: list[ToolCallStart] = []
     arguments: list[list[str]] = []
     for event in events:
         if isinstance(event, ContentDelta):
@@ -80,17 +82,16 @@ def collect(events: Iterable[Event]) -> ParsedResponse:
         elif isinstance(event, ReasoningDelta):
             reasoning.append(event.text)
         elif isinstance(event, ToolCallStart):
-            calls.append({"id": event.id, "type": "function", "function": {"name": event.name, "arguments": ""}})
+            calls.append(event)
             arguments.append([])
         elif isinstance(event, ToolCallArgumentsDelta):
             arguments[event.index].append(event.text)
         else:
             errors.append(event.note)
-    for call, parts in zip(calls, arguments, strict=True):
-        call["function"]["arguments"] = "".join(parts)
     return ParsedResponse(
         content="".join(content),
         reasoning_content="".join(reasoning) if reasoning else None,
-        tool_calls=calls,
+        tool_calls=[{"id": call.id, "type": "function", "function": {"name": call.name, "arguments": "".join(parts)}}
+                    for call, parts in zip(calls, arguments, strict=True)],
         errors=errors,
     )

@@ -18,13 +18,14 @@ family's template) gets it as text, which is all that model can write.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import cast
 
 from ..constraints import Budget, Constraint, check_writable
 from ..errors import ConstraintUnsupported
+from ..jsontypes import JSON
 from ..registry import template_class, template_names
 from .channel_lead import marker_writer
-from .registry import SYNTAX_TABLE, ResponseFormat, response_format
+from .registry import SYNTAX_TABLE, ResponseFormat, TemplateLike, response_format
 from .syntax import Forcing, Tool
 
 #: the tool-call formats (:data:`lmchat.tools.FORMATS`) a call can be forced in, with their grammar (each
@@ -43,7 +44,7 @@ def forceable() -> str:
     return "; ".join(f"{fmt} ({', '.join(names) or 'no built-in template'})" for fmt, names in by_format.items())
 
 
-def forced_calls(tools: Sequence[dict[str, Any]], template: Any, *, names: Sequence[str] | None = None,
+def forced_calls(tools: Sequence[JSON], template: TemplateLike, *, names: Sequence[str] | None = None,
                  parallel: bool = False, tokens: Mapping[str, int] | None = None,
                  budget: Budget | None = None) -> Constraint:
     """One call (``parallel``: one or more, where the format can hold several) of ``tools`` (OpenAI's schemas,
@@ -73,7 +74,7 @@ def forced_calls(tools: Sequence[dict[str, Any]], template: Any, *, names: Seque
         # a tool whose arguments no JSON satisfies, or none short enough, could be named and never called
         check_writable(parameters, f"tools[{i}].function.parameters" if fn is not tool else f"tools[{i}].parameters",
                        budget)
-        chosen.append(Tool(fn.get("name"), parameters))
+        chosen.append(Tool(cast(str, fn.get("name")), parameters))  # a string: validate_tools checked each name
     if not chosen:
         raise ConstraintUnsupported("no tool to call: the request gives none of those chosen", field="tool_choice")
     mark = marker_writer(tokens)

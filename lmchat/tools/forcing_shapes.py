@@ -8,9 +8,9 @@ arguments (:func:`named_calls`), or one parameter at a time (:func:`param_calls`
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from ..errors import ConstraintUnsupported
+from ..jsontypes import JSONObject
 from ..lark import EMPTY, Expr, Grammar, Json, Ref, Rule, Text, alt, many, rules, seq, some
 from ..schema_refs import embedded
 from . import forcing_params as by_param
@@ -34,7 +34,7 @@ def calls_between(parallel: bool, between: Expr) -> Expr:
     return seq(CALL, many(seq(between, CALL))) if parallel else CALL
 
 
-def json_calls(key: str, **optional: dict[str, Any]) -> Callable[[Sequence[Tool], Mark], Grammar]:
+def json_calls(key: str, **optional: JSONObject) -> Callable[[Sequence[Tool], Mark], Grammar]:
     """Calls as one JSON object each, ``{"name": ..., key: {...}}`` (the key the template renders), then the
     ``optional`` members the template renders too."""
     def calls(tools: Sequence[Tool], mark: Mark) -> Grammar:

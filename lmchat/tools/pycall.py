@@ -10,10 +10,11 @@ booleans, None), and anything else (positional arguments, names, calls such as
 from __future__ import annotations
 
 import ast
-from typing import Any
+
+from ..jsontypes import JSON
 
 
-def literal_call(code: str, function: str | None = None) -> tuple[str, dict[str, Any]]:
+def literal_call(code: str, function: str | None = None) -> tuple[str, dict[str, JSON]]:
     """``(name, kwargs)`` of ``function(k=v, ...)``, or of ``name.call(k=v, ...)`` when ``function`` is None.
 
     Raises ValueError saying why the text is not such a call.
@@ -28,7 +29,7 @@ def literal_call(code: str, function: str | None = None) -> tuple[str, dict[str,
     name = _callee(call.func, function)
     if call.args:
         raise ValueError("positional arguments are not accepted (only name=literal)")
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, JSON] = {}
     for keyword in call.keywords:
         if keyword.arg is None:
             raise ValueError("**arguments are not accepted")

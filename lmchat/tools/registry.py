@@ -9,7 +9,7 @@ by ``glm45``, GLM-4.5's format).
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import attrs
 
@@ -85,7 +85,11 @@ class ResponseFormat:
             raise ConfigError(f"unknown tool-call format {value!r} (known: {', '.join(FORMATS)})", field="tools")
 
 
-def response_format(template: Any) -> ResponseFormat:
+#: a template as the parsers take it: by name, as an instance, or as the format of its model's answers alone
+TemplateLike: TypeAlias = "str | BaseTemplate | ResponseFormat"
+
+
+def response_format(template: TemplateLike) -> ResponseFormat:
     """The format of a template given by name, as an instance, or as a :class:`ResponseFormat`."""
     if isinstance(template, ResponseFormat):
         return template
@@ -93,7 +97,7 @@ def response_format(template: Any) -> ResponseFormat:
     return ResponseFormat(cls.tool_format, cls.reasoning)
 
 
-def output_markers(template: Any) -> tuple[str, ...]:
+def output_markers(template: TemplateLike) -> tuple[str, ...]:
     """The markup a template's model writes in its own answers: tool-call markers, think tags.
 
     In an assistant message these are the model's format, so a token-level
@@ -105,7 +109,7 @@ def output_markers(template: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys((*FORMATS[fmt.tools].markers, *think)))
 
 
-def prompt_opened(template: Any, prompt: str) -> bool | None:
+def prompt_opened(template: TemplateLike, prompt: str) -> bool | None:
     """Whether ``prompt`` (what an answer follows: its turn's delta) opened the reasoning channel of the
     template's format, for a format whose prompts may (``opened_by``: Gemma 4's after tool results); None for
     the others, whose parsers decide by the template (:func:`prompt_opens_think`)."""
@@ -113,7 +117,8 @@ def prompt_opened(template: Any, prompt: str) -> bool | None:
     return prompt.endswith(opening) if opening else None
 
 
-def prompt_opens_think(template: Any, **template_kwargs: Any) -> bool:
+# template keywords are passed on to messages2prompt as a chat template reads them: Any, as there
+def prompt_opens_think(template: TemplateLike, **template_kwargs: Any) -> bool:
     """Whether the template's generation prompt leaves a ``<think>`` block open (QwQ; not Qwen3).
 
     Read from the rendered prompt of a one-message conversation, so a template

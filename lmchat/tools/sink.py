@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 import secrets
 import string
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
 
+from ..jsontypes import JSON, JSONObject
 from .events import (
     ContentDelta,
     Event,
@@ -24,7 +24,7 @@ from .events import (
 
 WS = " \t\r\n"
 _ALNUM = string.ascii_letters + string.digits
-_TYPES: dict[str, Callable[[Any], bool]] = {
+_TYPES: dict[str, Callable[[JSON], bool]] = {
     "string": lambda v: isinstance(v, str),
     "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
     "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
@@ -90,22 +90,22 @@ class Channel:
         self._pending, self._gap = "", None  # whitespace held at a boundary at the end: a separator
 
 
-def openai_id(model_id: Any) -> str:
+def openai_id(model_id: JSON) -> str:
     return model_id if isinstance(model_id, str) and model_id else "call_" + secrets.token_hex(12)
 
 
-def mistral_id(model_id: Any) -> str:
+def mistral_id(model_id: JSON) -> str:
     """Mistral's templates reject ids that are not 9 alphanumeric characters."""
     if isinstance(model_id, str) and len(model_id) == 9 and model_id.isascii() and model_id.isalnum():
         return model_id
     return "".join(secrets.choice(_ALNUM) for _ in range(9))
 
 
-def tool_schemas(tools: Any) -> dict[str, Any] | None:
+def tool_schemas(tools: Iterable[JSON] | None) -> JSONObject | None:
     """name -> parameters schema for OpenAI tools (``{"type": "function", "function": {...}}``) or bare functions."""
     if tools is None:
         return None
-    out = {}
+    out: JSONObject = {}
     for tool in tools:
         function = tool.get("function", tool) if isinstance(tool, dict) else None
         if isinstance(function, dict) and isinstance(function.get("name"), str):
@@ -113,7 +113,7 @@ def tool_schemas(tools: Any) -> dict[str, Any] | None:
     return out
 
 
-def schema_problems(schema: Any, args: Any) -> list[str]:
+def schema_problems(schema: JSON, args: JSON) -> list[str]:
     """Missing required arguments and arguments of the wrong JSON type (no coercion, no other rules)."""
     if not isinstance(schema, dict):
         return []
@@ -135,7 +135,7 @@ def schema_problems(schema: Any, args: Any) -> list[str]:
 class Sink:
     """Collects the events of one answer."""
 
-    def __init__(self, tools: Any = None, ids: Callable[[Any], str] = openai_id):
+    def __init__(self, tools: Iterable[JSON] | None = None, ids: Callable[[JSON], str] = openai_id):
         self.events: list[Event] = []
         self.content = Channel(lambda text: self.events.append(ContentDelta(text)))
         self.reasoning = Channel(lambda text: self.events.append(ReasoningDelta(text)))
@@ -151,7 +151,7 @@ class Sink:
     def note(self, text: str) -> None:
         self.events.append(ParseError(text))
 
-    def start_call(self, name: str, model_id: Any = None) -> int:
+    def start_call(self, name: str, model_id: JSON = None) -> int:
         self.content.boundary()
         index = len(self._names)
         self._names.append(name)
@@ -186,7 +186,7 @@ class Sink:
         for problem in schema_problems(self._schemas[name], args):
             self.note(f"{self.label(index)}: {problem}")
 
-    def property_type(self, name: str, key: str) -> Any:
+    def property_type(self, name: str, key: str) -> JSON:
         """The declared JSON type of argument ``key`` of tool ``name``, if the tools say."""
         schema = (self._schemas or {}).get(name)
         props = schema.get("properties") if isinstance(schema, dict) else None

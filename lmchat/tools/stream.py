@@ -6,11 +6,12 @@ any chunking of the same answer.
 """
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
 
+from ..jsontypes import JSON
 from .base import Format
 from .events import Event, ParsedResponse, collect
-from .registry import FORMATS, ResponseFormat, prompt_opens_think, response_format
+from .registry import FORMATS, ResponseFormat, TemplateLike, prompt_opens_think, response_format
 from .sink import Sink
 from .think import CLOSE, OPEN, ThinkSplitter
 
@@ -26,7 +27,7 @@ class ResponseStream:
     decides (QwQ's does).
     """
 
-    def __init__(self, template: Any, *, tools: list[dict[str, Any]] | None = None,
+    def __init__(self, template: TemplateLike, *, tools: Iterable[JSON] | None = None,
                  prompt_opened: bool | None = None) -> None:
         fmt = response_format(template)
         cls = FORMATS[fmt.tools]
@@ -57,7 +58,7 @@ class ResponseStream:
 
 
 def parse_response(
-    template: Any, text: str, *, tools: list[dict[str, Any]] | None = None, prompt_opened: bool | None = None
+    template: TemplateLike, text: str, *, tools: Iterable[JSON] | None = None, prompt_opened: bool | None = None
 ) -> ParsedResponse:
     """Split a complete answer into content, reasoning and OpenAI-shaped tool calls.
 

@@ -14,16 +14,16 @@ round-trip tests check that the grammar writes what each of them renders.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import attrs
 
+from ..jsontypes import JSON, JSONObject
 from ..lark import Grammar
 from .base import Format
 from .channel_lead import Mark
 
 #: how an argument written as text reads back, given the type its schema declares
-Reads = Callable[[str, Any], object]
+Reads = Callable[[str, JSON], JSON]
 
 
 @attrs.frozen
@@ -31,7 +31,7 @@ class Tool:
     """One tool a forced call may name: its name and its arguments' schema."""
 
     name: str
-    parameters: dict[str, Any]
+    parameters: JSONObject
 
 
 @attrs.frozen
