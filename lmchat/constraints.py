@@ -8,11 +8,12 @@ prompt, the session and the KV cache are those of the same turn without it. A ba
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Literal
 
 import attrs
 
 from .errors import ConstraintUnsupported
+from .jsontypes import JSON, JSONObject
 from .schema_bounds import NEVER, shortest
 
 #: the largest schema accepted, in characters of its JSON text (a bound on the work of compiling it)
@@ -50,7 +51,7 @@ class Constraint:
     lead: str = ""
     written: str = ""
 
-    def schema_dict(self) -> dict[str, Any] | None:
+    def schema_dict(self) -> JSONObject | None:
         return None if self.schema is None else json.loads(self.schema)
 
 
@@ -87,7 +88,7 @@ class Budget:
     token_bytes: int
 
 
-def json_schema(schema: Any, *, name: str = "", field: str = "schema", budget: Budget | None = None) -> Constraint:
+def json_schema(schema: JSON, *, name: str = "", field: str = "schema", budget: Budget | None = None) -> Constraint:
     """JSON that validates against ``schema`` (a JSON Schema object). ``field`` names the request field in
     errors; ``budget``: what the answer can write, which the schema's shortest text must fit in."""
     if not isinstance(schema, dict):
@@ -105,7 +106,7 @@ def json_schema(schema: Any, *, name: str = "", field: str = "schema", budget: B
     return Constraint(kind="json_schema", schema=text, name=name)
 
 
-def check_writable(schema: Any, field: str, budget: Budget | None = None) -> None:
+def check_writable(schema: JSON, field: str, budget: Budget | None = None) -> None:
     """Refuse, naming ``field``, a schema no JSON text is valid against (the grammar would let the model write
     nothing, or the start of a value for ever, and the turn would end as if answered), or whose shortest valid
     text is longer than ``budget`` can write (:func:`lmchat.schema_bounds.shortest`)."""
@@ -126,14 +127,14 @@ def check_writable(schema: Any, field: str, budget: Budget | None = None) -> Non
 REF_ALONE_DRAFTS = ("draft-04", "draft-06", "draft-07")
 
 
-def _check_draft(schema: dict[str, Any], field: str) -> None:
+def _check_draft(schema: JSONObject, field: str) -> None:
     """Refuse what the grammar would read otherwise than the schema's own draft: the grammar compiler reads every
     schema as draft 2020-12, which applies the keywords beside a ``$ref`` that older drafts ignore (with a sibling
     ``$id``, it accepts JSON a draft-07 validator rejects: JSON-Schema-Test-Suite's draft7/ref.json)."""
     declared = schema.get("$schema")
     if not isinstance(declared, str) or not any(draft in declared for draft in REF_ALONE_DRAFTS):
         return
-    stack: list[Any] = [schema]
+    stack: list[JSON] = [schema]
     while stack:
         node = stack.pop()
         if isinstance(node, dict):

@@ -16,9 +16,11 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from typing import Any, Literal, TypeAlias
+from typing import Literal, TypeAlias
 
 import attrs
+
+from .jsontypes import JSON
 
 #: JSON written as the templates render it (``tojson``: ", " and ": "), one way: no whitespace for a sampler
 #: to wander into
@@ -70,7 +72,7 @@ class Ref:
 class Json:
     """A JSON value valid against ``schema``, written compactly (:data:`JSON_OPTIONS`)."""
 
-    schema: Mapping[str, Any]  # a JSON schema: JSON-shaped, any keyword
+    schema: Mapping[str, JSON]  # a JSON schema: JSON-shaped, any keyword
 
 
 @attrs.frozen

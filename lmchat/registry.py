@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import importlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import attrs
 from mmengine.registry import Registry  # not `from mmengine import`: that imports torch
@@ -77,7 +77,7 @@ def template(name: str, *aliases: str, force: bool = False) -> Callable[[type], 
     return deco
 
 
-def defaults_class(template: Any, class_name: str, doc: str, **class_attrs: Any) -> type:
+def defaults_class(template: BaseTemplate, class_name: str, doc: str, **class_attrs: object) -> type:
     """A subclass of ``type(template)`` whose field defaults are ``template``'s values.
 
     Registered under a name, it makes ``get_template(name)`` equal to
@@ -122,7 +122,7 @@ def template_class(name: str) -> type[BaseTemplate]:
     return cls
 
 
-def get_template(name: str, **overrides: Any) -> BaseTemplate:
+def get_template(name: str, **overrides: object) -> BaseTemplate:
     """An instance of the template registered as ``name`` (or an alias), with overrides."""
     from .templates.fields import with_overrides  # importing lmchat.templates registers the built-ins: at call time
 
