@@ -19,19 +19,15 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from ... import paths
+
 #: written last: a folder without it is an interrupted conversion
 MARKER = "lmchat-converted.json"
 
 
 def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     """``cache_dir``, else ``$LMCHAT_CACHE_DIR``, else the platform's user cache dir for lmchat."""
-    if cache_dir:
-        return Path(cache_dir)
-    if os.environ.get("LMCHAT_CACHE_DIR"):
-        return Path(os.environ["LMCHAT_CACHE_DIR"])
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("lmchat"))
+    return Path(cache_dir) if cache_dir else paths.cache_dir()
 
 
 def converted_folder(gguf: Path, root: Path) -> Path:

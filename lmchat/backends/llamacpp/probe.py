@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
+from .probecache import open_cache, probe_key
+
 if TYPE_CHECKING:
     from llama_cpp.llama_cpp import llama_context_p
 
@@ -59,6 +61,8 @@ class StepProbe:
     max_diff: float
     #: a prompt fed in chunks gives the logits one batch of it gives (see the module docstring)
     chunks_exact: bool = True
+    #: read from the user's cache, where an earlier process kept what it measured (probecache.py)
+    kept: bool = False
 
     @property
     def pair_rows(self) -> bool:
@@ -76,12 +80,12 @@ class StepProbe:
     def as_stats(self) -> dict[str, Any]:
         return {"one_row_exact": self.one_row_exact, "two_row_exact": self.two_row_exact,
                 "one_row_max_diff": self.max_diff, "chunks_exact": self.chunks_exact, "pair_rows": self.pair_rows,
-                "exact_steps": self.exact_steps}
+                "exact_steps": self.exact_steps, "kept": self.kept}
 
 
-#: the probes this process measured, by what decides the kernels a step takes (the model's tensors and types,
-#: the context's shape, threads, batch and attention): a test suite or a server that opens the same model
-#: again does not pay the probe again (1.6 s on the bundled model, one thread, a loaded 2-core machine)
+#: the probes this process measured or read, by what decides the kernels a step takes (the model's tensors and
+#: types, the context's shape, threads, batch and attention): a test suite or a server that opens the same model
+#: again does not look again
 _MEASURED: dict[tuple[Any, ...], StepProbe] = {}
 
 
@@ -89,13 +93,52 @@ def probe_steps(L: ModuleType, ctx: llama_context_p, batch: Any, mem: Any, n_voc
                 shape: tuple[Any, ...] | None = None) -> StepProbe:
     """Feed the same ids to sequence ``seq`` (empty, and left empty) as one prefill, in one-row steps and in
     paired steps, and compare the logits of every stepped position bit for bit; once per ``shape`` in a
-    process (None: measured every time)."""
-    if shape is not None and shape in _MEASURED:
+    process, and kept between processes in the user's cache (probecache.py; None: measured every time)."""
+    if shape is None:
+        return _measure(L, ctx, batch, mem, n_vocab, seq)
+    if shape in _MEASURED:
         return _MEASURED[shape]
-    result = _measure(L, ctx, batch, mem, n_vocab, seq)
-    if shape is not None:
-        _MEASURED[shape] = result
+    cache = open_cache()
+    try:
+        key = probe_key(L, shape)
+        kept = cache.get(key) if cache is not None else None
+        result = _from_kept(kept) if kept is not None else None
+        if result is None:
+            result = _measure(L, ctx, batch, mem, n_vocab, seq)
+            if cache is not None and result.max_diff == result.max_diff:  # NaN: not measured, not kept
+                cache.put(key, _kept(result))
+        else:
+            log.info("llama.cpp step probe: %s (measured before on this model, build and CPU: %s)",
+                     _verdict(result), cache.root if cache is not None else "")
+    finally:
+        if cache is not None:
+            cache.close()
+    _MEASURED[shape] = result
     return result
+
+
+def _kept(probe: StepProbe) -> dict[str, object]:
+    return {"one_row_exact": probe.one_row_exact, "two_row_exact": probe.two_row_exact,
+            "max_diff": probe.max_diff, "chunks_exact": probe.chunks_exact}
+
+
+def _from_kept(answer: dict[str, object]) -> StepProbe | None:
+    flags = [answer.get(k) for k in ("one_row_exact", "two_row_exact", "chunks_exact")]
+    diff = answer.get("max_diff")
+    if not all(isinstance(f, bool) for f in flags) or not isinstance(diff, float):
+        log.info("llama.cpp step probe: a kept answer of the wrong shape (%s); measuring again", answer)
+        return None
+    one, two, chunks = (bool(f) for f in flags)
+    return StepProbe(one_row_exact=one, two_row_exact=two, max_diff=diff, chunks_exact=chunks, kept=True)
+
+
+def _verdict(result: StepProbe) -> str:
+    return ("one-row steps {} a prefill's logits (max difference {:.3g}), two-row steps {}{}".format(
+        "give" if result.one_row_exact else "do not give", result.max_diff,
+        "do" if result.two_row_exact else "do not",
+        ": every sequence gets two rows per llama_decode (llamafile's sgemm in this build; one built with "
+        "CMAKE_ARGS=-DGGML_LLAMAFILE=OFF decodes one exact row instead, faster: docs/backends.md)"
+        if result.pair_rows else ""))
 
 
 def _measure(L: ModuleType, ctx: llama_context_p, batch: Any, mem: Any, n_vocab: int, seq: int) -> StepProbe:
@@ -152,12 +195,7 @@ def _measure(L: ModuleType, ctx: llama_context_p, batch: Any, mem: Any, n_vocab:
     result = StepProbe(one_row_exact=equal(one), two_row_exact=equal(two),
                        max_diff=max(float(np.max(np.abs(a - b))) for a, b in zip(one, reference, strict=True)),
                        chunks_exact=chunks_exact)
-    log.info("llama.cpp step probe: one-row steps %s a prefill's logits (max difference %.3g), two-row steps %s%s",
-             "give" if result.one_row_exact else "do not give", result.max_diff,
-             "do" if result.two_row_exact else "do not",
-             ": every sequence gets two rows per llama_decode (llamafile's sgemm in this build; one built with "
-             "CMAKE_ARGS=-DGGML_LLAMAFILE=OFF decodes one exact row instead, faster: docs/backends.md)"
-             if result.pair_rows else "")
+    log.info("llama.cpp step probe: %s", _verdict(result))
     if not result.chunks_exact:
         log.warning("llama.cpp step probe: a prompt fed in chunks does not compute what one batch of it computes "
                     "(flash attention on the CPU?); greedy answers may depend on batching and caching "
