@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from typing import Any
 
 from ..backends.base import SamplingParams
 from ..backends.bundled import BUNDLED_SAMPLING
@@ -51,13 +50,13 @@ def bundled_default(name: str) -> str:
     return f"the template's; {shown} on the bundled model ({BUNDLED_TEMPLATE})"
 
 
-def given(args: argparse.Namespace) -> dict[str, Any]:
+def given(args: argparse.Namespace) -> dict[str, settings.Value]:
     """The sampling values the command line set (checked already)."""
     return {name: getattr(args, name) for name in NAMES if getattr(args, name, None) is not None}
 
 
-def _reader(name: str) -> Callable[[str], Any]:
-    def read(raw: str) -> Any:
+def _reader(name: str) -> Callable[[str], settings.Value]:
+    def read(raw: str) -> settings.Value:
         try:
             return settings.parse(name, raw)
         except settings.SettingError:

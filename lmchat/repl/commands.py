@@ -7,7 +7,6 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import attrs
 
@@ -154,9 +153,9 @@ def _set(conv: Conversation, arg: str) -> None:
     conv.out.info(f"{name} = {_setting(conv, name)!r}")
 
 
-def _setting(conv: Conversation, name: str) -> Any:
+def _setting(conv: Conversation, name: str) -> object:
     if name == "format":
-        return settings.describe_format(conv.overrides.get("format"))
+        return settings.describe_format(settings.format_of(conv.overrides.get("format")))
     if name in ("overflow", "overflow_room"):
         return getattr(conv, name)
     return getattr(conv.params, name)

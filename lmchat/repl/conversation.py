@@ -92,7 +92,7 @@ class Conversation:
     def __init__(self, session: Session, backend: Backend, store: SessionStore, out: Output, *,
                  tokenizer: Tokenizer | None = None, version: int = 0) -> None:
         self.backend = backend
-        self.overrides: dict[str, Any] = {}  # /set values; the rest comes from the template
+        self.overrides: dict[str, settings.Value] = {}  # /set values; the rest comes from the template
         self.session = self._fitted(session)
         self.store = store
         self.out = out
@@ -114,11 +114,12 @@ class Conversation:
         return settings.sampling(self.session.template, {**model_sampling(self.backend), **self.overrides},
                                  special_tokens(self.backend))
 
-    def check_format(self, value: str | dict[str, Any] | None) -> None:
+    def check_format(self, value: settings.Value | None) -> None:
         """Refuse a ``/set format`` value this backend would not enforce (a :class:`.settings.SettingError`, one
         line): every turn would fail, so the REPL says it at once and keeps the session as it was."""
         try:
-            check_constraint(self.backend, for_answer(settings.constraint(value), self.session.template, "format",
+            check_constraint(self.backend, for_answer(settings.constraint(settings.format_of(value)),
+                                                      self.session.template, "format",
                                                       special_tokens(self.backend)))
         except ConstraintUnsupported as exc:
             raise SettingError(f"/set format: {exc.reason}") from None
@@ -126,14 +127,14 @@ class Conversation:
     @property
     def overflow(self) -> str:
         """What a turn that does not fit does: ``/set overflow``, else the REPL's default (see :mod:`.context`)."""
-        policy: str = self.overrides.get("overflow", DEFAULT_OVERFLOW)
-        return policy
+        policy = self.overrides.get("overflow")
+        return policy if isinstance(policy, str) else DEFAULT_OVERFLOW  # a policy's name (settings._overflow)
 
     @property
     def overflow_room(self) -> float:
         """The share of the context a drop leaves free: ``/set overflow_room``, else the session's default."""
-        room: float = self.overrides.get("overflow_room", ROOM)
-        return room
+        room = self.overrides.get("overflow_room")
+        return room if isinstance(room, float) else ROOM  # a float (settings._number)
 
     def _fitted(self, session: Session) -> Session:
         """``session`` with this chat's overflow policy and the one limit the toolbar, ``/show`` and the engine

@@ -14,13 +14,14 @@ import json
 import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, TypedDict
 
 import attrs
 
 from .. import constraints
 from ..backends.base import SamplingParams
 from ..errors import ConstraintUnsupported, LmchatError
+from ..jsontypes import JSON
 from ..session import OVERFLOW_POLICIES
 from ..tools.answer_constraint import for_answer
 
@@ -28,6 +29,19 @@ if TYPE_CHECKING:
     from ..templates.base import BaseTemplate
 
 SNAPSHOT_KEY = "chat"
+
+
+class SchemaFormat(TypedDict):
+    """A ``format`` read from a schema file: the schema itself, and the file it came from ('' once unknown)."""
+
+    file: str
+    schema: JSON
+
+
+#: a ``format`` value: ``"json"`` (any JSON object) or a schema
+Format = str | SchemaFormat
+#: a ``/set`` value as read: a number, stop words, an overflow policy or a format
+Value = int | float | str | tuple[str, ...] | SchemaFormat
 
 
 class SettingError(LmchatError, ValueError):
@@ -38,17 +52,17 @@ class SettingError(LmchatError, ValueError):
 class Setting:
     """How a ``/set`` value is read: ``read`` (raises ValueError) and what it expects, in words (``rule``)."""
 
-    read: Callable[[Any], Any]
+    read: Callable[[object], Value]
     rule: str
 
-    def __call__(self, raw: Any) -> Any:
+    def __call__(self, raw: object) -> Value:
         return self.read(raw)
 
 
-def _number(kind: type, check: Callable[[Any], bool], rule: str) -> Setting:
-    def parse(raw: Any) -> Any:
-        if isinstance(raw, bool):
-            raise ValueError
+def _number(kind: type[int] | type[float], check: Callable[[float], bool], rule: str) -> Setting:
+    def parse(raw: object) -> Value:
+        if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):
+            raise TypeError
         value = kind(raw)
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError
@@ -59,7 +73,7 @@ def _number(kind: type, check: Callable[[Any], bool], rule: str) -> Setting:
     return Setting(parse, f"a{'n' if kind is int else ''} {kind.__name__} {rule}")
 
 
-def _stops(raw: Any) -> tuple[str, ...]:
+def _stops(raw: object) -> tuple[str, ...]:
     """A JSON list of strings, or one string (``/set stop ###``)."""
     if isinstance(raw, str):
         with contextlib.suppress(ValueError):
@@ -70,7 +84,7 @@ def _stops(raw: Any) -> tuple[str, ...]:
     return words
 
 
-def _overflow(raw: Any) -> str:
+def _overflow(raw: object) -> str:
     if raw not in OVERFLOW_POLICIES:
         raise ValueError
     return str(raw)
@@ -85,7 +99,7 @@ _ROOM_RULE = ("from 0 to below 1: the share of the context a drop leaves free, s
 MAX_SCHEMA_FILE_BYTES = 1 << 20
 
 
-def _format(raw: Any) -> str | dict[str, Any]:
+def _format(raw: object) -> Format:
     """``json`` (any JSON object), ``@FILE`` (a JSON schema read from FILE) or, as stored, ``{"file", "schema"}``:
     the schema itself is saved, so a resumed session keeps its format when the file has moved or changed."""
     if raw == "json":
@@ -105,35 +119,40 @@ def _format(raw: Any) -> str | dict[str, Any]:
             why = "nested too deep" if isinstance(exc, RecursionError) else str(exc)[:200]
             raise SettingError(f"/set format: {path} is not JSON ({why})") from None
         raw = {"file": str(path), "schema": schema}
-    if not (isinstance(raw, Mapping) and isinstance(raw.get("file", ""), str) and "schema" in raw):
+    file = raw.get("file", "") if isinstance(raw, Mapping) else None
+    if not (isinstance(raw, Mapping) and isinstance(file, str) and "schema" in raw):
         raise ValueError
     try:
         constraints.json_schema(raw["schema"])
     except ConstraintUnsupported as exc:
-        raise SettingError(f"/set format: {raw.get('file') or 'the schema'}: {exc.reason}") from None
-    return {"file": raw.get("file", ""), "schema": raw["schema"]}
+        raise SettingError(f"/set format: {file or 'the schema'}: {exc.reason}") from None
+    return {"file": file, "schema": raw["schema"]}
 
 
 _FORMAT_RULE = "json (any JSON object), @FILE (a JSON schema file) or off"
 
 
-def constraint(value: str | dict[str, Any] | None) -> constraints.Constraint | None:
+def constraint(value: Format | None) -> constraints.Constraint | None:
     """The constraint a ``format`` value puts on every answer (None: none)."""
     if value is None:
         return None
-    if value == "json":
+    if isinstance(value, str):  # "json", the one text _format gives
         return constraints.json_object()
-    return constraints.json_schema(cast("dict[str, Any]", value)["schema"])  # not "json": {"file", "schema"}
+    return constraints.json_schema(value["schema"])
 
 
-def describe_format(value: str | dict[str, Any] | None) -> str:
+def format_of(value: Value | None) -> Format | None:
+    """A ``format`` value (what ``parse("format", ...)`` gives, "json" or a schema) as its type; None: none."""
+    return value if isinstance(value, (str, dict)) else None
+
+
+def describe_format(value: Format | None) -> str:
     """A ``format`` value in a few words: ``json``, ``@person.json``, ``off``."""
     if value is None:
         return "off"
-    if value == "json":
+    if isinstance(value, str):  # "json", the one text _format gives
         return "json"
-    fmt = cast("dict[str, Any]", value)  # not "json": {"file", "schema"}
-    return f"@{Path(fmt['file']).name}" if fmt.get("file") else "a JSON schema"
+    return f"@{Path(value['file']).name}" if value.get("file") else "a JSON schema"
 
 
 _STOPS_RULE = 'a stop word, or a JSON list of them (["###", "User:"]); added to the template\'s'
@@ -157,7 +176,7 @@ SESSION_SETTINGS = ("overflow", "overflow_room", "format")
 OFF = {"format": "off"}
 
 
-def parse(name: str, raw: Any) -> Any:
+def parse(name: str, raw: object) -> Value:
     if name not in SETTINGS:
         raise SettingError(f"unknown setting {name!r} (one of {', '.join(SETTINGS)})")
     try:
@@ -168,34 +187,34 @@ def parse(name: str, raw: Any) -> Any:
         raise SettingError(f"/set {name}: expected {SETTINGS[name].rule}, got {raw!r:.200}") from None
 
 
-def sampling(template: BaseTemplate, overrides: Mapping[str, Any],
+def sampling(template: BaseTemplate, overrides: Mapping[str, Value],
              tokens: Mapping[str, int] | None = None) -> SamplingParams:
     """The template's sampling settings with the session's overrides (``tokens``: the model's added tokens, which
     a format's constraint requires as tokens)."""
     values = {k: v for k, v in overrides.items() if k != "stop" and k not in SESSION_SETTINGS}
     params = SamplingParams.from_template(template, **values)
-    extra = overrides.get("stop") or ()
-    if extra:
+    extra = overrides.get("stop")
+    if isinstance(extra, tuple) and extra:  # stop words are a tuple (_stops)
         params = attrs.evolve(params, stop=tuple(dict.fromkeys((*params.stop, *extra))))
-    fmt = overrides.get("format")
+    fmt = format_of(overrides.get("format"))
     if fmt is None:
         return params
     # on the answer, after the model's reasoning, as the server does
     return attrs.evolve(params, constraint=for_answer(constraint(fmt), template, "format", tokens))
 
 
-def saved(overrides: Mapping[str, Any]) -> dict[str, Any]:
+def saved(overrides: Mapping[str, Value]) -> dict[str, dict[str, object]]:
     """What goes into the stored snapshot."""
     return {"settings": {k: list(v) if isinstance(v, tuple) else v for k, v in overrides.items()}}
 
 
-def restored(data: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+def restored(data: Mapping[str, object]) -> tuple[dict[str, Value], list[str]]:
     """Overrides from a stored snapshot, and a line per stored value that is not valid (then ignored)."""
     section = data.get(SNAPSHOT_KEY)
     stored = section.get("settings") if isinstance(section, Mapping) else None
     if not isinstance(stored, Mapping):
         return {}, [] if section is None else ["the stored /set values are unreadable: ignored"]
-    overrides: dict[str, Any] = {}
+    overrides: dict[str, Value] = {}
     problems: list[str] = []
     for name, raw in stored.items():
         try:

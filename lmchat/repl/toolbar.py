@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..session.vocab import Tokenizer
-from .settings import describe_format
+from .settings import describe_format, format_of
 
 if TYPE_CHECKING:
     from ..session import Delta, Session
@@ -37,16 +37,16 @@ def toolbar_text(conversation: Conversation, width: int | None = None) -> str:
         value, unit = last.speed
         speed = f"{value:.1f} {unit}"
     names = f"{session.template.name} · {conversation.backend.name}"
-    fmt = conversation.overrides.get("format")
+    fmt = format_of(conversation.overrides.get("format"))
     # the format goes right after the names: a narrow terminal keeps the counts, which change every turn
-    fmt = fmt and f"format: {describe_format(fmt)}"
-    candidates = [
-        [used, _with(turn, why), speed, fmt, names],
-        [used, _with(turn, why), speed, fmt],
+    shown = f"format: {describe_format(fmt)}" if fmt else None
+    candidates: list[list[str | None]] = [
+        [used, _with(turn, why), speed, shown, names],
+        [used, _with(turn, why), speed, shown],
         [used, _with(turn, why), speed],
         [used, _with(turn, why)],
         [used, turn],
-        [used, last and f"{last.reused}+{last.prefilled}"],
+        [used, f"{last.reused}+{last.prefilled}" if last else None],
     ]
     for parts in candidates:
         text = SEP.join(p for p in parts if p)
