@@ -13,8 +13,8 @@ message about a full context ends with what the user can do about it.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import attrs
 
@@ -76,21 +76,27 @@ def memory_available() -> int | None:
         return None
 
 
-def kv_bytes_per_token(info: dict[str, Any]) -> int | None:
+def kv_bytes_per_token(info: Mapping[str, object]) -> int | None:
     """What one token of context costs in the KV cache (all layers, keys and values), or None if unknown."""
-    # a GGUF header's values: numbers, or a list of one a layer
-    layers: Any = info.get("block_count")
-    embd: Any = info.get("embedding_length")
-    heads: Any = info.get("attention.head_count")
-    kv_heads: Any = info.get("attention.head_count_kv", heads)
-    if not all(isinstance(v, int) and v > 0 for v in (layers, embd)) or not heads:
+    layers, embd = info.get("block_count"), info.get("embedding_length")
+    heads = _per_layer(info.get("attention.head_count"))
+    kv_heads = _per_layer(info.get("attention.head_count_kv", heads))
+    if not (isinstance(layers, int) and layers > 0 and isinstance(embd, int) and embd > 0) or not heads \
+            or kv_heads is None:
         return None
     head_dim = embd // (heads if isinstance(heads, int) else max(heads))
-    k_dim: Any = info.get("attention.key_length", head_dim)
-    v_dim: Any = info.get("attention.value_length", head_dim)
+    k_dim, v_dim = info.get("attention.key_length", head_dim), info.get("attention.value_length", head_dim)
+    if not (isinstance(k_dim, int) and isinstance(v_dim, int)):
+        return None
     per_layer = kv_heads if isinstance(kv_heads, list) else [kv_heads] * layers  # an array: one value a layer
-    total: int = sum(int(h) * (k_dim + v_dim) for h in per_layer) * KV_BYTES
-    return total
+    return sum(h * (k_dim + v_dim) for h in per_layer) * KV_BYTES
+
+
+def _per_layer(value: object) -> int | list[int] | None:
+    """A GGUF header's count: a number, or a list of one a layer (None: neither)."""
+    if isinstance(value, list):
+        return [v for v in value if isinstance(v, int)] if all(isinstance(v, int) for v in value) else None
+    return value if isinstance(value, int) else None
 
 
 # ------------------------------------------------------------------ the GGUF header
@@ -98,7 +104,7 @@ _WANTED = ("context_length", "block_count", "embedding_length", "attention.head_
            "attention.head_count_kv", "attention.key_length", "attention.value_length")
 
 
-def gguf_fields(path: Path) -> dict[str, Any]:
+def gguf_fields(path: Path) -> dict[str, object]:
     """The architecture's size fields of a GGUF file (``context_length``, ``block_count``...), from its
     header only (:mod:`lmchat.interop.gguf_meta`: the reading stops once they are seen)."""
     arch = read_gguf_metadata(path, ["general.architecture"]).get("general.architecture")
