@@ -7,12 +7,14 @@ which fingerprint matching reads too.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import TemplateConfigError
 from ..extras import needs
 from ..jsonfile import read_json
+from ..jsontypes import JSONObject
 
 if TYPE_CHECKING:
     from gguf import GGUFReader
@@ -21,9 +23,12 @@ if TYPE_CHECKING:
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "repetition_penalty")
 #: config.json keys holding the context length, most specific first
 CONTEXT_KEYS = ("max_position_embeddings", "seq_length", "max_sequence_length", "n_positions")
+#: JinjaTemplate's keyword arguments as read (Any: ``JinjaTemplate(**fields)`` takes them, and its fields check
+#: their values, templates/fields.py; a file's value of the wrong type is that check's error)
+Fields = dict[str, Any]
 
 
-def _json_object(path: Path) -> dict[str, Any]:
+def _json_object(path: Path) -> JSONObject:
     """A folder's JSON file as an object; {} when the folder does not have it."""
     if not path.is_file():
         return {}
@@ -33,7 +38,7 @@ def _json_object(path: Path) -> dict[str, Any]:
     return data
 
 
-def _token_text(value: Any) -> str | None:
+def _token_text(value: object) -> str | None:
     """A special token as tokenizer_config.json writes it: a string or an AddedToken dict."""
     if isinstance(value, str):
         return value
@@ -41,7 +46,7 @@ def _token_text(value: Any) -> str | None:
     return content if isinstance(content, str) else None
 
 
-def special_tokens(config: dict[str, Any]) -> dict[str, str]:
+def special_tokens(config: Mapping[str, object]) -> dict[str, str]:
     """Every ``*_token`` string of a tokenizer config, as transformers 5.x passes them to templates."""
     tokens = {k: _token_text(v) for k, v in config.items() if k.endswith("_token")}
     extra = config.get("extra_special_tokens")
@@ -50,7 +55,7 @@ def special_tokens(config: dict[str, Any]) -> dict[str, str]:
     return {k: v for k, v in tokens.items() if v is not None}
 
 
-def named_templates(value: Any, source: str) -> dict[str, str]:
+def named_templates(value: object, source: str) -> dict[str, str]:
     """A ``chat_template`` value as name -> source: a string is the 'default', a list holds {name, template}."""
     if isinstance(value, str):
         return {"default": value}
@@ -65,7 +70,7 @@ def named_templates(value: Any, source: str) -> dict[str, str]:
                               field="chat_template", source=source)
 
 
-def shipped_templates(folder: Path, config: dict[str, Any] | None = None) -> tuple[str, dict[str, str]] | None:
+def shipped_templates(folder: Path, config: Mapping[str, object] | None = None) -> tuple[str, dict[str, str]] | None:
     """``(file, name -> source)`` of the chat templates a model folder ships (a single one is 'default'), or None.
 
     transformers' precedence: separate template files (``chat_template.jinja``
@@ -90,35 +95,38 @@ def shipped_templates(folder: Path, config: dict[str, Any] | None = None) -> tup
     return None
 
 
-def _token_ids(folder: Path, config: dict[str, Any]) -> dict[int, str]:
-    """Token id -> text for the added tokens, which is where eos ids resolve."""
-    table = {int(k): _token_text(v) for k, v in (config.get("added_tokens_decoder") or {}).items()}
+def _token_ids(folder: Path, config: Mapping[str, object]) -> dict[int, str]:
+    """Token id -> text for the added tokens, which is where eos ids resolve (entries of other shapes: none)."""
+    decoder = config.get("added_tokens_decoder")
+    table = {int(k): _token_text(v) for k, v in (decoder if isinstance(decoder, dict) else {}).items()}
     tokenizer = folder / "tokenizer.json"
     if tokenizer.is_file():
-        for t in _json_object(tokenizer).get("added_tokens") or []:
-            table.setdefault(t.get("id"), t.get("content"))
+        added = _json_object(tokenizer).get("added_tokens")
+        for t in added if isinstance(added, list) else []:
+            if isinstance(t, dict) and isinstance(t.get("id"), int):
+                table.setdefault(t["id"], t.get("content"))
     return {k: v for k, v in table.items() if isinstance(v, str)}
 
 
-def _as_list(value: Any) -> list[Any]:
+def _as_list(value: object) -> list[object]:
     if value is None:
         return []
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
-def _sampling(folder: Path, config: dict[str, Any], tokens: dict[str, str]) -> dict[str, Any]:
+def _sampling(folder: Path, config: Mapping[str, object], tokens: dict[str, str]) -> Fields:
     gen = _json_object(folder / "generation_config.json")
     model = _json_object(folder / "config.json")
     text_model = model.get("text_config")
     text_model = text_model if isinstance(text_model, dict) else {}
-    out: dict[str, Any] = {k: gen[k] for k in SAMPLING_KEYS if gen.get(k) is not None}
+    out: Fields = {k: gen[k] for k in SAMPLING_KEYS if gen.get(k) is not None}
     context = [gen.get("max_length")] + [m.get(k) for k in CONTEXT_KEYS for m in (model, text_model)]
     session_len = next((c for c in context if isinstance(c, int) and c > 0), None)
     if session_len:
         out["session_len"] = session_len
     ids = _as_list(gen.get("eos_token_id")) or _as_list(model.get("eos_token_id"))
     names = _token_ids(folder, config)
-    stops = [names[i] for i in ids if i in names]
+    stops = [names[i] for i in ids if isinstance(i, int) and i in names]
     if ids:
         # the eos token itself stops generation even when an id does not resolve
         words = stops + ([tokens["eos_token"]] if "eos_token" in tokens else [])
@@ -126,7 +134,7 @@ def _sampling(folder: Path, config: dict[str, Any], tokens: dict[str, str]) -> d
     return out
 
 
-def read_pretrained(folder: str | os.PathLike[str]) -> dict[str, Any]:
+def read_pretrained(folder: str | os.PathLike[str]) -> Fields:
     """JinjaTemplate fields from a Hugging Face model (or tokenizer) folder."""
     folder = Path(folder)
     if not folder.is_dir():
@@ -150,14 +158,14 @@ def read_pretrained(folder: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------- GGUF
-def _gguf_value(reader: GGUFReader, key: str) -> Any:
+def _gguf_value(reader: GGUFReader, key: str) -> object:
     field = reader.fields.get(key)
     if field is None:
         return None
     return field.contents()
 
 
-def read_gguf(path: str | os.PathLike[str]) -> dict[str, Any]:
+def read_gguf(path: str | os.PathLike[str]) -> Fields:
     """JinjaTemplate fields from GGUF metadata (``tokenizer.chat_template[.NAME]``, bos/eos ids)."""
     with needs("reading GGUF files", "jinja"):
         from gguf import GGUFReader
@@ -169,8 +177,8 @@ def read_gguf(path: str | os.PathLike[str]) -> dict[str, Any]:
     except Exception as exc:  # a damaged file fails in many ways inside the parser; all mean "not GGUF"
         raise TemplateConfigError(f"not a readable GGUF file: {exc}", source=str(path)) from None
     source = _gguf_value(reader, "tokenizer.chat_template")
-    names = _gguf_value(reader, "tokenizer.chat_templates") or []
-    named = {n: _gguf_value(reader, f"tokenizer.chat_template.{n}") for n in names}
+    names = _gguf_value(reader, "tokenizer.chat_templates")
+    named = {n: _gguf_value(reader, f"tokenizer.chat_template.{n}") for n in (names if isinstance(names, list) else ())}
     if not source and not named:
         raise TemplateConfigError("no tokenizer.chat_template in the GGUF metadata", source=str(path))
     vocab = reader.fields.get("tokenizer.ggml.tokens")
@@ -181,7 +189,7 @@ def read_gguf(path: str | os.PathLike[str]) -> dict[str, Any]:
         if vocab is not None and isinstance(token_id, int) and 0 <= token_id < len(vocab.data):
             tokens[key] = bytes(vocab.parts[vocab.data[token_id]]).decode("utf-8")
     arch = _gguf_value(reader, "general.architecture")
-    out: dict[str, Any] = {"chat_template": source or "", "named_templates": named, "special_tokens": tokens,
+    out: Fields = {"chat_template": source or "", "named_templates": named, "special_tokens": tokens,
                            "label": _gguf_value(reader, "general.name") or path.stem}
     context = _gguf_value(reader, f"{arch}.context_length") if arch else None
     if isinstance(context, int) and context > 0:
