@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Literal
 import attrs
 
 from ..errors import InvalidMessages, TemplateConfigError, TemplateRuleError
+from ..jsontypes import JSON
 from ..messages import normalize_messages
 from . import continued
 from .chat import Chat
@@ -269,7 +270,7 @@ class BaseTemplate:
 
     # ------------------------------------------------------------------ metadata
     @classmethod
-    def official_variables(cls, tools: Any, date: _dt.date | None) -> dict[str, Any]:
+    def official_variables(cls, tools: JSON, date: _dt.date | None) -> dict[str, Any]:
         """Template variables, besides messages and tools, that the official template needs and its model's
         serving stack derives from the request (FireFunction's ``functions`` and ``datetime``): the template
         renders them when the caller gives none, and the conformance tests give them to the official template."""

@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from ..errors import InvalidMessages, TemplateRuleError
+from ..jsontypes import JSON
 from ..registry import template
 from .base import BaseTemplate, stops
 from .chat import Chat
@@ -36,14 +37,14 @@ def jinja_indent(text: str, width: int, first: bool = False) -> str:
     return pad + out if first else out
 
 
-def _iterated(value: Any, i: int, field: str) -> list[Any]:
+def _iterated(value: JSON, i: int, field: str) -> list[Any]:
     """What Jinja's ``for`` walks: a list's items, a dict's keys, a string's characters."""
     if isinstance(value, (list, dict, str)):
         return list(value)
     raise InvalidMessages(f"{field} must be a list", index=i, field=field)
 
 
-def _action_call(call: Any, i: int) -> str:
+def _action_call(call: JSON, i: int) -> str:
     """One call of Command R+'s ``Action:`` list, indented as the official template's ``indent`` filters do."""
     fn = call["function"] if isinstance(call, dict) and "function" in call else call
     name = attr(fn, "name")
@@ -103,7 +104,7 @@ class CommandRPlus(BaseTemplate):
         system = chat.text(0) if chat.role(0) == "system" else R_DEFAULT_SYSTEM
         return f"{self.bos}{self.system}{R_PREAMBLE}{system}{R_AVAILABLE_TOOLS}{self.declare(chat.tools)}{self.eoa}"
 
-    def declare(self, tools: Any) -> str:
+    def declare(self, tools: JSON) -> str:
         return plus_tools(tools)
 
     def piece(self, chat: Chat, i: int) -> str:
@@ -156,7 +157,7 @@ class CommandR(CommandRPlus):
     official_tool_use = "CohereForAI__c4ai-command-r-v01-tool_use"
     hyperparameter_source = f"c4ai-command-r-v01 {SAMPLING_SOURCE}"
 
-    def declare(self, tools: Any) -> str:
+    def declare(self, tools: JSON) -> str:
         try:
             return v01_tools(tools)
         except TemplateRuleError as exc:

@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 from ..errors import InvalidMessages, TemplateConfigError
+from ..jsontypes import JSON
 from ..registry import template
 from .base import BaseTemplate, stops
 from .chat import Chat
@@ -45,13 +46,13 @@ def _calls(m: dict[str, Any], i: int) -> list[Any]:
     raise InvalidMessages("tool_calls must be a list of calls", index=i, field="tool_calls")
 
 
-def _json(value: Any, i: int, field: str) -> str:
+def _json(value: JSON, i: int, field: str) -> str:
     if value is MISSING:
         raise InvalidMessages("missing: the official template prints it as JSON", index=i, field=field)
     return json.dumps(value, ensure_ascii=False)
 
 
-def _id_number(chat: Chat, call_id: Any, limit: int | None = None) -> str:
+def _id_number(chat: Chat, call_id: JSON, limit: int | None = None) -> str:
     """The official ``tool_call_id_to_int``: the position, among all calls of the conversation, of the first
     call with this id ('' when none has it). Ids the model wrote are replaced by these numbers."""
     counter = 0
@@ -156,7 +157,7 @@ class CommandR7B(BaseTemplate):
         return "".join(out) + END
 
     @staticmethod
-    def declared(tool: Any) -> str:
+    def declared(tool: JSON) -> str:
         fn = tool.get("function") if isinstance(tool, dict) else None
         if not isinstance(fn, dict) or "parameters" not in fn:
             raise InvalidMessages("each tool needs a function with parameters", field="tools")
@@ -185,7 +186,7 @@ class CommandR7B(BaseTemplate):
             return f"{self.system}{START_RESULT}[\n" + ",\n".join(block) + f"\n]{END_RESULT}{END}"
         return ""
 
-    def document_turn(self, documents: list[Any]) -> str:
+    def document_turn(self, documents: list[JSON]) -> str:
         """The official ``document_turn``: a call of the document tool, and the documents as its results."""
         results = ",\n            ".join(f'"{k}": {json.dumps(d, ensure_ascii=False)}' for k, d in enumerate(documents))
         call = '    {"tool_call_id": "0", "tool_name": "direct-injected-document", "parameters": {}}'

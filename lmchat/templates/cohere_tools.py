@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..errors import TemplateRuleError
+from ..jsontypes import JSON
 from .render_utils import jstr
 
 
@@ -28,12 +29,12 @@ MISSING: Any = _Missing()
 BASIC = {"string": "str", "number": "float", "integer": "int", "boolean": "bool"}
 
 
-def attr(value: Any, key: str) -> Any:
+def attr(value: JSON, key: str) -> Any:
     """``value.key`` in Jinja for a JSON value: a dict's entry, else undefined."""
     return value.get(key, MISSING) if isinstance(value, dict) else MISSING
 
 
-def printed(value: Any) -> str:
+def printed(value: JSON) -> str:
     """``{{ value }}``: nothing for an undefined value."""
     return "" if value is MISSING else jstr(value)
 
@@ -42,19 +43,19 @@ def _bad(reason: str) -> TemplateRuleError:
     return TemplateRuleError("tool-declaration", reason, field="tools")
 
 
-def concat(value: Any, what: str) -> str:
+def concat(value: JSON, what: str) -> str:
     """A value the official template joins with ``+``: it must be a string."""
     if not isinstance(value, str):
         raise _bad(f"{what} must be a string (the official template concatenates it)")
     return value
 
 
-def py_type(spec: Any) -> str:
+def py_type(spec: JSON) -> str:
     """The official ``json_to_python_type`` macro."""
     return _of_type(attr(spec, "type"), spec)
 
 
-def _of_type(kind: Any, spec: Any) -> str:
+def _of_type(kind: JSON, spec: JSON) -> str:
     if isinstance(kind, str) and kind in BASIC:
         return BASIC[kind]
     if kind == "array":
@@ -73,7 +74,7 @@ def _of_type(kind: Any, spec: Any) -> str:
     return "Any"
 
 
-def _contains(container: Any, key: str) -> bool:
+def _contains(container: JSON, key: str) -> bool:
     """``key in container`` as Jinja tests it (an undefined container holds nothing)."""
     if container is MISSING:
         return False
@@ -82,7 +83,7 @@ def _contains(container: Any, key: str) -> bool:
     raise _bad(f"'required' must be a list, got {type(container).__name__}")
 
 
-def _mapping(value: Any, what: str, *, missing_ok: bool) -> dict[str, Any]:
+def _mapping(value: JSON, what: str, *, missing_ok: bool) -> dict[str, Any]:
     if value is MISSING and missing_ok:
         return {}
     if not isinstance(value, dict):
@@ -90,7 +91,7 @@ def _mapping(value: Any, what: str, *, missing_ok: bool) -> dict[str, Any]:
     return value
 
 
-def _stub(name: Any, params: list[tuple[str, str, bool, str]], description: Any) -> str:
+def _stub(name: JSON, params: list[tuple[str, str, bool, str]], description: JSON) -> str:
     """One tool: ``params`` are (name, type, optional, description)."""
     sig = ", ".join(f"{p}: Optional[{t}] = None" if opt else f"{p}: {t}" for p, t, opt, _ in params)
     out = f"```python\ndef {concat(name, 'a tool name')}({sig}) -> List[Dict]:\n    \"\"\"{printed(description)}"
@@ -100,7 +101,7 @@ def _stub(name: Any, params: list[tuple[str, str, bool, str]], description: Any)
     return out + '\n    """\n    pass\n```'
 
 
-def _new_tool(tool: Any) -> str:
+def _new_tool(tool: JSON) -> str:
     """Command R+'s ``new_tool_parser``: an OpenAI tool (or its bare function) with a JSON Schema."""
     fn = tool["function"] if isinstance(tool, dict) and "function" in tool else tool
     name = concat(attr(fn, "name"), "a tool name")
@@ -116,7 +117,7 @@ def _new_tool(tool: Any) -> str:
     return _stub(name, params, attr(fn, "description"))
 
 
-def _old_tool(tool: Any, strict: bool) -> str:
+def _old_tool(tool: JSON, strict: bool) -> str:
     """Cohere's tool format: ``parameter_definitions`` maps each argument to its type, description and
     ``required`` flag (``strict``: v01's template calls ``.items()``, which needs them)."""
     name = concat(attr(tool, "name"), "a tool name")
@@ -131,19 +132,19 @@ def _old_tool(tool: Any, strict: bool) -> str:
     return _stub(name, params, attr(tool, "description"))
 
 
-def _listed(tools: Any) -> Iterable[Any]:
+def _listed(tools: JSON) -> Iterable[Any]:
     if isinstance(tools, (list, tuple, dict, str)):
         return tools
     raise _bad(f"tools must be a list, got {type(tools).__name__}")
 
 
-def plus_tools(tools: Any) -> str:
+def plus_tools(tools: JSON) -> str:
     """Command R+'s declarations: Cohere's format when any tool has ``parameter_definitions``, else OpenAI's."""
     listed = list(_listed(tools))
     cohere = any(isinstance(t, dict) and "parameter_definitions" in t for t in listed)
     return "\n\n".join(_old_tool(t, strict=False) if cohere else _new_tool(t) for t in listed)
 
 
-def v01_tools(tools: Any) -> str:
+def v01_tools(tools: JSON) -> str:
     """Command-R v01's declarations: Cohere's format only (an OpenAI tool has no ``name`` at its top)."""
     return "\n\n".join(_old_tool(t, strict=True) for t in _listed(tools))

@@ -4,9 +4,8 @@ Rendered from code, byte-exact with ``deepseek-ai__DeepSeek-V3.1`` (the text Dee
 """
 from __future__ import annotations
 
-from typing import Any
-
 from ..errors import InvalidMessages
+from ..jsontypes import JSON
 from ..registry import template
 from .chat import Chat
 from .deepseek_v3_r1 import CALLS_BEGIN, CALLS_END, OUTPUT_BEGIN, OUTPUT_END, DeepSeekV3, _calls
@@ -25,7 +24,7 @@ def _last_turn(chat: Chat, i: int) -> str | None:
     return None
 
 
-def _call_text(call: Any, i: int) -> str:
+def _call_text(call: JSON, i: int) -> str:
     fn = call.get("function") if isinstance(call, dict) else None
     parts = (fn.get("name"), fn.get("arguments")) if isinstance(fn, dict) else ()
     if len(parts) != 2 or not all(isinstance(p, str) for p in parts):

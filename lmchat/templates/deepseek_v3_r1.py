@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from ..errors import InvalidMessages
+from ..jsontypes import JSON
 from ..messages import normalize_messages, text
 from ..registry import template
 from .base import BaseTemplate, stops
@@ -129,9 +130,10 @@ def _calls(chat: Chat, i: int) -> list[Any]:
     raise InvalidMessages("tool_calls must be a list of calls", index=i, field="tool_calls")
 
 
-def _call_text(call: Any, i: int) -> str:
+def _call_text(call: JSON, i: int) -> str:
     fn = call.get("function") if isinstance(call, dict) else None
-    parts = (call.get("type"), fn.get("name"), fn.get("arguments")) if isinstance(fn, dict) else ()
+    parts = ((call.get("type"), fn.get("name"), fn.get("arguments"))
+             if isinstance(call, dict) and isinstance(fn, dict) else ())
     if len(parts) != 3 or not all(isinstance(p, str) for p in parts):
         raise InvalidMessages(
             "each tool call needs a string type, function.name and function.arguments (a JSON string)",

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import InvalidMessages, TemplateConfigError, TemplateRuleError
+from ..jsontypes import JSON
 from ..registry import template
 from .base import BaseTemplate, stops
 from .chat import Chat
@@ -61,7 +62,7 @@ def _trimmed(message: Mapping[str, Any]) -> str:
     return jstr(content).strip() if content else ""
 
 
-def _call(call: Any, i: int) -> str:
+def _call(call: JSON, i: int) -> str:
     fn = call.get("function") if isinstance(call, Mapping) else None
     name = fn.get("name") if isinstance(fn, Mapping) else None
     arguments = fn.get("arguments") if isinstance(fn, Mapping) else None
@@ -129,7 +130,7 @@ class FirefunctionV2(BaseTemplate):
     stop_words: tuple[str, ...] | None = stops(EOT)
 
     @classmethod
-    def official_variables(cls, tools: Any, date: _dt.date | None) -> dict[str, Any]:
+    def official_variables(cls, tools: JSON, date: _dt.date | None) -> dict[str, Any]:
         """``functions``: the request's tools as JSON (``[]`` without tools); ``datetime``: the day, as the model
         card's example passes ``json.dumps(functions)`` and the date to ``apply_chat_template``."""
         try:

@@ -15,6 +15,7 @@ from typing import Any
 import attrs
 
 from ..errors import InvalidMessages, TemplateConfigError
+from ..jsontypes import JSON
 from ..registry import template
 from .base import BaseTemplate, stops
 from .chat import Chat
@@ -55,7 +56,7 @@ def escape(text: str) -> str:
             .replace('"', "&#34;"))
 
 
-def _string(value: Any, where: str, index: int | None = None) -> str:
+def _string(value: JSON, where: str, index: int | None = None) -> str:
     """An operand of Jinja's ``+`` on text: only a string works."""
     if isinstance(value, str):
         return value
@@ -65,7 +66,7 @@ def _string(value: Any, where: str, index: int | None = None) -> str:
     raise InvalidMessages(f"expected a string, got {what}", index=index, field=where)
 
 
-def _tool_list(tools: Any) -> list[Any]:
+def _tool_list(tools: JSON) -> list[Any]:
     if tools is None:
         return []
     if not isinstance(tools, (list, tuple)):
@@ -73,11 +74,11 @@ def _tool_list(tools: Any) -> list[Any]:
     return list(tools)
 
 
-def _is_code_interpreter(tool: Any) -> bool:
+def _is_code_interpreter(tool: JSON) -> bool:
     return isinstance(tool, Mapping) and tool.get("type") == "code_interpreter"
 
 
-def _function(call: Any, i: int) -> Mapping[str, Any]:
+def _function(call: JSON, i: int) -> Mapping[str, Any]:
     fn = call.get("function") if isinstance(call, Mapping) else None
     if not isinstance(fn, Mapping):
         raise InvalidMessages("each tool call needs a function object", index=i, field="tool_calls")
@@ -147,7 +148,7 @@ class FunctionaryV31(_Functionary):
         return "".join(out) + EOT
 
     @staticmethod
-    def tool_line(tool: Any) -> str:
+    def tool_line(tool: JSON) -> str:
         if not isinstance(tool, Mapping):
             raise TemplateConfigError(f"each tool must be an object, got {type(tool).__name__}", field="tools")
         fn = tool.get("function") if "type" in tool else tool

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import TemplateConfigError
+from ..jsontypes import JSON
 from .render_utils import jstr
 
 NONE = "<|NONE|>"
@@ -19,15 +20,17 @@ BOUNDS = (("maximum", "Maximum"), ("minimum", "Minimum"), ("maxLength", "Maximum
           ("minLength", "Minimum length"))
 
 
-def _cat(*parts: Any) -> str:
+def _cat(*parts: JSON) -> str:
     """Jinja's ``a + b + ...`` on text: every operand must be a string."""
+    texts = []
     for part in parts:
         if not isinstance(part, str):
             raise TemplateConfigError(f"expected a string, got {type(part).__name__}", field="tools")
-    return "".join(parts)
+        texts.append(part)
+    return "".join(texts)
 
 
-def _contains(needle: Any, container: Any) -> bool:
+def _contains(needle: JSON, container: JSON) -> bool:
     """Jinja's ``needle in container`` (a substring of text, an item of a list, a key of a mapping)."""
     if isinstance(container, str):
         return isinstance(needle, str) and needle in container
@@ -36,7 +39,7 @@ def _contains(needle: Any, container: Any) -> bool:
     raise TemplateConfigError(f"'in' on a {type(container).__name__}", field="tools")
 
 
-def _iterable(value: Any) -> bool:
+def _iterable(value: JSON) -> bool:
     return isinstance(value, (str, list, tuple, Mapping))
 
 
@@ -45,7 +48,7 @@ def _data_type(kind: str) -> str:
     return "number" if kind in ("integer", "float") else kind
 
 
-def _unique(values: list[Any]) -> list[Any]:
+def _unique(values: list[JSON]) -> list[Any]:
     """Jinja's ``unique``: the first of values equal ignoring the case of text."""
     seen, out = [], []
     for v in values:
@@ -56,6 +59,8 @@ def _unique(values: list[Any]) -> list[Any]:
     return out
 
 
+# a parameter is indexed once 'in' (on text, a list or a mapping) finds the key, as Jinja's template does: a
+# string or a list then fails as Python fails, so ``param`` stays Any
 def param_type(param: Any) -> str:
     """The ``get_param_type`` macro: '' for a parameter with neither ``type`` nor ``oneOf``."""
     if _contains("type", param):
@@ -109,9 +114,9 @@ def param_info(param: Mapping[str, Any]) -> str:
     return out
 
 
-def _enum(options: Any) -> str:
+def _enum(options: JSON) -> str:
     """The ``get_enum_option_str`` macro."""
-    if not _iterable(options):
+    if not isinstance(options, (str, list, tuple, Mapping)):  # not _iterable(options)
         raise TemplateConfigError(f"enum: cannot iterate a {type(options).__name__}", field="tools")
     values = list(options)
     out = ""
@@ -122,25 +127,25 @@ def _enum(options: Any) -> str:
     return out
 
 
-def _comments(comment: str, examples: list[Any], offset: str) -> str:
+def _comments(comment: str, examples: list[JSON], offset: str) -> str:
     out = "\n" + offset + comment if comment != NONE else ""
     return out + "".join("\n" + offset + "// " + jstr(e).replace("'", '"') for e in examples)
 
 
-def _declared(declaration: str, comment: str, examples: list[Any], depth: int) -> str:
+def _declared(declaration: str, comment: str, examples: list[JSON], depth: int) -> str:
     """The ``append_new_param_info`` macro."""
     offset = "    " * depth
     out = _comments(comment, examples, offset) if comment != NONE else ""
     return out + "\n" + offset + declaration
 
 
-def _get(value: Any, key: str, default: Any) -> Any:
+def _get(value: JSON, key: str, default: JSON) -> Any:
     if not isinstance(value, Mapping):
         raise TemplateConfigError(f"expected an object, got {type(value).__name__}", field="tools")
     return value.get(key, default)
 
 
-def array_type(name: str | None, spec: Any, depth: int) -> str:
+def array_type(name: str | None, spec: JSON, depth: int) -> str:
     """The ``get_array_typescript`` macro."""
     offset = "    " * depth
     items = _get(spec, "items", {})
@@ -162,7 +167,7 @@ def array_type(name: str | None, spec: Any, depth: int) -> str:
     return "\n" + kind + "[]" if name is None else "\n" + offset + name + ": " + kind + "[],"
 
 
-def parameters(properties: Any, required: Any, depth: int = 0) -> str:
+def parameters(properties: JSON, required: JSON, depth: int = 0) -> str:
     """The ``get_parameter_typescript`` macro."""
     if not isinstance(properties, Mapping):
         raise TemplateConfigError("properties must be an object", field="tools")
@@ -201,7 +206,7 @@ def parameters(properties: Any, required: Any, depth: int = 0) -> str:
     return out
 
 
-def namespace(tools: list[Any]) -> str:
+def namespace(tools: list[JSON]) -> str:
     """The ``generate_schema_from_functions`` macro: every tool with a name, as a TypeScript type."""
     out = "// Supported function definitions that should be called when necessary.\nnamespace functions {\n\n"
     for tool in tools:

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ..errors import InvalidMessages, TemplateRuleError
+from ..jsontypes import JSON
 from ..registry import template
 from .base import BaseTemplate, stops
 from .chat import Chat
@@ -43,7 +44,7 @@ ARGUMENTS_ERROR = ("chat_template: tool_calls[].function.arguments must be a JSO
                    "Deserialize arguments before passing to the template.")
 
 
-def strip_thinking(text: Any, i: int) -> str:
+def strip_thinking(text: JSON, i: int) -> str:
     """The official ``strip_thinking`` macro: text outside ``<|channel>...<channel|>``, trimmed."""
     if not isinstance(text, str):
         raise InvalidMessages("an answer's text must be a string", index=i, field="content")
@@ -51,13 +52,13 @@ def strip_thinking(text: Any, i: int) -> str:
     return "".join(kept).strip()
 
 
-def _part_get(part: Any, key: str, i: int, field: str) -> Any:
+def _part_get(part: JSON, key: str, i: int, field: str) -> Any:
     if not isinstance(part, Mapping):
         raise InvalidMessages("each content part must be an object", index=i, field=field)
     return part.get(key)
 
 
-def _trimmed(value: Any) -> str:
+def _trimmed(value: JSON) -> str:
     """``value | trim``: nothing for an undefined value, else ``str()`` stripped."""
     return "" if value is UNDEFINED else jstr(value).strip()
 
@@ -125,7 +126,7 @@ class _Results:
                 self.rendered = True
 
     @staticmethod
-    def _result(chat: Chat, k: int, calls: list[Any], functions: list[Mapping[str, Any]]) -> str:
+    def _result(chat: Chat, k: int, calls: list[Mapping[str, JSON]], functions: list[Mapping[str, Any]]) -> str:
         follow = chat.messages[k]
         name = follow.get("name") or "unknown"
         for call, fn in zip(calls, functions, strict=True):

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import InvalidMessages
+from ..jsontypes import JSON
 from .gpt_oss_tools import UNDEFINED, _get
 from .render_utils import jstr
 
@@ -20,14 +21,14 @@ QUOTE = '<|"|>'
 STANDARD_KEYS = ("description", "type", "properties", "required", "nullable")
 
 
-def dictsort(value: Any, where: str) -> list[tuple[Any, Any]]:
+def dictsort(value: JSON, where: str) -> list[tuple[JSON, JSON]]:
     """Jinja's ``value | dictsort``: a mapping's items by key, case-insensitively (stable for equal keys)."""
     if not isinstance(value, Mapping):
         raise InvalidMessages(f"{where}: expected an object, got {type(value).__name__}", field=where)
     return sorted(value.items(), key=lambda kv: kv[0].lower() if isinstance(kv[0], str) else kv[0])
 
 
-def iterate(value: Any, where: str) -> list[Any]:
+def iterate(value: JSON, where: str) -> list[JSON]:
     """What a Jinja ``for`` goes over: a list's items, a mapping's keys, a string's characters."""
     if isinstance(value, (list, tuple, str)):
         return list(value)
@@ -36,22 +37,22 @@ def iterate(value: Any, where: str) -> list[Any]:
     raise InvalidMessages(f"{where}: cannot iterate over a {type(value).__name__}", field=where)
 
 
-def text(value: Any) -> str:
+def text(value: JSON) -> str:
     """``{{ value }}``: nothing for an undefined value, else ``str()``."""
     return "" if value is UNDEFINED else jstr(value)
 
 
-def upper(value: Any) -> str:
+def upper(value: JSON) -> str:
     """``value | upper``: Jinja stringifies first (an undefined value is '')."""
     return text(value).upper()
 
 
-def is_sequence(value: Any) -> bool:
+def is_sequence(value: JSON) -> bool:
     """Jinja's ``is sequence`` on JSON data: text, lists and mappings (and an undefined value) are."""
     return value is UNDEFINED or isinstance(value, (str, list, tuple, Mapping))
 
 
-def argument(value: Any, escape_keys: bool = True) -> str:
+def argument(value: JSON, escape_keys: bool = True) -> str:
     """The ``format_argument`` macro: a value in Gemma's notation."""
     if value is None:
         return "null"
@@ -64,11 +65,12 @@ def argument(value: Any, escape_keys: bool = True) -> str:
                  for k, v in dictsort(value, "arguments")]
         return "{" + ",".join(items) + "}"
     if is_sequence(value):  # an undefined value iterates as empty: '[]'
-        return "[" + ",".join(argument(v, escape_keys) for v in ([] if value is UNDEFINED else value)) + "]"
+        listed = [] if value is UNDEFINED else iterate(value, "arguments")
+        return "[" + ",".join(argument(v, escape_keys) for v in listed) + "]"
     return jstr(value)
 
 
-def quoted_list(value: Any, where: str) -> str:
+def quoted_list(value: JSON, where: str) -> str:
     """``[<|"|>a<|"|>,<|"|>b<|"|>]``: a ``required`` list."""
     return "[" + ",".join(QUOTE + jstr(item) + QUOTE for item in iterate(value, where)) + "]"
 
@@ -94,7 +96,7 @@ def _items(items: Mapping[str, Any]) -> str:
     return ",".join(out)
 
 
-def parameters(properties: Any, filter_keys: bool = False) -> str:
+def parameters(properties: JSON, filter_keys: bool = False) -> str:
     """The ``format_parameters`` macro: each property as ``name:{description:...,type:<|"|>T<|"|>}``."""
     out = []
     for key, value in dictsort(properties, "properties"):
@@ -129,7 +131,7 @@ def parameters(properties: Any, filter_keys: bool = False) -> str:
     return ",".join(out)
 
 
-def declaration(tool: Any, index: int) -> str:
+def declaration(tool: JSON, index: int) -> str:
     """The ``format_function_declaration`` macro, trimmed: ``declaration:NAME{description:...,parameters:{...}}``.
 
     As upstream, the parameters' brace is closed only by their ``type`` and the response's only by an object type.
@@ -163,7 +165,7 @@ def declaration(tool: Any, index: int) -> str:
     return "".join(out).strip()
 
 
-def tool_response(name: str, response: Any) -> str:
+def tool_response(name: str, response: JSON) -> str:
     """The ``format_tool_response_block`` macro: ``<|tool_response>response:NAME{...}<tool_response|>``."""
     if isinstance(response, Mapping):
         body = ",".join(jstr(k) + ":" + argument(v, escape_keys=False) for k, v in dictsort(response, "response"))

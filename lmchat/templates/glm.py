@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import InvalidMessages
+from ..jsontypes import JSON
 from ..messages import optional_text
 from ..registry import template
 from .base import BaseTemplate, stops
@@ -83,7 +84,7 @@ class ChatGLM3(BaseTemplate):
             content += "\n" + tojson(m["tools"], indent=4)
         return f"<|{role}|>{printed(m, 'metadata')}\n {content}"
 
-    def call(self, chat: Chat, call: Any, i: int) -> str:
+    def call(self, chat: Chat, call: JSON, i: int) -> str:
         """One tool call: the tool name on the metadata line, the call as a Python code block."""
         fn = call_function(call, i)
         if is_interpreter_call(chat, fn["name"]):
@@ -139,7 +140,7 @@ GLM4_BUILTIN_TOOLS = {
 }
 
 
-def glm4_tools(tools: Any, i: int) -> str:
+def glm4_tools(tools: JSON, i: int) -> str:
     """The system block GLM-4 renders for a message's ``tools`` field."""
     if not isinstance(tools, (list, tuple)):
         raise InvalidMessages(f"expected a list of tools, got {type(tools).__name__}", index=i, field="tools")

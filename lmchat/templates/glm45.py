@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import InvalidMessages
+from ..jsontypes import JSON
 from ..registry import template
 from .base import BaseTemplate, stops
 from .chat import Chat
@@ -70,7 +71,7 @@ def split_reasoning(message: Mapping[str, Any]) -> tuple[str, str]:
     return reasoning, content.split("</think>")[-1].lstrip("\n")
 
 
-def call_text(call: Any, i: int) -> str:
+def call_text(call: JSON, i: int) -> str:
     """One call: ``\\n<tool_call>NAME\\n`` then ``<arg_key>k</arg_key>\\n<arg_value>v</arg_value>\\n`` per
     argument (strings as they are, other values as JSON), then ``</tool_call>``."""
     fn = call.get("function") if isinstance(call, Mapping) else None

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import InvalidMessages, TemplateRuleError
+from ..jsontypes import JSON
 from ..registry import template
 from .base import BaseTemplate, stops
 from .chat import Chat
@@ -250,7 +251,7 @@ class GptOss(BaseTemplate):
             return analysis + _cat(FINAL, content, RETURN, where="content", index=i)
         return _cat(FINAL, content, END, where="content", index=i)
 
-    def call(self, chat: Chat, i: int, m: Mapping[str, Any], content: Any, thinking: Any) -> str:
+    def call(self, chat: Chat, i: int, m: Mapping[str, Any], content: JSON, thinking: JSON) -> str:
         """An answer with ``tool_calls``: its analysis unless a final answer follows, then its first call."""
         fn = self.first_call(m, i)
         later_final = any(chat.role(j) == "assistant" and "tool_calls" not in chat.messages[j]

@@ -5,10 +5,11 @@ template.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import InvalidMessages
+from ..jsontypes import JSON
 from .render_utils import jstr, tojson
 
 #: the text between ``{{- ": " }}`` and ``{{ render_typescript_type(...) }}`` of a nested property (the
@@ -28,36 +29,38 @@ class _Undefined:
         return "Undefined"
 
 
-UNDEFINED: Any = _Undefined()
+UNDEFINED = _Undefined()
 #: what ``spec['items']`` gives on a mapping without that key: Jinja falls back to the attribute, the
 #: bound ``dict.items`` method (truthy, and undefined in every attribute)
-_ITEMS_METHOD: Any = object()
+_ITEMS_METHOD = object()
 
 
-def _get(value: Any, key: str) -> Any:
+def _get(value: JSON, key: str) -> JSON:
     """``value.key`` (or ``value['key']``) as Jinja reads it from JSON data: the key of a mapping, else undefined."""
     if isinstance(value, Mapping) and key in value:
         return value[key]
     return UNDEFINED
 
 
-def _attr(value: Any, key: str, where: str) -> Any:
+def _attr(value: JSON, key: str, where: str) -> JSON:
     """``value.key`` where ``value`` may be undefined itself: Jinja raises then."""
     if value is UNDEFINED:
         raise InvalidMessages(f"{where}: {key!r} of an undefined value")
     return _get(value, key)
 
 
-def _cat(*parts: Any, where: str, index: int | None = None) -> str:
+def _cat(*parts: JSON, where: str, index: int | None = None) -> str:
     """Jinja's ``a + b + ...`` on text: every operand must be a string (undefined or other types raise)."""
+    texts = []
     for part in parts:
         if not isinstance(part, str):
             what = "a missing value" if part is UNDEFINED else f"a {type(part).__name__}"
             raise InvalidMessages(f"{where}: expected a string, got {what}", index=index, field=where)
-    return "".join(parts)
+        texts.append(part)
+    return "".join(texts)
 
 
-def _json(value: Any, where: str, index: int | None = None) -> str:
+def _json(value: JSON, where: str, index: int | None = None) -> str:
     """``value | tojson``; undefined is not JSON."""
     if value is UNDEFINED:
         raise InvalidMessages(f"{where}: a missing value is not JSON", index=index, field=where)
@@ -67,7 +70,7 @@ def _json(value: Any, where: str, index: int | None = None) -> str:
         raise InvalidMessages(f"{where}: {exc}", index=index, field=where) from None
 
 
-def _contains(needle: str, container: Any, where: str, index: int | None = None) -> bool:
+def _contains(needle: str, container: JSON, where: str, index: int | None = None) -> bool:
     """Jinja's ``needle in container``: a substring of text, an item of a list, a key of a mapping."""
     if container is UNDEFINED:
         return False
@@ -76,18 +79,18 @@ def _contains(needle: str, container: Any, where: str, index: int | None = None)
     raise InvalidMessages(f"{where}: 'in' on a {type(container).__name__}", index=index, field=where)
 
 
-def _join(value: Any, sep: str, where: str) -> str:
+def _join(value: JSON, sep: str, where: str) -> str:
     """Jinja's ``value | join(sep)``: ``str()`` of each item (a mapping's keys, a string's characters)."""
     if isinstance(value, (str, list, tuple, Mapping)):
         return sep.join(jstr(v) for v in value)
     raise InvalidMessages(f"{where}: cannot join a {type(value).__name__}", field=where)
 
 
-def ts_type(spec: Any) -> str:
+def ts_type(spec: JSON) -> str:
     """The official ``render_typescript_type`` macro: a JSON schema as a TypeScript-like type."""
     kind = _get(spec, "type")
     if kind == "array":
-        items = spec.get("items", _ITEMS_METHOD)
+        items = spec.get("items", _ITEMS_METHOD) if isinstance(spec, Mapping) else UNDEFINED  # a mapping: its type is
         if items:
             item_kind = _get(items, "type")
             if item_kind == "string":
@@ -146,7 +149,7 @@ def ts_type(spec: Any) -> str:
     return "any"
 
 
-def functions_namespace(tools: list[Any]) -> str:
+def functions_namespace(tools: Sequence[JSON]) -> str:
     """The official ``render_tool_namespace("functions", tools)``."""
     out = ["## functions\n\nnamespace functions {\n\n"]
     for tool in tools:
@@ -183,7 +186,7 @@ def functions_namespace(tools: list[Any]) -> str:
     return "".join(out)
 
 
-def _iterate(value: Any, where: str) -> list[Any]:
+def _iterate(value: JSON, where: str) -> list[Any]:
     """What ``{% for x in value %}`` visits (a mapping's keys, a string's characters)."""
     if isinstance(value, (str, list, tuple, Mapping)):
         return list(value)

@@ -12,9 +12,11 @@ in :mod:`.granite_v4`.
 """
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from ..errors import TemplateConfigError
+from ..jsontypes import JSON
 from ..registry import template
 from .base import BaseTemplate, stops
 from .chat import Chat
@@ -71,7 +73,7 @@ HALLUCINATIONS_33 = (
 )
 
 
-def looped(value: Any, field: str) -> Any:
+def looped(value: JSON, field: str) -> Collection[JSON]:
     """A template variable the official template loops over or tests with ``in`` (documents, controls): Jinja
     fails on a value that is neither a list, an object nor a string."""
     if not isinstance(value, (list, tuple, dict, str)):
@@ -79,12 +81,12 @@ def looped(value: Any, field: str) -> Any:
     return value
 
 
-def document_field(document: Any, key: str) -> str:
+def document_field(document: JSON, key: str) -> str:
     """What ``{{ document[key] }}`` (or ``document[key] | string``) prints: nothing for a missing key."""
     return jstr(document[key]) if isinstance(document, dict) and key in document else ""
 
 
-def document_text(document: Any) -> str:
+def document_text(document: JSON) -> str:
     """What ``{{ document['text'] }}`` prints."""
     return document_field(document, "text")
 
@@ -142,7 +144,7 @@ class Granite3(BaseTemplate):
         tools = self.tools(chat)
         return f"{START}tools{END}{tojson(tools, indent=4)}{EOT}\n" if tools else ""
 
-    def documents_block(self, documents: Any) -> str:
+    def documents_block(self, documents: Collection[JSON]) -> str:
         texts = [f"Document {k}\n{document_text(d)}" for k, d in enumerate(documents)]
         return f"{START}documents{END}" + "\n\n".join(texts) + f"{EOT}\n"
 
@@ -215,7 +217,7 @@ class Granite33(Granite3):
         tools = self.tools(chat)
         return f"{START}available_tools{END}{tojson(tools, indent=4)}{EOT}\n" if tools else ""
 
-    def documents_block(self, documents: Any) -> str:
+    def documents_block(self, documents: Collection[JSON]) -> str:
         return "".join(
             f'{START}document {{"document_id": "{document_field(d, "doc_id")}"}}{END}\n{document_text(d)}{EOT}\n'
             for d in documents

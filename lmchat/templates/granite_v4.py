@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import InvalidMessages
+from ..jsontypes import JSON
 from ..registry import template
 from .base import BaseTemplate, stops
 from .chat import Chat
@@ -54,14 +55,14 @@ def content_text(message: dict[str, Any], i: int) -> str:
     return text
 
 
-def listing(prefix: str, items: Any, suffix: str, field: str) -> str:
+def listing(prefix: str, items: JSON, suffix: str, field: str) -> str:
     """The tools' or documents' system text: each item as a line of compact JSON."""
     if not items:
         return ""
     return prefix + "".join("\n" + tojson(item) for item in looped(items, field)) + suffix
 
 
-def call_text(call: Any, i: int) -> str:
+def call_text(call: JSON, i: int) -> str:
     """One ``<tool_call>``: the call's ``function`` when it has one, its name, its arguments (a string as written)."""
     fn = call.get("function") if isinstance(call, dict) and call.get("function") else call
     if not isinstance(fn, dict) or "arguments" not in fn:

@@ -11,10 +11,11 @@ ARGS}\\n</tool_call>`` (the content of such a message is not rendered); consecut
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..errors import InvalidMessages, TemplateConfigError
+from ..jsontypes import JSON
 from .chat import Chat
 from .render_utils import jstr, tojson
 
@@ -43,21 +44,21 @@ class _Undefined:
     def __bool__(self) -> bool:
         return False
 
-    def __iter__(self) -> Any:
+    def __iter__(self) -> Iterator[object]:
         return iter(())
 
 
-UNDEFINED: Any = _Undefined()
+UNDEFINED = _Undefined()
 #: what ``json_spec|items`` passes for an array's items: a generator, in which every attribute is undefined
-_PAIRS: Any = object()
+_PAIRS = object()
 
 
-def _get(value: Any, key: str) -> Any:
+def _get(value: JSON, key: str) -> JSON:
     """``value.key`` as Jinja reads it from JSON data: the key of a mapping, else undefined."""
     return value[key] if isinstance(value, Mapping) and key in value else UNDEFINED
 
 
-def _text(value: Any, where: str) -> str:
+def _text(value: JSON, where: str) -> str:
     """An operand of Jinja's ``+`` on text: only a string works (undefined and other types raise)."""
     if not isinstance(value, str):
         what = "a missing value" if value is UNDEFINED else f"a {type(value).__name__}"
@@ -65,7 +66,7 @@ def _text(value: Any, where: str) -> str:
     return value
 
 
-def python_type(spec: Any, depth: int = 0) -> str:
+def python_type(spec: JSON, depth: int = 0) -> str:
     """The ``json_to_python_type`` macro: a JSON schema as the Python type the tool's signature shows.
 
     Read as Jinja reads it: an array's items are passed as ``spec|items`` (a generator, typed ``Union[]``), a
@@ -87,7 +88,7 @@ def python_type(spec: Any, depth: int = 0) -> str:
     return "Any"
 
 
-def _properties(parameters: Any, where: str) -> list[tuple[Any, Any]]:
+def _properties(parameters: JSON, where: str) -> list[tuple[JSON, JSON]]:
     """``tool.parameters.properties|items``: an undefined ``parameters`` raises, undefined properties are none."""
     if parameters is UNDEFINED:
         raise TemplateConfigError("a tool without parameters ('properties' of an undefined value)", field=where)
@@ -99,10 +100,10 @@ def _properties(parameters: Any, where: str) -> list[tuple[Any, Any]]:
     return list(properties.items())
 
 
-def tool_line(tool: Any) -> str:
+def tool_line(tool: JSON) -> str:
     """One tool as the template lists it."""
     if _get(tool, "function") is not UNDEFINED:
-        tool = tool["function"]
+        tool = _get(tool, "function")
     name = _text(_get(tool, "name"), "tools")
     properties = _properties(_get(tool, "parameters"), "tools")
     returns = _get(tool, "return")
@@ -119,14 +120,14 @@ def tool_line(tool: Any) -> str:
         trimmed = "" if description is UNDEFINED else jstr(description).strip()
         out.append("        " + _text(key, "tools") + "(" + python_type(spec) + "): " + trimmed)
     if returns is not UNDEFINED and _get(returns, "description") is not UNDEFINED:
-        out.append("\n    Returns:\n        " + _text(returns["description"], "tools"))
+        out.append("\n    Returns:\n        " + _text(_get(returns, "description"), "tools"))
     out.append('", "parameters": ')
-    out.append("{}" if not properties else _json(tool["parameters"], "tools"))
+    out.append("{}" if not properties else _json(_get(tool, "parameters"), "tools"))
     out.append("}")
     return "".join(out)
 
 
-def _json(value: Any, where: str, index: int | None = None) -> str:
+def _json(value: JSON, where: str, index: int | None = None) -> str:
     try:
         return tojson(value)
     except (TypeError, ValueError) as exc:
@@ -135,7 +136,7 @@ def _json(value: Any, where: str, index: int | None = None) -> str:
         raise InvalidMessages(f"not JSON: {exc}", index=index, field=where) from None
 
 
-def _iterate(value: Any, where: str, index: int | None = None) -> list[Any]:
+def _iterate(value: JSON, where: str, index: int | None = None) -> list[Any]:
     """What ``{% for x in value %}`` visits (a mapping's keys, a string's characters)."""
     if isinstance(value, (str, list, tuple, Mapping)):
         return list(value)
@@ -144,14 +145,14 @@ def _iterate(value: Any, where: str, index: int | None = None) -> list[Any]:
     raise InvalidMessages(f"cannot iterate a {type(value).__name__}", index=index, field=where)
 
 
-def tools_system(tools: Any) -> str:
+def tools_system(tools: JSON) -> str:
     """The system block that opens every rendering with tools."""
     return IM_START + "system\n" + INTRO + "\n".join(tool_line(t) for t in _iterate(tools, "tools")) + OUTRO
 
 
-def _call(call: Any, i: int) -> str:
+def _call(call: JSON, i: int) -> str:
     if _get(call, "function") is not UNDEFINED:
-        call = call["function"]
+        call = _get(call, "function")
     name = _get(call, "name")
     out = '\n<tool_call>\n{"name": "' + ("" if name is UNDEFINED else jstr(name)) + '", '
     arguments = _get(call, "arguments")

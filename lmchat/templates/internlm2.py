@@ -30,8 +30,7 @@ message and earlier ones, so sessions stay prefix-stable with tools too.
 """
 from __future__ import annotations
 
-from typing import Any
-
+from ..jsontypes import JSON
 from ..messages import optional_text
 from ..registry import template
 from .base import stops
@@ -115,7 +114,7 @@ class InternLM2(ChatML):
         out = f"{prefix}{content}{suffix}"
         return out + self.tool_prompts(chat) if i == 0 and role == "system" else out
 
-    def action(self, chat: Chat, call: Any, i: int) -> str:
+    def action(self, chat: Chat, call: JSON, i: int) -> str:
         """One tool call as the model writes it."""
         fn = call_function(call, i)
         if is_interpreter_call(chat, fn["name"]):

@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 from ..errors import InvalidMessages
+from ..jsontypes import JSON
 from ..registry import template
 from .base import BaseTemplate, stops
 from .chat import Chat
@@ -39,12 +40,12 @@ def _content(message: dict[str, Any], i: int) -> str:
     return "".join(out)
 
 
-def _call(call: Any, i: int) -> str:
+def _call(call: JSON, i: int) -> str:
     fn = call.get("function") if isinstance(call, dict) else None
     if not isinstance(fn, dict) or "arguments" not in fn:
         raise InvalidMessages("each tool call needs function.arguments", index=i, field="tool_calls")
     arguments = fn["arguments"]
-    call_id = jstr(call["id"]) if "id" in call else ""
+    call_id = jstr(call["id"]) if isinstance(call, dict) and "id" in call else ""  # a dict: its function is
     try:
         args = arguments if isinstance(arguments, str) else tojson(arguments)
     except (TypeError, ValueError):

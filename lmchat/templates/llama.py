@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 from ..errors import InvalidMessages, TemplateConfigError, TemplateRuleError
+from ..jsontypes import JSON
 from ..registry import template
 from .affix import AffixTemplate
 from .base import BaseTemplate, stops
@@ -40,21 +41,21 @@ def block(role: str) -> str:
     return f"<|start_header_id|>{role}<|end_header_id|>\n\n"
 
 
-def string(value: Any, i: int, field: str) -> str:
+def string(value: JSON, i: int, field: str) -> str:
     """A value the official template concatenates with ``+``, which only works for strings."""
     if not isinstance(value, str):
         raise InvalidMessages(f"expected a string, got {type(value).__name__}", index=i, field=field)
     return value
 
 
-def schemas(tools: Iterable[Any]) -> str:
+def schemas(tools: Iterable[JSON]) -> str:
     try:
         return "".join(tojson(t, indent=4) + "\n\n" for t in tools)
     except TypeError as exc:
         raise TemplateConfigError(f"tools must be JSON-serialisable: {exc}", field="tools") from None
 
 
-def json_of(value: Any, i: int, field: str) -> str:
+def json_of(value: JSON, i: int, field: str) -> str:
     try:
         return tojson(value)
     except (TypeError, ValueError) as exc:

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 import attrs
 
 from ..errors import InvalidMessages, TemplateRuleError
+from ..jsontypes import JSON
 from ..registry import template
 from .base import BaseTemplate, stops
 from .chat import Chat
@@ -97,7 +98,7 @@ def _skipped(message: Mapping[str, Any]) -> bool:
     return message["role"] in ("tool", "tool_results") or "tool_calls" in message
 
 
-def _call_id(value: Any, i: int, field: str) -> str:
+def _call_id(value: JSON, i: int, field: str) -> str:
     if not (isinstance(value, str) and len(value) == 9):
         raise TemplateRuleError("tool-call-id", CALL_ID, index=i, field=field)
     return value

@@ -9,11 +9,13 @@ carried reasoning: sessions flag that as a reset.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
 
 from ..errors import InvalidMessages
+from ..jsontypes import JSON
 from ..registry import template
 from .base import stops
 from .chat import Chat
@@ -31,16 +33,16 @@ TOOLS_OUTRO = (
 )
 
 
-def tools_block(tools: list[Any]) -> str:
+def tools_block(tools: Sequence[JSON]) -> str:
     return TOOLS_INTRO + "".join("\n" + tojson(t) for t in tools) + TOOLS_OUTRO
 
 
-def function_of(call: Any) -> Any:
+def function_of(call: JSON) -> Any:
     """Qwen2.5/QwQ's ``tool_call.function is defined``: OpenAI calls nest the function."""
     return call["function"] if isinstance(call, dict) and "function" in call else call
 
 
-def tool_call_text(fn: Any, index: int, *, raw_string_arguments: bool) -> str:
+def tool_call_text(fn: JSON, index: int, *, raw_string_arguments: bool) -> str:
     if not isinstance(fn, dict):
         raise InvalidMessages("a tool call must be an object", index=index, field="tool_calls")
     if "arguments" not in fn:

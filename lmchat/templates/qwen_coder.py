@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import InvalidMessages
+from ..jsontypes import JSON
 from ..registry import template
 from .base import stops
 from .chat import Chat
@@ -28,33 +29,33 @@ CODER_TOOLS_OUTRO = (
 _MISSING = object()
 
 
-def _field(obj: Any, key: str) -> Any:
+def _field(obj: JSON, key: str) -> Any:
     """Jinja's ``obj.key`` on JSON values: the item of a mapping, else undefined (``_MISSING``)."""
     return obj.get(key, _MISSING) if isinstance(obj, dict) else _MISSING
 
 
-def _concat(value: Any) -> str:
+def _concat(value: JSON) -> str:
     """What Jinja's ``~`` and ``| string`` print: ``str()``, nothing for an undefined value."""
     return "" if value is _MISSING else jstr(value)
 
 
-def _coder_value(value: Any) -> str:
+def _coder_value(value: JSON) -> str:
     """Qwen3-Coder's rendering of a value: JSON for mappings and lists, ``| string`` for the rest."""
     return tojson(value) if isinstance(value, (dict, list)) else jstr(value)
 
 
-def _extra_keys(fields: Any, handled: tuple[str, ...]) -> str:
+def _extra_keys(fields: JSON, handled: tuple[str, ...]) -> str:
     """Qwen3-Coder's ``render_extra_keys`` macro: every other key of a mapping as ``<key>value</key>``."""
     if not isinstance(fields, dict):
         return ""
     return "".join(f"\n<{k}>{_coder_value(v)}</{k}>" for k, v in fields.items() if k not in handled)
 
 
-def _trimmed(value: Any) -> str:
+def _trimmed(value: JSON) -> str:
     return jstr(value).strip()
 
 
-def coder_tool(tool: Any) -> str:
+def coder_tool(tool: JSON) -> str:
     """One function of Qwen3-Coder's ``<tools>`` list, in its XML layout."""
     function = _field(tool, "function")
     tool = tool if function is _MISSING else function
@@ -76,7 +77,7 @@ def coder_tool(tool: Any) -> str:
     return out + _extra_keys(tool, ("type", "name", "description", "parameters")) + "\n</function>"
 
 
-def coder_call(call: Any, i: int) -> str:
+def coder_call(call: JSON, i: int) -> str:
     """One call of an answer: ``<tool_call>\\n<function=NAME>\\n<parameter=KEY>\\nVALUE\\n</parameter>...``."""
     function = _field(call, "function")
     fn = call if function is _MISSING else function

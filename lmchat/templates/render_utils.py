@@ -6,17 +6,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import TemplateRuleError
+from ..jsontypes import JSON
 from .chat import Chat
 
 ALTERNATION = "Conversation roles must alternate user/assistant/user/assistant/..."
 
 
-def tojson(value: Any, indent: int | None = None) -> str:
+def tojson(value: JSON, indent: int | None = None) -> str:
     """transformers' ``tojson`` filter: ``json.dumps`` without ASCII or HTML escaping."""
     return json.dumps(value, ensure_ascii=False, indent=indent)
 
 
-def jstr(value: Any) -> str:
+def jstr(value: JSON) -> str:
     """What ``{{ value }}`` prints: ``str()`` of it, nothing for a missing value."""
     if value is None:
         return "None"

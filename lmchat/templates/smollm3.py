@@ -4,9 +4,8 @@ Rendered from code, byte-exact with ``HuggingFaceTB__SmolLM3-3B``.
 """
 from __future__ import annotations
 
-from typing import Any
-
 from ..errors import TemplateConfigError
+from ..jsontypes import JSON
 from ..registry import template
 from .base import BaseTemplate, stops
 from .chat import Chat
@@ -48,7 +47,7 @@ PYTHON_TOOLS_OUTRO = (
 )
 
 
-def listed(tools: Any, field: str) -> str:
+def listed(tools: JSON, field: str) -> str:
     """``{% for tool in tools[:] %}{{ tool | string }}\\n``: each tool as Python prints it (``str()``: quotes,
     ``True``, ``None``), one per line."""
     if not isinstance(tools, (list, tuple, str)):

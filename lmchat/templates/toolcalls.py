@@ -8,9 +8,11 @@ what cannot be rendered, naming the message.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ..errors import InvalidMessages
+from ..jsontypes import JSON
 from ..messages import call_arguments
 from .chat import Chat
 
@@ -18,13 +20,13 @@ from .chat import Chat
 INTERPRETER_NAMES = ("python", "interpreter")
 
 
-def functions(tools: list[Any]) -> list[Any]:
+def functions(tools: Sequence[JSON]) -> list[Any]:
     """The function schemas of an OpenAI ``tools`` list; entries without the wrapper pass unchanged."""
     return [t["function"] if isinstance(t, dict) and t.get("type") == "function" and "function" in t else t
             for t in tools]
 
 
-def call_function(call: Any, index: int) -> dict[str, Any]:
+def call_function(call: JSON, index: int) -> dict[str, Any]:
     """The ``function`` object of an OpenAI tool call (a bare ``{"name", "arguments"}`` is accepted too)."""
     fn = call.get("function", call) if isinstance(call, dict) else None
     if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):

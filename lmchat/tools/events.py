@@ -66,7 +66,8 @@ class ParsedResponse:
     content: str
     reasoning_content: str | None
     #: OpenAI's shape, ``{"id", "type": "function", "function": {"name", "arguments"}}``; Any: the serve routes
-    #: take them as ``dict[str, Any]`` (serve/items.call_item, serve/responses answer_items), a TypedDict here would not pass there
+    #: take them as ``dict[str, Any]`` (serve/items.call_item, serve/responses answer_items): a TypedDict would
+    #: not pass there
     tool_calls: list[dict[str, Any]]
     errors: list[str]
 
