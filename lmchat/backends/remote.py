@@ -34,17 +34,17 @@ import logging
 import re
 import threading
 from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
-from typing import Any
 
 import httpx
 
 from ..constraints import Constraint
 from ..errors import BackendError, ConfigError, ConstraintUnsupported
+from ..jsontypes import JSONObject
 from ..session.vocab import Tokenizer
 from ..stops import StopMatcher
 from .base import Chunk, GenerationRequest
 from .cancel import Cancels
-from .remote_stream import aevents, counts, events
+from .remote_stream import Counts, aevents, counts, events
 
 log = logging.getLogger("lmchat.remote")
 
@@ -77,7 +77,7 @@ class RemoteBackend:
         tokenizer: Tokenizer | None = None,
         prompt_format: str = "auto",
         session_headers: str | Sequence[str] = ("X-Session-Id",),
-        extra_body: Mapping[str, Any] | None = None,
+        extra_body: Mapping[str, object] | None = None,
         constraints: str = "none",
     ):
         if constraints not in CONSTRAINT_DIALECTS:
@@ -151,7 +151,7 @@ class RemoteBackend:
         if not self._ids:
             log.info("%s refused a prompt of token ids (%s): prompts go as text", self.url, self.probe_result)
 
-    def payload(self, request: GenerationRequest) -> dict[str, Any]:
+    def payload(self, request: GenerationRequest) -> JSONObject:
         """The JSON body sent for ``request``."""
         p = request.params
         prompt = request.prompt()
@@ -162,7 +162,7 @@ class RemoteBackend:
                               field="prompt_format")
         else:
             sent = prompt.text
-        body: dict[str, Any] = {
+        body: JSONObject = {
             **self.extra_body,
             "prompt": sent,
             "stream": True,
@@ -205,7 +205,7 @@ class RemoteBackend:
                 f"llama-server, JSON and GBNF; grammar: llama-cpp-python's server, GBNF only)",
                 field="response_format")
 
-    def _constraint_fields(self, constraint: Constraint) -> dict[str, Any]:
+    def _constraint_fields(self, constraint: Constraint) -> JSONObject:
         """The request fields that carry ``constraint`` in the server's dialect."""
         self.check_constraint(constraint)  # a request built without the turn's check (payload() called directly)
         if constraint.kind == "gbnf":
@@ -297,17 +297,21 @@ class _Answer:
         self.url = url
         self.matcher = StopMatcher(stop)
         self.finish: str | None = None
-        self.found: dict[str, Any] = {}
-        self.server_stop: Any = None
+        self.found: Counts | None = None
+        self.server_stop: object = None
 
     @property
     def stopped(self) -> bool:
         return self.matcher.stopped
 
-    def feed(self, event: dict[str, Any]) -> list[Chunk]:
+    def feed(self, event: JSONObject) -> list[Chunk]:
         self.found = counts(event) or self.found
         chunks = []
-        for choice in event.get("choices") or ():
+        choices = event.get("choices")
+        for choice in choices if isinstance(choices, list) else ():
+            if not isinstance(choice, dict):
+                raise BackendError(f"{self.url} sent a choice that is not a JSON object: {choice!r:.200}",
+                                   url=self.url)
             result = self.matcher.feed(choice.get("text") or "")
             if result.text:
                 chunks.append(Chunk(text=result.text))
@@ -327,7 +331,8 @@ class _Answer:
         stop = None
         if finish == "stop":
             stop = self.matcher.stop or (self.server_stop if isinstance(self.server_stop, str) else None)
-        return Chunk(text=tail, finish_reason=finish, stop=stop, **self.found)
+        found = self.found or Counts(prefilled=0, reused=0)  # Chunk's own defaults
+        return Chunk(text=tail, finish_reason=finish, stop=stop, prefilled=found["prefilled"], reused=found["reused"])
 
 
 def _body(response: httpx.Response) -> str:

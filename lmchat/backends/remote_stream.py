@@ -4,16 +4,17 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncGenerator, Generator, Iterator, Mapping
-from typing import Any
+from typing import TypedDict
 
 import httpx
 
 from ..errors import BackendError
+from ..jsontypes import JSONObject
 from .cancel import Flag
 
 
-def events(client: httpx.Client, url: str, body: dict[str, Any], headers: Mapping[str, str],
-           cancelled: Flag) -> Generator[dict[str, Any] | None, None, None]:
+def events(client: httpx.Client, url: str, body: JSONObject, headers: Mapping[str, str],
+           cancelled: Flag) -> Generator[JSONObject | None, None, None]:
     """The server's SSE events as dicts; None once cancelled (closing the stream aborts the request).
 
     Every failure is a :class:`BackendError` naming ``url``: an HTTP error status with the server's
@@ -35,8 +36,8 @@ def events(client: httpx.Client, url: str, body: dict[str, Any], headers: Mappin
                     return
 
 
-async def aevents(client: httpx.AsyncClient, url: str, body: dict[str, Any], headers: Mapping[str, str],
-                  cancelled: Flag) -> AsyncGenerator[dict[str, Any] | None, None]:
+async def aevents(client: httpx.AsyncClient, url: str, body: JSONObject, headers: Mapping[str, str],
+                  cancelled: Flag) -> AsyncGenerator[JSONObject | None, None]:
     """:func:`events` over an asynchronous client."""
     call = _Call(url)
     with call.failures():
@@ -54,11 +55,11 @@ async def aevents(client: httpx.AsyncClient, url: str, body: dict[str, Any], hea
                         return
 
 
-_DONE: dict[str, Any] = {}  # the end of the stream (`data: [DONE]`)
-_SKIP: dict[str, Any] = {}  # a line that is no event: a comment, an event name, a keep-alive
+_DONE: JSONObject = {}  # the end of the stream (`data: [DONE]`)
+_SKIP: JSONObject = {}  # a line that is no event: a comment, an event name, a keep-alive
 
 
-def _item(url: str, line: str, status: int, cancelled: Flag) -> dict[str, Any] | None:
+def _item(url: str, line: str, status: int, cancelled: Flag) -> JSONObject | None:
     """What one SSE line gives: its event, None once cancelled, :data:`_DONE` or :data:`_SKIP`."""
     if cancelled.is_set():
         return None
@@ -68,11 +69,14 @@ def _item(url: str, line: str, status: int, cancelled: Flag) -> dict[str, Any] |
     if data == "[DONE]":
         return _DONE
     try:
-        event: dict[str, Any] = json.loads(data)
+        event = json.loads(data)
     except json.JSONDecodeError:
         raise BackendError(f"{url} sent a stream event that is not JSON: {data[:200]!r}", url=url,
                            status=status) from None
-    if isinstance(event, dict) and "error" in event and not event.get("choices"):
+    if not isinstance(event, dict):
+        raise BackendError(f"{url} sent a stream event that is not a JSON object: {data[:200]!r}", url=url,
+                           status=status)
+    if "error" in event and not event.get("choices"):
         # an error after the answer started comes as an event (vLLM, lmchat serve)
         raise BackendError(f"{url} failed mid-stream: {_message(event['error'])}", url=url, status=status)
     return event
@@ -110,16 +114,29 @@ def _message(error: object) -> str:
     return str(error)[:500]
 
 
-def counts(event: dict[str, Any]) -> dict[str, Any] | None:
-    """prefilled/reused from llama.cpp's ``timings`` or OpenAI-style ``usage`` (vLLM: cached_tokens).
+class Counts(TypedDict):
+    """A stream's prompt counts, as the last :class:`~lmchat.backends.base.Chunk` carries them."""
+
+    prefilled: int
+    reused: int
+
+
+def counts(event: JSONObject) -> Counts | None:
+    """prefilled/reused from llama.cpp's ``timings`` or OpenAI-style ``usage`` (vLLM: cached_tokens); a count
+    that is not a number reads as 0.
 
     llama-cpp-python's server reports neither in a stream: its turns show 0/0.
     """
-    timings = event.get("timings") or {}
-    if "prompt_n" in timings:
-        return {"prefilled": timings["prompt_n"], "reused": timings.get("cache_n", 0)}
-    usage = event.get("usage") or {}
-    if usage.get("prompt_tokens") is None:
+    timings = event.get("timings")
+    if isinstance(timings, dict) and "prompt_n" in timings:
+        return {"prefilled": _count(timings["prompt_n"]), "reused": _count(timings.get("cache_n", 0))}
+    usage = event.get("usage")
+    if not isinstance(usage, dict) or usage.get("prompt_tokens") is None:
         return None
-    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
-    return {"prefilled": usage["prompt_tokens"] - cached, "reused": cached}
+    details = usage.get("prompt_tokens_details")
+    cached = _count(details.get("cached_tokens") if isinstance(details, dict) else 0)
+    return {"prefilled": _count(usage["prompt_tokens"]) - cached, "reused": cached}
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) else 0
