@@ -127,7 +127,7 @@ class BaseTemplate:
         """
         return max(0, n_old - 1)
 
-    def answer_fields(self, answer: str) -> dict[str, Any]:
+    def answer_fields(self, answer: str) -> dict[str, JSON]:
         """The fields of the assistant message a model's raw answer is stored as: its content, without the
         ``lead``. A template whose model writes, around its answer, markup that the history renders from
         other fields (gpt-oss's channels: reasoning in ``thinking``) splits the answer here."""

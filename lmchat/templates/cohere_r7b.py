@@ -235,7 +235,7 @@ class CommandR7B(BaseTemplate):
                 return j
         return start
 
-    def answer_fields(self, answer: str) -> dict[str, Any]:
+    def answer_fields(self, answer: str) -> dict[str, JSON]:
         """A raw answer as the message the history renders: the response's text as content, a plan before an
         action as ``tool_plan`` (the field the official template renders it from), other reasoning aside."""
         body, fields = answer, dict[str, str]()

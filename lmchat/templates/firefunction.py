@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import InvalidMessages, TemplateConfigError, TemplateRuleError
-from ..jsontypes import JSON
+from ..jsontypes import JSON, JSONObject
 from ..registry import template
 from .base import BaseTemplate, stops
 from .chat import Chat
@@ -76,7 +76,7 @@ _DECODER = json.JSONDecoder()
 _HEAD = re.compile(r'\{"name": "([^"\\]+)", "arguments": ')
 
 
-def split_answer(answer: str) -> dict[str, Any]:
+def split_answer(answer: str) -> dict[str, JSON]:
     """An answer as the message the history renders: the text before `` functools[`` as content, the list as
     calls with their arguments as written. An answer the template would not render back as written (text
     around it with edge whitespace, a list in another layout) stays content as it is."""
@@ -84,7 +84,7 @@ def split_answer(answer: str) -> dict[str, Any]:
     content = answer[:max(start, 0)]
     if start < 0 or content != content.strip():
         return {"content": answer}
-    calls: list[dict[str, Any]] = []
+    calls: list[JSONObject] = []
     pos = start + len(" functools[")
     while True:
         head = _HEAD.match(answer, pos)
@@ -139,7 +139,7 @@ class FirefunctionV2(BaseTemplate):
             raise TemplateConfigError(f"tools must be JSON: {exc}", field="tools") from None
         return {"functions": functions, "datetime": (date or _dt.date.today()).isoformat()}
 
-    def answer_fields(self, answer: str) -> dict[str, Any]:
+    def answer_fields(self, answer: str) -> dict[str, JSON]:
         return split_answer(answer)
 
     def check(self, chat: Chat) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import attrs
 
 from ..errors import InvalidMessages, TemplateConfigError
-from ..jsontypes import JSON
+from ..jsontypes import JSON, JSONObject
 from ..registry import template
 from .base import BaseTemplate, stops
 from .chat import Chat
@@ -131,7 +131,7 @@ class FunctionaryV31(_Functionary):
     session_len: int = 131072
     stop_words: tuple[str, ...] | None = stops(EOT, EOM, "<|end_of_text|>")
 
-    def answer_fields(self, answer: str) -> dict[str, Any]:
+    def answer_fields(self, answer: str) -> dict[str, JSON]:
         return split_v31(answer)
 
     def header(self, chat: Chat) -> str:
@@ -186,14 +186,14 @@ _RECIPIENT = re.compile(r"[\w.\-:/]+")
 _V31_CALL = re.compile(r"<function=([^>\s]+)>(.*?)</function>", re.S)
 
 
-def split_v31(answer: str) -> dict[str, Any]:
+def split_v31(answer: str) -> dict[str, JSON]:
     """A v3.1 answer as the message the history renders: the text before the first call as content, then the
     calls written back to back (the interpreter's code to the end); anything else stays content as written."""
     starts = [k for k in (answer.find("<function="), answer.find(PYTHON_TAG)) if k >= 0]
     if not starts:
         return {"content": answer}
     start = min(starts)
-    calls: list[dict[str, Any]] = []
+    calls: list[JSONObject] = []
     pos = start
     while pos < len(answer):
         match = _V31_CALL.match(answer, pos)
@@ -208,12 +208,12 @@ def split_v31(answer: str) -> dict[str, Any]:
     return {"content": answer[:start], "tool_calls": calls}
 
 
-def split_answer(answer: str) -> dict[str, Any]:
+def split_answer(answer: str) -> dict[str, JSON]:
     """A v3.2 answer (after the prompt's ``>>>``) as the message the history renders: the ``all`` segments'
     text as content, a ``python`` segment or a name followed by JSON a call with its body as the arguments, as
     written; anything else is content as written."""
     content = ""
-    calls: list[dict[str, Any]] = []
+    calls: list[JSONObject] = []
     for k, segment in enumerate(answer.split(">>>")):
         recipient, newline, body = segment.partition("\n")
         if recipient == "all" and newline:
@@ -250,7 +250,7 @@ class FunctionaryV32(_Functionary):
     def tail(self, chat: Chat) -> str:
         return block("assistant") + ">>>" if chat.add_generation_prompt else ""
 
-    def answer_fields(self, answer: str) -> dict[str, Any]:
+    def answer_fields(self, answer: str) -> dict[str, JSON]:
         return split_answer(answer)
 
     def header(self, chat: Chat) -> str:

@@ -279,7 +279,7 @@ class Gemma4(BaseTemplate):
             return ""
         return self.assistant + ("" if thinking or not self.empty_thought else THOUGHT + CHANNEL_END)
 
-    def answer_fields(self, answer: str) -> dict[str, Any]:
+    def answer_fields(self, answer: str) -> dict[str, JSON]:
         """A raw answer as the message its history renders: a leading thought channel as its reasoning. An answer
         that closes a channel it never opened started inside one: after tool results with thinking on, the
         generation prompt opens it."""

@@ -86,12 +86,12 @@ class ChatGLM3(BaseTemplate):
 
     def call(self, chat: Chat, call: JSON, i: int) -> str:
         """One tool call: the tool name on the metadata line, the call as a Python code block."""
-        fn = call_function(call, i)
-        if is_interpreter_call(chat, fn["name"]):
+        name, fn = call_function(call, i)
+        if is_interpreter_call(chat, name):
             return f"<|assistant|>interpreter\n ```python\n{interpreter_code(fn, i)}\n```"
         # ChatGLM3's format_function_call: astunparse of tool_call(k=Constant(v)), i.e. repr() of each value
         args = ", ".join(f"{k}={v!r}" for k, v in arguments_of(fn, i).items())
-        return f"<|assistant|>{fn['name']}\n ```python\ntool_call({args})\n```"
+        return f"<|assistant|>{name}\n ```python\ntool_call({args})\n```"
 
 
 # GLM-4's system prompt for a message that carries ``tools``: an intro, then

@@ -169,7 +169,7 @@ class GptOss(BaseTemplate):
     lead: str = f"{CHANNEL}final{MESSAGE}"
     eoa: str = END
 
-    def answer_fields(self, answer: str) -> dict[str, Any]:
+    def answer_fields(self, answer: str) -> dict[str, JSON]:
         """A raw answer as the message the history renders: the analysis as reasoning, the final text as content
         (the official template refuses channel markup in either field)."""
         if CHANNEL not in answer and START not in answer and not answer.startswith(("to=", " to=")):

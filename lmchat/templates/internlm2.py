@@ -116,10 +116,10 @@ class InternLM2(ChatML):
 
     def action(self, chat: Chat, call: JSON, i: int) -> str:
         """One tool call as the model writes it."""
-        fn = call_function(call, i)
-        if is_interpreter_call(chat, fn["name"]):
+        name, fn = call_function(call, i)
+        if is_interpreter_call(chat, name):
             return f"{ACTION_START}{INTERPRETER}\n```python\n{interpreter_code(fn, i)}\n```{ACTION_END}\n"
-        call_json = tojson({"name": fn["name"], "parameters": arguments_of(fn, i)})
+        call_json = tojson({"name": name, "parameters": arguments_of(fn, i)})
         return f"{ACTION_START}{PLUGIN}\n{call_json}{ACTION_END}"
 
 

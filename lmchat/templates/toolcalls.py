@@ -8,11 +8,10 @@ what cannot be rendered, naming the message.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 from ..errors import InvalidMessages
-from ..jsontypes import JSON
+from ..jsontypes import JSON, JSONObject
 from ..messages import call_arguments
 from .chat import Chat
 
@@ -20,21 +19,21 @@ from .chat import Chat
 INTERPRETER_NAMES = ("python", "interpreter")
 
 
-def functions(tools: Sequence[JSON]) -> list[Any]:
+def functions(tools: Sequence[JSON]) -> list[JSON]:
     """The function schemas of an OpenAI ``tools`` list; entries without the wrapper pass unchanged."""
     return [t["function"] if isinstance(t, dict) and t.get("type") == "function" and "function" in t else t
             for t in tools]
 
 
-def call_function(call: JSON, index: int) -> dict[str, Any]:
-    """The ``function`` object of an OpenAI tool call (a bare ``{"name", "arguments"}`` is accepted too)."""
+def call_function(call: JSON, index: int) -> tuple[str, JSONObject]:
+    """The name and ``function`` object of an OpenAI tool call (a bare ``{"name", "arguments"}`` is accepted too)."""
     fn = call.get("function", call) if isinstance(call, dict) else None
     if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
         raise InvalidMessages("a tool call needs a function name", index=index, field="tool_calls")
-    return fn
+    return fn["name"], fn
 
 
-def arguments_of(fn: dict[str, Any], index: int) -> dict[str, Any]:
+def arguments_of(fn: Mapping[str, JSON], index: int) -> JSONObject:
     """A call's arguments as the object these formats rebuild the call from (OpenAI sends a JSON string, LMDeploy
     also accepts ``parameters``), read as everywhere else (:func:`lmchat.messages.call_arguments`); what is not
     an object is refused: these formats could only render it wrong."""
@@ -55,7 +54,7 @@ def is_interpreter_call(chat: Chat, name: str) -> bool:
     return name in INTERPRETER_NAMES and not declared(chat, name)
 
 
-def interpreter_code(fn: dict[str, Any], index: int) -> str:
+def interpreter_code(fn: Mapping[str, JSON], index: int) -> str:
     """The code of an interpreter call: its ``code`` argument."""
     code = arguments_of(fn, index).get("code")
     if not isinstance(code, str):
