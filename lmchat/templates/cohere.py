@@ -9,7 +9,6 @@ preambles and tool declarations before the conversation, and an instruction turn
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from ..errors import InvalidMessages, TemplateRuleError
 from ..jsontypes import JSON
@@ -37,7 +36,7 @@ def jinja_indent(text: str, width: int, first: bool = False) -> str:
     return pad + out if first else out
 
 
-def _iterated(value: JSON, i: int, field: str) -> list[Any]:
+def _iterated(value: JSON, i: int, field: str) -> list[JSON]:
     """What Jinja's ``for`` walks: a list's items, a dict's keys, a string's characters."""
     if isinstance(value, (list, dict, str)):
         return list(value)
@@ -54,7 +53,7 @@ def _action_call(call: JSON, i: int) -> str:
     arguments = attr(fn, "arguments")
     if arguments is not MISSING and not isinstance(arguments, (str, list, dict)):
         raise InvalidMessages("tool call arguments must be an object or a JSON string", index=i, field="tool_calls")
-    if arguments is not MISSING and len(arguments) > 0:
+    if isinstance(arguments, (str, list, dict)) and len(arguments) > 0:  # else MISSING
         out += jinja_indent(json.dumps(arguments, ensure_ascii=False, indent=4), 8) + "\n"
     else:
         out += "{}\n"

@@ -25,11 +25,11 @@ class _Missing:
         return False
 
 
-MISSING: Any = _Missing()
+MISSING = _Missing()
 BASIC = {"string": "str", "number": "float", "integer": "int", "boolean": "bool"}
 
 
-def attr(value: JSON, key: str) -> Any:
+def attr(value: JSON, key: str) -> JSON:
     """``value.key`` in Jinja for a JSON value: a dict's entry, else undefined."""
     return value.get(key, MISSING) if isinstance(value, dict) else MISSING
 
@@ -132,7 +132,7 @@ def _old_tool(tool: JSON, strict: bool) -> str:
     return _stub(name, params, attr(tool, "description"))
 
 
-def _listed(tools: JSON) -> Iterable[Any]:
+def _listed(tools: JSON) -> Iterable[JSON]:
     if isinstance(tools, (list, tuple, dict, str)):
         return tools
     raise _bad(f"tools must be a list, got {type(tools).__name__}")

@@ -33,7 +33,7 @@ T = TypeVar("T", bound="BaseTemplate")
 NOT_RENDERED = frozenset({"lead", "label", "hf_special_tokens"})
 _SENTINEL = "\u2063§"
 
-_PROBES: tuple[tuple[list[dict[str, Any]], bool], ...] = (
+_PROBES: tuple[tuple[list[dict[str, str]], bool], ...] = (
     ([{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
       {"role": "assistant", "content": "a"}, {"role": "user", "content": "v"}], True),
     ([{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}], False),

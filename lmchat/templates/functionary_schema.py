@@ -48,7 +48,7 @@ def _data_type(kind: str) -> str:
     return "number" if kind in ("integer", "float") else kind
 
 
-def _unique(values: list[JSON]) -> list[Any]:
+def _unique(values: list[JSON]) -> list[JSON]:
     """Jinja's ``unique``: the first of values equal ignoring the case of text."""
     seen, out = [], []
     for v in values:
@@ -90,7 +90,7 @@ def _format(param: Mapping[str, Any]) -> str:
     return NONE
 
 
-def param_info(param: Mapping[str, Any]) -> str:
+def param_info(param: Mapping[str, JSON]) -> str:
     """The ``get_param_info`` macro: the ``//`` comment line of a parameter, or ``<|NONE|>``."""
     kind = param.get("type", "any")
     fmt = _format(param)
@@ -177,7 +177,7 @@ def parameters(properties: JSON, required: JSON, depth: int = 0) -> str:
         if not isinstance(param, Mapping):
             continue
         comment = param_info(param)
-        examples: list[Any] = []
+        examples: list[JSON] = []
         if "examples" in param:
             if not isinstance(param["examples"], list):
                 raise TemplateConfigError("examples must be a list", field="tools")

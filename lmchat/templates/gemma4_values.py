@@ -9,7 +9,6 @@ template.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from ..errors import InvalidMessages
 from ..jsontypes import JSON
@@ -75,7 +74,7 @@ def quoted_list(value: JSON, where: str) -> str:
     return "[" + ",".join(QUOTE + jstr(item) + QUOTE for item in iterate(value, where)) + "]"
 
 
-def _items(items: Mapping[str, Any]) -> str:
+def _items(items: Mapping[str, JSON]) -> str:
     """An array schema's ``items``, key by key (``None`` values left out)."""
     out = []
     for key, value in dictsort(items, "items"):

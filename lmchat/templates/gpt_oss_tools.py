@@ -6,7 +6,6 @@ template.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from ..errors import InvalidMessages
 from ..jsontypes import JSON
@@ -186,7 +185,7 @@ def functions_namespace(tools: Sequence[JSON]) -> str:
     return "".join(out)
 
 
-def _iterate(value: JSON, where: str) -> list[Any]:
+def _iterate(value: JSON, where: str) -> list[JSON]:
     """What ``{% for x in value %}`` visits (a mapping's keys, a string's characters)."""
     if isinstance(value, (str, list, tuple, Mapping)):
         return list(value)

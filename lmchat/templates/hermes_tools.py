@@ -12,7 +12,6 @@ ARGS}\\n</tool_call>`` (the content of such a message is not rendered); consecut
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any
 
 from ..errors import InvalidMessages, TemplateConfigError
 from ..jsontypes import JSON
@@ -136,7 +135,7 @@ def _json(value: JSON, where: str, index: int | None = None) -> str:
         raise InvalidMessages(f"not JSON: {exc}", index=index, field=where) from None
 
 
-def _iterate(value: JSON, where: str, index: int | None = None) -> list[Any]:
+def _iterate(value: JSON, where: str, index: int | None = None) -> list[JSON]:
     """What ``{% for x in value %}`` visits (a mapping's keys, a string's characters)."""
     if isinstance(value, (str, list, tuple, Mapping)):
         return list(value)

@@ -4,9 +4,10 @@ ChatML under a fixed reasoning system prompt). phi-4 itself is in :mod:`.phi`.
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Sequence
 
 from ..errors import InvalidMessages
+from ..jsontypes import JSON
 from ..registry import template
 from .base import BaseTemplate, stops
 from .chat import Chat
@@ -15,7 +16,7 @@ from .phi import Phi4
 TOOL_OPEN, TOOL_CLOSE = "<|tool|>", "<|/tool|>"
 
 
-def declared_tools(tools: list[dict[str, Any]]) -> str:
+def declared_tools(tools: Sequence[JSON]) -> str:
     """The tool list as the model card writes it into a system message: ``json.dumps`` of the functions (an
     OpenAI ``{"type": "function", "function": {...}}`` wrapper taken off), Python's default separators."""
     functions = [t["function"] if isinstance(t, dict) and isinstance(t.get("function"), dict) else t
