@@ -37,6 +37,8 @@ def _stop_words(value: str | Iterable[str] | None) -> tuple[str, ...] | None:
     return tuple(value)
 
 
+# Any here: messages, tools and template keywords as a chat template reads them (any value Jinja may read), and
+# template field values (attrs fields of several types: to_dict, from_dict, evolve, sampling_params)
 def stops(*words: str) -> Any:  # an attrs field: Any, as attrs.field is
     """Field declaration of a template's default stop words (keeps the converter on override)."""
     return attrs.field(default=words or None, converter=_stop_words)

@@ -24,6 +24,7 @@ class Chat:
     """
 
     messages: list[Message]
+    # Any here: tools and template keywords as the chat template reads them: any value Jinja may read
     tools: list[dict[str, Any]] | None = None
     add_generation_prompt: bool = True
     date: _dt.date | None = attrs.field(default=None, converter=as_date)

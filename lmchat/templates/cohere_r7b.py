@@ -36,6 +36,7 @@ def _role(chat: Chat, i: int) -> str:
     return str(chat.role(i)).lower()  # the official template compares ``role|lower``
 
 
+# Any here: a message, its calls and documents as the template reads them: any value Jinja may read
 def _calls(m: dict[str, Any], i: int) -> list[Any]:
     """A message's ``tool_calls`` as the template's ``for`` walks them (only when they are truthy)."""
     calls = m.get("tool_calls")

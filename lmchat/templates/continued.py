@@ -18,6 +18,7 @@ from ..messages import REASONING_KEYS
 TAG = "CONTINUE_FINAL_MESSAGE_TAG "
 
 
+# Any here: messages as the template reads them: any value Jinja may read
 def tagged(messages: list[dict[str, Any]], field: str) -> tuple[list[dict[str, Any]], str]:
     """A copy of ``messages`` with the tag after the final message's ``field``, and that field's text."""
     messages = copy.deepcopy(messages)

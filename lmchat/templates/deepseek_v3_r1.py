@@ -120,6 +120,7 @@ class DeepSeekV25(DeepSeekV3):
         return self.bos + last_system(chat)
 
 
+# Any here: calls as the template reads them (any value Jinja may read); _continuation has messages2prompt's types
 def _calls(chat: Chat, i: int) -> list[Any]:
     """A message's ``tool_calls`` as the official loop iterates them (empty str/dict: no iteration)."""
     calls: Any = chat.messages[i]["tool_calls"]

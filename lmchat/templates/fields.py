@@ -62,6 +62,7 @@ def honoured(base: BaseTemplate) -> frozenset[str]:
         if a.name in SAMPLING_FIELDS or not (value is None or isinstance(value, str)):
             continue
         try:
+            # Any here: template field values (overrides from a file or the command line, of each field's type)
             change: dict[str, Any] = {a.name: (value or "") + _SENTINEL}
             probe = attrs.evolve(base, **change)
         except (TypeError, ValueError):

@@ -56,6 +56,7 @@ def _variable(chat: Chat, name: str) -> str:
     return value
 
 
+# Any here: a message and the template variables as the template reads them: any value Jinja may read
 def _trimmed(message: Mapping[str, Any]) -> str:
     """``message['content'] | default('', true) | trim``: a falsy content is ''."""
     content = message.get("content")

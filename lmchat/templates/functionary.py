@@ -66,6 +66,7 @@ def _string(value: JSON, where: str, index: int | None = None) -> str:
     raise InvalidMessages(f"expected a string, got {what}", index=index, field=where)
 
 
+# Any here: tools, calls and messages as the template reads them: any value Jinja may read
 def _tool_list(tools: JSON) -> list[Any]:
     if tools is None:
         return []

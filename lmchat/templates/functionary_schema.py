@@ -59,8 +59,8 @@ def _unique(values: list[JSON]) -> list[JSON]:
     return out
 
 
-# a parameter is indexed once 'in' (on text, a list or a mapping) finds the key, as Jinja's template does: a
-# string or a list then fails as Python fails, so ``param`` stays Any
+# Any here: schema values as the macros read them, indexed once 'in' (on text, a list or a mapping) finds the key,
+# as Jinja's template does (a string or a list then fails as Python fails)
 def param_type(param: Any) -> str:
     """The ``get_param_type`` macro: '' for a parameter with neither ``type`` nor ``oneOf``."""
     if _contains("type", param):

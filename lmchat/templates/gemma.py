@@ -111,6 +111,7 @@ class Gemma3(Gemma):
                 )
         return content + "\n\n"
 
+    # Any here: a message as the template reads it: any value Jinja may read
     @staticmethod
     def _content(message: Mapping[str, Any], i: int) -> str:
         if "content" not in message:

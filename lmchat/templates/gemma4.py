@@ -52,6 +52,7 @@ def strip_thinking(text: JSON, i: int) -> str:
     return "".join(kept).strip()
 
 
+# Any here: a message, its content parts and calls as the template reads them: any value Jinja may read
 def _part_get(part: JSON, key: str, i: int, field: str) -> Any:
     if not isinstance(part, Mapping):
         raise InvalidMessages("each content part must be an object", index=i, field=field)

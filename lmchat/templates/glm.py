@@ -30,6 +30,7 @@ from .toolcalls import arguments_of, call_function, functions, interpreter_code,
 TOOL_PROMPT = "Answer the following questions as best as you can. You have access to the following tools:"
 
 
+# Any here: a message as the template reads it: any value Jinja may read
 def printed(message: dict[str, Any], field: str) -> str:
     """What ``{{ message[field] }}`` prints: nothing for a missing field."""
     return jstr(message[field]) if field in message else ""

@@ -29,6 +29,7 @@ NO_THINK = "/nothink"
 EMPTY_THINK = "\n<think></think>"
 
 
+# Any here: a message and its calls as the template reads them: any value Jinja may read
 def visible_text(message: Mapping[str, Any]) -> str:
     """The official ``visible_text`` macro on a message's content: a string as it is, the text parts (and
     bare strings) of a list, anything else printed; a missing content is ''."""

@@ -251,6 +251,7 @@ class GptOss(BaseTemplate):
             return analysis + _cat(FINAL, content, RETURN, where="content", index=i)
         return _cat(FINAL, content, END, where="content", index=i)
 
+    # Any here: a message and its first call as the template reads them: any value Jinja may read
     def call(self, chat: Chat, i: int, m: Mapping[str, Any], content: JSON, thinking: JSON) -> str:
         """An answer with ``tool_calls``: its analysis unless a final answer follows, then its first call."""
         fn = self.first_call(m, i)

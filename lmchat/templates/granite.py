@@ -136,6 +136,7 @@ class Granite3(BaseTemplate):
             text += HALLUCINATIONS
         return text
 
+    # Any here: the tools a caller passes, as the template reads them: any value Jinja may read
     def tools(self, chat: Chat) -> Any:
         """The tool list the template reads."""
         return chat.tools

@@ -38,6 +38,7 @@ DOCUMENTS_SUFFIX = (
 DEFAULT_SYSTEM = "You are a helpful assistant. Please ensure responses are professional, accurate, and safe."
 
 
+# Any here: a message as the template reads it: any value Jinja may read
 def content_text(message: dict[str, Any], i: int) -> str:
     """The official content loop: a string as it is, else the ``text`` of its ``text`` parts, a newline between
     two once there is text (a missing content, a number or an object give '')."""

@@ -20,6 +20,7 @@ MEDIA = "<|media_start|>image<|media_content|><|media_pad|><|media_end|>\n"
 BOXES = {"user": "<|im_user|>", "assistant": "<|im_assistant|>"}
 
 
+# Any here: a message as the template reads it: any value Jinja may read
 def _content(message: dict[str, Any], i: int) -> str:
     """The official ``render_content`` macro: a string as it is, a list of parts as text and image placeholders."""
     c = message.get("content")

@@ -62,6 +62,7 @@ def json_of(value: JSON, i: int, field: str) -> str:
         raise InvalidMessages(f"not JSON-serialisable: {exc}", index=i, field=field) from None
 
 
+# Any here: a message and the tools a caller passes, as the template reads them: any value Jinja may read
 def tool_result(message: dict[str, Any], i: int) -> str:
     """``content | tojson`` when Jinja deems it iterable (strings too, so they get quoted), else ``str()``."""
     if "content" not in message:

@@ -93,6 +93,7 @@ class Mixtral(Mistral):
     official = "mistralai__Mixtral-8x7B-Instruct-v0.1"
 
 
+# Any here: a message as the template reads it: any value Jinja may read
 def _skipped(message: Mapping[str, Any]) -> bool:
     """Messages v0.3's alternation rule ignores: tool results and tool calls."""
     return message["role"] in ("tool", "tool_results") or "tool_calls" in message

@@ -56,6 +56,7 @@ SMALL3_CLARIFY = (
 )
 
 
+# Any here: a message as the template reads it: any value Jinja may read
 def _first_text(message: Mapping[str, Any], i: int) -> str:
     """``content`` when it is a string, else ``content[0]['text']`` (Small 3.1's system and assistant turns)."""
     content = message.get("content")

@@ -37,6 +37,7 @@ def tools_block(tools: Sequence[JSON]) -> str:
     return TOOLS_INTRO + "".join("\n" + tojson(t) for t in tools) + TOOLS_OUTRO
 
 
+# Any here: a message and a call's function as the template reads them: any value Jinja may read
 def function_of(call: JSON) -> Any:
     """Qwen2.5/QwQ's ``tool_call.function is defined``: OpenAI calls nest the function."""
     return call["function"] if isinstance(call, dict) and "function" in call else call

@@ -29,6 +29,7 @@ CODER_TOOLS_OUTRO = (
 _MISSING = object()
 
 
+# Any here: a value's attribute as Jinja reads it, read further by the template: any value
 def _field(obj: JSON, key: str) -> Any:
     """Jinja's ``obj.key`` on JSON values: the item of a mapping, else undefined (``_MISSING``)."""
     return obj.get(key, _MISSING) if isinstance(obj, dict) else _MISSING

@@ -24,6 +24,7 @@ def jstr(value: JSON) -> str:
     return value if isinstance(value, str) else str(value)
 
 
+# Any here: a message as a template reads it: any value Jinja may read
 def trimmed(item: Mapping[str, Any], key: str = "content") -> str:
     """What ``item[key] | trim`` prints: Jinja's trim stringifies any value, a missing one is ''."""
     return jstr(item[key]).strip() if key in item else ""

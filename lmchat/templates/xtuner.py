@@ -21,6 +21,7 @@ from .base import BaseTemplate
 from .chat import Chat
 
 #: the XTuner keys that are ``str.format`` templates: placeholder required, sample arguments
+# Any here: template field values (strings, tuples, numbers) as xtuner's configs give them, checked by the fields
 FORMATS: dict[str, tuple[str, dict[str, Any]]] = {
     "SYSTEM": ("system", {"system": ""}), "INSTRUCTION": ("input", {"input": "", "round": 1}),
 }
