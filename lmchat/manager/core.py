@@ -38,6 +38,7 @@ from ..errors import ConfigError, SessionNotFound
 from ..registry import as_template
 from ..session import Session
 from ..session.edits import restored
+from ..session.snapshot import messages_of
 from ..session.state import Held
 from ..session.vocab import Tokenizer
 from ..stores import AsyncStore, Expiring, MemoryStore, SessionInfo, SessionStore
@@ -265,9 +266,10 @@ class SessionManager:
         data = self._sessions.snapshot(session_id, owner).to_dict()
         reason = f"forked from session {session_id}"
         if at is not None:
-            if not 0 <= at <= len(data["messages"]):
-                raise ConfigError(f"cannot fork at message {at} of {len(data['messages'])}", field="at")
-            data["messages"] = data["messages"][:at]
+            messages = messages_of(data)
+            if not 0 <= at <= len(messages):
+                raise ConfigError(f"cannot fork at message {at} of {len(messages)}", field="at")
+            data["messages"] = messages[:at]
             data.update(Held().to_dict(with_ids=data.get("context_ids") is not None))  # holds nothing yet
             reason += f" at message {at}"
         data["session_id"] = checked_id(new_id)

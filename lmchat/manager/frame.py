@@ -16,6 +16,7 @@ import attrs
 
 from ..session import Session
 from ..session.edits import restored
+from ..session.snapshot import messages_of
 from ..session.vocab import Tokenizer
 from .table import View
 
@@ -57,7 +58,7 @@ class Frame:
             return None if extra is None else (None, extra)
         data = session.to_dict()
         if self.system != current:
-            messages = data["messages"][int(self.head):]
+            messages = messages_of(data)[int(self.head):]
             data["messages"] = ([{"role": "system", "content": self.system}] if self.system is not None else []
                                 ) + messages
             data["system"] = self.system

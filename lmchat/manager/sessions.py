@@ -286,7 +286,7 @@ class StoredSessions:
         entry.session.mark_saved()
 
     def _writes(self, entry: Entry, record: dict[str, Any] | None, note: dict[str, object] | None
-                ) -> tuple[bool, dict[str, Any], str | None]:
+                ) -> tuple[bool, Mapping[str, object], str | None]:
         """What saving the entry writes: whether it is the turn's patch (else a whole snapshot), the patch or
         the snapshot, and the turn's Idempotency-Key (a retried write is recognised by it)."""
         session = entry.session

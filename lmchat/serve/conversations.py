@@ -29,6 +29,7 @@ from ..manager.table import View
 from ..messages import Message, normalize_messages
 from ..session import Session
 from ..session.edits import restored
+from ..session.snapshot import messages_of
 from ..validation import MAX_MESSAGES, validate_messages
 from . import chains
 from .chain_state import Cut, SessionState, state_of
@@ -281,10 +282,11 @@ async def delete_item(cid: str, item_id: str, request: Request, who: str | None 
             queue = [m for j, m in enumerate(state.queue) if j != queued]
             return None, attrs.evolve(state, queue=tuple(queue)).to_json()
         data = v.session.to_dict()
-        del data["messages"][position]
-        _checked([], data["messages"], "item_id")
+        messages = messages_of(data)
+        del messages[position]
+        _checked([], messages, "item_id")
         template = v.session.template
-        template.render(template.make_chat(data["messages"], tools=data.get("tools"), **data["template_kwargs"]))
+        template.render(template.make_chat(messages, tools=v.session.tools, **v.session.template_kwargs))
         state = attrs.evolve(state, cuts=(*state.cuts, Cut(len(v.notes), serial)))
         return restored(data, mgr.tokenizer, f"item {item_id} was deleted from the conversation"), state.to_json()
 

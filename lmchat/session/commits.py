@@ -20,6 +20,7 @@ def commit_ids(frame: Frame, held: Held, drift: str, answer: str, stop: str,
                token_ids: list[int] | None) -> tuple[int | None, tuple[int, int]]:
     """Append the answer's ids to ``held``; returns where they end before the stop, and the anchor there."""
     codec = frame.codec
+    assert codec is not None  # called for a session with a tokenizer only (Session.commit)
     char0, id0 = held.anchor
     open_text = held.context_from(char0)  # held text after the last structural token
     text = open_text + answer + stop

@@ -18,6 +18,7 @@ from typing import Any
 
 from .. import validation
 from ..errors import SessionError
+from ..jsontypes import JSONObject
 from ..messages import Message, flatten_text, in_call_form, normalize_messages
 from ..registry import as_template
 from ..templates.base import BaseTemplate
@@ -45,7 +46,7 @@ class Session:
         tools: list[dict[str, Any]] | None = None,
         date: _dt.date | None = None,
         session_id: str | None = None,
-        template_kwargs: Mapping[str, Any] | None = None,
+        template_kwargs: Mapping[str, object] | None = None,
         tokenizer: Tokenizer | None = None,
         session_len: int | None = None,
         overflow: str = "error",
@@ -73,6 +74,8 @@ class Session:
             self._codec = codec_for(tokenizer)
         self.session_id = session_id or uuid.uuid4().hex
         self.date = as_date(date) or _dt.date.today()  # frozen so the prompt prefix never changes at midnight
+        # Any: the template's own keyword arguments (enable_thinking...), which make_chat takes as **kwargs and
+        # each template reads by name
         self.template_kwargs: dict[str, Any] = dict(template_kwargs or {})
         self._chat = Chat([], tools=None if tools is None else list(tools), date=self.date, kwargs=self.template_kwargs)
         if system is None:
@@ -82,7 +85,8 @@ class Session:
             self._chat.messages.append({"role": "system", "content": system})
         self._held = Held()
         self._changes = patches.Changes()  # per list, where it changed since mark_saved()
-        self._counted: tuple[int, int, Any] = (0, 0, None)  # turns: (messages counted, answers, the last one)
+        # turns: (messages counted, answers, the last one)
+        self._counted: tuple[int, int, Message | None] = (0, 0, None)
         #: the messages the overflow policy took from what the engine is given, oldest first: they came after the
         #: system prompt and before ``messages[1:]`` (the transcript is the user's: the session keeps them)
         self._earlier: list[Message] = []
@@ -187,11 +191,11 @@ class Session:
         return Frame(self.template, self._chat, self._codec, self.injection)
 
     # ------------------------------------------------------------------ turns
-    def prompt(self, content: Any, role: str = "user", *, max_new_tokens: int | None = None) -> Delta:
+    def prompt(self, content: object, role: str = "user", *, max_new_tokens: int | None = None) -> Delta:
         """Add one message and return the delta the engine must consume."""
         return self.extend([{"role": role, "content": content}], max_new_tokens=max_new_tokens)
 
-    def extend(self, messages: Iterable[Mapping[str, Any]], *, max_new_tokens: int | None = None) -> Delta:
+    def extend(self, messages: Iterable[Mapping[str, object]], *, max_new_tokens: int | None = None) -> Delta:
         """Add messages (e.g. several tool results) and return one delta.
 
         With a tokenizer, the turn must fit: ``step + len(delta ids) +
@@ -263,7 +267,7 @@ class Session:
         held.rewind = held.answer_end = None
 
     def commit(
-        self, answer: str, token_ids: list[int] | None = None, *, stop: str | None = None, **fields: Any
+        self, answer: str, token_ids: list[int] | None = None, *, stop: str | None = None, **fields: object
     ) -> None:
         """Record the model's answer for the pending prompt.
 
@@ -289,7 +293,7 @@ class Session:
             raise SessionError(f"the answer must be a string, got {type(answer).__name__}")
         stop = self.template.eoa if stop is None else stop
         if held.reopened is not None:
-            stored: dict[str, Any] = {"content": held.reopened + answer}
+            stored: JSONObject = {"content": held.reopened + answer}
         else:
             stored = self.template.answer_fields(answer)  # the content without the lead (gpt-oss: split)
         message = {"role": "assistant", **stored, **fields}  # fields may override the content
@@ -355,7 +359,7 @@ class Session:
         """The snapshot was saved: :meth:`changes` counts from here."""
         self._changes.saved(snapshot.small_values(self))
 
-    def changes(self) -> dict[str, Any] | None:
+    def changes(self) -> patches.Patch | None:
         """What changed since :meth:`mark_saved` as a snapshot patch (:mod:`.patches`): O(turn) for a turn.
 
         None when the session was never marked saved (restored, forked, edited:
@@ -363,12 +367,12 @@ class Session:
         """
         return snapshot.patch(self)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         """A JSON-ready snapshot that shares nothing with the session; :meth:`from_dict` restores it."""
         return snapshot.to_dict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], *, tokenizer: Tokenizer | None = None) -> Session:
+    def from_dict(cls, data: Mapping[str, object], *, tokenizer: Tokenizer | None = None) -> Session:
         """Restore a snapshot; pass the tokenizer again for token-level sessions.
 
         A snapshot taken without token ids but restored with a tokenizer (or the

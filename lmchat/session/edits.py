@@ -15,19 +15,20 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from typing import Any
 
 import attrs
 
+from ..messages import Message
 from ..templates.base import BaseTemplate
 from .core import Session
+from .snapshot import messages_of
 from .vocab import Tokenizer
 
 #: keys a store adds to a snapshot (its version, the owner, the engine): not part of the session
 STORE_KEYS = ("store_version", "owner", "engine", "chat")
 
 
-def restored(data: Mapping[str, Any], tokenizer: Tokenizer | None, reason: str) -> Session:
+def restored(data: Mapping[str, object], tokenizer: Tokenizer | None, reason: str) -> Session:
     """A session from its snapshot whose next delta resets (``reason`` says why), history intact."""
     data = {k: v for k, v in data.items() if k not in STORE_KEYS}
     data.update(needs_reset=True, reset_reason=reason)
@@ -44,13 +45,13 @@ def forked(session: Session, tokenizer: Tokenizer | None, new_id: str | None = N
 def with_system(session: Session, system: str | None, tokenizer: Tokenizer | None) -> Session:
     """The conversation with its system prompt replaced (None: removed)."""
     data = session.to_dict()
-    messages = list(data["messages"])
+    messages = list(messages_of(data))
     if messages and messages[0]["role"] == "system":
         messages.pop(0)
     if system is not None:
         messages.insert(0, {"role": "system", "content": system})
     data.update(system=system, messages=messages)
-    _check_renders(BaseTemplate.from_dict(data["template"]), data)
+    _check_renders(session.template, messages, session)
     return restored(data, tokenizer, "the system prompt changed")
 
 
@@ -58,14 +59,15 @@ def with_template(session: Session, template: BaseTemplate, tokenizer: Tokenizer
     """The conversation under another template; ``session_len`` becomes the new template's."""
     data = session.to_dict()
     data.update(template=template.to_dict(), session_len=None)
-    _check_renders(template, data)
+    _check_renders(template, messages_of(data), session)
     return restored(data, tokenizer, f"the template changed to {template.name}")
 
 
-def _check_renders(template: BaseTemplate, data: Mapping[str, Any]) -> None:
-    """Refuse an edit the template cannot render (e.g. a system prompt it does not support) up front."""
-    if data["messages"]:
-        chat = template.make_chat(data["messages"], tools=data.get("tools"), **data.get("template_kwargs") or {})
+def _check_renders(template: BaseTemplate, messages: list[Message], session: Session) -> None:
+    """Refuse an edit the template cannot render (e.g. a system prompt it does not support) up front: the
+    session's ``messages`` as edited, with its tools and template arguments."""
+    if messages:
+        chat = template.make_chat(messages, tools=session.tools, **session.template_kwargs)
         template.render(chat)
 
 
@@ -79,7 +81,7 @@ class Generation:
     stop: str | None = None
 
 
-def commit_generation(session: Session, generation: Generation, **fields: Any) -> None:
+def commit_generation(session: Session, generation: Generation, **fields: object) -> None:
     """Commit a generation as the engine holds it.
 
     The generated ids are kept when the session counts tokens and the engine

@@ -24,11 +24,10 @@ prefill computes, and the llama.cpp engine keeps only what a prefill computes).
 """
 from __future__ import annotations
 
-from typing import Any
-
 import attrs
 
 from ..errors import ConfigError, SessionLengthExceeded
+from ..messages import Message
 from ..templates.chat import Chat
 from .planning import Frame, full_plan
 from .state import Delta, Held, Plan
@@ -116,7 +115,7 @@ def _cut(frame: Frame, budget: Budget, used: int, new: int) -> tuple[int, int]:
     return first, cuts[lo]
 
 
-def _drop(chat: Chat, first: int, cut: int) -> tuple[dict[str, Any], ...]:
+def _drop(chat: Chat, first: int, cut: int) -> tuple[Message, ...]:
     """Remove messages ``[first:cut]``; they are returned, for the delta to say what went."""
     removed = tuple(chat.messages[first:cut])
     del chat.messages[first:cut]
@@ -137,6 +136,7 @@ def truncate(frame: Frame, held: Held, budget: Budget, used: int, new: int, why:
 def shift(frame: Frame, held: Held, budget: Budget, used: int, new: int) -> Plan:
     first, cut = _cut(frame, budget, used, new)
     chat, codec, template = frame.chat, frame.codec, frame.template
+    assert codec is not None  # a shift keeps token ids: fit() shifts only a session with a tokenizer
     context, ids_held = held.context, held.ids
     keep = held.offsets[first] if first < len(held.offsets) else len(context)
     resume = held.offsets[cut] if cut < held.rendered else len(context)

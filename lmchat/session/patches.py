@@ -13,9 +13,10 @@ they outgrow it.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TypedDict
 
+from ..jsontypes import JSONObject
 from ..messages import json_copy
 
 #: the snapshot's lists, patched from an index on
@@ -26,6 +27,13 @@ SMALL = ("tail", "rendered", "pending", "needs_reset", "reset_reason", "anchor",
          "overflow_room")
 
 
+class Patch(TypedDict):
+    """A patch: per list that changed, ``[index, items from there on]``; the small fields that changed."""
+
+    lists: dict[str, list[object]]
+    set: JSONObject
+
+
 class Changes:
     """Where each of a session's lists changed since it was last saved (the index each patch starts from).
     Before the first save nothing is tracked: only a whole snapshot describes the session."""
@@ -33,37 +41,46 @@ class Changes:
     def __init__(self) -> None:
         self.lows: dict[str, int] | None = None
         #: the small fields' values as last saved, in :data:`SMALL`'s order (a tuple: it is kept per session)
-        self.small: tuple[Any, ...] = ()
+        self.small: tuple[object, ...] = ()
 
     def lower(self, **lows: int) -> None:
         if self.lows is not None:
             for key, low in lows.items():
                 self.lows[key] = min(self.lows.get(key, low), low)
 
-    def saved(self, small: tuple[Any, ...]) -> None:
+    def saved(self, small: tuple[object, ...]) -> None:
         self.lows, self.small = {}, small
 
 
-def make(snapshot_lists: Mapping[str, list[Any]], lows: Mapping[str, int], small: Mapping[str, Any]) -> dict[str, Any]:
+def make(snapshot_lists: Mapping[str, Sequence[object]], lows: Mapping[str, int], small: Mapping[str, object]
+         ) -> Patch:
     """A patch from each list's low-water mark (lists not in ``lows`` did not change); it shares nothing
     with the session."""
     lists = {key: [low, json_copy(snapshot_lists[key][low:])] for key, low in lows.items()}
     return {"lists": lists, "set": {k: json_copy(v) for k, v in small.items()}}
 
 
-def apply(snapshot: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+def apply(snapshot: JSONObject, patch: Mapping[str, object]) -> JSONObject:
     """``snapshot`` with ``patch`` applied (in place; returned for convenience)."""
-    for key, (low, items) in patch.get("lists", {}).items():
+    lists, small = patch.get("lists", {}), patch.get("set", {})
+    if not isinstance(lists, dict) or not isinstance(small, dict):
+        raise ValueError("a patch has dicts under 'lists' and 'set'")
+    for key, (low, items) in lists.items():
         current = snapshot.get(key)
         if current is None:
             current = []
-        if not isinstance(low, int) or not 0 <= low <= len(current) or not isinstance(items, list):
-            raise ValueError(f"patch of {key!r} does not fit the snapshot (from {low!r} of {len(current)})")
+        if not isinstance(current, list) or not isinstance(low, int) or not 0 <= low <= len(current) \
+                or not isinstance(items, list):
+            raise ValueError(f"patch of {key!r} does not fit the snapshot (from {low!r} of {_size(current)})")
         snapshot[key] = current[:low] + items
-    snapshot.update(patch.get("set", {}))
+    snapshot.update(small)
     return snapshot
 
 
-def first_change(old: list[Any], new: list[Any]) -> int:
+def _size(value: object) -> object:
+    return len(value) if isinstance(value, list) else type(value).__name__
+
+
+def first_change(old: Sequence[object], new: Sequence[object]) -> int:
     """The first index where ``new`` differs from ``old`` (rare edits only: it walks the lists)."""
     return next((i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b), min(len(old), len(new)))

@@ -7,13 +7,16 @@ plan is a reset carrying the full prompt, with the reason.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import attrs
 
 from ..templates.base import BaseTemplate
 from ..templates.chat import Chat
 from .state import Delta, Held, Plan
+
+if TYPE_CHECKING:
+    from .tokens import TokenCodec
 
 
 @attrs.frozen
@@ -22,7 +25,7 @@ class Frame:
 
     template: BaseTemplate
     chat: Chat
-    codec: Any  # a TokenCodec, or None for a text-only session
+    codec: TokenCodec | None  # None for a text-only session
     injection: str
 
 
@@ -59,6 +62,7 @@ def next_plan(frame: Frame, held: Held) -> Plan:
 def _with_ids(frame: Frame, held: Held, plan: Plan, window: str, kept: int) -> bool:
     """Give an extending plan its token ids; False when the held ids are not a prefix of them."""
     codec = frame.codec
+    assert codec is not None  # next_plan gives a plan ids only with a codec
     spans = codec.spans(frame.template, frame.chat, plan.window, window, frame.injection)
     if any(a < kept < b for a, b in spans):
         return False

@@ -9,12 +9,10 @@ a reset carrying the whole open prompt.
 """
 from __future__ import annotations
 
-from typing import Any
-
 import attrs
 
 from ..errors import SessionError
-from ..messages import normalize_messages
+from ..messages import Message, normalize_messages
 from ..templates import continued
 from ..templates.chat import Chat
 from .planning import Frame
@@ -56,7 +54,8 @@ def reopen(frame: Frame, held: Held) -> tuple[Delta, Held]:
     else:
         why = held.reset_reason if held.needs_reset and held.reset_reason else (
             "the engine's context does not end with the reopened answer as the template renders it")
-        new_ids, new_anchor = codec.encode(text, spans) if codec is not None else (None, None)
+        # spans: found with a codec, None without one
+        new_ids, new_anchor = codec.encode(text, spans) if codec is not None and spans is not None else (None, None)
         delta = Delta(text, reset=bool(held.parts), sequence_start=True, token_ids=new_ids,
                       reason=f"reopening the last answer: {why}" if held.parts else None)
         held = Held(ids=new_ids or [], anchor=new_anchor or (0, 0))
@@ -67,7 +66,7 @@ def reopen(frame: Frame, held: Held) -> tuple[Delta, Held]:
     return delta, held
 
 
-def _open_rendering(frame: Frame, messages: list[dict[str, Any]]
+def _open_rendering(frame: Frame, messages: list[Message]
                     ) -> tuple[Chat, str, list[int], list[tuple[int, int]] | None]:
     """The conversation rendered with its final message open: text, piece offsets, structural spans."""
     tagged, content = continued.tagged(normalize_messages(messages), "content")

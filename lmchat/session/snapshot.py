@@ -15,12 +15,13 @@ from __future__ import annotations
 import copy
 import datetime as _dt
 import itertools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import validation
 from ..errors import LmchatError, SnapshotError, SnapshotTemplateUnknown, UnknownTemplate
-from ..messages import in_call_form, normalize_messages
+from ..jsontypes import JSONObject
+from ..messages import Message, in_call_form, normalize_messages
 from ..templates.base import BaseTemplate
 from . import patches
 from .overflow import ROOM
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 FORMAT_VERSION = 1
 
 
-def to_dict(session: Session) -> dict[str, Any]:
+def to_dict(session: Session) -> JSONObject:
     chat = session._chat
     return {
         "version": FORMAT_VERSION,
@@ -50,7 +51,7 @@ def to_dict(session: Session) -> dict[str, Any]:
     }
 
 
-def patch(session: Session) -> dict[str, Any] | None:
+def patch(session: Session) -> patches.Patch | None:
     """What changed since the session was last saved, as a patch (:mod:`.patches`), or None when it never
     was: O(turn) for a turn (the small fields are not taken from :meth:`Held.to_dict`, which copies the
     history; only those that changed are set)."""
@@ -58,14 +59,14 @@ def patch(session: Session) -> dict[str, Any] | None:
     if lows is None:
         return None
     held = session._held
-    lists: dict[str, list[Any]] = {"messages": session._chat.messages, "earlier": session._earlier,
+    lists: dict[str, Sequence[object]] = {"messages": session._chat.messages, "earlier": session._earlier,
                                    "context": held.parts,
                                    "offsets": held.offsets, "context_ids": held.ids}
     if session._codec is None:
         lows = {k: v for k, v in lows.items() if k != "context_ids"}
     last = session._changes.small
     # small_values has one value per key of SMALL; last, none before the first save
-    changed: dict[str, Any] = {
+    changed: JSONObject = {
         key: list(value) if isinstance(value, tuple) else value
         for key, (value, was) in zip(patches.SMALL, itertools.zip_longest(small_values(session), last,
                                                                           fillvalue=_UNSAVED), strict=True)
@@ -78,14 +79,22 @@ _UNSAVED = object()  # no value saved (compares unequal to any)
 _HELD = {key: name for name, key in SMALL_FIELDS}
 
 
-def small_values(session: Session) -> tuple[Any, ...]:
+def messages_of(data: Mapping[str, object], key: str = "messages") -> list[Message]:
+    """A snapshot's ``messages`` (or ``earlier``): the list itself, so an edit of it edits the snapshot."""
+    messages = data.get(key)
+    if not isinstance(messages, list):
+        raise SnapshotError(f"a session snapshot's {key!r} is a list, got {type(messages).__name__}")
+    return messages
+
+
+def small_values(session: Session) -> tuple[object, ...]:
     """The small fields (:data:`.patches.SMALL`, in its order) as the session holds them: tuples are shared,
     not copied, so what :meth:`Session.mark_saved` keeps per session costs one tuple."""
     held, opts = session._held, options(session)
     return tuple(getattr(held, _HELD[key]) if key in _HELD else opts[key] for key in patches.SMALL)
 
 
-def options(session: Session) -> dict[str, Any]:
+def options(session: Session) -> JSONObject:
     """The constructor options a snapshot keeps (besides the template, tools and the like)."""
     return {
         "session_len": session.session_len if session._codec is not None or session._explicit_len else None,
@@ -98,7 +107,7 @@ def options(session: Session) -> dict[str, Any]:
     }
 
 
-def from_dict(cls: type, data: Mapping[str, Any], tokenizer: Tokenizer | None) -> Session:
+def from_dict(cls: type, data: Mapping[str, object], tokenizer: Tokenizer | None) -> Session:
     if not isinstance(data, Mapping):
         raise SnapshotError(f"a session snapshot is a JSON object, got {type(data).__name__}")
     if data.get("version") != FORMAT_VERSION:
@@ -115,6 +124,8 @@ def from_dict(cls: type, data: Mapping[str, Any], tokenizer: Tokenizer | None) -
                             ) from None
 
 
+# Any: a snapshot's fields go to Session() as they are, which checks them (validation, Held.from_dict); what
+# fails is the SnapshotError from_dict raises
 def _restore(cls: type[Session], data: Mapping[str, Any], tokenizer: Tokenizer | None) -> Session:
     session = cls(
         BaseTemplate.from_dict(data["template"]),

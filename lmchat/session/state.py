@@ -6,9 +6,13 @@ fields (under the names of the snapshot format) and a restore reads them back.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
+
+from ..jsontypes import JSONObject
+from ..messages import Message
 
 
 @attrs.frozen
@@ -41,7 +45,7 @@ class Delta:
     sequence_start: bool = False
     reason: str | None = None
     token_ids: list[int] | None = None
-    removed: tuple[dict[str, Any], ...] = ()
+    removed: tuple[Message, ...] = ()
     removed_at: int = 0
     discard: tuple[int, int] | None = None
     shiftable: tuple[int, int] | None = None
@@ -122,8 +126,8 @@ class Held:
         self.append(kept)
 
     # ------------------------------------------------------------------ snapshots
-    def to_dict(self, with_ids: bool) -> dict[str, Any]:
-        out = {}
+    def to_dict(self, with_ids: bool) -> JSONObject:
+        out: JSONObject = {}
         for a in attrs.fields(Held):
             key = a.metadata.get("key")
             if key is None:
@@ -135,14 +139,14 @@ class Held:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], with_ids: bool) -> Held:
-        values: dict[str, Any] = {}
+    def from_dict(cls, data: Mapping[str, object], with_ids: bool) -> Held:
+        values: dict[str, Any] = {}  # Held's arguments, each checked against _KINDS below
         for a in attrs.fields(cls):
             key = a.metadata.get("key")
             if key is None or data.get(key) is None:
                 continue
             value = data[key]
-            values[a.name] = tuple(value) if a.name in ("rewind", "answer_end") else value
+            values[a.name] = _tuple(value) if a.name in ("rewind", "answer_end") else value
         if not with_ids:
             values.pop("ids", None)
             values.pop("rewind", None)
@@ -157,8 +161,14 @@ class Held:
         return cls(**values)
 
 
-def _is(value: Any, kind: type) -> bool:
+def _is(value: object, kind: type) -> bool:
     return isinstance(value, bool) if kind is bool else isinstance(value, kind) and not isinstance(value, bool)
+
+
+def _tuple(value: object) -> tuple[object, ...]:
+    if not isinstance(value, (list, tuple)):
+        raise TypeError(f"expected a list, got {type(value).__name__}")  # from_dict's caller names the snapshot
+    return tuple(value)
 
 
 #: what each held field is made of (a snapshot from elsewhere is checked before it is used)

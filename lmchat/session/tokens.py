@@ -29,8 +29,9 @@ import re
 import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any, cast, overload
+from typing import cast, overload
 
+from ..messages import Message
 from ..templates.base import BaseTemplate
 from ..templates.chat import Chat
 from .vocab import HFVocab, Tokenizer, Vocabulary
@@ -125,7 +126,7 @@ class TokenCodec:
             self._outputs[kind] = frozenset(t for t in self.special if any(t in m for m in markers))
         return self._outputs[kind]
 
-    def defuse(self, value: Any, keep: frozenset[str] = frozenset()) -> Any:
+    def defuse(self, value: object, keep: frozenset[str] = frozenset()) -> object:
         """``value`` with every special string (but those in ``keep``) replaced by private-use
         characters of the same length."""
         if isinstance(value, str):
@@ -138,11 +139,10 @@ class TokenCodec:
             return [self.defuse(v, keep) for v in value]
         return value
 
-    def defuse_message(self, message: dict[str, Any], template: BaseTemplate) -> dict[str, Any]:
+    def defuse_message(self, message: Message, template: BaseTemplate) -> Message:
         """A message as :meth:`structural_spans` sees it: an answer keeps its model's output markers."""
         keep = self.output_tokens(template) if message.get("role") == "assistant" else frozenset()
-        defused: dict[str, Any] = self.defuse(message, keep)
-        return defused
+        return {k: self.defuse(v, keep) for k, v in message.items()}
 
     def structural_spans(
         self, template: BaseTemplate, chat: Chat, start: int, text: str
@@ -157,8 +157,8 @@ class TokenCodec:
             return []
         defused = Chat(
             # a read-only view where Chat holds a list: rendering only reads the messages
-            cast("list[dict[str, Any]]", _DefusedMessages(chat.messages, self, template)),
-            tools=self.defuse(chat.tools),
+            cast("list[Message]", _DefusedMessages(chat.messages, self, template)),
+            tools=cast("list[Message] | None", self.defuse(chat.tools)),  # defusing keeps a value's shape
             add_generation_prompt=chat.add_generation_prompt,
             date=chat.date,
             kwargs=chat.kwargs,
@@ -183,25 +183,25 @@ class TokenCodec:
         return self.special_spans(text)
 
 
-class _DefusedMessages(Sequence[dict[str, Any]]):
+class _DefusedMessages(Sequence[Message]):
     """A lazy, defused view of a message list (only the messages a window reads are copied)."""
 
-    def __init__(self, messages: list[dict[str, Any]], codec: TokenCodec, template: BaseTemplate):
+    def __init__(self, messages: list[Message], codec: TokenCodec, template: BaseTemplate):
         self._messages = messages
         self._codec = codec
         self._template = template
-        self._cache: dict[int, dict[str, Any]] = {}
+        self._cache: dict[int, Message] = {}
 
     def __len__(self) -> int:
         return len(self._messages)
 
     @overload
-    def __getitem__(self, i: int) -> dict[str, Any]: ...
+    def __getitem__(self, i: int) -> Message: ...
 
     @overload
-    def __getitem__(self, i: slice) -> list[dict[str, Any]]: ...
+    def __getitem__(self, i: slice) -> list[Message]: ...
 
-    def __getitem__(self, i: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+    def __getitem__(self, i: int | slice) -> Message | list[Message]:
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
         if i < 0:
