@@ -20,7 +20,7 @@ from ..errors import ConfigError, SessionMoved
 from ..messages import normalize_messages
 from ..session import Delta, Session
 from ..turns.bridge import Done
-from ..turns.result import Reading, TurnResult, reading_of, result_of
+from ..turns.result import KeyedRecord, Reading, TurnRecord, TurnResult, reading_of, result_of
 from ..turns.turn import AsyncTurn, Turn
 from ..validation import check_tools_supported, validate_messages, validate_tools
 from . import history as hist
@@ -47,19 +47,20 @@ class Claim:
     def backend(self) -> Backend:
         return self.sessions.backend
 
-    def save(self, record: dict[str, Any]) -> None:
+    def save(self, record: TurnRecord) -> None:
         self.sessions.save(self.entry, *self._keyed(record))
 
-    async def asave(self, record: dict[str, Any]) -> None:
+    async def asave(self, record: TurnRecord) -> None:
         await self.sessions.asave(self.entry, *self._keyed(record))
 
-    def _keyed(self, record: dict[str, Any]) -> tuple[dict[str, Any], dict[str, object] | None]:
+    def _keyed(self, record: TurnRecord) -> tuple[KeyedRecord, dict[str, object] | None]:
         """The record with the turn's key, and the note that goes with it."""
         note = None
         if self.note is not None:  # the counts, and the answer's length instead of its text (the session has it)
             turn = {k: v for k, v in record.items() if k not in ("text", "prompt_opened") and v is not None}
             note = {**self.note, "turn": {**turn, "chars": len(record["text"])}}
-        return {**record, "key": self.idempotency_key}, note
+        keyed: KeyedRecord = {**record, "key": self.idempotency_key}
+        return keyed, note
 
     def discard(self, *, sent: bool) -> None:
         self.sessions.discard(self.entry, drop_backend=sent)
@@ -151,7 +152,7 @@ def _starting(claim: Claim) -> Iterator[None]:
         raise
 
 
-def _plan(claim: Claim, request: TurnRequest, model: Mapping[str, Any]) -> dict[str, Any] | _Fresh:
+def _plan(claim: Claim, request: TurnRequest, model: Mapping[str, Any]) -> KeyedRecord | _Fresh:
     """The turn's checks, then what it runs: the record of the turn a retry names, or a fresh turn."""
     entry = claim.entry
     claim.idempotency_key, claim.note = request.idempotency_key, request.note
@@ -243,7 +244,7 @@ def _finished(claim: Claim, turn: Turn | AsyncTurn) -> None:
         claim.entry.digests.clear()  # the session's messages are not the ones digested any more
 
 
-def _replay(claim: Claim, record: dict[str, Any]) -> Generator[Chunk | Reading | None, None, TurnResult]:
+def _replay(claim: Claim, record: TurnRecord) -> Generator[Chunk | Reading | None, None, TurnResult]:
     """A retried request: the turn it names is already committed; its result, again, read as the turn read it."""
     try:
         yield None
@@ -260,7 +261,7 @@ def _replay(claim: Claim, record: dict[str, Any]) -> Generator[Chunk | Reading |
         claim.release()
 
 
-async def _areplay(claim: Claim, record: dict[str, Any]
+async def _areplay(claim: Claim, record: TurnRecord
                    ) -> AsyncGenerator[Chunk | Reading | Done | None, None]:
     """:func:`_replay` on the event loop."""
     replay = _replay(claim, record)

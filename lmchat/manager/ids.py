@@ -4,9 +4,9 @@ from __future__ import annotations
 import hashlib
 import re
 import uuid
-from typing import Any
 
 from ..errors import ConfigError
+from ..jsontypes import JSONObject
 from ..session import Session
 
 #: ids go into store keys and URLs: printable, no spaces or slashes
@@ -50,8 +50,8 @@ def public_id(key: str) -> str:
     return key.rpartition("/")[2]
 
 
-def dump(session: Session, key: str, owner: str, engine: str | None = None, extra: dict[str, Any] | None = None,
-         notes: list[Any] | None = None) -> dict[str, Any]:
+def dump(session: Session, key: str, owner: str, engine: str | None = None, extra: dict[str, object] | None = None,
+         notes: list[object] | None = None) -> JSONObject:
     """What a whole save writes: the session's snapshot under its key, who may see it, its engine, and
     the caller's ``extra`` and ``notes`` (kept only when there are any)."""
     data = session.to_dict()

@@ -22,11 +22,10 @@ when the turn begins).
 """
 from __future__ import annotations
 
-from typing import Any
-
 import attrs
 
 from ..errors import SessionBusy, SessionNotFound
+from ..turns.result import TurnRecord
 from .capacity import Capacity
 from .claims import Claim
 from .sessions import StoredSessions
@@ -76,10 +75,10 @@ class OneOffClaim(Claim):
         sessions.table.hold(entry)  # SessionManager.close cancels its turn too
         return cls(sessions, capacity, entry)
 
-    def save(self, record: dict[str, Any]) -> None:
+    def save(self, record: TurnRecord) -> None:
         """Nothing to save: the session ends with its turn."""
 
-    async def asave(self, record: dict[str, Any]) -> None:
+    async def asave(self, record: TurnRecord) -> None:
         """Nothing to save: the session ends with its turn."""
 
     def discard(self, *, sent: bool) -> None:

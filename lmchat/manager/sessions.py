@@ -23,10 +23,12 @@ from ..errors import (
     SessionNotFound,
     StoreConflict,
 )
+from ..jsontypes import JSONObject
 from ..session import Session
 from ..session.vocab import Tokenizer
-from ..stores import VERSION_KEY, AsyncStore, SessionStore, Summary
+from ..stores import AsyncStore, SessionStore, Summary, version_of
 from ..templates.base import BaseTemplate
+from ..turns.result import KeyedRecord, stored_record
 from .ids import dump, store_key
 from .metrics import Metrics
 from .request import Edit
@@ -152,7 +154,7 @@ class StoredSessions:
         data = self._load(entry.key, session_id, owner)  # mid-turn or stale: the store has the last commit
         return self._restore(data, session_id)
 
-    def _load(self, key: str, session_id: str, owner: str) -> dict[str, Any]:
+    def _load(self, key: str, session_id: str, owner: str) -> JSONObject:
         data = self.store.load(key)
         if data is None or (data.get("owner") or "") != owner:
             raise SessionNotFound(session_id)
@@ -169,11 +171,12 @@ class StoredSessions:
             raise SessionNotFound(session_id)
         return entry
 
-    def _entry(self, key: str, data: dict[str, Any], session_id: str, owner: str) -> Entry:
+    def _entry(self, key: str, data: JSONObject, session_id: str, owner: str) -> Entry:
         session = self._restore(data, session_id)
         session.mark_saved()
-        return Entry(key, session, data[VERSION_KEY], owner, last_turn=data.get("last_turn"),
-                     extra=data.get("extra") or {}, notes=data.get("notes") or [])
+        extra, notes = data.get("extra"), data.get("notes")  # what this module saved (dump): a dict, a list
+        return Entry(key, session, version_of(data), owner, last_turn=stored_record(data.get("last_turn")),
+                     extra=extra if isinstance(extra, dict) else {}, notes=notes if isinstance(notes, list) else [])
 
     def acquire(self, session_id: str, owner: str, create: bool, tools: list[dict[str, Any]] | None,
                  fresh: int | None = None) -> Entry:
@@ -258,7 +261,7 @@ class StoredSessions:
         self.backend.cancel(entry.key)
         return True
 
-    def save(self, entry: Entry, record: dict[str, Any] | None = None, note: dict[str, object] | None = None) -> None:
+    def save(self, entry: Entry, record: KeyedRecord | None = None, note: dict[str, object] | None = None) -> None:
         """Save the entry's session after a turn: its patch when the store appends, else a whole snapshot.
 
         ``note`` is appended to the entry's notes in the same save; the entry's ``extra`` is written too.
@@ -271,7 +274,7 @@ class StoredSessions:
                                               summary=Summary.of_session(entry.session, entry.owner), token=token)
         entry.session.mark_saved()
 
-    async def asave(self, entry: Entry, record: dict[str, Any] | None = None,
+    async def asave(self, entry: Entry, record: KeyedRecord | None = None,
                     note: dict[str, object] | None = None) -> None:
         """:meth:`save` on the event loop: the store's write is awaited (``aappend``, ``asave``)."""
         store = self.async_store
@@ -285,13 +288,13 @@ class StoredSessions:
                                                 summary=Summary.of_session(entry.session, entry.owner), token=token)
         entry.session.mark_saved()
 
-    def _writes(self, entry: Entry, record: dict[str, Any] | None, note: dict[str, object] | None
+    def _writes(self, entry: Entry, record: KeyedRecord | None, note: dict[str, object] | None
                 ) -> tuple[bool, Mapping[str, object], str | None]:
         """What saving the entry writes: whether it is the turn's patch (else a whole snapshot), the patch or
         the snapshot, and the turn's Idempotency-Key (a retried write is recognised by it)."""
         session = entry.session
         patch = session.changes()
-        token = (record or {}).get("key")
+        token = record.get("key") if record else None
         entry.last_turn = record
         if note is not None:
             entry.notes.append(note)
@@ -317,8 +320,8 @@ class StoredSessions:
         for entry in entries:
             self.backend.drop(entry.key)  # an idle session's cache is freed with it
 
-    def _restore(self, data: Mapping[str, Any], session_id: str) -> Session:
+    def _restore(self, data: Mapping[str, object], session_id: str) -> Session:
         stored = data.get("engine")
         if stored and self.engine and stored != self.engine:
-            raise EngineMismatch(session_id, stored=stored, current=self.engine)
+            raise EngineMismatch(session_id, stored=str(stored), current=self.engine)
         return Session.from_dict({**data, "session_id": session_id}, tokenizer=self.tokenizer)

@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 
 from ..session import Session
+from ..turns.result import KeyedRecord
 
 
 @attrs.define(eq=False, slots=True)
@@ -35,7 +36,7 @@ class Entry:
     cancel_requested: bool = False
     last_used: float = attrs.field(factory=time.monotonic)
     #: the last turn's idempotency key and result (a retried turn returns it instead of running again)
-    last_turn: dict[str, Any] | None = None
+    last_turn: KeyedRecord | None = None
     #: a digest of each message as a client sees it, for matching resent histories (filled lazily)
     digests: list[str] = attrs.field(factory=list)
     #: the caller's JSON kept with the session (snapshot key ``extra``), see ``SessionManager.update``

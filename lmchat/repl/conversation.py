@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Hashable, Mapping
-from typing import Any
 
 import attrs
 
@@ -28,6 +27,7 @@ from ..backends.base import (
 )
 from ..constraints import continued
 from ..errors import ConstraintUnsupported, LmchatError, SessionError, SessionLengthExceeded, StoreConflict
+from ..jsontypes import JSONObject
 from ..repetition import RepetitionGuard
 from ..session import Delta, Session, edits
 from ..session.overflow import ROOM
@@ -37,6 +37,7 @@ from ..stores.base import Summary
 from ..templates.base import BaseTemplate
 from ..tools.answer_constraint import for_answer
 from ..turns import Turn
+from ..turns.result import TurnRecord
 from . import settings
 from .context import DEFAULT_OVERFLOW, ContextFull, advice, dropped_notice
 from .rendering import Output
@@ -64,7 +65,7 @@ def turns(n: int, width: int = 0) -> str:
 MAX_SAVED_BYTES = 64 * 2**20
 
 
-def read_saved(path: str) -> dict[str, Any]:
+def read_saved(path: str) -> JSONObject:
     """The JSON object of a /save file, checked enough to restore from: a dict whose ``session_id`` is an id (1-128
     printable characters, no slash: it names files and store rows). Anything else is a :class:`SessionError`."""
     where = f"{printable(path)}: not a session saved by /save"
@@ -268,16 +269,16 @@ class Conversation:
         self.restore_settings(data)
         self.replace(session, version_of(stored) if stored else 0)
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> JSONObject:
         """The session as saved: its snapshot plus this chat's /set values."""
         return {**self.session.to_dict(), settings.SNAPSHOT_KEY: self._chat_record(),
                 "engine": engine_id(self.backend)}
 
-    def _chat_record(self) -> dict[str, Any]:
+    def _chat_record(self) -> JSONObject:
         """What the REPL saves beside the session: its /set values, and the session it was forked from."""
         return {**settings.saved(self.overrides), **({"forked_from": self.origin} if self.origin else {})}
 
-    def restore_settings(self, data: dict[str, Any]) -> None:
+    def restore_settings(self, data: Mapping[str, object]) -> None:
         """Take the /set values saved with ``data`` (invalid ones are reported and ignored)."""
         self.overrides, problems = settings.restored(data)
         self.origin = forked_from(data)
@@ -290,7 +291,7 @@ class Conversation:
             json.dump(self.snapshot(), f, ensure_ascii=False, indent=2)
             f.write("\n")
 
-    def save(self, record: dict[str, Any] | None = None) -> None:
+    def save(self, record: TurnRecord | None = None) -> None:
         """Save to the store (compare-and-set on the version this process last saw); a failure is told, not raised."""
         if self.version == 0 and self.session.turns == 0:
             return  # nothing worth keeping yet
@@ -313,7 +314,7 @@ class Conversation:
                                  summary=Summary.of_session(self.session))
 
 
-def forked_from(data: Mapping[str, Any]) -> str | None:
+def forked_from(data: Mapping[str, object]) -> str | None:
     """The id of the session a stored one was forked from (``/fork``), if it says."""
     section = data.get(settings.SNAPSHOT_KEY)
     origin = section.get("forked_from") if isinstance(section, Mapping) else None

@@ -3,7 +3,7 @@ the finished turn (:class:`TurnResult`), and the JSON a turn is saved as, so tha
 turn that already ran (:func:`record_of`, :func:`reading_of`, :func:`result_of`)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import attrs
 
@@ -59,7 +59,35 @@ class TurnResult:
     cached_from: str | None = None
 
 
-def record_of(result: TurnResult, reading: Reading) -> dict[str, Any]:
+class TurnRecord(TypedDict):
+    """A finished turn as JSON (:func:`record_of`): what a retried request is answered from."""
+
+    text: str
+    prompt_opened: bool | None
+    finish_reason: str
+    stop: str | None
+    prompt_tokens: int
+    prefilled: int
+    reused: int
+    history_tokens: int
+    generated: int
+    cache_miss_reason: str | None
+    cached_from: str | None
+
+
+class KeyedRecord(TurnRecord, total=False):
+    """A :class:`TurnRecord` as the manager saves it: with the request's Idempotency-Key (None: it had none)."""
+
+    key: str | None
+
+
+def stored_record(value: object) -> KeyedRecord | None:
+    """A saved record as a store gives it back (None: none saved)."""
+    # a store gives back the JSON record_of wrote (one saved before a field existed lacks it: read with .get)
+    return cast(KeyedRecord, value) if isinstance(value, dict) else None
+
+
+def record_of(result: TurnResult, reading: Reading) -> TurnRecord:
     """A turn's result as JSON, without its ids and parse (:func:`result_of` rebuilds them, reading the text as
     the turn did)."""
     return {"text": result.text, "prompt_opened": reading.prompt_opened, "finish_reason": result.finish_reason,
@@ -69,13 +97,13 @@ def record_of(result: TurnResult, reading: Reading) -> dict[str, Any]:
             "cache_miss_reason": result.cache_miss_reason, "cached_from": result.cached_from}
 
 
-def reading_of(record: dict[str, Any], template: Any, tools: Any) -> Reading:
+def reading_of(record: TurnRecord, template: Any, tools: list[dict[str, Any]] | None) -> Reading:
     """How the turn of a :func:`record_of` read its answer (a record saved before it said: as the template
     decides)."""
     return Reading(template, tools, record.get("prompt_opened"))
 
 
-def result_of(record: dict[str, Any], reading: Reading) -> TurnResult:
+def result_of(record: TurnRecord, reading: Reading) -> TurnResult:
     """The result of a turn that already ran, from its :func:`record_of` (a retried request)."""
     return TurnResult(
         text=record["text"], token_ids=(), finish_reason=record["finish_reason"], stop=record.get("stop"),

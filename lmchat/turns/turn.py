@@ -42,7 +42,7 @@ from ..session import Delta, Session
 from ..session.edits import Generation, commit_generation
 from ..tools.registry import prompt_opened
 from .bridge import Done
-from .result import Reading, TurnResult, record_of
+from .result import Reading, TurnRecord, TurnResult, record_of
 
 
 class Holder(Protocol):
@@ -67,7 +67,7 @@ class Holder(Protocol):
 class Owner(Holder, Protocol):
     """The holder of a :class:`Turn`'s session."""
 
-    def save(self, record: dict[str, Any]) -> None:
+    def save(self, record: TurnRecord) -> None:
         """Save the committed turn (compare-and-set); a failure raises. ``record`` sums the turn up
         (text, finish reason, counts) for an owner that replays retried turns."""
 
@@ -75,7 +75,7 @@ class Owner(Holder, Protocol):
 class AsyncOwner(Holder, Protocol):
     """The holder of an :class:`AsyncTurn`'s session."""
 
-    async def asave(self, record: dict[str, Any]) -> None:
+    async def asave(self, record: TurnRecord) -> None:
         """:meth:`Owner.save`, awaited on the event loop."""
 
 
