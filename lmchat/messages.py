@@ -34,7 +34,7 @@ def json_copy(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
-def normalize_message(message: Mapping[str, Any], index: int) -> Message:
+def normalize_message(message: Mapping[str, object], index: int) -> Message:
     """Return a deep, normalised copy of one message (the caller's object is never touched)."""
     if type(message) is not dict and not isinstance(message, Mapping):  # an ABC check costs more: dicts first
         raise InvalidMessages(f"expected a message object, got {type(message).__name__}", index=index)
@@ -48,7 +48,7 @@ def normalize_message(message: Mapping[str, Any], index: int) -> Message:
     return out
 
 
-def normalize_messages(messages: Iterable[Mapping[str, Any]], start: int = 0) -> list[Message]:
+def normalize_messages(messages: Iterable[Mapping[str, object]], start: int = 0) -> list[Message]:
     if type(messages) is not list and (isinstance(messages, (str, bytes)) or not isinstance(messages, Iterable)):
         raise InvalidMessages(f"expected a list of messages, got {type(messages).__name__}")
     return [normalize_message(m, start + i) for i, m in enumerate(messages)]
@@ -71,7 +71,7 @@ def optional_text(message: Message, index: int, field: str = "content") -> str:
     return text(message, index, field)
 
 
-def flatten_text(content: Any) -> str:
+def flatten_text(content: object) -> str:
     """The text of content parts (``[{"type": "text", "text": ...}, ...]``); other parts are left out."""
     if isinstance(content, str):
         return content
@@ -122,7 +122,7 @@ def in_call_form(messages: list[Message], form: str) -> list[Message]:
             for m in messages]
 
 
-def _json_text(value: Any) -> Any:
+def _json_text(value: object) -> object:
     try:
         return json.dumps(value, ensure_ascii=False)
     except (TypeError, ValueError, RecursionError):

@@ -174,7 +174,7 @@ class SessionManager:
 
     def create(self, session_id: str | None = None, owner: str | None = None, system: str | None = None,
                tools: list[dict[str, Any]] | None = None, template: str | BaseTemplate | None = None,
-               extra: dict[str, Any] | None = None) -> str:
+               extra: dict[str, object] | None = None) -> str:
         """A new, saved session; returns its id (``SessionExists`` when the owner has one by that id).
         ``extra``: JSON the manager keeps beside the session (see :meth:`update`)."""
         with self._metrics.counting():
@@ -235,7 +235,7 @@ class SessionManager:
             self.backend.drop(entry.key)
 
     def fork(self, session_id: str, new_id: str | None = None, owner: str | None = None, at: int | None = None,
-             extra: dict[str, Any] | None = None) -> str:
+             extra: dict[str, object] | None = None) -> str:
         """The conversation as last committed, under a new id (its first delta resets); ``at``: only its
         first ``at`` messages (a branch from an earlier turn); ``extra`` as in :meth:`create` (the
         parent's extra and notes are not copied)."""
@@ -243,7 +243,7 @@ class SessionManager:
             return self._sessions.add(self._forked(session_id, new_id, owner_key(owner), at), owner_key(owner), extra)
 
     def oneoff(self, owner: str | None = None, system: str | None = None, tools: list[dict[str, Any]] | None = None,
-               template: str | BaseTemplate | None = None, extra: dict[str, Any] | None = None,
+               template: str | BaseTemplate | None = None, extra: dict[str, object] | None = None,
                parent: str | None = None, at: int | None = None) -> OneOff:
         """A session for one turn, held in this manager's memory only: pass it to a turn method (and to
         :meth:`cancel`) in place of a session id. The store never writes, reads or deletes anything of it, no

@@ -36,14 +36,14 @@ class Frame:
     system: str | None
     head: bool
     tools: list[dict[str, Any]] | None
-    switches: Mapping[str, Any]
+    switches: Mapping[str, object]
     clears: tuple[str, ...]
     overflow: str
-    extra: dict[str, Any] | None
-    reframed_extra: dict[str, Any] | None
+    extra: dict[str, object] | None
+    reframed_extra: dict[str, object] | None
     tokenizer: Tokenizer | None
 
-    def __call__(self, v: View) -> tuple[Session | None, dict[str, Any] | None] | None:
+    def __call__(self, v: View) -> tuple[Session | None, dict[str, object] | None] | None:
         session = v.session
         first = session.first_message() if self.head else None
         current = first["content"] if first else None

@@ -20,14 +20,17 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..messages import call_arguments, flatten_text
+from ..messages import Message, call_arguments, flatten_text
 from ..tools import parse_response
+from ..tools.registry import TemplateLike
 
 
-def digest(message: Mapping[str, Any], template: Any = None, tools: Any = None) -> str:
+def digest(message: Mapping[str, object], template: TemplateLike | None = None,
+           tools: list[dict[str, Any]] | None = None) -> str:
     """What a client sees of ``message``, hashed; ``template`` parses a held raw answer."""
     role = message.get("role")
-    content, calls = flatten_text(message.get("content")), message.get("tool_calls") or []
+    held_calls = message.get("tool_calls")  # a list: the messages were validated
+    content, calls = flatten_text(message.get("content")), held_calls if isinstance(held_calls, list) else []
     if role == "assistant" and not calls and template is not None:  # a plain answer is held as the model wrote it
         parsed = parse_response(template, content, tools=tools)
         content, calls = parsed.content, parsed.tool_calls
@@ -35,14 +38,14 @@ def digest(message: Mapping[str, Any], template: Any = None, tools: Any = None) 
     return hashlib.sha256(json.dumps(visible, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:32]
 
 
-def _call(call: Mapping[str, Any]) -> list[Any]:
+def _call(call: Mapping[str, object]) -> list[object]:
     function = call.get("function")
     if not isinstance(function, Mapping):
         function = {}
     return [function.get("name"), call_arguments(function.get("arguments"))]
 
 
-def tools_digest(tools: Sequence[Any] | None) -> str:
+def tools_digest(tools: Sequence[object] | None) -> str:
     return hashlib.sha256(json.dumps(tools or [], sort_keys=True).encode()).hexdigest()[:32]
 
 
@@ -53,7 +56,7 @@ def new_messages(held: list[str], sent: list[str]) -> int | None:
     return None
 
 
-def from_openai(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def from_openai(messages: list[Message]) -> list[Message]:
     """OpenAI messages as templates take them: an assistant message's ``content: null`` (or none) beside its tool
     calls is no text (``""``). OpenAI's clients send that null back with every call; the templates that read the
     content beside calls (DeepSeek, Granite, QwQ...) fail on a missing one, and none renders ``""`` otherwise

@@ -12,10 +12,10 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
 
 import attrs
 
+from ..messages import Message
 from ..session import Session
 from ..turns.result import KeyedRecord
 
@@ -62,7 +62,7 @@ class View:
         """How many messages the session holds (O(1), where ``len(session.messages)`` copies them)."""
         return len(self.session._chat.messages)
 
-    def slice(self, start: int, stop: int | None = None) -> list[dict[str, Any]]:
+    def slice(self, start: int, stop: int | None = None) -> list[Message]:
         """Copies of messages ``[start:stop]`` (O(stop - start), where ``session.messages`` copies them all)."""
         return [dict(m) for m in self.session._chat.messages[start:stop]]
 

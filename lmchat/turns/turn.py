@@ -23,7 +23,7 @@ import asyncio
 import enum
 import time
 from collections.abc import AsyncGenerator, Callable, Generator
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 import attrs
 
@@ -36,6 +36,7 @@ from ..backends.base import (
     SamplingParams,
     check_constraint,
 )
+from ..jsontypes import JSONObject
 from ..messages import calls_as
 from ..repetition import RepetitionGuard
 from ..session import Delta, Session
@@ -185,7 +186,7 @@ class _Turn(Generic[H]):
         finish_reason = final.finish_reason or "cancelled"  # self.final is a chunk with one
         text = "".join(self.texts)
         parsed = self.reading.parse(text) if self.parse else None
-        fields: dict[str, Any] = {}
+        fields: JSONObject = {}
         if parsed is not None and finish_reason == "stop" and parsed.tool_calls:
             # the conversation keeps the parsed calls, so tool results can answer their ids;
             # the context keeps the raw text, as the engine holds it
@@ -254,7 +255,7 @@ class AsyncTurn(_Turn[AsyncOwner]):
         super().__init__(owner, start, params, parse=parse, guard=guard, key=key)
         #: the task finishing an abandoned turn (see :meth:`run`), and what it calls last
         self.finishing: asyncio.Task[None] | None = None
-        self.when_finished: Callable[[], Any] | None = None
+        self.when_finished: Callable[[], object] | None = None
 
     @property
     def going_on(self) -> bool:
