@@ -34,7 +34,7 @@ def json_copy(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
-def normalize_message(message: Mapping[str, object], index: int) -> Message:
+def normalize_message(message: object, index: int) -> Message:
     """Return a deep, normalised copy of one message (the caller's object is never touched)."""
     if type(message) is not dict and not isinstance(message, Mapping):  # an ABC check costs more: dicts first
         raise InvalidMessages(f"expected a message object, got {type(message).__name__}", index=index)
@@ -48,7 +48,7 @@ def normalize_message(message: Mapping[str, object], index: int) -> Message:
     return out
 
 
-def normalize_messages(messages: Iterable[Mapping[str, object]], start: int = 0) -> list[Message]:
+def normalize_messages(messages: Iterable[object], start: int = 0) -> list[Message]:
     if type(messages) is not list and (isinstance(messages, (str, bytes)) or not isinstance(messages, Iterable)):
         raise InvalidMessages(f"expected a list of messages, got {type(messages).__name__}")
     return [normalize_message(m, start + i) for i, m in enumerate(messages)]

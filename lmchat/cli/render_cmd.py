@@ -5,10 +5,12 @@ import argparse
 import datetime as dt
 import json
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import ConfigError, InvalidMessages
 from ..jsonfile import read_json
+from ..jsontypes import JSONObject
+from ..messages import Message
 from .common import add_template_arguments, resolve_template
 
 if TYPE_CHECKING:
@@ -47,6 +49,7 @@ def _date(text: str | None) -> dt.date | None:
         raise ConfigError(f"expected YYYY-MM-DD, got {text!r}", field="--date") from None
 
 
+# Any: the template's own keyword arguments (``--kwargs``), which messages2prompt takes as **kwargs
 def _kwargs(text: str) -> dict[str, Any]:
     try:
         value = json.loads(text)
@@ -57,7 +60,7 @@ def _kwargs(text: str) -> dict[str, Any]:
     return value
 
 
-def _validate(messages: list[Any], tools: Any) -> None:
+def _validate(messages: list[object], tools: object) -> None:
     """The checks a session and the server make (roles, content, tool calls and schemas)."""
     from ..messages import normalize_messages
     from ..validation import validate_messages, validate_tools
@@ -66,14 +69,14 @@ def _validate(messages: list[Any], tools: Any) -> None:
     validate_messages([], normalize_messages(messages), start=0, max_chars=None)
 
 
-def replay(template: BaseTemplate, messages: list[Any], *, tools: Any = None, date: dt.date | None = None,
-           template_kwargs: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+def replay(template: BaseTemplate, messages: list[Message], *, tools: list[JSONObject] | None = None,
+           date: dt.date | None = None, template_kwargs: dict[str, object] | None = None) -> list[JSONObject]:
     """Feed a conversation to a session turn by turn; one record per delta."""
     from ..session import Session
 
     session = Session(template, tools=tools, date=date, template_kwargs=template_kwargs)
-    out: list[dict[str, Any]] = []
-    pending: list[Any] = []
+    out: list[JSONObject] = []
+    pending: list[Message] = []
 
     def flush(index: int) -> None:
         delta = session.extend(pending)
@@ -105,13 +108,15 @@ def run(args: argparse.Namespace) -> int:
     if args.tools:
         tools = read_json(args.tools)
     _validate(data, tools)
+    # checked by _validate: a list of message objects, the tools a list of function schemas (or None)
+    messages, checked_tools = cast("list[Message]", data), cast("list[JSONObject] | None", tools)
     date, kwargs = _date(args.date), _kwargs(args.kwargs)
     if args.deltas:
-        records = replay(template, data, tools=tools, date=date, template_kwargs=kwargs)
+        records = replay(template, messages, tools=checked_tools, date=date, template_kwargs=kwargs)
         text = json.dumps(records, ensure_ascii=False, indent=2) + "\n"
     else:
         text = template.messages2prompt(
-            data, tools=tools, add_generation_prompt=not args.no_generation_prompt, date=date, **kwargs
+            messages, tools=checked_tools, add_generation_prompt=not args.no_generation_prompt, date=date, **kwargs
         )
     sys.stdout.buffer.write(text.encode("utf-8"))
     sys.stdout.flush()

@@ -17,7 +17,7 @@ import attrs
 
 from ..backends.base import Backend, Chunk, SamplingParams
 from ..errors import ConfigError, SessionMoved
-from ..messages import normalize_messages
+from ..messages import Message, normalize_messages
 from ..session import Delta, Session
 from ..turns.bridge import Done
 from ..turns.result import KeyedRecord, Reading, TurnRecord, TurnResult, reading_of, result_of
@@ -81,7 +81,7 @@ class Claim:
         self.sessions.metrics.error(error)
 
 
-def sampling(session: Session, request: TurnRequest, model: Mapping[str, Any]) -> SamplingParams:
+def sampling(session: Session, request: TurnRequest, model: Mapping[str, object]) -> SamplingParams:
     """The turn's sampling: the template's values, the model's (``model``), the session's budget, then the
     request's."""
     params = request.params
@@ -94,12 +94,11 @@ def sampling(session: Session, request: TurnRequest, model: Mapping[str, Any]) -
             base = SamplingParams.from_template(session.template, **overrides)
         except TypeError as exc:
             raise ConfigError(f"unknown sampling parameter: {exc}", field="params") from None
-    changes: dict[str, Any] = {}
-    if request.stop:
-        changes["stop"] = tuple(dict.fromkeys(base.stop + request.stop))
-    if request.max_new_tokens is not None:
-        changes["max_new_tokens"] = request.max_new_tokens
-    return attrs.evolve(base, **changes) if changes else base  # evolve rebuilds and re-validates
+    if not request.stop and request.max_new_tokens is None:
+        return base
+    stop = tuple(dict.fromkeys(base.stop + request.stop)) if request.stop else base.stop
+    budget = base.max_new_tokens if request.max_new_tokens is None else request.max_new_tokens
+    return attrs.evolve(base, stop=stop, max_new_tokens=budget)  # evolve rebuilds and re-validates
 
 
 @attrs.frozen
@@ -110,7 +109,7 @@ class _Fresh:
     params: SamplingParams
 
 
-def start_turn(claim: Claim, request: TurnRequest, model: Mapping[str, Any]) -> Iterator[Chunk | Reading]:
+def start_turn(claim: Claim, request: TurnRequest, model: Mapping[str, object]) -> Iterator[Chunk | Reading]:
     """The primed stream of one turn on the claimed session (see :class:`~.request.TurnRequest`): the
     :class:`Reading` of its answer first (a server parses its stream so, as the turn parses what it commits),
     then its chunks, and the :class:`TurnResult` it returns."""
@@ -124,7 +123,7 @@ def start_turn(claim: Claim, request: TurnRequest, model: Mapping[str, Any]) -> 
         return cast(Iterator[Chunk | Reading], stream)  # its one None is consumed
 
 
-def astart_turn(claim: Claim, request: TurnRequest, model: Mapping[str, Any], result_only: bool
+def astart_turn(claim: Claim, request: TurnRequest, model: Mapping[str, object], result_only: bool
                 ) -> AsyncGenerator[Chunk | Reading | Done | None, None]:
     """:func:`start_turn` on the event loop: an async iterator to prime at once (``await anext``), its last item
     :class:`Done` (``result_only``: the answer's chunks before it are left out)."""
@@ -152,7 +151,7 @@ def _starting(claim: Claim) -> Iterator[None]:
         raise
 
 
-def _plan(claim: Claim, request: TurnRequest, model: Mapping[str, Any]) -> KeyedRecord | _Fresh:
+def _plan(claim: Claim, request: TurnRequest, model: Mapping[str, object]) -> KeyedRecord | _Fresh:
     """The turn's checks, then what it runs: the record of the turn a retry names, or a fresh turn."""
     entry = claim.entry
     claim.idempotency_key, claim.note = request.idempotency_key, request.note
@@ -278,8 +277,8 @@ async def _areplay(claim: Claim, record: TurnRecord
     yield Done(result)
 
 
-def _validated(history: list[Mapping[str, Any]], tools: list[dict[str, Any]] | None, session: Session
-               ) -> list[dict[str, Any]]:
+def _validated(history: list[Mapping[str, object]], tools: list[dict[str, Any]] | None, session: Session
+               ) -> list[Message]:
     """The resent conversation, normalised and checked before anything is touched."""
     validate_tools(tools)
     check_tools_supported(session.template, tools)
@@ -288,7 +287,7 @@ def _validated(history: list[Mapping[str, Any]], tools: list[dict[str, Any]] | N
     return sent
 
 
-def _from_history(sessions: StoredSessions, entry: Entry, sent: list[dict[str, Any]],
+def _from_history(sessions: StoredSessions, entry: Entry, sent: list[Message],
                   tools: list[dict[str, Any]] | None, budget: int) -> Delta:
     """The delta for a resent conversation: what the session lacks, or the conversation replacing it."""
     session = entry.session

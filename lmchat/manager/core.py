@@ -35,6 +35,7 @@ from ..backends.base import (
     model_sampling,
 )
 from ..errors import ConfigError, SessionNotFound
+from ..jsontypes import JSONObject
 from ..registry import as_template
 from ..session import Session
 from ..session.edits import restored
@@ -69,7 +70,7 @@ class SessionManager:
         tokenizer: Tokenizer | None = None, max_sessions: int = 10_000, max_active: int = 64,
         idle_ttl: float | None = None, store_ttl: float | None = None,
         session_defaults: Mapping[str, Any] | None = None,
-        engine: str | None = None, on_loop: bool | None = None, sampling: Mapping[str, Any] | None = None,
+        engine: str | None = None, on_loop: bool | None = None, sampling: Mapping[str, object] | None = None,
     ):
         self.backend = backend
         #: what generates the answers (e.g. ``embedded:SmolLM2-135M-Instruct.gguf``); stored with each session,
@@ -102,7 +103,7 @@ class SessionManager:
         self._capacity = Capacity(max_active)
         #: sampling values over the templates' (``lmchat serve --temperature``...): a turn's are the template's, the
         #: model's (:func:`~lmchat.backends.base.model_sampling`), these, then the request's
-        self.sampling: dict[str, Any] = dict(sampling or {})
+        self.sampling: JSONObject = dict(sampling or {})
         self._turns = TurnCalls(self._sessions, self._capacity, {**model_sampling(backend), **self.sampling},
                                 self.cancel)
         self._async_turns: AsyncTurns = LoopTurns(self._turns) if self.on_loop else PoolTurns(self._turns)

@@ -49,7 +49,7 @@ Edit = Callable[[View], tuple[Session | None, dict[str, object] | None] | None]
 OnDrop = Callable[[View, Delta], tuple[dict[str, object] | None, dict[str, object] | None]]
 
 
-def _messages(value: Iterable[Mapping[str, Any]] | None) -> tuple[Mapping[str, Any], ...] | None:
+def _messages(value: Iterable[Mapping[str, object]] | None) -> tuple[Mapping[str, object], ...] | None:
     return None if value is None else tuple(value)
 
 
@@ -89,10 +89,10 @@ class TurnRequest:
     """
 
     session: Target
-    messages: tuple[Mapping[str, Any], ...] | None = attrs.field(default=None, converter=_messages)
-    history: list[Mapping[str, Any]] | None = attrs.field(default=None, kw_only=True)
+    messages: tuple[Mapping[str, object], ...] | None = attrs.field(default=None, converter=_messages)
+    history: list[Mapping[str, object]] | None = attrs.field(default=None, kw_only=True)
     tools: list[dict[str, Any]] | None = attrs.field(default=None, kw_only=True)
-    params: SamplingParams | Mapping[str, Any] | None = attrs.field(default=None, kw_only=True)
+    params: SamplingParams | Mapping[str, object] | None = attrs.field(default=None, kw_only=True)
     stop: tuple[str, ...] = attrs.field(default=(), converter=_stop, kw_only=True)
     max_new_tokens: int | None = attrs.field(default=None, kw_only=True)
     owner: str | None = attrs.field(default=None, kw_only=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 from ..backends.base import Chunk
 from ..errors import CapacityExceeded, SessionNotFound
@@ -30,7 +30,7 @@ class TurnCalls:
     """Claims a turn's session and capacity, then starts the turn (``model``: the backend's sampling values over
     the template's; ``cancel(session, owner)``: the manager's :meth:`~.core.SessionManager.cancel`)."""
 
-    def __init__(self, sessions: StoredSessions, capacity: Capacity, model: Mapping[str, Any],
+    def __init__(self, sessions: StoredSessions, capacity: Capacity, model: Mapping[str, object],
                  cancel: Callable[[Target, str | None], bool]):
         self.sessions, self.capacity, self.model, self._cancel = sessions, capacity, model, cancel
 
