@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -64,7 +63,7 @@ async def _chat(body: ChatRequest, request: Request, who: str | None, constraint
     tools = body.tools or None
     key = request.headers.get("idempotency-key")
     messages: list[Message] | None
-    history: list[Mapping[str, Any]] | None
+    history: list[Mapping[str, object]] | None
     if sid is None:  # a one-off: in memory for this turn only, the store never sees it (nothing blocks here)
         session: str | OneOff = mgr.oneoff(who, tools=tools)
         headers: dict[str, str] = {}

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncGenerator
-from typing import Any, cast
+from typing import cast
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
@@ -24,6 +24,7 @@ from fastapi.responses import StreamingResponse
 from ..backends.base import Chunk, GenerationRequest, Prompt, SamplingParams
 from ..constraints import Constraint
 from ..errors import SessionLengthExceeded
+from ..jsontypes import JSONObject
 from ..manager import SessionManager
 from ..manager.ids import oneoff_key
 from ..session import Delta
@@ -39,7 +40,7 @@ router = APIRouter()
 
 
 @router.get("/v1/models", response_model=None)
-async def models(request: Request, who: str | None = Depends(owner)) -> dict[str, Any]:
+async def models(request: Request, who: str | None = Depends(owner)) -> JSONObject:
     state = request.app.state
     mgr: SessionManager = state.manager
     # the context a session may hold, as vLLM names it (tokens; characters on a backend without a tokenizer)
@@ -50,7 +51,7 @@ async def models(request: Request, who: str | None = Depends(owner)) -> dict[str
 
 @router.post("/v1/completions", response_model=None)
 async def completions(body: CompletionRequest, request: Request, who: str | None = Depends(owner)
-                      ) -> dict[str, Any] | StreamingResponse:
+                      ) -> JSONObject | StreamingResponse:
     check_n(body.n)
     if body.echo:
         raise ApiError(400, "echo is not supported", param="echo", code="unsupported_value")
