@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
 
 from .errors import ConfigError
+from .jsontypes import JSON
 
 
-def read_json(path: str, error: type[ConfigError] = ConfigError) -> Any:
+def read_json(path: str, error: type[ConfigError] = ConfigError) -> JSON:
     """The content of a JSON file (``-``: standard input); a syntax error is ``error`` naming its place."""
     if path == "-":
         text = sys.stdin.read()

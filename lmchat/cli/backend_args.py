@@ -6,9 +6,11 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..backends.base import BACKEND_ALIASES, BACKENDS, Backend, PromptFormat, SessionLimit
+from ..jsontypes import JSONObject
+from ..session.vocab import Tokenizer
 from .main import UsageError
 
 if TYPE_CHECKING:
@@ -79,10 +81,10 @@ def _redis_url(text: str) -> str:
     return text
 
 
-def backend_options(args: argparse.Namespace) -> dict[str, Any]:
+def backend_options(args: argparse.Namespace) -> JSONObject:
     """The keyword arguments of ``get_backend(args.backend, ...)``."""
     backend = BACKEND_ALIASES.get(args.backend, args.backend)
-    options: dict[str, Any] = {}
+    options: JSONObject = {}
     if backend in ("llamacpp", "hf") and args.model:
         options["model"] = args.model
     if backend == "llamacpp":
@@ -153,7 +155,7 @@ def default_kv_dir() -> Path:
     return data_dir() / "kv"
 
 
-def _tokenizer(path: str) -> Any:
+def _tokenizer(path: str) -> Tokenizer:
     from ..extras import needs
 
     if path.endswith(".gguf"):  # llama.cpp's own vocabulary of the served GGUF (llama-server)

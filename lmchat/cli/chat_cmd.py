@@ -6,12 +6,12 @@ import io
 import shlex
 import sys
 from pathlib import Path
-from typing import Any
 
 from .. import logs
 from ..backends.base import BACKEND_ALIASES, Backend, ModelTemplate, SessionLimit, Threaded, engine_id, get_backend
 from ..errors import SessionError, UnknownTemplate
 from ..interop.loading import saveable
+from ..jsontypes import JSONObject
 from ..paths import data_dir
 from ..registry import get_template
 from ..repl import settings
@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
         store.close()
 
 
-def _one_session(args: argparse.Namespace, options: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+def _one_session(args: argparse.Namespace, options: JSONObject) -> tuple[JSONObject, str | None]:
     """The llamacpp backend's options for the REPL's one conversation, and the line that says its context.
 
     ``lmchat serve``'s defaults share the context among 4 resident sessions; the REPL has one, which gets it all

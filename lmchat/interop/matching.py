@@ -30,7 +30,6 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import attrs
 
@@ -307,11 +306,12 @@ def _parts(where: str, text: str, sep: str) -> list[tuple[str, str]]:
     return [(where, part) for part in text.split(sep) if part][::-1]
 
 
-def _architecture(config: dict[str, Any], label: str | None = None) -> tuple[str, tuple[str, ...]] | None:
+def _architecture(config: Mapping[str, object], label: str | None = None) -> tuple[str, tuple[str, ...]] | None:
     """``(what config.json says, the templates of that family)`` for a known architecture (``label``: how
     to name the ``model_type`` value when it came from elsewhere)."""
     keys = [("model_type", config.get("model_type"))]
-    keys += [("architectures", a) for a in config.get("architectures") or () if isinstance(a, str)]
+    listed = config.get("architectures")
+    keys += [("architectures", a) for a in (listed if isinstance(listed, list) else ()) if isinstance(a, str)]
     for field, value in keys:
         if not isinstance(value, str):
             continue

@@ -9,7 +9,7 @@ body has its own deadline in :class:`~lmchat.serve.guard.Guard`.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 
 def protocol(header_timeout: float) -> type:
@@ -23,7 +23,7 @@ def protocol(header_timeout: float) -> type:
             from uvicorn.protocols.http.h11_impl import H11Protocol as Base
 
     class HeaderDeadline(Base):
-        _header_timer: Any = None
+        _header_timer: asyncio.TimerHandle | None = None
 
         # uvicorn's own signature, which narrows asyncio.BaseProtocol's (BaseTransport) as uvicorn's does
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]

@@ -8,6 +8,7 @@ from typing import Any, TypedDict, cast
 import attrs
 
 from ..tools import ParsedResponse, ResponseStream, parse_response
+from ..tools.registry import TemplateLike
 
 
 @attrs.frozen
@@ -20,7 +21,8 @@ class Reading:
     decides (:func:`~lmchat.tools.registry.prompt_opened`).
     """
 
-    template: Any
+    template: TemplateLike
+    # Any: tool schemas as the parsers take them (lmchat.tools: list[dict[str, Any]])
     tools: list[dict[str, Any]] | None
     prompt_opened: bool | None = None
 
@@ -97,7 +99,7 @@ def record_of(result: TurnResult, reading: Reading) -> TurnRecord:
             "cache_miss_reason": result.cache_miss_reason, "cached_from": result.cached_from}
 
 
-def reading_of(record: TurnRecord, template: Any, tools: list[dict[str, Any]] | None) -> Reading:
+def reading_of(record: TurnRecord, template: TemplateLike, tools: list[dict[str, Any]] | None) -> Reading:
     """How the turn of a :func:`record_of` read its answer (a record saved before it said: as the template
     decides)."""
     return Reading(template, tools, record.get("prompt_opened"))
