@@ -28,6 +28,7 @@ from .tools import ResponseStream, parse_response
 __version__ = "0.1.0"
 
 
+# Any: PEP 562's module __getattr__: the attribute is whichever of the names below was asked for
 def __getattr__(name: str) -> Any:
     # the manager pulls in the backend protocol and the stores: loaded on first use only
     if name in ("OneOff", "SessionManager", "TurnRequest", "TurnResult", "TurnStream"):

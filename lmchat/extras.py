@@ -50,7 +50,7 @@ def needs(feature: str, extra: str | None = None) -> Iterator[None]:
         raise MissingExtra(feature, which, root or None) from None
 
 
-def load(target: str, feature: str, extra: str | None = None) -> Any:  # whatever the target names
+def load(target: str, feature: str, extra: str | None = None) -> Any:  # Any: whatever the target names
     """The object ``"module:attribute"`` names, imported under :func:`needs`."""
     module, _, attribute = target.partition(":")
     with needs(feature, extra):

@@ -16,6 +16,9 @@ from .errors import InvalidMessages
 
 REASONING_KEYS = ("reasoning_content", "thinking", "reasoning")
 
+# Any: a message's fields are read by name in every template (content a string, a list of parts or None;
+# tool_calls; reasoning...), in the templates' and tools' modules too; a TypedDict would change all their reads
+# at once. A message is checked where it comes in (validation.validate_messages, normalize_message)
 Message = dict[str, Any]
 
 _ATOMIC = (str, int, float, bool, type(None))

@@ -43,6 +43,8 @@ class SamplingParams:
     constraint: Constraint | None = None
 
     @classmethod
+    # Any: sampling values by name (temperature, stop...), checked by SamplingParams' own fields; below, a
+    # backend's constructor options (get_backend) and an engine's stats, JSON of several shapes read by name
     def from_template(cls, template: BaseTemplate, **overrides: Any) -> SamplingParams:
         base: dict[str, Any] = {
             "temperature": template.temperature,

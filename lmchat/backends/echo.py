@@ -120,7 +120,7 @@ class EchoBackend:
                 stop=matcher.stop if finish == "stop" else None, prefilled=prefilled, reused=reused,
             )
 
-    def _pieces(self, text: str) -> list[Any]:  # lists of ids with a codec, else words
+    def _pieces(self, text: str) -> list[Any]:  # Any: lists of ids with a codec, else words (fed to either)
         if self.codec is not None:
             return [[i] for i in self.codec.encode_text(text, at_start=False)]
         return re.findall(r"\s*\S+\s*|\s+", text)  # words with their spaces: they join back to the text

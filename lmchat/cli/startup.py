@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..backends.base import Backend, LocalModel, PrefixCache
 
@@ -40,7 +40,7 @@ def kv_lines(backend: Backend) -> list[str]:
     how big, the bound, how to clear them)."""
     if not isinstance(backend, PrefixCache) or not isinstance(backend, LocalModel):
         return []
-    stats: dict[str, Any] = backend.stats()
+    stats = backend.stats()
     lines = [f"KV in host memory: up to {_mb(stats.get('host_budget', 0))} (--kv-host-mb)"]
     if "disk_dir" not in stats:
         return [*lines, "KV files: none kept (--kv-disk-mb 0)"]

@@ -42,6 +42,8 @@ def reasoning(name: str) -> str:
     return "<think> (opened)" if prompt_opens_think(name) else "<think>"
 
 
+# Any: one row per template, its fields of several types (the JSON of ``lmchat templates --json``; the table
+# reads them by name)
 def catalogue() -> list[dict[str, Any]]:
     from ..registry import aliases_of, template_class, template_names
 

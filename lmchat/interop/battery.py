@@ -15,6 +15,7 @@ from typing import Any
 
 import attrs
 
+from ..jsontypes import JSONObject
 from ..messages import Message
 from ..templates.base import BaseTemplate
 
@@ -43,7 +44,7 @@ def u(content: str) -> Message:
     return {"role": "user", "content": content}
 
 
-def a(content: str, **extra: Any) -> Message:
+def a(content: str, **extra: object) -> Message:
     return {"role": "assistant", "content": content, **extra}
 
 
@@ -51,7 +52,7 @@ def s(content: str) -> Message:
     return {"role": "system", "content": content}
 
 
-def call(name: str, arguments: Any, id: str = "call_1") -> dict[str, Any]:
+def call(name: str, arguments: object, id: str = "call_1") -> JSONObject:
     return {"id": id, "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
@@ -104,6 +105,7 @@ class Case:
 
     label: str
     messages: list[Message]
+    # Any: tool schemas and render options as the templates take them (BaseTemplate.messages2prompt's **kwargs)
     tools: list[dict[str, Any]] | None = None
 
     def options(self) -> dict[str, Any]:

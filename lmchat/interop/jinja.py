@@ -33,6 +33,9 @@ SENTINEL = "LMCHAT_SENTINEL_5e1f"
 
 
 # ---------------------------------------------------------------------- field converters
+# Any: an attrs converter takes whatever the field is given (a config's value); a wrong shape raises TypeError,
+# which the template's field checks name. Template fields go by keyword (**sampling, **overrides) to the
+# constructor, which checks them (templates/fields.py)
 def _pairs(value: Any) -> tuple[tuple[str, str], ...]:
     """Mappings, ``[{"name", "template"}]`` lists or pairs as sorted (name, value) pairs, None values dropped."""
     if not value:

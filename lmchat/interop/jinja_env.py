@@ -56,6 +56,7 @@ _TRACK_GENERATION: contextvars.ContextVar[bool] = contextvars.ContextVar("lmchat
 class _SafeDict:
     """``dict`` for templates: callable, but the real type (and its attributes) stays out of reach."""
 
+    # Any: the dict builtin's own arguments and result, whatever a template passes it (jinja2 values are untyped)
     def __call__(self, *args: Any, **kwargs: Any) -> dict[Any, Any]:
         return dict(*args, **kwargs)
 
@@ -72,7 +73,7 @@ class _SafeNamespace(jinja2.utils.Namespace):
             _SafeNamespace._check(key)
         jinja2.utils.Namespace.__init__(self, dict(*rest, **kwargs))
 
-    def __setitem__(self, name: str, value: Any) -> None:
+    def __setitem__(self, name: str, value: object) -> None:
         _SafeNamespace._check(name)
         jinja2.utils.Namespace.__setitem__(self, name, value)
 
@@ -87,7 +88,7 @@ def _raise_exception(message: object) -> NoReturn:
     raise TemplateRuleError("template-raise", str(message))
 
 
-def _tojson(x: Any, ensure_ascii: bool = False, indent: int | str | None = None,
+def _tojson(x: object, ensure_ascii: bool = False, indent: int | str | None = None,
             separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
     return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 

@@ -60,6 +60,8 @@ UNSUPPORTED = {"tool": "LMDeploy's tool role", "eotool": "LMDeploy's tool role"}
 JINJA_SUFFIXES = (".jinja", ".j2")
 
 
+# Any: a config file's value, returned as the field it is checked for (its type is ``kind``, known at run time
+# only); template fields and overrides go by keyword to the template, which checks them (templates/fields.py)
 def _checked(key: str, value: Any, kind: type, source: str | None) -> Any:
     """``value`` if it has the JSON type ``kind`` (ints accepted, as floats, where floats are)."""
     ok = isinstance(value, kind) and not isinstance(value, bool)

@@ -68,6 +68,7 @@ def trained_spans(template: BaseTemplate, chat: Chat) -> tuple[str, list[tuple[i
 
 
 def encode_for_training(
+    # Any: messages, tools and template arguments as the template's make_chat takes them
     messages: Sequence[Mapping[str, Any]],
     template: BaseTemplate | str,
     tokenizer: Tokenizer,

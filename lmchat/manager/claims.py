@@ -277,6 +277,7 @@ async def _areplay(claim: Claim, record: TurnRecord
     yield Done(result)
 
 
+# Any: tool schemas as the templates and parsers take them (BaseTemplate.make_chat: list[dict[str, Any]])
 def _validated(history: list[Mapping[str, object]], tools: list[dict[str, Any]] | None, session: Session
                ) -> list[Message]:
     """The resent conversation, normalised and checked before anything is touched."""

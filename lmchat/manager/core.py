@@ -69,6 +69,8 @@ class SessionManager:
         self, backend: Backend, template: str | BaseTemplate = "smollm2", store: SessionStore | None = None,
         tokenizer: Tokenizer | None = None, max_sessions: int = 10_000, max_active: int = 64,
         idle_ttl: float | None = None, store_ttl: float | None = None,
+        # Any: Session's keyword arguments (session_len, overflow...), which Session checks; tool schemas as the
+        # templates take them; metrics() holds the engine's stats (PrefixCache.stats)
         session_defaults: Mapping[str, Any] | None = None,
         engine: str | None = None, on_loop: bool | None = None, sampling: Mapping[str, object] | None = None,
     ):

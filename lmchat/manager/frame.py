@@ -35,6 +35,7 @@ class Frame:
 
     system: str | None
     head: bool
+    # Any: tool schemas as the templates and parsers take them (BaseTemplate.make_chat: list[dict[str, Any]])
     tools: list[dict[str, Any]] | None
     switches: Mapping[str, object]
     clears: tuple[str, ...]

@@ -25,6 +25,7 @@ from ..tools import parse_response
 from ..tools.registry import TemplateLike
 
 
+# Any: tool schemas as the parsers take them (parse_response: list[dict[str, Any]])
 def digest(message: Mapping[str, object], template: TemplateLike | None = None,
            tools: list[dict[str, Any]] | None = None) -> str:
     """What a client sees of ``message``, hashed; ``template`` parses a held raw answer."""

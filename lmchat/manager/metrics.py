@@ -46,6 +46,8 @@ class Metrics:
             self._buckets[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
             self._latency_sum += seconds
 
+    # Any: counters (ints), the histogram (a dict of lists and numbers) and errors by type: JSON that
+    # serve/metrics reads by name
     def snapshot(self) -> dict[str, Any]:
         """Totals, errors by type, and the histogram as cumulative ``[le, count]`` pairs (``le`` "+Inf" last)."""
         with self._lock:

@@ -91,6 +91,7 @@ class TurnRequest:
     session: Target
     messages: tuple[Mapping[str, object], ...] | None = attrs.field(default=None, converter=_messages)
     history: list[Mapping[str, object]] | None = attrs.field(default=None, kw_only=True)
+    # Any: tool schemas as the templates and parsers take them (BaseTemplate.make_chat: list[dict[str, Any]])
     tools: list[dict[str, Any]] | None = attrs.field(default=None, kw_only=True)
     params: SamplingParams | Mapping[str, object] | None = attrs.field(default=None, kw_only=True)
     stop: tuple[str, ...] = attrs.field(default=(), converter=_stop, kw_only=True)

@@ -40,6 +40,7 @@ T = TypeVar("T")
 class NewSession(Protocol):
     """Makes a session with the manager's defaults (:meth:`SessionManager.new_session`)."""
 
+    # Any: tool schemas as the templates and parsers take them (BaseTemplate.make_chat: list[dict[str, Any]])
     def __call__(self, session_id: str | None = None, system: str | None = None,
                  tools: list[dict[str, Any]] | None = None, template: str | BaseTemplate | None = None) -> Session: ...
 

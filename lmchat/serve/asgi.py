@@ -89,6 +89,7 @@ def error_of(exc: BaseException) -> ApiError:
     return api_error(exc)
 
 
+# Any: pydantic's error details (pydantic_core.ErrorDetails and Starlette's dicts), read by key
 def invalid_body(errors: Sequence[Any]) -> ApiError:
     """Pydantic's errors as OpenAI's 400, naming the first field at fault (``messages[0]``)."""
     first = errors[0]

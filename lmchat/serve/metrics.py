@@ -28,7 +28,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 REQUEST_BUCKETS = (0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
                    30.0, 60.0)
 #: the manager's metrics (:meth:`SessionManager.metrics`): plain data its collector reads at each scrape
-ManagerMetrics = Mapping[str, Any]  # the manager's snapshot and the engine's stats(), JSON-shaped
+# Any: the manager's snapshot and the engine's stats(): JSON of several shapes, read by name below
+ManagerMetrics = Mapping[str, Any]
 
 
 class RequestStats:

@@ -43,6 +43,7 @@ class Session:
         template: BaseTemplate | str,
         *,
         system: str | None = None,
+        # Any: tool schemas as the templates and parsers take them (BaseTemplate.make_chat: list[dict[str, Any]])
         tools: list[dict[str, Any]] | None = None,
         date: _dt.date | None = None,
         session_id: str | None = None,

@@ -68,7 +68,7 @@ class Plan:
     shift: tuple[int, int] | None = None  # (keep, resume): the context keeps [:keep] + [resume:]
 
 
-def _snapshot(key: str, **kwargs: Any) -> Any:  # an attrs field: Any, as attrs.field is
+def _snapshot(key: str, **kwargs: Any) -> Any:  # Any: an attrs field and its arguments, as attrs.field types them
     """A held field, written to snapshots under ``key``."""
     return attrs.field(metadata={"key": key}, **kwargs)
 

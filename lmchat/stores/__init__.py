@@ -22,6 +22,7 @@ __all__ = ["VERSION_KEY", "AsyncStore", "Expiring", "MemoryStore", "RecordInfo",
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
+# Any: RedisStore's keyword arguments (ttl, prefix, socket_timeout...), which it checks
 def open_store(spec: str | os.PathLike[str], **options: Any) -> SessionStore:
     """A store from its spec: ``'memory'`` (nothing kept after exit), ``redis://HOST:PORT/DB`` (also
     ``rediss://``, ``unix://``; ``options`` go to :class:`RedisStore`), ``sqlite:PATH`` or a plain path
