@@ -24,6 +24,8 @@ Message = dict[str, Any]
 _ATOMIC = (str, int, float, bool, type(None))
 
 
+# Any: a copy of any JSON-shaped value, as its caller typed it (typed by a TypeVar, it would need casts, which
+# cost a call per container on this hot path); call_arguments and calls_as keep what they are given in the same way
 def json_copy(value: Any) -> Any:
     """A deep copy of a JSON-shaped value (dicts, lists, text, numbers), several times faster than
     ``copy.deepcopy``; anything else is deep-copied as ``copy.deepcopy`` does."""
