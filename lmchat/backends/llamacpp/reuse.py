@@ -223,8 +223,9 @@ class PrefixReuse:
                 raise KVFileRejected(f"llama.cpp did not restore KV file {donor.name} as written", "refused")
             self.disk.touch(donor)
         else:
-            copied = donor.blob if donor.seq is None else pool.save(donor.seq)
-            if copied is None or not pool.load(state, copied, len(donor.ids)):
+            copied = pool.copy(donor.seq, state, len(donor.ids)) if donor.seq is not None \
+                else donor.blob is not None and pool.load(state, donor.blob, len(donor.ids))
+            if not copied:
                 raise KVFileRejected("the KV of another sequence could not be copied", "copy failed")
         state.ids = list(donor.ids)
         pool.truncate(state, len(prefix))
