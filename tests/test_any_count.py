@@ -12,12 +12,7 @@ CEILING = 22.5
 #: the uses lmchat/serve keeps, per file, and why a type does not fit there (yet)
 SERVE_KEPT = {
     "lmchat/serve/asgi.py": 1,  # pydantic's error details, read with .get as FastAPI hands them over
-    "lmchat/serve/chat.py": 1,  # the session's history as the manager's from_openai takes it
-    "lmchat/serve/completions.py": 2,  # the model list and a completion body: FastAPI's response_model reads them
-    "lmchat/serve/errors.py": 2,  # ApiError's headers and body: app.py (another change in flight) reads them
-    "lmchat/serve/llama_routes.py": 1,  # the backend's tokenizer (llama.cpp's or transformers'), no common type
     "lmchat/serve/metrics.py": 2,  # the engine's stats() snapshot; /metrics moves to prometheus_client (item 6)
-    "lmchat/serve/timeouts.py": 1,  # uvicorn's private header timer
 }
 
 
