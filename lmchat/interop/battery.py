@@ -21,7 +21,7 @@ from ..templates.base import BaseTemplate
 
 DATE = dt.date(2024, 7, 26)
 
-TOOLS = [
+TOOLS: list[JSONObject] = [
     {"type": "function", "function": {
         "name": "get_current_weather", "description": "Get the current weather in a given location",
         "parameters": {"type": "object", "properties": {
@@ -105,9 +105,9 @@ class Case:
 
     label: str
     messages: list[Message]
-    # Any: tool schemas and render options as the templates take them (BaseTemplate.messages2prompt's **kwargs)
-    tools: list[dict[str, Any]] | None = None
+    tools: list[JSONObject] | None = None
 
+    # Any: render options as the templates take them (BaseTemplate.messages2prompt's **kwargs)
     def options(self) -> dict[str, Any]:
         return {"tools": self.tools} if self.tools is not None else {}
 

@@ -14,6 +14,7 @@ import datetime as _dt
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from ..jsontypes import JSONObject
 from ..registry import as_template
 from ..session.tokens import codec_for
 from ..session.vocab import Tokenizer
@@ -68,13 +69,13 @@ def trained_spans(template: BaseTemplate, chat: Chat) -> tuple[str, list[tuple[i
 
 
 def encode_for_training(
-    # Any: messages, tools and template arguments as the template's make_chat takes them
+    # Any: messages and template arguments as the template's make_chat takes them
     messages: Sequence[Mapping[str, Any]],
     template: BaseTemplate | str,
     tokenizer: Tokenizer,
     max_length: int | None = None,
     *,
-    tools: list[dict[str, Any]] | None = None,
+    tools: list[JSONObject] | None = None,
     date: _dt.date | None = None,
     **template_kwargs: Any,
 ) -> dict[str, list[int]]:

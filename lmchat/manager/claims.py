@@ -11,12 +11,13 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import AsyncGenerator, Callable, Generator, Iterator, Mapping
-from typing import Any, cast
+from typing import cast
 
 import attrs
 
 from ..backends.base import Backend, Chunk, SamplingParams
 from ..errors import ConfigError, SessionMoved
+from ..jsontypes import JSONObject
 from ..messages import Message, normalize_messages
 from ..session import Delta, Session
 from ..turns.bridge import Done
@@ -277,8 +278,7 @@ async def _areplay(claim: Claim, record: TurnRecord
     yield Done(result)
 
 
-# Any: tool schemas as the templates and parsers take them (BaseTemplate.make_chat: list[dict[str, Any]])
-def _validated(history: list[Mapping[str, object]], tools: list[dict[str, Any]] | None, session: Session
+def _validated(history: list[Mapping[str, object]], tools: list[JSONObject] | None, session: Session
                ) -> list[Message]:
     """The resent conversation, normalised and checked before anything is touched."""
     validate_tools(tools)
@@ -289,7 +289,7 @@ def _validated(history: list[Mapping[str, object]], tools: list[dict[str, Any]] 
 
 
 def _from_history(sessions: StoredSessions, entry: Entry, sent: list[Message],
-                  tools: list[dict[str, Any]] | None, budget: int) -> Delta:
+                  tools: list[JSONObject] | None, budget: int) -> Delta:
     """The delta for a resent conversation: what the session lacks, or the conversation replacing it."""
     session = entry.session
     held = _digests(entry)

@@ -69,8 +69,8 @@ class SessionManager:
         self, backend: Backend, template: str | BaseTemplate = "smollm2", store: SessionStore | None = None,
         tokenizer: Tokenizer | None = None, max_sessions: int = 10_000, max_active: int = 64,
         idle_ttl: float | None = None, store_ttl: float | None = None,
-        # Any: Session's keyword arguments (session_len, overflow...), which Session checks; tool schemas as the
-        # templates take them; metrics() holds the engine's stats (PrefixCache.stats)
+        # Any: Session's keyword arguments (session_len, overflow...), which Session checks; metrics() holds the
+        # engine's stats (PrefixCache.stats), JSON read by name
         session_defaults: Mapping[str, Any] | None = None,
         engine: str | None = None, on_loop: bool | None = None, sampling: Mapping[str, object] | None = None,
     ):
@@ -168,7 +168,7 @@ class SessionManager:
 
     # ------------------------------------------------------------------ sessions
     def new_session(self, session_id: str | None = None, system: str | None = None,
-                    tools: list[dict[str, Any]] | None = None, template: str | BaseTemplate | None = None) -> Session:
+                    tools: list[JSONObject] | None = None, template: str | BaseTemplate | None = None) -> Session:
         """A session with this manager's defaults (not stored: :meth:`create` stores one)."""
         session = Session(template or self.template, system=system, tools=tools, session_id=checked_id(session_id),
                           tokenizer=self.tokenizer, **self.session_defaults)
@@ -176,7 +176,7 @@ class SessionManager:
         return session
 
     def create(self, session_id: str | None = None, owner: str | None = None, system: str | None = None,
-               tools: list[dict[str, Any]] | None = None, template: str | BaseTemplate | None = None,
+               tools: list[JSONObject] | None = None, template: str | BaseTemplate | None = None,
                extra: dict[str, object] | None = None) -> str:
         """A new, saved session; returns its id (``SessionExists`` when the owner has one by that id).
         ``extra``: JSON the manager keeps beside the session (see :meth:`update`)."""
@@ -245,7 +245,7 @@ class SessionManager:
         with self._metrics.counting():
             return self._sessions.add(self._forked(session_id, new_id, owner_key(owner), at), owner_key(owner), extra)
 
-    def oneoff(self, owner: str | None = None, system: str | None = None, tools: list[dict[str, Any]] | None = None,
+    def oneoff(self, owner: str | None = None, system: str | None = None, tools: list[JSONObject] | None = None,
                template: str | BaseTemplate | None = None, extra: dict[str, object] | None = None,
                parent: str | None = None, at: int | None = None) -> OneOff:
         """A session for one turn, held in this manager's memory only: pass it to a turn method (and to

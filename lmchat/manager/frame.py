@@ -10,10 +10,10 @@ stands (the same state, or the copy the caller made of it).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import attrs
 
+from ..jsontypes import JSONObject
 from ..session import Session
 from ..session.edits import restored
 from ..session.snapshot import messages_of
@@ -35,8 +35,7 @@ class Frame:
 
     system: str | None
     head: bool
-    # Any: tool schemas as the templates and parsers take them (BaseTemplate.make_chat: list[dict[str, Any]])
-    tools: list[dict[str, Any]] | None
+    tools: list[JSONObject] | None
     switches: Mapping[str, object]
     clears: tuple[str, ...]
     overflow: str

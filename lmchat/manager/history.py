@@ -18,16 +18,15 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
 
+from ..jsontypes import JSONObject
 from ..messages import Message, call_arguments, flatten_text
 from ..tools import parse_response
 from ..tools.registry import TemplateLike
 
 
-# Any: tool schemas as the parsers take them (parse_response: list[dict[str, Any]])
 def digest(message: Mapping[str, object], template: TemplateLike | None = None,
-           tools: list[dict[str, Any]] | None = None) -> str:
+           tools: list[JSONObject] | None = None) -> str:
     """What a client sees of ``message``, hashed; ``template`` parses a held raw answer."""
     role = message.get("role")
     held_calls = message.get("tool_calls")  # a list: the messages were validated

@@ -7,12 +7,13 @@ is used; no layer in between unpacks it into parameters or a kwargs dict.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
 import attrs
 
 from ..backends.base import SamplingParams
 from ..errors import ConfigError, SessionKindMismatch
+from ..jsontypes import JSONObject
 from ..session import Delta, Session
 from .table import View
 
@@ -91,8 +92,7 @@ class TurnRequest:
     session: Target
     messages: tuple[Mapping[str, object], ...] | None = attrs.field(default=None, converter=_messages)
     history: list[Mapping[str, object]] | None = attrs.field(default=None, kw_only=True)
-    # Any: tool schemas as the templates and parsers take them (BaseTemplate.make_chat: list[dict[str, Any]])
-    tools: list[dict[str, Any]] | None = attrs.field(default=None, kw_only=True)
+    tools: list[JSONObject] | None = attrs.field(default=None, kw_only=True)
     params: SamplingParams | Mapping[str, object] | None = attrs.field(default=None, kw_only=True)
     stop: tuple[str, ...] = attrs.field(default=(), converter=_stop, kw_only=True)
     max_new_tokens: int | None = attrs.field(default=None, kw_only=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from ..backends.base import Backend
 from ..errors import (
@@ -40,9 +40,8 @@ T = TypeVar("T")
 class NewSession(Protocol):
     """Makes a session with the manager's defaults (:meth:`SessionManager.new_session`)."""
 
-    # Any: tool schemas as the templates and parsers take them (BaseTemplate.make_chat: list[dict[str, Any]])
     def __call__(self, session_id: str | None = None, system: str | None = None,
-                 tools: list[dict[str, Any]] | None = None, template: str | BaseTemplate | None = None) -> Session: ...
+                 tools: list[JSONObject] | None = None, template: str | BaseTemplate | None = None) -> Session: ...
 
 
 class StoredSessions:
@@ -179,7 +178,7 @@ class StoredSessions:
         return Entry(key, session, version_of(data), owner, last_turn=stored_record(data.get("last_turn")),
                      extra=extra if isinstance(extra, dict) else {}, notes=notes if isinstance(notes, list) else [])
 
-    def acquire(self, session_id: str, owner: str, create: bool, tools: list[dict[str, Any]] | None,
+    def acquire(self, session_id: str, owner: str, create: bool, tools: list[JSONObject] | None,
                  fresh: int | None = None) -> Entry:
         """The session's entry, claimed (``running``) and fresh from the store; created when asked (see
         :meth:`claim_new`). ``fresh``: the stored version :meth:`awarm` just read (no other read when the entry
@@ -212,7 +211,7 @@ class StoredSessions:
             raise
         return entry
 
-    def claim_new(self, key: str, session_id: str, owner: str, tools: list[dict[str, Any]] | None) -> Entry | None:
+    def claim_new(self, key: str, session_id: str, owner: str, tools: list[JSONObject] | None) -> Entry | None:
         """A session that its first turn creates, claimed for that turn; None when another request added one
         first.
 

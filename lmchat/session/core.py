@@ -43,8 +43,7 @@ class Session:
         template: BaseTemplate | str,
         *,
         system: str | None = None,
-        # Any: tool schemas as the templates and parsers take them (BaseTemplate.make_chat: list[dict[str, Any]])
-        tools: list[dict[str, Any]] | None = None,
+        tools: list[JSONObject] | None = None,
         date: _dt.date | None = None,
         session_id: str | None = None,
         template_kwargs: Mapping[str, object] | None = None,
@@ -95,7 +94,7 @@ class Session:
 
     # ------------------------------------------------------------------ state
     @property
-    def tools(self) -> list[dict[str, Any]] | None:
+    def tools(self) -> list[JSONObject] | None:
         return self._chat.tools
 
     @property

@@ -3,10 +3,11 @@ the finished turn (:class:`TurnResult`), and the JSON a turn is saved as, so tha
 turn that already ran (:func:`record_of`, :func:`reading_of`, :func:`result_of`)."""
 from __future__ import annotations
 
-from typing import Any, TypedDict, cast
+from typing import TypedDict, cast
 
 import attrs
 
+from ..jsontypes import JSONObject
 from ..tools import ParsedResponse, ResponseStream, parse_response
 from ..tools.registry import TemplateLike
 
@@ -22,8 +23,7 @@ class Reading:
     """
 
     template: TemplateLike
-    # Any: tool schemas as the parsers take them (lmchat.tools: list[dict[str, Any]])
-    tools: list[dict[str, Any]] | None
+    tools: list[JSONObject] | None
     prompt_opened: bool | None = None
 
     def stream(self) -> ResponseStream:
@@ -99,7 +99,7 @@ def record_of(result: TurnResult, reading: Reading) -> TurnRecord:
             "cache_miss_reason": result.cache_miss_reason, "cached_from": result.cached_from}
 
 
-def reading_of(record: TurnRecord, template: TemplateLike, tools: list[dict[str, Any]] | None) -> Reading:
+def reading_of(record: TurnRecord, template: TemplateLike, tools: list[JSONObject] | None) -> Reading:
     """How the turn of a :func:`record_of` read its answer (a record saved before it said: as the template
     decides)."""
     return Reading(template, tools, record.get("prompt_opened"))
