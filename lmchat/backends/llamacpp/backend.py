@@ -20,6 +20,7 @@ from .kvfiles import DiskTier
 from .kvformat import model_identity
 from .kvredis import RedisFiles
 from .probe import Settle
+from .shape import ContextShape
 from .vocab import LlamaVocab
 
 if TYPE_CHECKING:
@@ -132,10 +133,10 @@ class LlamaCppBackend:
                                 _identity(path, flash_attn=flash_attn, gpu_layers=self.gpu_layers),
                                 None if kv_key_file is None else Path(kv_key_file).expanduser(),
                                 shared=bool(kv_shared), files=_shared_files(kv_shared, budget))
-            self.engine: Engine | None = Engine(
-                self._model, self.tokenizer, n_ctx=ctx, n_seq=int(sessions), threads=self.threads,
-                host_bytes=int(host_cache_mb * 2**20), flash_attn=flash_attn, prefill_chunk=prefill_chunk, disk=disk,
-                settle=settle)
+            shape = ContextShape(n_ctx=ctx, n_seq=int(sessions), threads=self.threads, prefill_chunk=prefill_chunk,
+                                 flash_attn=flash_attn)
+            self.engine: Engine | None = Engine(self._model, self.tokenizer, shape,
+                                                host_bytes=int(host_cache_mb * 2**20), disk=disk, settle=settle)
         except BaseException:
             L.llama_model_free(self._model)
             raise

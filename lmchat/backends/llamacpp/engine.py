@@ -59,7 +59,8 @@ from .probe import Settle, probe_steps
 from .reuse import PrefixReuse
 from .sampler import answer_sampling
 from .sequences import HostCache, SequencePool, SessionState
-from .steps import Steps
+from .shape import ContextShape
+from .steps import StepRules, Steps
 from .vocab import LlamaVocab
 
 if TYPE_CHECKING:
@@ -80,36 +81,27 @@ def _close_all() -> None:
 class Engine:
     """A llama context with ``n_seq`` resident sequences of ``n_ctx // n_seq`` tokens each, and its scheduler."""
 
-    def __init__(self, model: llama_model_p, vocab: LlamaVocab, *, n_ctx: int, n_seq: int, threads: int,
-                 host_bytes: int, n_batch: int = 512, prefill_chunk: int = 256, flash_attn: bool = False,
+    def __init__(self, model: llama_model_p, vocab: LlamaVocab, shape: ContextShape, *, host_bytes: int,
                  disk: DiskTier | None = None, settle: Settle = "auto") -> None:
         L = self._L = lib()
-        params = L.llama_context_default_params()
-        params.n_ctx = n_ctx
-        params.n_batch = params.n_ubatch = n_batch
-        params.n_seq_max = n_seq
-        params.n_threads = params.n_threads_batch = threads
-        params.kv_unified = False  # a KV stream per sequence: attention reads only its own tokens
-        params.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else L.LLAMA_FLASH_ATTN_TYPE_DISABLED
-        params.no_perf = True
-        self.ctx = L.llama_init_from_model(model, params)
+        self.ctx = L.llama_init_from_model(model, shape.params(L))
         if not self.ctx:
-            raise BackendError(f"llama.cpp could not create a context of {n_ctx} tokens for {n_seq} sequences "
-                               f"(out of memory? see the lmchat.llamacpp log)")
+            raise BackendError(f"llama.cpp could not create a context of {shape.n_ctx} tokens for {shape.n_seq} "
+                               f"sequences (out of memory? see the lmchat.llamacpp log)")
         self.vocab = vocab
         self.n_vocab = vocab.n_tokens
         self.grammars = Grammars(L.llama_model_get_vocab(model), vocab.eog_ids)
         self.n_ctx_seq = int(L.llama_n_ctx_seq(self.ctx))  # what one sequence can hold
-        self.batch = L.llama_batch_init(n_batch, 0, 1)
-        for i in range(n_batch):
+        self.batch = L.llama_batch_init(shape.n_batch, 0, 1)
+        for i in range(shape.n_batch):
             self.batch.n_seq_id[i] = 1
         self.host = HostCache(host_bytes)
-        self.pool = SequencePool(self.ctx, n_seq, self.host)
+        self.pool = SequencePool(self.ctx, shape.n_seq, self.host)
         desc = ctypes.create_string_buffer(128)
         L.llama_model_desc(model, desc, len(desc))  # "llama 135M Q4_1": architecture, size, weight type
-        shape = (desc.value, int(L.llama_model_size(model)), int(L.llama_model_n_params(model)), self.n_vocab,
-                 n_ctx, n_seq, threads, n_batch, flash_attn)
-        step_probe = probe_steps(L, self.ctx, self.batch, self.pool.mem, self.n_vocab, 0, shape)
+        kernels = (desc.value, int(L.llama_model_size(model)), int(L.llama_model_n_params(model)), self.n_vocab,
+                   *shape.kernels)
+        step_probe = probe_steps(L, self.ctx, self.batch, self.pool.mem, self.n_vocab, 0, kernels)
         self.sessions: dict[str, SessionState] = {}
         self.index: PrefixIndex[SessionState | DiskEntry] = PrefixIndex()
         self.disk = disk
@@ -117,11 +109,10 @@ class Engine:
             for entry in disk.start(self.n_ctx_seq):
                 self.index.put(entry)
         self.served: Counter[str] = Counter()  # prompt tokens by where they came from (prefilled included)
-        self.steps = Steps(L, self.ctx, self.batch, self.pool, self.index, vocab, n_batch=n_batch,
-                           prefill_chunk=max(2, min(prefill_chunk, n_batch)), n_ctx_seq=self.n_ctx_seq,
-                           pair_rows=step_probe.pair_rows,
-                           settle_decoded=settle == "always" or not step_probe.exact_steps,
-                           finish=self._finish, fail=self._fail)
+        rules = StepRules(n_batch=shape.n_batch, prefill_chunk=max(2, min(shape.prefill_chunk, shape.n_batch)),
+                          n_ctx_seq=self.n_ctx_seq, pair_rows=step_probe.pair_rows,
+                          settle_decoded=settle == "always" or not step_probe.exact_steps)
+        self.steps = Steps(L, self.ctx, self.batch, self.pool, self.index, vocab, rules, self._finish, self._fail)
         self.prefix = PrefixReuse(self.pool, self.index, vocab, self.sessions, disk, self.steps, self.n_ctx_seq)
         self.inspection = Inspection(L, self.pool, self.host, self.sessions, self.served, self.steps, self.prefix,
                                      step_probe)
@@ -207,7 +198,7 @@ class Engine:
 
     @property
     def pair_rows(self) -> bool:
-        return self.steps.pair_rows
+        return self.steps.rules.pair_rows
 
     def _settle(self, limit: int | None) -> None:
         """One settling chunk now (tests/test_settling.py drives settling by hand through it)."""

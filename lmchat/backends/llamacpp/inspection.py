@@ -79,7 +79,7 @@ class Inspection:
                "host_dropped": self.host.dropped, "evict_seconds": self.pool.evict_seconds,
                "restore_seconds": self.pool.restore_seconds, "indexed": len(self.prefix.index),
                "tokens_by_source": dict(self.served), "misses_by_reason": dict(self.prefix.misses),
-               "settled_tokens": steps.settled, "settle_decoded": steps.settle_decoded,
+               "settled_tokens": steps.settled, "settle_decoded": steps.rules.settle_decoded,
                "step_probe": self.step_probe.as_stats(),
                "unsettled_tokens": sum(len(s.ids) - (len(s.ids) if s.decoded_at is None else s.decoded_at)
                                    + len(s.unfed[:-1]) for s in steps.unsettled_states())}

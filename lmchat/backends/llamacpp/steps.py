@@ -46,6 +46,8 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 from ...errors import BackendError
 from ..base import Chunk
 from ._lib import last_error
@@ -64,21 +66,31 @@ if TYPE_CHECKING:
 SETTLE_CHUNK = 64
 
 
+@attrs.frozen
+class StepRules:
+    """How :class:`Steps` feeds the context: at most ``n_batch`` ids a ``llama_decode``, ``prefill_chunk`` of a
+    prompt while others decode, ``n_ctx_seq`` ids a sequence; the start-up probe's rules (probe.py): two rows per
+    sequence (``pair_rows``), decoded ids prefilled again (``settle_decoded``)."""
+
+    n_batch: int
+    prefill_chunk: int
+    n_ctx_seq: int
+    pair_rows: bool
+    settle_decoded: bool
+
+
 class Steps:
     """The :class:`.engine.Engine`'s work on its scheduler thread between two looks at its command queue: it feeds
     the engine's context (``ctx``, through ``batch``) the ids of the sequences ``pool`` holds, indexes what they
     computed in ``index``, and ends a job through the engine's ``finish`` and ``fail``."""
 
     def __init__(self, L: ModuleType, ctx: llama_context_p, batch: Any, pool: SequencePool,
-                 index: PrefixIndex[SessionState | DiskEntry], vocab: LlamaVocab, *, n_batch: int, prefill_chunk: int,
-                 n_ctx_seq: int, pair_rows: bool, settle_decoded: bool, finish: Callable[[Job, str, str], None],
-                 fail: Callable[[Job, BaseException], None]) -> None:
+                 index: PrefixIndex[SessionState | DiskEntry], vocab: LlamaVocab, rules: StepRules,
+                 finish: Callable[[Job, str, str], None], fail: Callable[[Job, BaseException], None]) -> None:
         self._L, self.ctx, self.pool, self.index, self.vocab = L, ctx, pool, index, vocab
         # a llama_batch: llama-cpp-python annotates its fields wrongly (``pos`` as two-dimensional)
         self.batch = batch
-        self.n_batch, self.prefill_chunk, self.n_ctx_seq = n_batch, prefill_chunk, n_ctx_seq
-        self.pair_rows = pair_rows  # give every sequence two rows per llama_decode (probe.py)
-        self.settle_decoded = settle_decoded  # decoded ids hold other keys and values than a prefill's
+        self.rules = rules
         self._finish, self._fail = finish, fail
         self.settled = 0  # decoded ids prefilled again by spare capacity
 
@@ -92,14 +104,14 @@ class Steps:
         decoding = sorted((j for j in active if j.token is not None), key=lambda j: j.admitted.resident_seq)
         if decoding:
             self._decode(decoding)
-        budget = self.prefill_chunk if decoding else self.n_batch
+        budget = self.rules.prefill_chunk if decoding else self.rules.n_batch
         prompts = [j for j in active if j.fed < len(j.todo)]
         for job in prompts:
             if budget <= 0 or budget < 2 <= len(job.todo) - job.fed:
                 break
             budget -= self._prefill(job, budget)
         if not prompts and not waiting:
-            self.settle(self.prefill_chunk if decoding else None)
+            self.settle(self.rules.prefill_chunk if decoding else None)
 
     def _decode(self, jobs: list[Job]) -> None:
         n, rows = 0, []
@@ -113,7 +125,7 @@ class Steps:
         for i, job in zip(rows, jobs, strict=True):
             state, token = job.admitted, job.token
             assert token is not None, "a decoding job has its next token"
-            if state.decoded_at is None and self.settle_decoded:
+            if state.decoded_at is None and self.rules.settle_decoded:
                 state.decoded_at = len(state.ids)
             state.ids.append(token)
             job.token = None
@@ -166,7 +178,7 @@ class Steps:
         left = len(ids) - start
         if limit is not None and left > limit:
             return
-        take = min(left, self.prefill_chunk, SETTLE_CHUNK)
+        take = min(left, self.rules.prefill_chunk, SETTLE_CHUNK)
         if left - take == 1:  # never leave one id to be computed alone
             take = left if take == 2 else take - 1
         end = start + take
@@ -211,7 +223,7 @@ class Steps:
         has moved the answer's ids out of the cache: those before the drift are the canonical ones, and the
         rewind keeps them). False if a batch failed (the state is then cleared)."""
         while len(state.ids) < upto:
-            take = min(upto - len(state.ids), self.n_batch)
+            take = min(upto - len(state.ids), self.rules.n_batch)
             at = len(state.ids)
             n = self._again(0, state) if take == 1 else 0
             for i in range(take):
@@ -227,7 +239,7 @@ class Steps:
         the one row the step would give the sequence, so that the sequence has two rows in the micro-batch and its
         attention takes the prefill's kernel (the id's cell is cut first: a position is held once). The id's keys
         and values are then recomputed as a two-row prefill computes them."""
-        if not self.pair_rows or not state.ids:
+        if not self.rules.pair_rows or not state.ids:
             return n
         at = len(state.ids) - 1
         if not self._L.llama_memory_seq_rm(self.pool.mem, state.seq, at, -1):
@@ -268,6 +280,6 @@ class Steps:
             job.kept += len(new)
             job.out.put(Chunk(text=result.text, token_ids=tuple(new)))
         job.token = token
-        if job.generated >= job.request.params.max_new_tokens or len(job.admitted.ids) >= self.n_ctx_seq:
+        if job.generated >= job.request.params.max_new_tokens or len(job.admitted.ids) >= self.rules.n_ctx_seq:
             self._finish(job, "length", "")
 
