@@ -24,8 +24,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("lmchat.llamacpp")
 
-#: OpenMP's wait policy for llama.cpp's threads unless OMP_WAIT_POLICY is set (docs/backends.md, threads)
-WAIT_POLICY = "PASSIVE"
+#: how long (libgomp's spins) llama.cpp's OpenMP threads wait actively for each other before they sleep, unless
+#: OMP_WAIT_POLICY or GOMP_SPINCOUNT is set (docs/backends.md, threads)
+SPIN_COUNT = "1000"
 
 _LIB: ModuleType | None = None
 _LOCK = threading.Lock()
@@ -47,11 +48,14 @@ def lib() -> ModuleType:
     global _LIB, _CALLBACK, _PROGRESS
     with _LOCK:
         if _LIB is None:
-            # llama.cpp's CPU threads are OpenMP's, which spin between operations by default: on a CPU other
-            # processes share, a spinning thread holds a core another needs, and decode collapsed (bench
-            # builds, load 8-11: 0.6 tok/s spinning, 17 sleeping). libgomp reads this once, when it loads;
-            # a value the user set wins
-            os.environ.setdefault("OMP_WAIT_POLICY", WAIT_POLICY)
+            # llama.cpp's CPU threads are OpenMP's, which spin 300,000 times between operations by default: on
+            # a CPU other processes share, a spinning thread holds a core another needs, and decode collapsed
+            # (0.6 tok/s spinning, 17 sleeping at load 8-11). Sleeping at once (OMP_WAIT_POLICY=PASSIVE) made
+            # every wait a wake-up: one-row steps 3x slower on an idle machine. A short spin is as fast as
+            # spinning when idle and no slower than sleeping when busy (docs/backends.md, threads). libgomp
+            # reads this once, when it loads; what the user set wins
+            if "OMP_WAIT_POLICY" not in os.environ:
+                os.environ.setdefault("GOMP_SPINCOUNT", SPIN_COUNT)
             with needs("the llamacpp backend", "local"):
                 import llama_cpp.llama_cpp as L
 
