@@ -29,7 +29,8 @@ def run(room: float, args: argparse.Namespace, backend) -> dict:
     from lmchat.turns.turn import after_commit
 
     session = lmchat.Session(backend.template_name, tokenizer=backend.tokenizer, system="Answer in one sentence.",
-                             session_len=backend.session_len, overflow="shift", overflow_room=room)
+                             policy=lmchat.SessionPolicy(session_len=backend.session_len, overflow="shift",
+                                                         overflow_room=room))
     rows = []
     for t in range(args.turns):
         params = SamplingParams.from_template(session.template, **model_sampling(backend),

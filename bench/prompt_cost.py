@@ -30,7 +30,8 @@ def lmchat_turn_cost(template: str, turn: int, tokenizer: Any = None) -> float:
     msgs = conversation(turn + window)
 
     def new_session() -> lmchat.Session:
-        return lmchat.Session(template, system=msgs[0]["content"], tokenizer=tokenizer, session_len=10**9)
+        return lmchat.Session(template, system=msgs[0]["content"], tokenizer=tokenizer,
+                              policy=lmchat.SessionPolicy(session_len=10**9))
 
     if turn == 1:
         return median_time(lambda: new_session().prompt(msgs[1]["content"]), repeat=repeat)

@@ -39,9 +39,9 @@ import threading
 import time
 import tracemalloc
 
-from lmchat import Session, SessionManager
+from lmchat import Session, SessionManager, SessionPolicy
 from lmchat.backends.echo import EchoBackend
-from lmchat.manager import TurnRequest
+from lmchat.manager import ManagerLimits, TurnRequest
 from lmchat.stores import MemoryStore, SQLiteStore, Summary
 from lmchat.stores.base import record
 
@@ -178,7 +178,7 @@ def manager_turn_costs(long: int, samples: int) -> dict | None:
     except ImportError:
         return None
     mgr = SessionManager(EchoBackend(tokenizer=tok), template="smollm2", tokenizer=tok,
-                         session_defaults={"session_len": 10**9})
+                         session_defaults=SessionPolicy(session_len=10**9))
 
     def turn(sid: str, i: int) -> None:
         mgr.run_turn(TurnRequest(sid, [{"role": "user", "content": f"Question number {i}: what is {i} + {i}?"}]))
@@ -202,7 +202,7 @@ def manager_turn_costs(long: int, samples: int) -> dict | None:
 def bytes_per_idle_session(count: int, turns: int, folder: str) -> float:
     """Python memory the manager holds per idle session (an SQLite store: its pages are not Python's)."""
     mgr = SessionManager(EchoBackend(), template="qwen2.5", store=SQLiteStore(f"{folder}/idle.db"),
-                         max_sessions=count + 1)
+                         limits=ManagerLimits(max_sessions=count + 1))
     mgr.run_turn(TurnRequest(mgr.create(), [{"role": "user", "content": "warm-up"}]))  # caches, registries
     gc.collect()
     tracemalloc.start()

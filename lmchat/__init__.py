@@ -20,7 +20,7 @@ from .interop.loading import load_template, register_template
 from .interop.matching import match_template
 from .interop.training import encode_for_training
 from .registry import CHAT_TEMPLATES, get_template, template_names
-from .session import Delta, Session
+from .session import Delta, Session, SessionPolicy
 from .stops import StopMatcher
 from .templates import AffixTemplate, BaseTemplate, Chat
 from .tools import ResponseStream, parse_response
@@ -31,7 +31,7 @@ __version__ = "0.1.0"
 # Any: PEP 562's module __getattr__: the attribute is whichever of the names below was asked for
 def __getattr__(name: str) -> Any:
     # the manager pulls in the backend protocol and the stores: loaded on first use only
-    if name in ("OneOff", "SessionManager", "TurnRequest", "TurnResult", "TurnStream"):
+    if name in ("ManagerLimits", "OneOff", "SessionManager", "TurnRequest", "TurnResult", "TurnStream"):
         from . import manager
 
         return getattr(manager, name)
@@ -47,6 +47,7 @@ __all__ = [
     "InvalidMessages",
     "JinjaTemplate",
     "LmchatError",
+    "ManagerLimits",
     "ModelMatchError",
     "OneOff",
     "ResponseStream",
@@ -54,6 +55,7 @@ __all__ = [
     "SessionError",
     "SessionManager",
     "SessionLengthExceeded",
+    "SessionPolicy",
     "StopMatcher",
     "TemplateConfigError",
     "ConfigError",

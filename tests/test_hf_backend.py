@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from lmchat import Session
+from lmchat import Session, SessionPolicy
 from lmchat.backends import GenerationRequest, Prompt, SamplingParams, get_backend
 from lmchat.errors import BackendError
 from lmchat.session import Delta
@@ -221,8 +221,8 @@ def test_one_generation_per_session_at_a_time(backend):
 
 
 def test_shift_removes_old_turns_inside_the_cache(backend):
-    session = Session(backend.template_name, tokenizer=backend.tokenizer, session_len=150, max_new_tokens=24,
-                      overflow="shift")
+    session = Session(backend.template_name, tokenizer=backend.tokenizer,
+                      policy=SessionPolicy(session_len=150, overflow="shift", max_new_tokens=24))
     shifted = 0
     for q in ["Name a fruit.", "Name a color.", "Name an animal.", "Name a country.", "Name a planet.", "Name a tree."]:
         _, _, last, delta, context_ids = turn(backend, session, q, temperature=0, max_new_tokens=24)

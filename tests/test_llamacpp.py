@@ -270,9 +270,9 @@ def test_discard_shifts_the_cache(backend):
     # new positions. The kept tokens were computed while the removed ones were there, so the cache
     # approximates a fresh prefill of the shifted ids rather than equals it (the next token's logits can
     # differ a lot when the removed turn mattered); what holds exactly is tested here
-    kw = dict(system="Be brief.", session_len=150, max_new_tokens=16, overflow="shift")
     params = greedy(16)
-    session = new_session(backend, **kw)
+    session = new_session(backend, system="Be brief.",
+                          policy=lmchat.SessionPolicy(session_len=150, overflow="shift", max_new_tokens=16))
     shifted = None
     for i in range(8):
         settled(backend)

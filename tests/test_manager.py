@@ -7,7 +7,7 @@ import time
 import pytest
 
 import lmchat
-from lmchat import SessionManager
+from lmchat import SessionManager, SessionPolicy
 from lmchat.backends.echo import EchoBackend
 from lmchat.errors import (
     CapacityExceeded,
@@ -18,7 +18,7 @@ from lmchat.errors import (
     SessionExists,
     SessionNotFound,
 )
-from lmchat.manager import TurnRequest
+from lmchat.manager import ManagerLimits, TurnRequest
 from lmchat.stores import VERSION_KEY, SQLiteStore, open_store
 
 from . import tokenizers_fixtures as tf
@@ -91,9 +91,10 @@ def test_bad_input_and_refusals_change_nothing():
     assert mgr.metrics()["errors"] == {"InvalidMessages": 1, "ConfigError": 2, "SessionExists": 1,
                                        "SessionNotFound": 1}
     with pytest.raises(ConfigError, match="cannot expire"):
-        SessionManager(EchoBackend(), store_ttl=10)
-    with pytest.raises(ConfigError, match="unknown"):
-        SessionManager(EchoBackend(), session_defaults={"colour": "red"})
+        SessionManager(EchoBackend(), limits=ManagerLimits(store_ttl=10))
+    with pytest.raises(ConfigError, match="must be one of error, truncate, shift") as bad:
+        SessionManager(EchoBackend(), session_defaults=SessionPolicy(overflow="drop"))
+    assert bad.value.field == "overflow"
 
 
 def test_threads_hammering_one_session_take_turns():
@@ -125,7 +126,7 @@ def test_threads_hammering_one_session_take_turns():
 
 
 def test_max_active_refuses_at_capacity_and_cancel_keeps_the_partial_answer():
-    mgr = SessionManager(EchoBackend(delay=0.05), template="qwen2.5", max_active=1)
+    mgr = SessionManager(EchoBackend(delay=0.05), template="qwen2.5", limits=ManagerLimits(max_active=1))
     a, b = mgr.create(), mgr.create()
     stream = mgr.stream_turn(TurnRequest(a, user("one two three four five six seven eight")))
     first = next(stream)
@@ -156,7 +157,7 @@ def test_a_closed_stream_commits_what_was_generated():
 
 def test_lru_and_idle_eviction_reload_from_the_store():
     backend = EchoBackend()
-    mgr = SessionManager(backend, template="qwen2.5", max_sessions=2)
+    mgr = SessionManager(backend, template="qwen2.5", limits=ManagerLimits(max_sessions=2))
     ids = [mgr.create() for _ in range(3)]
     for sid in ids:
         mgr.run_turn(TurnRequest(sid, user(f"hello {sid}")))
@@ -166,7 +167,7 @@ def test_lru_and_idle_eviction_reload_from_the_store():
     assert again.reused == 0 and mgr.metrics()["sessions_loaded_total"] >= 1
     assert_alternates(mgr.get(ids[0]).messages) and len(mgr.get(ids[0]).messages) == 4
 
-    idle = SessionManager(EchoBackend(), template="qwen2.5", idle_ttl=0.1)
+    idle = SessionManager(EchoBackend(), template="qwen2.5", limits=ManagerLimits(idle_ttl=0.1))
     sid = idle.create()
     idle.run_turn(TurnRequest(sid, user("first")))
     time.sleep(0.2)

@@ -16,7 +16,7 @@ import time
 import pytest
 
 import lmchat
-from lmchat import SessionManager
+from lmchat import SessionManager, SessionPolicy
 from lmchat.backends.echo import EchoBackend
 from lmchat.errors import (
     BackendError,
@@ -27,7 +27,7 @@ from lmchat.errors import (
     SessionNotFound,
     StoreConflict,
 )
-from lmchat.manager import TurnRequest
+from lmchat.manager import ManagerLimits, TurnRequest
 from lmchat.manager.ids import owner_key, store_key
 from lmchat.stores import VERSION_KEY, MemoryStore
 
@@ -80,9 +80,10 @@ def refused(store, on_loop: bool, how: str):
     """A manager and a first turn on "new" that does not commit, ``how``: refused before it starts (the
     prompt overflows ``session_len``; no capacity left) or failed mid-answer (the engine dies)."""
     if how == "overflow":
-        return manager(store, on_loop, session_defaults={"session_len": 40}), SessionLengthExceeded, "word " * 50
+        too_short = SessionPolicy(session_len=40)
+        return manager(store, on_loop, session_defaults=too_short), SessionLengthExceeded, "word " * 50
     if how == "capacity":
-        return manager(store, on_loop, max_active=0), CapacityExceeded, "hi"
+        return manager(store, on_loop, limits=ManagerLimits(max_active=0)), CapacityExceeded, "hi"
     backend = FailingEcho(after=1)
     backend.failing = True
     return manager(store, on_loop, backend), Exception, "one two three four"

@@ -27,7 +27,7 @@ from lmchat.errors import (
     SessionNotFound,
     StoreConflict,
 )
-from lmchat.manager import TurnRequest
+from lmchat.manager import ManagerLimits, TurnRequest
 from lmchat.serve.request_turns import run, start_stream
 from lmchat.stores import VERSION_KEY, open_store
 
@@ -430,7 +430,8 @@ def test_an_abandoned_turn_finishes_though_only_its_task_holds_what_it_waits_for
 def test_a_server_at_capacity_refuses_a_turn_before_loading_its_session(store):
     """Capacity is taken before a cold session is loaded: a load is O(session) work."""
     SessionManager(EchoBackend(), template="qwen2.5", store=store).create("cold")
-    mgr = SessionManager(EchoBackend(delay=0.05), template="qwen2.5", store=store, max_active=1, on_loop=True)
+    mgr = SessionManager(EchoBackend(delay=0.05), template="qwen2.5", store=store, on_loop=True,
+                         limits=ManagerLimits(max_active=1))
     mgr.create("busy")
     loads, real = [], store.load
 

@@ -18,7 +18,7 @@ from collections import Counter
 
 import pytest
 
-from lmchat import SessionManager
+from lmchat import SessionManager, SessionPolicy
 from lmchat.backends.echo import EchoBackend
 from lmchat.errors import (
     BackendError,
@@ -29,7 +29,7 @@ from lmchat.errors import (
     SessionLengthExceeded,
     SessionNotFound,
 )
-from lmchat.manager import OneOff, TurnRequest
+from lmchat.manager import ManagerLimits, OneOff, TurnRequest
 from lmchat.manager.ids import owner_key, store_key
 from lmchat.stores import MemoryStore, SQLiteStore
 
@@ -257,11 +257,12 @@ def test_a_oneoff_that_fails_leaves_nothing(tallied_store, tmp_path, path, how):
     backend = Dropping()
     kwargs, error, messages = {}, Exception, user("hi")
     if how == "capacity":
-        kwargs, error = {"max_active": 0}, CapacityExceeded
+        kwargs, error = {"limits": ManagerLimits(max_active=0)}, CapacityExceeded
     elif how == "bad message":
         error, messages = InvalidMessages, [{"role": "robot", "content": "hi"}]
     elif how == "too long":
-        kwargs, error, messages = {"session_defaults": {"session_len": 40}}, SessionLengthExceeded, user("word " * 50)
+        kwargs, error = {"session_defaults": SessionPolicy(session_len=40)}, SessionLengthExceeded
+        messages = user("word " * 50)
     else:
         backend.failing, error, messages = True, BackendError, user("one two three four")
     mgr = manager(tallied_store, on_loop_of(path), backend, **kwargs)
@@ -339,7 +340,7 @@ def test_a_oneoff_whose_consumer_leaves_or_is_cancelled_leaves_nothing(tallied_s
 
 @pytest.mark.parametrize("on_loop", [True, False], ids=["on-loop", "pool"])
 def test_concurrent_oneoffs_of_one_owner_do_not_interfere(tallied_store, tmp_path, on_loop):
-    mgr = manager(tallied_store, on_loop, Dropping(delay=0.005), max_sessions=2)
+    mgr = manager(tallied_store, on_loop, Dropping(delay=0.005), limits=ManagerLimits(max_sessions=2))
     for sid in ("a", "b"):  # the in-memory table is full of stored sessions: one-offs must not evict them
         mgr.create(sid, owner="alice")
     tallied_store.calls.clear()
@@ -389,7 +390,7 @@ def test_concurrent_oneoffs_of_one_owner_do_not_interfere(tallied_store, tmp_pat
 
 
 def test_a_oneoff_is_invisible_and_apart_from_any_stored_session(tallied_store, tmp_path):
-    mgr = manager(tallied_store, False, Dropping(delay=0.01), max_sessions=1, idle_ttl=0.01)
+    mgr = manager(tallied_store, False, Dropping(delay=0.01), limits=ManagerLimits(max_sessions=1, idle_ttl=0.01))
     changes, writes = probes(tallied_store, tmp_path)
     oneoff = mgr.oneoff("alice")
     stream = mgr.stream_turn(TurnRequest(oneoff, user("one two three four five six"), owner="alice"))

@@ -13,7 +13,7 @@ import pytest
 from lmchat import SessionManager
 from lmchat.backends.echo import EchoBackend
 from lmchat.errors import SessionNotFound, StoreConflict, StoreError
-from lmchat.manager import TurnRequest
+from lmchat.manager import ManagerLimits, TurnRequest
 from lmchat.manager.ids import owner_key, store_key
 from lmchat.stores import VERSION_KEY, SQLiteStore
 
@@ -100,7 +100,7 @@ def test_redis_killed_mid_turn_loses_only_that_turn(own_redis):
 
 
 def test_store_ttl_expires_sessions(redis_server, prefix):
-    mgr = replica(redis_server.url, prefix, store_ttl=0.3)
+    mgr = replica(redis_server.url, prefix, limits=ManagerLimits(store_ttl=0.3))
     sid = mgr.create()
     mgr.run_turn(TurnRequest(sid, user("soon gone")))
     time.sleep(0.5)

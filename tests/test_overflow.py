@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from lmchat import Session
+from lmchat import Session, SessionPolicy
 from lmchat.backends import GenerationRequest
 from lmchat.errors import ConfigError
 from lmchat.repl.conversation import Conversation
@@ -29,8 +29,8 @@ QUESTION = "Question {}: name one thing about the number {} that a child would f
 
 def held_after_drops(room: float) -> list[tuple[int, int]]:
     """(turn, ids held once the turn's prompt is in) of each turn that dropped messages, on a 200-token session."""
-    s = Session("smollm2", tokenizer=tf.smollm2(), system="Be brief.", session_len=200, max_new_tokens=20,
-                overflow="shift", overflow_room=room)
+    s = Session("smollm2", tokenizer=tf.smollm2(), system="Be brief.",
+                policy=SessionPolicy(session_len=200, overflow="shift", overflow_room=room, max_new_tokens=20))
     drops = []
     for i in range(24):
         d = s.prompt(QUESTION.format(i, i))
@@ -55,7 +55,8 @@ def test_a_shift_after_an_answer_that_drifted_is_a_reset_that_names_the_shift():
     shift a second range, so the drop is a reset carrying the whole prompt, which names the range (``shiftable``):
     what the engine held but that range (and the drifted answer) is where the new prompt starts."""
     tok = tf.smollm2()
-    s = Session("smollm2", tokenizer=tok, system="Be brief.", session_len=160, max_new_tokens=32, overflow="shift")
+    s = Session("smollm2", tokenizer=tok, system="Be brief.",
+                policy=SessionPolicy(session_len=160, overflow="shift", max_new_tokens=32))
     for i in range(5):
         held = s.context_ids  # canonical: where the engine's ids are the same, what it holds
         d = s.prompt(f"Question {i}: what is {i} + {i}?")
@@ -70,8 +71,8 @@ def test_a_shift_after_an_answer_that_drifted_is_a_reset_that_names_the_shift():
 def test_the_room_is_checked_and_kept_with_the_session():
     for bad in (-0.1, 1, 1.5, "half", True):
         with pytest.raises(ConfigError, match="overflow_room"):
-            Session("smollm2", overflow_room=bad)
-    s = Session("smollm2", tokenizer=tf.smollm2(), overflow="shift", overflow_room=0.5)
+            Session("smollm2", policy=SessionPolicy(overflow_room=bad))
+    s = Session("smollm2", tokenizer=tf.smollm2(), policy=SessionPolicy(overflow="shift", overflow_room=0.5))
     assert Session.from_dict(json.loads(json.dumps(s.to_dict())), tokenizer=tf.smollm2()).overflow_room == 0.5
     old = s.to_dict()
     del old["overflow_room"], old["earlier"]  # a snapshot stored before either existed
@@ -80,7 +81,7 @@ def test_the_room_is_checked_and_kept_with_the_session():
 
 def make(tmp_path, store=None) -> Conversation:
     backend = CacheBackend(tokenizer=tf.smollm2(), template_name="smollm2")
-    session = Session("smollm2", tokenizer=backend.tokenizer, system="Be brief.", session_len=240)
+    session = Session("smollm2", tokenizer=backend.tokenizer, system="Be brief.", policy=SessionPolicy(session_len=240))
     return Conversation(session, backend, store or SQLiteStore(tmp_path / "sessions.db"),
                         PlainOutput(io.StringIO(), io.StringIO()), tokenizer=backend.tokenizer)
 
@@ -158,8 +159,8 @@ def test_after_a_drop_the_next_turns_extend_what_the_engine_holds(engine):
     or computed it again when the last answer's ids had drifted: a reset)."""
     from .llama_helpers import greedy, new_session, turn
 
-    session = new_session(engine, system="Be brief.", session_len=engine.session_len, overflow="shift",
-                          max_new_tokens=8)
+    session = new_session(engine, system="Be brief.",
+                          policy=SessionPolicy(session_len=engine.session_len, overflow="shift", max_new_tokens=8))
     asked = 0
     while session.step < engine.session_len - 150:  # the history so far, which the first turn prefills at once
         session.prompt(QUESTION.format(asked, asked))
@@ -192,8 +193,8 @@ def test_a_drop_after_a_drifted_answer_shifts_the_engines_cache_too(engine):
 
     from .llama_helpers import greedy, new_session
 
-    session = new_session(engine, system="Be brief.", session_len=engine.session_len, overflow="shift",
-                          max_new_tokens=8)
+    session = new_session(engine, system="Be brief.",
+                          policy=SessionPolicy(session_len=engine.session_len, overflow="shift", max_new_tokens=8))
     tok = engine.tokenizer
     asked = 0
     while session.step < engine.session_len - 150:

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import lmchat
-from lmchat import Session
+from lmchat import Session, SessionPolicy
 from lmchat.session import patches
 
 from . import tokenizers_fixtures as tf
@@ -33,7 +33,8 @@ def as_constructed(held):
     ["error", "truncate", "shift"]), drift=st.sampled_from(["rewind", "reset", "keep"]), ops=OPS)
 def test_changes_patch_the_saved_snapshot_into_the_current_one(name, tokens, overflow, drift, ops):
     tok = tf.smollm2() if tokens else None
-    session = Session(name, tokenizer=tok, overflow=overflow, drift=drift, session_len=200 if tokens else None)
+    session = Session(name, tokenizer=tok,
+                      policy=SessionPolicy(session_len=200 if tokens else None, overflow=overflow, drift=drift))
     stored = json_copy(session.to_dict())
     session.mark_saved()
     for op, text in ops:

@@ -13,7 +13,7 @@ import signal
 import threading
 import time
 
-from lmchat import Session
+from lmchat import Session, SessionPolicy
 from lmchat.errors import BackendError
 from lmchat.repl.app import run_plain
 from lmchat.repl.conversation import Conversation
@@ -250,7 +250,7 @@ def test_errors_print_one_line_and_keep_the_session(tmp_path):
     from .tokenizers_fixtures import deepseek
 
     backend = DownBackend(tokenizer=deepseek(), template_name="deepseek-v3")
-    conv = make(tmp_path, backend, session_len=80)
+    conv = make(tmp_path, backend, policy=SessionPolicy(session_len=80))
     _, err = chat(conv, "/set max_new_tokens 20", "/set overflow error", "hi")
     assert "error: " not in err
     before = copy.deepcopy(conv.session.to_dict())

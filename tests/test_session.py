@@ -7,7 +7,7 @@ import json
 import pytest
 
 import lmchat
-from lmchat import InvalidMessages, Session, SessionError, get_template
+from lmchat import InvalidMessages, Session, SessionError, SessionPolicy, get_template
 
 DATE = dt.date(2024, 7, 26)
 
@@ -154,23 +154,28 @@ def test_continuation_without_sequence_start():
 
 
 def test_every_constructor_option_survives_a_snapshot():
-    """Iterates over Session's parameters: a new option that a snapshot forgets fails here."""
+    """Iterates over Session's parameters and its policy's fields: a new option that a snapshot forgets fails
+    here."""
     import datetime
     import inspect
+
+    import attrs
 
     from . import tokenizers_fixtures as tf
 
     given = {
         "system": "Be brief.", "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
         "date": datetime.date(2020, 2, 29), "session_id": "s-1", "template_kwargs": {"enable_thinking": False},
-        "tokenizer": tf.smollm2(), "session_len": 1234, "overflow": "shift", "max_new_tokens": 7,
-        "injection": "reject", "max_message_chars": 99, "drift": "keep", "overflow_room": 0.5,
+        "tokenizer": tf.smollm2(),
     }
+    policy = {"session_len": 1234, "overflow": "shift", "max_new_tokens": 7, "injection": "reject",
+              "max_message_chars": 99, "drift": "keep", "overflow_room": 0.5}
     parameters = [p for p in inspect.signature(Session.__init__).parameters if p not in ("self", "template")]
-    assert sorted(parameters) == sorted(given), "a new Session option: give it a value here"
-    session = Session("qwen3", **given)
+    assert sorted(parameters) == sorted([*given, "policy"]), "a new Session option: give it a value here"
+    assert sorted(a.name for a in attrs.fields(SessionPolicy)) == sorted(policy), "a new policy field: give it one"
+    session = Session("qwen3", **given, policy=SessionPolicy(**policy))
     back = Session.from_dict(json.loads(json.dumps(session.to_dict())), tokenizer=given["tokenizer"])
-    for name, value in given.items():
+    for name, value in {**given, **policy}.items():
         if name == "tokenizer":
             assert back.context_ids is not None
         elif name == "system":

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import lmchat
-from lmchat import Session, SessionLengthExceeded, get_template
+from lmchat import Session, SessionLengthExceeded, SessionPolicy, get_template
 from lmchat.session.tokens import codec_for, encode_prompt
 
 from . import tokenizers_fixtures as tf
@@ -42,7 +42,7 @@ def full_ids(session):
 
 
 def play_tokens(template, tokenizer, system, turns):
-    session = Session(template, system=system, date=DATE, tokenizer=tokenizer, session_len=10**9)
+    session = Session(template, system=system, date=DATE, tokenizer=tokenizer, policy=SessionPolicy(session_len=10**9))
     for question, answer in turns:
         before = session.context_ids
         try:
@@ -111,7 +111,7 @@ def _drifted(policy: str):
     """A session whose engine generated "Hello there" as H + ello + Ġthere (canonical: Hello + Ġthere)."""
     tok = tf.smollm2()
     codec = codec_for(tok)
-    s = Session("smollm2", tokenizer=tok, drift=policy)
+    s = Session("smollm2", tokenizer=tok, policy=SessionPolicy(drift=policy))
     s.prompt("Say hello")
     canonical = codec.encode_text("Hello there", at_start=False)
     s.commit("Hello there", token_ids=canonical)
@@ -151,7 +151,7 @@ def test_drift_keep_continues_from_the_engine_ids():
 
 def test_overflow_error_reports_the_numbers():
     tok = tf.deepseek()
-    s = Session("deepseek-v3", tokenizer=tok, session_len=40)
+    s = Session("deepseek-v3", tokenizer=tok, policy=SessionPolicy(session_len=40))
     s.prompt("hi")
     s.commit("hello")
     used = s.step
@@ -164,7 +164,8 @@ def test_overflow_error_reports_the_numbers():
 
 def test_overflow_truncate_drops_oldest_exchanges_and_keeps_system():
     tok = tf.deepseek()
-    s = Session("qwen2.5", system="Be brief.", tokenizer=tok, session_len=120, overflow="truncate")
+    s = Session("qwen2.5", system="Be brief.", tokenizer=tok,
+                policy=SessionPolicy(session_len=120, overflow="truncate"))
     for i in range(6):
         d = s.prompt(f"question number {i}", max_new_tokens=10)
         s.commit(f"answer number {i}")
@@ -175,7 +176,7 @@ def test_overflow_truncate_drops_oldest_exchanges_and_keeps_system():
 
 
 def test_overflow_truncate_still_fails_when_the_turn_alone_is_too_long():
-    s = Session("qwen2.5", tokenizer=tf.deepseek(), session_len=30, overflow="truncate")
+    s = Session("qwen2.5", tokenizer=tf.deepseek(), policy=SessionPolicy(session_len=30, overflow="truncate"))
     with pytest.raises(SessionLengthExceeded):
         s.prompt("word " * 100)
     assert s.messages == []
@@ -183,7 +184,7 @@ def test_overflow_truncate_still_fails_when_the_turn_alone_is_too_long():
 
 def test_unknown_overflow_policy():
     with pytest.raises(lmchat.ConfigError, match="overflow"):
-        Session("qwen", overflow="drop")
+        Session("qwen", policy=SessionPolicy(overflow="drop"))
 
 
 def test_step_counts_characters_without_a_tokenizer():
@@ -196,7 +197,8 @@ def test_token_sessions_round_trip_through_json():
     import json
 
     tok = tf.deepseek()
-    s = Session("deepseek-v3", tokenizer=tok, session_len=4096, overflow="truncate", max_new_tokens=16)
+    s = Session("deepseek-v3", tokenizer=tok,
+                policy=SessionPolicy(session_len=4096, overflow="truncate", max_new_tokens=16))
     s.prompt("hi")
     s.commit("hello")
     r = Session.from_dict(json.loads(json.dumps(s.to_dict())), tokenizer=tok)
@@ -211,7 +213,7 @@ def test_token_sessions_round_trip_through_json():
 )
 def test_overflow_shift_discards_old_turns_in_the_cache_without_a_reset(template, tokenizer_name, spm_folder):
     tok = load(tokenizer_name, spm_folder)
-    s = Session(template, system="Be brief.", tokenizer=tok, session_len=90, overflow="shift")
+    s = Session(template, system="Be brief.", tokenizer=tok, policy=SessionPolicy(session_len=90, overflow="shift"))
     engine: list[int] = []  # what a KV-cache engine holds, applying deltas literally
     shifted = 0
     for i in range(20):
@@ -235,7 +237,7 @@ def test_overflow_shift_discards_old_turns_in_the_cache_without_a_reset(template
 
 def test_overflow_shift_falls_back_to_truncate_when_tokens_would_split_differently():
     # DeepSeek's tokenizer has no <|im_start|>: ChatML markers are text, turn boundaries are not token boundaries
-    s = Session("qwen2.5", tokenizer=tf.deepseek(), session_len=120, overflow="shift")
+    s = Session("qwen2.5", tokenizer=tf.deepseek(), policy=SessionPolicy(session_len=120, overflow="shift"))
     resets = []
     for i in range(12):
         d = s.prompt(f"question number {i}", max_new_tokens=10)
@@ -248,8 +250,8 @@ def test_overflow_shift_falls_back_to_truncate_when_tokens_would_split_different
 def test_overflow_shift_falls_back_when_the_system_prompt_is_glued_to_the_first_turn(spm_folder):
     # Mistral renders the system prompt inside the first user turn: dropping that turn moves it (unless every turn
     # before the new one goes, as the default overflow_room would here: then nothing of the old start is kept)
-    s = Session("mistral", system="Be brief.", tokenizer=load("spm", spm_folder), session_len=90, overflow="shift",
-                overflow_room=0)
+    s = Session("mistral", system="Be brief.", tokenizer=load("spm", spm_folder),
+                policy=SessionPolicy(session_len=90, overflow="shift", overflow_room=0))
     for i in range(20):
         d = s.prompt(f"question number {i}", max_new_tokens=10)
         s.commit(s.template.lead + f"answer number {i}")

@@ -21,7 +21,7 @@ from ..repl.conversation import NOTES, Conversation
 from ..repl.history import default_store_path, input_history
 from ..repl.rendering import PlainOutput, RichOutput
 from ..repl.resuming import find, recap
-from ..session import DRIFT_POLICIES, Session
+from ..session import DRIFT_POLICIES, Session, SessionPolicy
 from ..session.edits import restored
 from ..stores import open_store, version_of
 from ..stores.base import SessionStore
@@ -173,10 +173,9 @@ def _open(args: argparse.Namespace, store: SessionStore, backend: Backend, templ
     if args.resume is None:
         if template is None:
             template = _backend_template(backend, args.backend)
-        session = Session(template, system=args.system, tokenizer=tokenizer, drift=args.drift or "rewind",
-                          session_len=backend.session_len if isinstance(backend, SessionLimit) else None,
-                          overflow=DEFAULT_OVERFLOW,
-                          injection=injection or "split")
+        policy = SessionPolicy(session_len=backend.session_len if isinstance(backend, SessionLimit) else None,
+                               overflow=DEFAULT_OVERFLOW, injection=injection or "split", drift=args.drift or "rewind")
+        session = Session(template, system=args.system, tokenizer=tokenizer, policy=policy)
         return Conversation(session, backend, store, out, tokenizer=tokenizer)
     session_id = store.latest() if args.resume == LATEST else find(store, args.resume)
     data = store.load(session_id) if session_id else None

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from .. import logs
 from ..backends.base import ModelTemplate, engine_id, get_backend
-from ..session import DRIFT_POLICIES, OVERFLOW_POLICIES
+from ..session import DRIFT_POLICIES, OVERFLOW_POLICIES, SessionPolicy
 from .backend_args import add_backend_arguments, backend_options, injection_policy, session_len
 from .common import add_template_arguments, resolve_template
 from .main import UsageError
@@ -182,7 +182,7 @@ def build_app(args: argparse.Namespace) -> App:
     with needs("lmchat serve", "serve"):
         from ..serve import create_app
     from ..interop.loading import saveable
-    from ..manager import SessionManager
+    from ..manager import ManagerLimits, SessionManager
     from ..registry import as_template, get_template
     from ..stores import open_store
 
@@ -196,15 +196,15 @@ def build_app(args: argparse.Namespace) -> App:
         else:
             raise UsageError(f"the {args.backend} backend does not say which template it needs: "
                              "pass --template NAME or --chat-template FILE")
-        defaults = {"session_len": session_len(as_template(template), backend, args.session_len),
-                    "overflow": args.overflow, "max_new_tokens": args.max_new_tokens, "drift": args.drift,
-                    "injection": injection_policy(backend, args)}  # 'reject' when prompts go upstream as text
+        defaults = SessionPolicy(session_len=session_len(as_template(template), backend, args.session_len),
+                                 overflow=args.overflow, max_new_tokens=args.max_new_tokens or 0, drift=args.drift,
+                                 injection=injection_policy(backend, args) or "split")  # 'reject': text upstream
         engine = engine_id(backend)
         store = open_store(args.store or f"sqlite:{default_store_path(engine)}")
         manager = SessionManager(
-            backend, template, store, max_sessions=args.max_sessions, max_active=args.max_active,
-            idle_ttl=args.idle_ttl, store_ttl=args.store_ttl,
-            session_defaults={k: v for k, v in defaults.items() if v is not None}, engine=engine,
+            backend, template, store, limits=ManagerLimits(max_sessions=args.max_sessions, max_active=args.max_active,
+                                                           idle_ttl=args.idle_ttl, store_ttl=args.store_ttl),
+            session_defaults=defaults, engine=engine,
             sampling={k: v for k, v in given(args).items() if k != "max_new_tokens"},  # that one: a session's
         )
     except BaseException:

@@ -25,6 +25,8 @@ import time
 from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
 from typing import Any, TypeVar, cast
 
+import attrs
+
 from ..backends.base import (
     AsyncGenerates,
     Backend,
@@ -37,7 +39,7 @@ from ..backends.base import (
 from ..errors import ConfigError, SessionNotFound
 from ..jsontypes import JSONObject
 from ..registry import as_template
-from ..session import Session
+from ..session import Session, SessionPolicy
 from ..session.edits import restored
 from ..session.snapshot import messages_of
 from ..session.state import Held
@@ -56,10 +58,21 @@ from .sessions import StoredSessions
 from .table import Entry, View
 from .turn_calls import AsyncTurns, LoopTurns, PoolTurns, TurnCalls, TurnStream
 
-#: Session keyword arguments a manager applies to all its sessions
-SESSION_DEFAULTS = ("session_len", "overflow", "max_new_tokens", "injection", "max_message_chars", "drift")
-
 T = TypeVar("T")
+
+
+@attrs.frozen
+class ManagerLimits:
+    """How many sessions a manager holds and for how long. ``max_sessions``: kept in memory (past it the least
+    recently used idle ones leave, still stored); ``max_active``: turns at once (one more raises
+    ``CapacityExceeded``); ``idle_ttl``: seconds idle before a session leaves memory (None: never);
+    ``store_ttl``: seconds after its last save before the store forgets a session (None: never; a store that
+    can expire them, RedisStore, only)."""
+
+    max_sessions: int = 10_000
+    max_active: int = 64
+    idle_ttl: float | None = None
+    store_ttl: float | None = None
 
 
 class SessionManager:
@@ -67,11 +80,8 @@ class SessionManager:
 
     def __init__(
         self, backend: Backend, template: str | BaseTemplate = "smollm2", store: SessionStore | None = None,
-        tokenizer: Tokenizer | None = None, max_sessions: int = 10_000, max_active: int = 64,
-        idle_ttl: float | None = None, store_ttl: float | None = None,
-        # Any: Session's keyword arguments (session_len, overflow...), which Session checks; metrics() holds the
-        # engine's stats (PrefixCache.stats), JSON read by name
-        session_defaults: Mapping[str, Any] | None = None,
+        tokenizer: Tokenizer | None = None, limits: ManagerLimits | None = None,
+        session_defaults: SessionPolicy | None = None,
         engine: str | None = None, on_loop: bool | None = None, sampling: Mapping[str, object] | None = None,
     ):
         self.backend = backend
@@ -80,17 +90,16 @@ class SessionManager:
         self.engine = engine
         self.template = template
         self.store: SessionStore = MemoryStore() if store is None else store
-        if store_ttl is not None:
+        self.limits = limits = limits or ManagerLimits()
+        if limits.store_ttl is not None:
             if not isinstance(self.store, Expiring):
                 raise ConfigError(f"{type(self.store).__name__} cannot expire sessions (RedisStore can)",
                                   field="store_ttl")
-            self.store.ttl = store_ttl
+            self.store.ttl = limits.store_ttl
         self.tokenizer = tokenizer if tokenizer is not None else backend.tokenizer
-        self.session_defaults = dict(session_defaults or {})
-        unknown = sorted(set(self.session_defaults) - set(SESSION_DEFAULTS))
-        if unknown:
-            raise ConfigError(f"unknown {unknown} (known: {', '.join(SESSION_DEFAULTS)})", field="session_defaults")
-        Session(template, **self.session_defaults)  # bad defaults fail here, not on the first request
+        #: the limits and policies of every session this manager makes (a stored one keeps its own)
+        self.session_defaults = session_defaults or SessionPolicy()
+        Session(template, policy=self.session_defaults)  # a bad template fails here, not on the first request
         able = isinstance(backend, AsyncGenerates) and isinstance(self.store, AsyncStore) and self.store.loop_safe
         if on_loop and not able:
             raise ConfigError(f"turns run on the event loop only with a backend that has agenerate() and a store "
@@ -98,11 +107,10 @@ class SessionManager:
                               field="on_loop")
         #: asyncio callers' turns run on their event loop, without a worker thread (decided here, once)
         self.on_loop = able if on_loop is None else on_loop
-        self.max_active = max_active
         self._metrics = Metrics()
         self._sessions = StoredSessions(self.store, backend, self.tokenizer, engine, self.new_session, self._metrics,
-                                        max_sessions, idle_ttl)
-        self._capacity = Capacity(max_active)
+                                        limits.max_sessions, limits.idle_ttl)
+        self._capacity = Capacity(limits.max_active)
         #: sampling values over the templates' (``lmchat serve --temperature``...): a turn's are the template's, the
         #: model's (:func:`~lmchat.backends.base.model_sampling`), these, then the request's
         self.sampling: JSONObject = dict(sampling or {})
@@ -171,7 +179,7 @@ class SessionManager:
                     tools: list[JSONObject] | None = None, template: str | BaseTemplate | None = None) -> Session:
         """A session with this manager's defaults (not stored: :meth:`create` stores one)."""
         session = Session(template or self.template, system=system, tools=tools, session_id=checked_id(session_id),
-                          tokenizer=self.tokenizer, **self.session_defaults)
+                          tokenizer=self.tokenizer, policy=self.session_defaults)
         check_tools_supported(session.template, tools)  # a template without tool syntax would ignore them
         return session
 
@@ -197,14 +205,13 @@ class SessionManager:
         """What a turn of a new session samples with when its request gives no value: the default template's
         bundled values, the model's, :attr:`sampling`, the session defaults' answer budget."""
         return SamplingParams.from_template(self.default_template, **self._turns.model,
-                                            max_new_tokens=self.session_defaults.get("max_new_tokens") or None)
+                                            max_new_tokens=self.session_defaults.max_new_tokens or None)
 
     @property
     def session_len(self) -> int | None:
         """The most a new session may hold (``session_defaults``, else the default template's): what ``/v1/models``
         gives as the model's context length."""
-        length: int | None = self.session_defaults.get("session_len") or self.default_template.session_len
-        return length
+        return self.session_defaults.session_len or self.default_template.session_len
 
     def template_of(self, session_id: str, owner: str | None = None) -> BaseTemplate:
         """The template the session renders with (the manager's for a session not created yet)."""
@@ -347,6 +354,7 @@ class SessionManager:
         self._sessions.table.sweep()
         return {"sessions_in_memory": len(self._sessions.table), "sessions_active": self._capacity.active}
 
+    # Any: the engine's stats (PrefixCache.stats), JSON read by name
     def metrics(self) -> dict[str, Any]:
         out: dict[str, Any] = {**self.occupancy(), **self._metrics.snapshot()}
         if isinstance(self.backend, PrefixCache):

@@ -124,7 +124,7 @@ def _fits(mgr: SessionManager, template: BaseTemplate, prompt: str, ids: tuple[i
     """Refuse a prompt that does not fit, by the rule a session applies to a turn: with token ids, prompt and
     answer within ``session_len`` (the server's, else the template's); without, the prompt's characters within
     a ``session_len`` the server was given (an answer's size in characters is unknown)."""
-    limit = mgr.session_defaults.get("session_len")
+    limit = mgr.session_defaults.session_len
     if ids is not None:
         limit = limit or template.session_len
         if limit and len(ids) + max_tokens > limit:

@@ -17,7 +17,6 @@ from typing_extensions import ParamSpec
 from ..errors import LmchatError, SnapshotError, StoreCorrupt
 from ..manager import SessionManager
 from ..manager.ids import owner_key, store_key
-from ..validation import DEFAULT_MAX_CHARS
 from .errors import ApiError
 
 P = ParamSpec("P")
@@ -91,8 +90,7 @@ def check_n(n: int) -> None:
 def text_limit(mgr: SessionManager) -> int | None:
     """The most characters a text that becomes a message may have here (the sessions' ``max_message_chars``):
     a system prompt or Responses ``instructions`` as much as a message's content."""
-    limit: int | None = mgr.session_defaults.get("max_message_chars", DEFAULT_MAX_CHARS)
-    return limit
+    return mgr.session_defaults.max_message_chars
 
 
 def new_id(prefix: str) -> str:

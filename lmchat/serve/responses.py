@@ -62,7 +62,7 @@ def overflow_for(mgr: SessionManager, truncation: str) -> str:
     """``disabled``: a turn that does not fit is an error; ``auto``: the server's dropping policy (truncate)."""
     if truncation == "disabled":
         return "error"
-    configured = mgr.session_defaults.get("overflow")
+    configured = mgr.session_defaults.overflow
     return configured if configured in ("truncate", "shift") else "truncate"
 
 

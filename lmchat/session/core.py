@@ -25,14 +25,12 @@ from ..templates.base import BaseTemplate
 from ..templates.chat import Chat, as_date
 from . import commits, overflow, patches, reopening, snapshot
 from .markers import output_markers, special_strings
-from .overflow import ROOM, check_room
 from .planning import Frame, next_plan
+from .policy import SessionPolicy
 from .state import Delta, Held, Plan
 from .vocab import Tokenizer
 
 OVERFLOW_POLICIES = overflow.POLICIES
-#: what a session does when the engine's ids of an answer differ from their canonical encoding
-DRIFT_POLICIES = ("rewind", "reset", "keep")
 
 
 class Session:
@@ -48,25 +46,21 @@ class Session:
         session_id: str | None = None,
         template_kwargs: Mapping[str, object] | None = None,
         tokenizer: Tokenizer | None = None,
-        session_len: int | None = None,
-        overflow: str = "error",
-        max_new_tokens: int = 0,
-        injection: str = "split",
-        max_message_chars: int | None = validation.DEFAULT_MAX_CHARS,
-        drift: str = "rewind",
-        overflow_room: float = ROOM,
+        policy: SessionPolicy | None = None,
     ):
+        policy = policy or SessionPolicy()
         self.template = as_template(template)
-        self.overflow = validation.one_of(overflow, OVERFLOW_POLICIES, "overflow")
-        self.overflow_room = check_room(overflow_room)
-        self.injection = validation.one_of(injection, validation.INJECTION_POLICIES, "injection")
-        self.drift = validation.one_of(drift, DRIFT_POLICIES, "drift")
         validation.validate_tools(tools)
-        self.max_message_chars = max_message_chars
-        self.max_new_tokens = max_new_tokens
-        self.session_len = session_len or self.template.session_len
+        # the policy's fields stay attributes of their own: ``lmchat chat``'s commands change them mid-conversation
+        self.overflow = policy.overflow
+        self.overflow_room = policy.overflow_room
+        self.injection = policy.injection
+        self.drift = policy.drift
+        self.max_message_chars = policy.max_message_chars
+        self.max_new_tokens = policy.max_new_tokens
+        self.session_len = policy.session_len or self.template.session_len
         # without a tokenizer the session counts characters: only a length asked for is enforced in them
-        self._explicit_len = session_len is not None
+        self._explicit_len = policy.session_len is not None
         self._codec = None
         if tokenizer is not None:
             from .tokens import codec_for  # tokenizers is only needed with a tokenizer

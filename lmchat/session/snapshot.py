@@ -25,6 +25,7 @@ from ..messages import Message, in_call_form, normalize_messages
 from ..templates.base import BaseTemplate
 from . import patches
 from .overflow import ROOM
+from .policy import SessionPolicy
 from .state import SMALL_FIELDS, Held
 from .vocab import Tokenizer
 
@@ -134,13 +135,15 @@ def _restore(cls: type[Session], data: Mapping[str, Any], tokenizer: Tokenizer |
         session_id=data["session_id"],
         template_kwargs=data.get("template_kwargs"),
         tokenizer=tokenizer,
-        session_len=data.get("session_len"),
-        overflow=data.get("overflow", "error"),
-        max_new_tokens=data.get("max_new_tokens", 0),
-        injection=data.get("injection", "split"),
-        max_message_chars=data.get("max_message_chars", validation.DEFAULT_MAX_CHARS),
-        drift=data.get("drift", "rewind"),
-        overflow_room=data.get("overflow_room", ROOM),  # a session saved before it was an option
+        policy=SessionPolicy(
+            session_len=data.get("session_len"),
+            overflow=data.get("overflow", "error"),
+            max_new_tokens=data.get("max_new_tokens", 0),
+            injection=data.get("injection", "split"),
+            max_message_chars=data.get("max_message_chars", validation.DEFAULT_MAX_CHARS),
+            drift=data.get("drift", "rewind"),
+            overflow_room=data.get("overflow_room", ROOM),  # a session saved before it was an option
+        ),
     )
     session._system = data.get("system")
     # calls stored before the template declared its arguments' form (DeepSeek's as objects) render again
