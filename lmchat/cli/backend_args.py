@@ -88,14 +88,14 @@ def backend_options(args: argparse.Namespace) -> JSONObject:
     if backend in ("llamacpp", "hf") and args.model:
         options["model"] = args.model
     if backend == "llamacpp":
-        given = {"threads": args.threads, "ctx": args.ctx, "sessions": args.sessions,
-                 "host_cache_mb": args.kv_host_mb, "kv_disk_mb": args.kv_disk_mb, "gpu_layers": args.gpu_layers}
+        from ..backends.llamacpp.backend import KVTiers  # (llama_cpp itself is loaded when the backend starts)
+
+        given = {"threads": args.threads, "ctx": args.ctx, "sessions": args.sessions, "gpu_layers": args.gpu_layers}
         options.update((k, v) for k, v in given.items() if v is not None)
-        options["kv_dir"] = args.kv_dir or str(default_kv_dir())
-        if args.kv_key_file:
-            options["kv_key_file"] = args.kv_key_file
-        if args.kv_shared is not None:
-            options["kv_shared"] = args.kv_shared
+        tiers = {"host_cache_mb": args.kv_host_mb, "kv_disk_mb": args.kv_disk_mb,
+                 "kv_key_file": args.kv_key_file or None, "kv_shared": args.kv_shared}
+        options["kv"] = KVTiers(kv_dir=args.kv_dir or str(default_kv_dir()),
+                                **{k: v for k, v in tiers.items() if v is not None})
         _warnings_to_stderr()
     elif any(v is not None for v in (args.threads, args.ctx, args.sessions, args.kv_host_mb, args.kv_dir,
                                       args.kv_disk_mb, args.kv_key_file, args.gpu_layers, args.kv_shared)):

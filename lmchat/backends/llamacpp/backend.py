@@ -8,6 +8,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+import attrs
+
 from ...constraints import Constraint
 from ...errors import BackendError, ConfigError, ModelMatchError, TemplateConfigError
 from ...interop.matching import GGUF_KEYS, explain_gguf
@@ -37,6 +39,38 @@ TOOL_WAIT = 120.0
 log = logging.getLogger("lmchat.llamacpp")
 
 
+@attrs.frozen
+class KVTiers:
+    """Where a session's KV goes when it leaves its llama.cpp sequence (docs/backends.md, "Where a session's KV
+    lives"). ``host_cache_mb``: host memory for the saved states of sessions evicted from their sequence.
+    ``kv_dir``: a directory for KV files, the disk tier (states pushed out of host memory, and every state when
+    the backend closes; the next backend on the same model starts from them), at most ``kv_disk_mb``; None (the
+    default here; ``lmchat chat`` and ``lmchat serve`` pass ``<data dir>/kv``): no disk tier. ``kv_key_file``:
+    the key that authenticates the KV files, for replicas that share ``kv_dir`` (None: ``<kv_dir>.key``, made
+    at the first start, mode 0600; see docs/backends.md). ``kv_shared``: ``kv_dir`` is shared by replicas
+    (docs/scaling.md): each turn's state is published there as it ends, and files other replicas publish are
+    found before a prompt is prefilled; their prompt tokens count as ``shared``; a ``redis://`` URL instead:
+    the same in that Redis, within ``kv_disk_mb`` (``kv_key_file`` needed)."""
+
+    host_cache_mb: float = 512
+    kv_dir: str | Path | None = None
+    kv_disk_mb: float = DEFAULT_DISK_MB
+    kv_key_file: str | Path | None = None
+    kv_shared: bool | str = False
+
+
+@attrs.frozen
+class Tuning:
+    """How the engine computes, for tests and measurements: ``flash_attn`` (llama.cpp's flash attention),
+    ``prefill_chunk`` (the most prompt tokens one step prefills), ``settle``: ``"auto"`` prefills a decoded
+    answer again only where the start-up probe finds that decoding steps compute other keys and values than a
+    prefill (docs/backends.md); ``"always"`` does it whatever the probe finds."""
+
+    flash_attn: bool = False
+    prefill_chunk: int = 256
+    settle: Settle = "auto"
+
+
 class LlamaCppBackend:
     """A GGUF model on the CPU through llama.cpp, with per-session KV kept between turns.
 
@@ -45,20 +79,8 @@ class LlamaCppBackend:
     CPUs this process may use). ``sessions``: resident sequences (llama.cpp's
     ``n_seq_max``); ``ctx``: the KV budget in tokens over all of them (each
     sequence holds ``ctx // sessions``; default ``sessions * min(4096,
-    training context)``). ``host_cache_mb``: host memory for the saved states
-    of sessions evicted from their sequence. ``kv_dir``: a directory for KV
-    files, the disk tier (states pushed out of host memory, and every state
-    when the backend closes; the next backend on the same model starts from
-    them), at most ``kv_disk_mb``; None (the default here; ``lmchat chat`` and
-    ``lmchat serve`` pass ``<data dir>/kv``): no disk tier. ``kv_key_file``:
-    the key that authenticates the KV files, for replicas that share
-    ``kv_dir`` (None: ``<kv_dir>.key``, made at the first start, mode 0600;
-    see docs/backends.md). ``kv_shared``: ``kv_dir`` is shared by replicas
-    (docs/scaling.md): each turn's state is published there as it ends, and
-    files other replicas publish are found before a prompt is prefilled;
-    their prompt tokens count as ``shared``; a ``redis://`` URL instead: the
-    same in that Redis, within ``kv_disk_mb`` (``kv_key_file`` needed).
-    ``template``: the
+    training context)``). ``kv``: the host and disk tiers of the KV cache
+    (:class:`KVTiers`). ``template``: the
     chat template name, instead of the one matched from the GGUF (its
     embedded ``tokenizer.chat_template`` when that is a built-in's official
     text, else its metadata names, else its file name: see ``lmchat match``;
@@ -67,10 +89,8 @@ class LlamaCppBackend:
     ``"auto"`` (the default: every layer when this llama.cpp build can
     offload, else 0); a number > 0 on a build that cannot is run on the CPU
     with a warning (logger ``lmchat.llamacpp``). ``backend.gpu_layers`` is
-    what was offloaded. ``settle``: ``"auto"`` (the default) prefills a
-    decoded answer again only where the start-up probe finds that decoding
-    steps compute other keys and values than a prefill (docs/backends.md);
-    ``"always"`` does it whatever the probe finds.
+    what was offloaded. ``tuning``: flash attention, the prefill chunk and
+    when answers are settled (:class:`Tuning`).
     """
 
     name = "llamacpp"
@@ -81,18 +101,13 @@ class LlamaCppBackend:
         threads: int | None = None,
         ctx: int | None = None,
         sessions: int = 4,
-        host_cache_mb: float = 512,
         template: str | None = None,
         *,
-        flash_attn: bool = False,
-        prefill_chunk: int = 256,
-        kv_dir: str | Path | None = None,
-        kv_disk_mb: float = DEFAULT_DISK_MB,
-        kv_key_file: str | Path | None = None,
-        kv_shared: bool | str = False,
+        kv: KVTiers | None = None,
         gpu_layers: int | str = "auto",
-        settle: Settle = "auto",
+        tuning: Tuning | None = None,
     ) -> None:
+        kv, tuning = kv or KVTiers(), tuning or Tuning()
         path = Path(model).expanduser() if model else default_gguf()
         if not path.is_file():
             raise BackendError(f"no such model file: {path}" + (" (a folder: give the .gguf file inside it)"
@@ -127,16 +142,17 @@ class LlamaCppBackend:
             self.template_name = template or _match(path, self._model)  # for new sessions; never used here
             get_template(self.template_name)  # an unknown name fails now, not at the first session
             disk = None
-            if kv_dir is not None and kv_disk_mb > 0:
-                budget = int(kv_disk_mb * 2**20)
-                disk = DiskTier(Path(kv_dir).expanduser(), budget,
-                                _identity(path, flash_attn=flash_attn, gpu_layers=self.gpu_layers),
-                                None if kv_key_file is None else Path(kv_key_file).expanduser(),
-                                shared=bool(kv_shared), files=_shared_files(kv_shared, budget))
-            shape = ContextShape(n_ctx=ctx, n_seq=int(sessions), threads=self.threads, prefill_chunk=prefill_chunk,
-                                 flash_attn=flash_attn)
+            if kv.kv_dir is not None and kv.kv_disk_mb > 0:
+                budget = int(kv.kv_disk_mb * 2**20)
+                disk = DiskTier(Path(kv.kv_dir).expanduser(), budget,
+                                _identity(path, flash_attn=tuning.flash_attn, gpu_layers=self.gpu_layers),
+                                None if kv.kv_key_file is None else Path(kv.kv_key_file).expanduser(),
+                                shared=bool(kv.kv_shared), files=_shared_files(kv.kv_shared, budget))
+            shape = ContextShape(n_ctx=ctx, n_seq=int(sessions), threads=self.threads,
+                                 prefill_chunk=tuning.prefill_chunk, flash_attn=tuning.flash_attn)
             self.engine: Engine | None = Engine(self._model, self.tokenizer, shape,
-                                                host_bytes=int(host_cache_mb * 2**20), disk=disk, settle=settle)
+                                                host_bytes=int(kv.host_cache_mb * 2**20), disk=disk,
+                                                settle=tuning.settle)
         except BaseException:
             L.llama_model_free(self._model)
             raise
