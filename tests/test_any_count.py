@@ -1,8 +1,9 @@
 """How often lmchat says ``Any`` (issue 40, item 1: typed records at the edges; at most 14 per 1,000 lines was
-the goal, 5.1 reached). The ceilings are today's figures: a change that adds ``Any`` where a type fits fails here,
-and one that removes some lowers them. Each module that keeps some says why at its first use (``# Any: ...``);
-values parsed from JSON are ``lmchat.jsontypes.JSON``/``JSONObject`` (object-valued: checked before use). The server's edges (lmchat/serve: its request and response bodies, chain and
-conversation items, ``response_format``) hold the fewest: what remains there is named in ``SERVE_KEPT``.
+the goal, 5.1 reached). The ceilings are today's figures: a change that adds ``Any`` where a type fits fails
+here, and one that removes some lowers them. Each module that keeps some says why at its first use
+(``# Any: ...``); values parsed from JSON are ``lmchat.jsontypes.JSON``/``JSONObject`` (object-valued: checked
+before use). The server's edges (lmchat/serve: its request and response bodies, chain and conversation items,
+``response_format``) hold the fewest: what remains there is named in ``SERVE_KEPT``.
 """
 from __future__ import annotations
 
