@@ -353,13 +353,15 @@ AT_START = {"a FIFO": (lambda p: _replace(p, os.mkfifo), "is a FIFO, not a regul
             "a truncated file": (lambda p: p.write_bytes(p.read_bytes()[:-1000]), "is truncated")}
 
 
-@pytest.mark.parametrize("damage", list(AT_START))
-def test_the_server_starts_over_damage_and_says_why_it_prefilled(tmp_path, damage):
-    openai = pytest.importorskip("openai")
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """A data dir as a server stopped with SIGTERM left it after two turns of a session (its store, KV files and
+    key), the conversation so far with the next question, and a cold server's greedy answer to it."""
+    pytest.importorskip("openai")
     pytest.importorskip("fastapi")
-    env = {"LMCHAT_DATA_DIR": str(tmp_path)}
+    root = tmp_path_factory.mktemp("served")
     history = [{"role": "system", "content": SYSTEM}]
-    s = Server(*ENGINE, env=env)
+    s = Server(*ENGINE, env={"LMCHAT_DATA_DIR": str(root)})
     try:
         for q in QUESTIONS[:2]:
             history.append({"role": "user", "content": q})
@@ -370,14 +372,28 @@ def test_the_server_starts_over_damage_and_says_why_it_prefilled(tmp_path, damag
         s.proc.send_signal(signal.SIGTERM)  # a clean stop: the engine writes its states to the KV directory
         s.proc.wait(timeout=60)
         s.stop()
-    files = sorted((tmp_path / "kv").glob("*.kv"), key=lambda p: p.stat().st_size)
+    history.append({"role": "user", "content": QUESTIONS[2]})
+    cold = InProcess("--backend", "llamacpp", "--threads", "1", "--ctx", "2048", "--sessions", "1",
+                     "--kv-host-mb", "0", "--kv-disk-mb", "0")
+    try:
+        reference = cold.openai(timeout=600).chat.completions.create(messages=history, **ASK)
+    finally:
+        cold.stop()
+    return root, history, reference.choices[0].message.content
+
+
+@pytest.mark.parametrize("damage", list(AT_START))
+def test_the_server_starts_over_damage_and_says_why_it_prefilled(served, tmp_path, damage):
+    root, history, reference = served
+    data = tmp_path / "data"
+    shutil.copytree(root, data)
+    files = sorted((data / "kv").glob("*.kv"), key=lambda p: p.stat().st_size)
     assert files
     make, words = AT_START[damage]
     for path in files:  # every state the session could start from
         make(path)
-    s = Server(*ENGINE, "--log-level", "info", env=env)  # a FIFO read at the start: never listens, ready() gives up
-    try:
-        history.append({"role": "user", "content": QUESTIONS[2]})
+    s = Server(*ENGINE, "--log-level", "info", env={"LMCHAT_DATA_DIR": str(data)})  # a FIFO read at the start:
+    try:  # never listens, ready() gives up
         r = s.openai(timeout=600).chat.completions.create(messages=history,
                                                          extra_headers={"X-Session-Id": "durable"}, **ASK)
         details = r.usage.prompt_tokens_details.model_extra
@@ -389,14 +405,7 @@ def test_the_server_starts_over_damage_and_says_why_it_prefilled(tmp_path, damag
         assert not any(os.path.lexists(p) for p in files)
     finally:
         s.stop()
-    cold = InProcess("--backend", "llamacpp", "--threads", "1", "--ctx", "2048", "--sessions", "1",
-                     "--kv-host-mb", "0", "--kv-disk-mb", "0")
-    try:
-        reference = cold.openai(timeout=600).chat.completions.create(messages=history, **ASK)
-    finally:
-        cold.stop()
-    assert r.choices[0].message.content == reference.choices[0].message.content
-    assert openai  # the real client, as the ecosystem's
+    assert r.choices[0].message.content == reference  # the real openai client, as the ecosystem's
 
 
 def test_the_key_file_option_is_documented_and_llamacpp_only(tmp_path, capsys):
