@@ -143,3 +143,18 @@ def test_a_cache_that_cannot_be_written_costs_only_the_probe(tmp_path, monkeypat
     found = start()
     assert not found["kept"] and found["pair_rows"] and found["exact_steps"]  # the bundled model's, measured
     assert "its answers are not kept" in caplog.text
+
+
+def test_a_build_whose_libraries_cannot_be_named_keeps_no_answer(cache):
+    """The key names the library files through a private attribute of llama-cpp-python's bindings: where a
+    version lacks it, the engine measures at every start rather than keep an answer it could not tell apart."""
+    import types
+
+    from lmchat.backends.llamacpp._lib import lib
+    from lmchat.backends.llamacpp.probecache import probe_key
+
+    L = lib()
+    assert probe_key(L, ("shape",)) is not None
+    without = types.ModuleType("bindings without _lib")
+    without.__dict__.update({k: v for k, v in vars(L).items() if k != "_lib"})
+    assert probe_key(without, ("shape",)) is None

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -99,13 +100,13 @@ def probe_steps(L: ModuleType, ctx: llama_context_p, batch: Any, mem: Any, n_voc
     if shape in _MEASURED:
         return _MEASURED[shape]
     cache = open_cache()
+    key = probe_key(L, shape) if cache is not None else None
     try:
-        key = probe_key(L, shape)
-        kept = cache.get(key) if cache is not None else None
+        kept = cache.get(key) if cache is not None and key is not None else None
         result = _from_kept(kept) if kept is not None else None
         if result is None:
             result = _measure(L, ctx, batch, mem, n_vocab, seq)
-            if cache is not None and result.max_diff == result.max_diff:  # NaN: not measured, not kept
+            if cache is not None and key is not None and not math.isnan(result.max_diff):  # NaN: not measured
                 cache.put(key, _kept(result))
         else:
             log.info("llama.cpp step probe: %s (measured before on this model, build and CPU: %s)",

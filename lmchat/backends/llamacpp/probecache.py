@@ -39,17 +39,24 @@ _MAC_BYTES = 32
 DIR_NAME = "step-probes"
 
 
-def probe_key(L: ModuleType, shape: tuple[object, ...]) -> dict[str, object]:
+def probe_key(L: ModuleType, shape: tuple[object, ...]) -> dict[str, object] | None:
     """What the probe's answer depends on: ``shape`` (the model and the context, as the engine describes them),
-    the llama.cpp build (its library files and the kernels it reports) and the CPU."""
+    the llama.cpp build (its library files and the kernels it reports) and the CPU; None for a build whose
+    files cannot be named (its answer is then measured every time, never kept)."""
     import llama_cpp
 
-    lib_dir = Path(L._lib._name).parent  # the shared libraries llama-cpp-python loaded: libllama, libggml-cpu...
+    # the shared libraries llama-cpp-python loaded (libllama, libggml-cpu...): a private name of its bindings
+    lib_name = getattr(getattr(L, "_lib", None), "_name", None)
+    if not isinstance(lib_name, str):
+        return None
     files = []
-    for path in sorted(lib_dir.iterdir()):
-        if ".so" in path.name or path.suffix in (".dylib", ".dll"):
-            st = path.stat()
-            files.append([str(path), st.st_size, st.st_mtime_ns])
+    try:
+        for path in sorted(Path(lib_name).parent.iterdir()):
+            if ".so" in path.name or path.suffix in (".dylib", ".dll"):
+                st = path.stat()
+                files.append([str(path), st.st_size, st.st_mtime_ns])
+    except OSError:
+        return None
     return {"shape": [v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in shape],
             "llama_cpp": llama_cpp.__version__, "libraries": files,
             "kernels": L.llama_print_system_info().decode("utf-8", "replace").strip(),
