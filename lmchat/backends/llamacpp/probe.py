@@ -137,8 +137,8 @@ def _verdict(result: StepProbe) -> str:
     return ("one-row steps {} a prefill's logits (max difference {:.3g}), two-row steps {}{}".format(
         "give" if result.one_row_exact else "do not give", result.max_diff,
         "do" if result.two_row_exact else "do not",
-        ": every sequence gets two rows per llama_decode (llamafile's sgemm in this build; one built with "
-        "CMAKE_ARGS=-DGGML_LLAMAFILE=OFF decodes one exact row instead, faster: docs/backends.md)"
+        ": every sequence gets two rows per llama_decode (llamafile's sgemm in this build; scripts/install-engine "
+        "installs one that decodes one exact row instead, faster: docs/backends.md)"
         if result.pair_rows else ""))
 
 

@@ -1,0 +1,38 @@
+"""scripts/install-engine (README commands 1 and 2): the folder its wheel is kept in is named by everything the
+build depends on, so a wheel built with other options (pip's default build above all) is never taken for it.
+Compiling takes ~7 minutes, so the suite checks the naming with ``--where``; .ci/run and .ci/extras run the
+script for real, and tests/test_batch_invariance.py checks that the probe finds the build installed."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "install-engine"
+
+
+def _where(tmp_path: Path, **env: str) -> Path:
+    base = {k: v for k, v in os.environ.items() if k not in ("CMAKE_ARGS", "LMCHAT_LLAMA_CPP_VERSION")}
+    done = subprocess.run([str(SCRIPT), "--where"], env={**base, "XDG_CACHE_HOME": str(tmp_path),
+                                                         "PYTHON": sys.executable, **env},
+                          capture_output=True, text=True, timeout=30, check=True)
+    return Path(done.stdout.strip())
+
+
+def test_the_wheel_folder_is_in_lmchats_cache_and_named_by_version_and_options(tmp_path):
+    default = _where(tmp_path)
+    assert default.parent == tmp_path / "lmchat" / "wheels"
+    assert default.name.startswith("llama-cpp-python-0.3.36-")
+    assert _where(tmp_path) == default  # the same machine and options find the same wheel again
+    others = {_where(tmp_path, CMAKE_ARGS="-DGGML_CUDA=ON"), _where(tmp_path, LMCHAT_LLAMA_CPP_VERSION="0.3.37")}
+    assert default not in others and len(others) == 2
+    assert _where(tmp_path, LMCHAT_LLAMA_CPP_VERSION="0.3.37").name.startswith("llama-cpp-python-0.3.37-")
+
+
+def test_an_unknown_argument_is_refused_before_anything_is_built(tmp_path):
+    done = subprocess.run([str(SCRIPT), "--now"], env={**os.environ, "XDG_CACHE_HOME": str(tmp_path)},
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2 and "unknown argument '--now'" in done.stderr
+    assert not (tmp_path / "lmchat").exists()
+
