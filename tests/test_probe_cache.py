@@ -141,7 +141,7 @@ def test_a_cache_that_cannot_be_written_costs_only_the_probe(tmp_path, monkeypat
     monkeypatch.setenv("LMCHAT_CACHE_DIR", str(blocked))
     monkeypatch.setattr(probe, "_MEASURED", {})
     found = start()
-    assert not found["kept"] and found["pair_rows"] and found["exact_steps"]  # the bundled model's, measured
+    assert not found["kept"] and found["exact_steps"]  # the bundled model's, measured (one row or paired rows)
     assert "its answers are not kept" in caplog.text
 
 
