@@ -42,7 +42,8 @@ log = logging.getLogger("lmchat.llamacpp")
 @attrs.frozen
 class KVTiers:
     """Where a session's KV goes when it leaves its llama.cpp sequence (docs/backends.md, "Where a session's KV
-    lives"). ``host_cache_mb``: host memory for the saved states of sessions evicted from their sequence.
+    lives"). ``host_cache_mb``: host memory for the saved states of sessions evicted from their sequence, every
+    buffer counted (the spare one the next eviction or copy writes into too); a bound, not a reservation.
     ``kv_dir``: a directory for KV files, the disk tier (states pushed out of host memory, and every state when
     the backend closes; the next backend on the same model starts from them), at most ``kv_disk_mb``; None (the
     default here; ``lmchat chat`` and ``lmchat serve`` pass ``<data dir>/kv``): no disk tier. ``kv_key_file``:

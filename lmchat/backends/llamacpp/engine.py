@@ -50,6 +50,7 @@ from ..base import Chunk, GenerationRequest
 from ._lib import lib
 from .commands import Call, Close, Command, Drop, Expect, Rewind
 from .grammars import Grammars
+from .hostcache import HostCache
 from .inspection import Inspection
 from .jobs import Job
 from .kvfiles import DiskEntry, DiskTier
@@ -58,7 +59,7 @@ from .prefix import PrefixIndex
 from .probe import Settle, probe_steps
 from .reuse import PrefixReuse
 from .sampler import answer_sampling
-from .sequences import HostCache, SequencePool, SessionState
+from .sequences import SequencePool, SessionState
 from .shape import ContextShape
 from .steps import StepRules, Steps
 from .vocab import LlamaVocab

@@ -8,9 +8,10 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .hostcache import HostCache
     from .probe import StepProbe
     from .reuse import PrefixReuse
-    from .sequences import HostCache, SequencePool, SessionState
+    from .sequences import SequencePool, SessionState
     from .steps import Steps
 
 
@@ -74,7 +75,8 @@ class Inspection:
         out = {"resident": len(resident), "sequences": len(self.pool.owner), "resident_tokens": held,
                "resident_orphans": sum(s.orphan for s in resident),
                "host_sessions": len(self.host), "host_bytes": self.host.nbytes, "host_budget": self.host.budget,
-               "host_tokens": sum(len(s.ids) for s in self.host.states()),
+               "host_tokens": sum(len(s.ids) for s in self.host.states()), "host_spare_bytes": self.host.spare_bytes,
+               "host_buffers_reused": self.host.buffers_reused, "host_buffers_new": self.host.buffers_new,
                "orphans": len(self.prefix.orphans), "evictions": self.pool.evictions, "restores": self.pool.restores,
                "host_dropped": self.host.dropped, "evict_seconds": self.pool.evict_seconds,
                "restore_seconds": self.pool.restore_seconds, "indexed": len(self.prefix.index),

@@ -5,7 +5,7 @@ and values it holds, and where they are -- in a sequence of the shared llama
 context (``seq``), or saved with ``llama_state_seq_get_data`` into host memory
 (``blob``). :class:`SequencePool` hands sequence ids to sessions, evicting the
 least recently used idle session to the host cache when none is free;
-:class:`HostCache` bounds the saved states in bytes, dropping the oldest
+:class:`.hostcache.HostCache` bounds the saved states in bytes, dropping the oldest
 beyond the budget (their next turn rebuilds from ``request.prompt()``).
 Everything here runs on the scheduler thread, which owns the context.
 """
@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import ctypes
 import time
-from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 import attrs
 
 from ._lib import lib
+from .hostcache import HostCache
 
 if TYPE_CHECKING:
     from llama_cpp.llama_cpp import llama_context_p, llama_memory_t
@@ -94,54 +94,6 @@ class SessionState:
         return "resident" if self.seq is not None else "host" if self.blob is not None else None
 
 
-class HostCache:
-    """Saved sequence states, bounded by ``budget`` bytes, pushed out by :meth:`SessionState.eviction_rank`."""
-
-    def __init__(self, budget: int) -> None:
-        self.budget = budget
-        self.nbytes = 0
-        self._states: OrderedDict[SessionState, None] = OrderedDict()
-        self.saved = self.dropped = 0
-
-    def put(self, state: SessionState) -> list[SessionState]:
-        """Keep ``state`` (its ``blob`` set); returns the states pushed out to stay within budget (maybe
-        itself), their blobs and ids still set: the caller moves them to disk or forgets them."""
-        blob = state.blob
-        assert blob is not None, "put with its blob set"
-        if len(blob) > self.budget:  # larger than the whole budget: out at once rather than everything else
-            self.dropped += 1
-            return [state]
-        self._states[state] = None
-        self.nbytes += len(blob)
-        self.saved += 1
-        gone = []
-        now = time.monotonic()
-        while self.nbytes > self.budget and self._states:
-            old = min(self._states, key=lambda s: s.eviction_rank(now))
-            del self._states[old]
-            assert old.blob is not None, "every state kept here has its blob"
-            self.nbytes -= len(old.blob)
-            gone.append(old)
-            self.dropped += 1
-        return gone
-
-    def take(self, state: SessionState) -> bytearray | None:
-        """Remove and return the saved state of ``state`` (None if it has none)."""
-        if state not in self._states:
-            return None
-        del self._states[state]
-        blob, state.blob = state.blob, None
-        assert blob is not None, "every state kept here has its blob"
-        self.nbytes -= len(blob)
-        return blob
-
-    def states(self) -> list[SessionState]:
-        return list(self._states)
-
-    def __len__(self) -> int:
-        return len(self._states)
-
-
 class SequencePool:
     """The context's sequence ids, lent to sessions; state moves between the context and the host cache."""
 
@@ -154,7 +106,6 @@ class SequencePool:
         self.owner: list[SessionState | None] = [None] * n_seq
         self.evictions = self.restores = 0
         self.evict_seconds = self.restore_seconds = 0.0  # time spent saving and restoring states
-        self._scratch = bytearray()  # copies between sequences go through it (copy)
 
     def free_seq(self) -> int | None:
         """The lowest free sequence id (decoders with adjacent ids share one llama.cpp micro-batch)."""
@@ -178,7 +129,9 @@ class SequencePool:
             return not state.ids
         ids, unfed, decoded, shifted, rewound = state.ids, state.unfed, state.decoded_at, state.shifted_at, \
             state.rewound
-        if not self.load(state, blob, len(ids)):
+        loaded = self.load(state, blob, len(ids))
+        self.host.recycle(blob)  # in the sequence now: the next eviction writes into it
+        if not loaded:
             return False
         state.ids, state.unfed, state.decoded_at, state.shifted_at, state.rewound = ids, unfed, decoded, shifted, \
             rewound
@@ -206,30 +159,33 @@ class SequencePool:
         """A copy of what sequence ``seq`` holds (None: llama.cpp wrote nothing)."""
         started = time.perf_counter()
         size = self._L.llama_state_seq_get_size(self.ctx, seq)
-        blob = bytearray(size)
+        blob = self.host.buffer(size)
         n = self._L.llama_state_seq_get_data(self.ctx, (ctypes.c_uint8 * size).from_buffer(blob), size, seq)
         self.evict_seconds += time.perf_counter() - started
         if n == 0:
+            self.host.recycle(blob)
             return None
         del blob[n:]
         return blob
 
     def copy(self, donor_seq: int, state: SessionState, n_held: int) -> bool:
         """Make ``state``'s sequence hold what sequence ``donor_seq`` holds (``n_held`` ids), checked as
-        :meth:`load` checks, through a buffer the pool keeps for copies (it grows to the largest state copied).
+        :meth:`load` checks, through the host tier's spare buffer (counted in its budget).
         A fresh buffer's first touch was most of a copy's time: 30 ms of page faults for the 43 MB of a
         1,869-id state against 6 ms of copying out (SmolLM2, 23 KB an id). llama.cpp's own copy between
         sequences (``llama_memory_seq_cp``) copies a whole stream at the next ``llama_decode``: a state saved
         or restored before then would be read or overwritten first."""
         size = self._L.llama_state_seq_get_size(self.ctx, donor_seq)
-        if len(self._scratch) < size:
-            self._scratch = bytearray(size)
+        buf = self.host.buffer(size)
         started = time.perf_counter()
-        out = (ctypes.c_uint8 * size).from_buffer(self._scratch)
+        out = (ctypes.c_uint8 * size).from_buffer(buf)
         n = self._L.llama_state_seq_get_data(self.ctx, out, size, donor_seq)
-        del out  # a view of the scratch buffer
+        del out  # a view of the buffer
         self.evict_seconds += time.perf_counter() - started
-        return n > 0 and self.load(state, memoryview(self._scratch)[:n], n_held)
+        with memoryview(buf)[:n] as view:  # not cut to n: the buffer keeps its allocation for the next one
+            copied = n > 0 and self.load(state, view, n_held)
+        self.host.recycle(buf)
+        return copied
 
     def evict(self, state: SessionState) -> list[SessionState]:
         """Save ``state``'s sequence to the host cache and free it; returns the states pushed out of the
