@@ -1,11 +1,15 @@
 """The llama.cpp engine's host tier and the memory under it (docs/backends.md, "Memory"): its budget counts every
 buffer it holds (the spare a copy between sequences or a restore leaves included), an eviction writes into the
-buffer a restore freed instead of a new one.
+buffer a restore freed instead of a new one, and large freed blocks go back to the system.
 
-What is asserted is what the buffers allocate (tracemalloc sees every bytearray's allocation), and their identity:
-no RSS threshold, no timing."""
+What is asserted is what the buffers allocate (tracemalloc sees every bytearray's allocation), their identity, and
+glibc's own count of mapped bytes: no RSS threshold, no timing."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
 import tracemalloc
 
 import pytest
@@ -113,3 +117,32 @@ def test_an_eviction_writes_into_the_buffer_a_restore_freed(traced):
     turn(traced, b, "Bye!", greedy(8))  # c (shorter than a) out, into the spare: no new buffer
     assert engine.call(lambda: engine.sessions[c.session_id].blob) is saved
     assert engine.call(lambda: engine.host.buffers_reused) == reused + 1 and not engine.call(engine.problems)
+
+
+# ---------------------------------------------------------------------------------------------- the process
+def _fresh(code: str) -> str:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          check=True, env={k: v for k, v in os.environ.items() if "MALLOC" not in k}).stdout.strip()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
+def test_freed_state_sized_blocks_go_back_to_the_system():
+    # glibc raises its mmap threshold to the size of each mapped block freed: the next block below it comes
+    # from a heap, where it stays once freed. The engine's library fixes the threshold: each one is mapped
+    out = _fresh("""
+        import ctypes
+        from lmchat.backends.llamacpp import _lib
+
+        class Info(ctypes.Structure):
+            _fields_ = [(n, ctypes.c_size_t) for n in
+                        "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
+        mallinfo2 = ctypes.CDLL(None).mallinfo2
+        mallinfo2.restype = Info
+        _lib.lib()
+        state = bytearray(24 << 20)
+        del state  # a state freed
+        before = mallinfo2().hblkhd
+        block = bytearray(20 << 20)  # the next, a little smaller
+        print(mallinfo2().hblkhd - before >= 20 << 20)
+    """)
+    assert out == "True"

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import BackendError
 from ...extras import needs
+from .allocator import map_large_blocks
 
 if TYPE_CHECKING:
     from llama_cpp.llama_cpp import llama_model_p, llama_model_params
@@ -56,6 +57,7 @@ def lib() -> ModuleType:
             # reads this once, when it loads; what the user set wins
             if "OMP_WAIT_POLICY" not in os.environ:
                 os.environ.setdefault("GOMP_SPINCOUNT", SPIN_COUNT)
+            map_large_blocks()  # KV states, tens of MB each, go back to the system when freed
             with needs("the llamacpp backend", "local"):
                 import llama_cpp.llama_cpp as L
 
