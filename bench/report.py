@@ -78,19 +78,26 @@ SECTIONS = {
     ),
     "kv_cache": (
         "KV reuse for every client: lmchat serve vs llama-server vs llama-cpp-python's server",
-        ("The three servers over HTTP on the same GGUF and thread count, one at a time, each started fresh per "
+        ("The servers over HTTP on the same GGUF and thread count, one at a time, each started fresh per "
          "workload (`python -m bench kv_cache`; `bench/build_llama_server.sh` builds llama.cpp's own "
-         "`llama-server` from the llama.cpp llama-cpp-python ships): a stateless client resending its "
+         "`llama-server` from the llama.cpp llama-cpp-python ships; `--servers` chooses, and this run left "
+         "llama-cpp-python's server out): a stateless client resending its "
          "history (at once, and 0.5 s after each answer), concurrent conversations sharing a ~1,000-token "
          "system prompt, conversations with session ids, a branch, the turn after a graceful restart, and "
-         "memory. lmchat's cache holds only what a prefill computes, so no answer depends on it "
-         "(docs/backends.md, 'Where a session's KV lives'): its engine prefills each answer again (the "
-         "`settled` column) with capacity no request is using, or with the next request when that comes "
-         "first; the llama.cpp servers reuse the keys and values they decoded one token at a time. Where "
-         "lmchat is behind (a client that sends its next request the instant an answer ends; sessions that "
-         "keep both cores busy, so that no capacity is left to settle answers), the difference is that second "
-         "prefill of each answer: the price of answers that never depend on the cache. Single TTFT samples "
-         "(turn 1, 10, 30) vary by tens of milliseconds from run to run. `--quick` runs smaller sizes (10 "
+         "memory. No answer depends on lmchat's cache (docs/backends.md, 'Which steps are exact'): README "
+         "command 1 installs llama-cpp-python built without llamafile's sgemm (`scripts/install-engine`), "
+         "where a one-row step computes what a prefill computes, so the engine decodes one row per sequence "
+         "and keeps every decoded token as decoded; what is `settled` is only the few ids of a drift rewind "
+         "(an answer whose text re-encodes to other ids), in the pause before the next request or with it. "
+         "llama-server decodes one row too, with llamafile's sgemm, whose values differ in the last bits from a "
+         "prefill's. This run: commit cf7b5a0, a nearly idle machine (the load under the tables). lmchat is "
+         "behind where the row is one turn's TTFT of a single client (turn 1 and 10, single samples: the build "
+         "without llamafile's sgemm prefills about 9% slower, `python -m bench builds`, and without the pause "
+         "the next request prefills a drift rewind's few ids itself: the evaluated column) and "
+         "where eight sessions keep both cores decoding (`sessions`: 31.0 s against 25.9; the same workload "
+         "took 55.9 s on the default build, two rows a sequence). Memory: docs/backends.md, 'Memory'. "
+         "Single TTFT samples (turn 1, 10, 30) vary by tens of milliseconds from run to run. `--quick` runs "
+         "smaller sizes (10 "
          "turns, 8 x 2 and 4 x 4 conversations)."),
     ),
     "drift": (
