@@ -124,14 +124,21 @@ def test_a_forced_tool_of_nested_pydantic_models_is_called_with_valid_arguments(
     assert "$defs" in parameters
     client = llama_app.openai(timeout=600)
     ask = [{"role": "user", "content": "Plan a trip from Paris to Rome."}]
+    # a sampled call can run into max_tokens (seed 2 on the exact build writes a number of endless digits, which
+    # the schema allows): such a call says so (finish_reason "length") and is not checked; the others must be valid
+    ended = 0
     for seed in SEEDS:
         r = client.chat.completions.create(
             model="smollm2", messages=ask, temperature=0.8, seed=seed, max_tokens=120, parallel_tool_calls=False,
             tools=[tool(parameters, "plan_trip")], tool_choice={"type": "function", "function": {"name": "plan_trip"}})
         [call] = r.choices[0].message.tool_calls
         assert call.function.name == "plan_trip"
+        if r.choices[0].finish_reason == "length":
+            continue
+        ended += 1
         jsonschema.validate(json.loads(call.function.arguments), parameters)
         Trip.model_validate_json(call.function.arguments)
+    assert ended >= 2, "most sampled calls end within 120 tokens"
     # the Responses API takes no seed, so its call is greedy: sampled, one in a few clean-clone CI runs was cut
     # inside a string (at 120 output tokens, then at 400: a cut call is no call); the sampled calls are chat's above
     got = client.responses.create(model="smollm2", input=ask[0]["content"], temperature=0, max_output_tokens=400,
