@@ -190,7 +190,12 @@ def test_hostile_text_runs_nothing_and_the_page_fits_a_phone(browser, echo):
     shot(page, "phone-chats")
     page.get_by_role("button", name="Close chats").click()
     page.get_by_role("navigation", name="Chats").wait_for(state="hidden")
-    assert [e for e in page.errors if "401" not in e] == []
+    # Chromium 156 reports an inline handler as blocked by the page's CSP when the sanitizer's inert document
+    # parses it (DOMParser, a <template> too), before any check removes it: the CSP doing its work, and nothing
+    # ran (window.pwned above). Any other error, or a report of something not blocked, fails.
+    blocked = [e for e in page.errors if e.startswith("Executing inline event handler violates")
+               and "The action has been blocked" in e and "/static/vendor/purify.es.mjs" in e]
+    assert [e for e in page.errors if "401" not in e and e not in blocked] == []
 
 
 def test_two_keys_in_two_browsers_see_only_their_own(browser, echo):
