@@ -43,9 +43,11 @@ from lmchat.errors import ConfigError  # noqa: E402
 from .llama_helpers import THREADS, greedy, llama_greedy, new_session, request_ids, turn  # noqa: E402
 from .serve_helpers import InProcess, Server  # noqa: E402
 
+#: session A's system prompt (79 ids): A's state must make a KV file (kvfiles.MIN_IDS, 64 ids) and hold more ids
+#: than B's; every case prefills all of it again, so no longer than that needs (it was 289 ids, 12 rules)
 SYSTEM = ("You are the support assistant of a bicycle shop. " + " ".join(
     f"Rule {i}: answer politely, mention the shop's opening hours only when asked, and keep every answer "
-    f"short." for i in range(1, 13)))
+    f"short." for i in range(1, 4)))
 OTHER = "You translate everything the user says into French, word for word, and add nothing. " * 3
 QUESTIONS = ["Do you repair brakes?", "How long does it take?", "And gears?"]
 #: a start or a turn of the bundled model takes a few seconds; a wait on a FIFO, forever
