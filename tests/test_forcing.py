@@ -311,6 +311,12 @@ SAMPLED = ["llama3.1", "mistral-v0.3", "granite3", "internlm2", "glm4", "deepsee
            "functionary-v3.1", "functionary-v3.2", "firefunction-v2", "gemma4-e4b"]
 
 
+#: a system prompt for the templates whose own default one is long: it takes the default's place (Mistral Small
+#: 3.2's: 750 prompt ids become 231; Granite 3's and 3.3's dated one: 470 become 364 and 366). What the model
+#: reads before the forced call is not what is checked here, and the bundled model knows none of these formats
+SHORT_SYSTEM = dict.fromkeys(["mistral-small-3.2", "granite3", "granite-3.3"], "You give weather forecasts.")
+
+
 def test_every_family_samples_a_valid_call(backend):
     """One sampled call per syntax, named (tool_choice a function) and required (any tool) in turn: the two
     grammars of every syntax are checked on both vocabularies above; sampling each syntax once shows the engine
@@ -321,7 +327,8 @@ def test_every_family_samples_a_valid_call(backend):
     for k, template in enumerate(SAMPLED):
         for seed, names in [((0, ["get_weather"]), (1, None))[k % 2]]:
             constraint = forced_for_a_small_model(template, names, backend.tokenizer.added)
-            r = mgr.run_turn(TurnRequest(mgr.oneoff(tools=TOOLS, template=template), ask, max_new_tokens=120,
+            session = mgr.oneoff(tools=TOOLS, template=template, system=SHORT_SYSTEM.get(template))
+            r = mgr.run_turn(TurnRequest(session, ask, max_new_tokens=120,
                                          params={"temperature": 0.8, "seed": seed, "constraint": constraint}))
             assert r.finish_reason in ("stop", "tool_calls"), (template, seed, r.text)
             [call] = r.parsed.tool_calls
