@@ -22,9 +22,20 @@ openai = pytest.importorskip("openai")
 
 from .serve_helpers import InProcess, Server  # noqa: E402
 
-SYSTEM = ("You are the support assistant of a bicycle shop. " + " ".join(
-    f"Rule {i}: answer politely, mention the opening hours only when asked, and keep every answer short."
-    for i in range(1, 31)))  # about 630 tokens, as in the measurement
+
+def shop_rules(n: int) -> str:
+    return "You are the support assistant of a bicycle shop. " + " ".join(
+        f"Rule {i}: answer politely, mention the opening hours only when asked, and keep every answer short."
+        for i in range(1, n + 1))
+
+
+SYSTEM = shop_rules(30)  # about 630 tokens, as in the measurement
+#: about 270 tokens (still two prefill chunks of 256), for the workloads that reuse a whole conversation: the
+#: share of a turn's prompt that its cache serves is what they check, and with a shorter system prompt the
+#: system prompt alone no longer reaches their 80% (turns 3 to 8 of the stateless client: 66% of the prompt ids,
+#: where SYSTEM's were 83%; the turn after a restart: 74%, where SYSTEM's were 87%). Each reference turn is a
+#: fresh prefill of its whole prompt: 1,302 ids for four turns, where SYSTEM's took 2,886
+SHORT_SYSTEM = shop_rules(12)
 QUESTIONS = ["Do you repair brakes?", "How long does it take?", "And gears?", "Is it expensive?",
              "Can I wait in the shop?", "Do you sell helmets?", "What colours?", "Thanks!"]
 ASK = {"model": "smollm2", "temperature": 0, "max_tokens": 12}
@@ -71,12 +82,12 @@ def cold():
 
 
 def test_a_stateless_client_reuses_its_previous_requests(server, cold):
-    rows = stateless_chat(client(server), 8)
+    rows = stateless_chat(client(server), 8, system=SHORT_SYSTEM)
     later = rows[2:]  # the measurement: turns 3 to 8
     assert sum(r[1] for r in later) >= 0.8 * sum(r[2] for r in later), rows
     assert all(r[3] == "resident" for r in later)
     c = client(cold)
-    reference = stateless_chat(c, 4, between=lambda: c.chat.completions.create(
+    reference = stateless_chat(c, 4, system=SHORT_SYSTEM, between=lambda: c.chat.completions.create(
         messages=[{"role": "user", "content": "Name a colour."}], **ASK))
     assert all(r[1] == 0 for r in reference), reference
     assert [r[0] for r in reference] == [r[0] for r in rows[:4]]
@@ -116,7 +127,7 @@ def test_a_responses_branch_and_a_cut_chat_history_start_from_the_branch_point(s
 def test_a_restart_restores_the_sessions_kv_from_disk(tmp_path):
     env = {"LMCHAT_DATA_DIR": str(tmp_path)}
     s = Server(*ENGINE, env=env)
-    history = [{"role": "system", "content": SYSTEM}]
+    history = [{"role": "system", "content": SHORT_SYSTEM}]
     try:
         c = client(s)
         for q in QUESTIONS[:3]:
