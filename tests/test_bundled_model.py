@@ -96,8 +96,9 @@ def test_another_family_under_another_name_gets_its_own_template(tmp_path, tmp_p
 
 
 def test_resume_restores_the_conversations_kv_from_disk(tmp_path):
-    """`lmchat chat`, leave, `lmchat chat --resume` with the defaults: the engine's KV comes back from the file
-    the first process wrote at exit (under the data dir), checked, and the next turn prefills only its message."""
+    """`lmchat chat`, leave, `lmchat chat --resume` with the default store and KV directory: the engine's KV comes
+    back from the file the first process wrote at exit (under the data dir), checked, and the next turn prefills
+    only its message."""
     env = {**os.environ, "LMCHAT_DATA_DIR": str(tmp_path)}
 
     def chat(lines: list[str], *args: str) -> subprocess.CompletedProcess:
@@ -105,18 +106,22 @@ def test_resume_restores_the_conversations_kv_from_disk(tmp_path):
                               input="".join(line + "\n" for line in lines), capture_output=True, text=True,
                               timeout=300, env=env)
 
-    first = chat(["What is the capital of France?", "And of Italy?"])
+    # answers of at most 32 tokens (the setting is saved with the session: the resumed one keeps it). An answer
+    # cut there is restored as one that ended (the id sampled last is never fed, an end marker or not); with the
+    # default 512, the three answers' rambling made the test take 10 to 58 s
+    first = chat(["/set max_new_tokens 32", "What is the capital of France?", "And of Italy?"])
     assert first.returncode == 0, first.stderr[-500:]
     assert list((tmp_path / "kv").glob("*.kv"))
-    one_shot = subprocess.run([sys.executable, "-m", "lmchat", "chat", "--threads", "1", "Hi!"], capture_output=True,
-                              text=True, timeout=300, env=env)
+    one_shot = subprocess.run([sys.executable, "-m", "lmchat", "chat", "--threads", "1", "--max-new-tokens", "32",
+                               "Hi!"], capture_output=True, text=True, timeout=300, env=env)
     assert one_shot.returncode == 0, one_shot.stderr[-500:]  # a one-shot: not saved, --resume never lands on it
     again = chat(["/show cache", "And of Spain?", "/show cache"], "--resume")
     assert again.returncode == 0, again.stderr[-500:]
     lines = [line for line in again.stdout.splitlines() if "tokens are cached" in line]
     restored, after = (re.match(r"(\d+) of this conversation's (\d+) tokens are cached, in (.+?):", line).groups()
                        for line in lines)
-    # all of it but the end marker the model sampled last (never fed through it), the answer included
+    # all of it but the id the model sampled last (never fed through it: the end marker, or the answer's last id
+    # when max_new_tokens cut it), the answer included
     assert restored[2] == "a KV file on disk" and int(restored[0]) == int(restored[1]) - 1
     # and the turn after: the whole conversation before it (its own answer too, once the engine settled it)
     assert after[2] == "this session's own sequence" and int(after[0]) >= int(restored[1])
