@@ -231,15 +231,20 @@ def test_reset_and_text_only_sessions(backend):
 
 
 # ---------------------------------------------------------------------------------------------- eviction
-def test_eviction_to_host_and_restore(backend):
-    reference, ref_turns, _ = converse(backend, QUESTIONS[:2])
+def test_eviction_to_host_and_restore(backend, llm):
+    # (``backend``, unused, keeps the test in the group of the module's backend: on the worker whose ``llm`` has
+    # computed the reference below for test_greedy_turns_equal_llama_generate)
     with LlamaCppBackend(threads=THREADS, sessions=1, ctx=1024) as small:
         a, b = new_session(small), new_session(small)
         first, first_last, _ = turn(small, a, QUESTIONS[0])
+        prompts = [request_ids(a, first, first_last)]
         turn(small, b, QUESTIONS[0])  # takes the only sequence: a's state goes to the host cache
         assert (small.where(a.session_id), small.where(b.session_id)) == ("host", "resident")
         ids, last, delta = turn(small, a, QUESTIONS[1])  # restored, not prefilled again
-        assert [first, ids] == reference
+        prompts.append(request_ids(a, ids, last))
+        # the reference: each turn from a fresh prefill (the first two of test_greedy_turns_equal_llama_generate,
+        # computed once a worker: it was this conversation again on the module's backend)
+        assert [first, ids] == [llama_greedy(llm, p, fresh=True) for p in prompts]
         # the delta, what was sampled but never fed, and the last answer unless the idle engine settled it
         # before a was evicted (b's request may have come first)
         answer = decoded(first, first_last)
