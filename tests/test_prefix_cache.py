@@ -48,9 +48,18 @@ from .llama_helpers import (  # noqa: E402
     turn,
 )
 
-SYSTEM = ("You are the support assistant of a bicycle shop. " + " ".join(
-    f"Rule {i}: answer politely, mention the shop's opening hours only when asked, and keep every answer "
-    f"short." for i in range(1, 13)))
+
+def _rules(n):
+    return "You are the support assistant of a bicycle shop. " + " ".join(
+        f"Rule {i}: answer politely, mention the shop's opening hours only when asked, and keep every answer "
+        f"short." for i in range(1, n + 1))
+
+
+#: a long system prompt (289 ids, 9 blocks of prefix.BLOCK): what the tests of a shared system prompt share
+SYSTEM = _rules(12)
+#: a short one (79 ids: two blocks, more than a KV file's least, kvfiles.MIN_IDS), where the system prompt's
+#: length is not what a test checks: every id of it is computed again by the reference, once an answer
+RULES = _rules(3)
 QUESTIONS = ["Do you repair brakes?", "How long does it take?", "And gears?", "Is it expensive?",
              "Can I wait in the shop?", "Do you sell helmets?", "What colours?", "Thanks!"]
 
@@ -78,7 +87,7 @@ def stateless(backend, messages, n=16):
     return [i for c in chunks for i in c.token_ids], "".join(c.text for c in chunks), chunks[-1], delta.token_ids
 
 
-def chat(backend, llm, turns, system=SYSTEM, n=16, read=False):
+def chat(backend, llm, turns, system=RULES, n=16, read=False):
     """A stateless conversation of ``turns`` requests; each answer checked against a fresh prefill.
     ``read``: the client takes its time between requests (the idle engine settles the answer meanwhile).
     Rows of (last chunk, prompt ids, the ids the engine held for the request after it)."""
@@ -134,7 +143,7 @@ def test_a_shared_system_prompt_is_computed_once(backend, llm):
 
 
 def test_branches_and_cut_histories_start_from_the_branch_point(backend, llm):
-    session = new_session(backend, system=SYSTEM)
+    session = new_session(backend, system=RULES)
     contexts = []
     for question in QUESTIONS[:4]:
         contexts.append(len(session.context_ids or ()))
@@ -166,7 +175,7 @@ def test_host_and_disk_tiers_restore_exactly(tmp_path, llm):
     # one sequence: every other conversation evicts the last; 0.5 MB of host memory holds one short state, so
     # older ones go to disk
     with LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048, kv=KVTiers(host_cache_mb=1.5, kv_dir=tmp_path)) as b:
-        a = new_session(b, system=SYSTEM)
+        a = new_session(b, system=RULES)
         turn(b, a, QUESTIONS[0], greedy(8))
         for q in QUESTIONS[1:3]:  # two other conversations push a's state to host memory, then to disk
             stateless(b, [{"role": "user", "content": q * 3}], 4)
@@ -180,7 +189,7 @@ def test_host_and_disk_tiers_restore_exactly(tmp_path, llm):
 
 def test_a_restart_restores_the_session_from_disk(tmp_path, llm):
     with LlamaCppBackend(threads=THREADS, sessions=2, ctx=4096, kv=KVTiers(kv_dir=tmp_path)) as b:
-        session = new_session(b, system=SYSTEM)
+        session = new_session(b, system=RULES)
         for q in QUESTIONS[:5]:
             turn(b, session, q, greedy(12))
         before = len(session.context_ids)
@@ -240,7 +249,7 @@ def two_turns(tmp_path_factory):
     session: each hostile case damages a copy of it rather than computing the same two turns again."""
     root = tmp_path_factory.mktemp("two-turns")
     with LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048, kv=KVTiers(kv_dir=root / "kv")) as b:
-        session = new_session(b, system=SYSTEM)
+        session = new_session(b, system=RULES)
         for q in QUESTIONS[:2]:
             turn(b, session, q, greedy(8))
     return root, session.to_dict()
@@ -279,7 +288,7 @@ def test_a_file_replaced_with_other_ids_is_refused(tmp_path, llm):
     key.chmod(0o600)
     with LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048,
                          kv=KVTiers(kv_dir=tmp_path / "a", kv_key_file=key)) as b:
-        session = new_session(b, system=SYSTEM)
+        session = new_session(b, system=RULES)
         turn(b, session, QUESTIONS[0], greedy(8))
         stored = session.to_dict()
     with LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048,
@@ -300,7 +309,7 @@ def test_a_kv_dir_that_cannot_be_used_costs_only_the_cache(tmp_path, llm):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
     with LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048, kv=KVTiers(kv_dir=blocker / "kv")) as b:
-        session = new_session(b, system=SYSTEM)
+        session = new_session(b, system=RULES)
         ids, last, delta = turn(b, session, QUESTIONS[0], greedy(8))
         assert "cannot create the KV directory" in b.stats()["disk_problem"]
     assert ids == fresh(llm, delta.token_ids, 8)
@@ -355,7 +364,7 @@ def test_no_kv_dir_means_no_files_and_the_same_answers(tmp_path, llm):
 
 
 # ---------------------------------------------------------------------------------------------- interleavings
-SYSTEMS = [SYSTEM, "You are a terse assistant. Answer every question in as few words as you can, " * 3]
+SYSTEMS = [RULES, "You are a terse assistant. Answer every question in as few words as you can, " * 3]
 _ops = st.one_of(
     st.tuples(st.just("ask"), st.integers(0, 2), st.integers(0, 7)),  # a stateless client's next request
     st.tuples(st.just("branch"), st.integers(0, 2), st.integers(0, 6), st.integers(0, 7)),  # its history cut
@@ -477,7 +486,7 @@ def test_the_repls_retry_undo_and_fork_start_from_the_branch_point(backend, tmp_
     from .test_repl import chat as type_lines
     from .test_repl import make
 
-    conv = make(tmp_path, backend=backend, system=SYSTEM)
+    conv = make(tmp_path, backend=backend, system=RULES)
     type_lines(conv, "/set max_new_tokens 12", QUESTIONS[0])
     first = conv.last.result
     held = first.prompt_tokens - 1  # the first prompt, all of it prefilled: exact whatever comes next
