@@ -443,8 +443,9 @@ def test_a_soak_of_stateless_requests_stays_within_every_bound(tmp_path):
             messages = chat if n % 5 else chat[:1] + chat[-1:]  # every fifth a branch back to the start
             _, text, _, _ = stateless(b, messages, 1)
             chat.append({"role": "assistant", "content": text})
-            if len(chat) > 9:
-                del chat[1:3]  # the client's own window: a history that stays short, not always a prefix
+            if len(chat) > 9:  # the client's own window: a history that stays short, not always a prefix; three
+                del chat[1:7]  # exchanges go at once, so a third of a conversation's requests start anew after its
+                # system prompt and the others extend their history (one exchange a time: every request was anew)
             if n % 50 == 49:
                 stats = b.stats()
                 assert stats["host_bytes"] <= host_mb * 2**20 and stats["disk_bytes"] <= disk_mb * 2**20
