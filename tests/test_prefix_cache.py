@@ -87,7 +87,7 @@ def stateless(backend, messages, n=16):
     return [i for c in chunks for i in c.token_ids], "".join(c.text for c in chunks), chunks[-1], delta.token_ids
 
 
-def chat(backend, llm, turns, system=RULES, n=16, read=False):
+def chat(backend, llm, turns, system=RULES, n=8, read=False):
     """A stateless conversation of ``turns`` requests; each answer checked against a fresh prefill.
     ``read``: the client takes its time between requests (the idle engine settles the answer meanwhile).
     Rows of (last chunk, prompt ids, the ids the engine held for the request after it)."""
