@@ -111,7 +111,8 @@ def server():
     httpd.requests, httpd.prompts, httpd.api_key, httpd.fail_with = [], {}, None, None
     httpd.delay, httpd.ignore_stop, httpd.aborted = 0.0, False, 0
     httpd.ids_status, httpd.cut_with = 422, None
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    # shutdown() waits for serve_forever's next poll: at the default 0.5 s, each test's teardown waited that long
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
     thread.start()
     yield httpd
     httpd.shutdown()
