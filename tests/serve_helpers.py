@@ -3,6 +3,7 @@
 Both give clients the same way (``client``, ``openai``), so a test reads alike against either."""
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -21,6 +22,15 @@ import httpx
 #: how long a process may take to answer its first request: a bound on a failure, not a speed target (timing is
 #: bench/'s); a llama.cpp server starting beside two busy workers and other work (load 8) took over 30 s
 READY_SECONDS = 120
+
+
+#: how long ``Server.settle`` waits for the background work of a process that has answered (an end after a turn)
+SETTLE_SECONDS = 0.2
+
+
+async def _tasks() -> set[asyncio.Task]:
+    """The event loop's tasks but the caller's."""
+    return asyncio.all_tasks() - {asyncio.current_task()}
 
 
 def free_port() -> int:
@@ -91,6 +101,19 @@ class InProcess(Clients):
             app = serve_cmd.build_app(main.build_parser().parse_args(argv))
         self.http = TestClient(app, base_url=self.url)
         self.http.__enter__()  # the app's startup
+        self._resident = self.http.portal.call(_tasks)  # the app's own tasks, which run as long as it does
+
+    def settle(self, timeout: float = 10) -> None:
+        """Returns once every task the app started after its startup has ended (a turn finishing after its client
+        left, anything a route leaves running after its response): what is read next is what the server keeps."""
+
+        async def idle() -> None:
+            deadline = time.monotonic() + timeout
+            while running := await _tasks() - self._resident:
+                assert time.monotonic() < deadline, f"the app's tasks still run after {timeout} s: {running}"
+                await asyncio.sleep(0.005)
+
+        self.http.portal.call(idle)
 
     def _transport(self) -> httpx.BaseTransport:
         return ToApp(self.http)
@@ -207,6 +230,10 @@ class Server(Service, Clients):
                    "--log-level", "warning", *args]
         limit = None if max_fds is None else (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (max_fds, max_fds)))
         self.start(command, env, limit, wait)
+
+    def settle(self) -> None:
+        """Waits SETTLE_SECONDS for what the process does after its responses: its tasks cannot be seen from here."""
+        time.sleep(SETTLE_SECONDS)
 
     def stop(self) -> None:
         super().stop()

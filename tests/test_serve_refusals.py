@@ -31,7 +31,6 @@ OWNER, OTHER = "sk-owner", "sk-other"
 SESSION_LEN = 20_000  # characters: the echo backend has no tokenizer
 BIG = "x" * (DEFAULT_MAX_CHARS + 1)
 OVER = "word " * (SESSION_LEN // 4)  # within the text limit, but more than the session holds
-SETTLE = 0.2  # seconds
 
 
 def serve_args(db) -> tuple[str, ...]:
@@ -65,7 +64,7 @@ def seed(server) -> dict:
 def state(server, seeded: dict) -> dict:
     """Everything the API shows of the seeded session and chain (every read must answer 200), once what the server
     would do in the background after a response (an interactive session's end) has run."""
-    time.sleep(SETTLE)
+    server.settle()
     with server.client(OWNER, base="/v1") as api:
         reads = {"plain": api.get(f"/sessions/{seeded['plain']}/export"),
                  "chain": api.get(f"/sessions/{seeded['chain']}/export"),
