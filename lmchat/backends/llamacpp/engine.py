@@ -21,12 +21,14 @@ caller reads :class:`Chunk` s from ``job.out``. The scheduler thread loops:
    other prompt). An engine with nothing else to do keeps settling until no
    sequence needs it, then waits for commands.
 
-The engine holds three parts, each with its own state and a reference to what
-it needs: :class:`.steps.Steps` (the per-step work, and why prompts and
-decoding tokens go to separate ``llama_decode`` calls), :class:`.reuse.PrefixReuse`
+The engine holds four parts, each with its own state and a reference to what
+it needs: :class:`.admission.Admission` (the jobs, from waiting for a sequence
+to their last chunk), :class:`.steps.Steps` (the per-step work, and why prompts
+and decoding tokens go to separate ``llama_decode`` calls), :class:`.reuse.PrefixReuse`
 (the prefix cache: orphans, reuse, spilling, publishing) and
-:class:`.inspection.Inspection` (read-only views). Other threads reach the
-scheduler through typed commands (:mod:`.commands`) on one queue.
+:class:`.inspection.Inspection` (read-only views). The engine itself is the
+command loop: other threads reach the scheduler through typed commands
+(:mod:`.commands`) on one queue.
 
 The KV tiers (resident sequences, host memory, disk files, indexed by their
 token ids; a dropped session's state kept as an *orphan* prefix) are
@@ -36,29 +38,26 @@ from __future__ import annotations
 
 import atexit
 import ctypes
-import itertools
 import queue
 import threading
 import time
 import weakref
-from collections import Counter, deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ...errors import BackendError, ConstraintUnsupported
-from ..base import Chunk, GenerationRequest
+from ...errors import BackendError
+from ..base import GenerationRequest
 from ._lib import lib
+from .admission import Admission
 from .commands import Call, Close, Command, Drop, Expect, Rewind
 from .grammars import Grammars
 from .hostcache import HostCache
 from .inspection import Inspection
 from .jobs import Job
 from .kvfiles import DiskEntry, DiskTier
-from .planning import plan_turn
 from .prefix import PrefixIndex
 from .probe import Settle, probe_steps
 from .reuse import PrefixReuse
-from .sampler import answer_sampling
 from .sequences import SequencePool, SessionState
 from .shape import ContextShape
 from .steps import StepRules, Steps
@@ -114,22 +113,19 @@ class Engine:
         if disk is not None:
             for entry in disk.start(self.n_ctx_seq):
                 self.index.put(entry)
-        self.served: Counter[str] = Counter()  # prompt tokens by where they came from (prefilled included)
         rules = StepRules(n_batch=shape.n_batch, prefill_chunk=max(2, min(shape.prefill_chunk, shape.n_batch)),
                           n_ctx_seq=self.n_ctx_seq, pair_rows=step_probe.pair_rows,
                           settle_decoded=settle == "always" or not step_probe.exact_steps)
-        self.steps = Steps(L, self.ctx, self.batch, self.pool, self.index, vocab, rules, self._finish, self._fail)
-        self.prefix = PrefixReuse(self.pool, self.index, vocab, self.sessions, disk, self.steps, self.n_ctx_seq)
-        self.inspection = Inspection(L, self.pool, self.host, self.sessions, self.served, self.steps, self.prefix,
-                                     step_probe)
-        self._ticks = itertools.count(1)
+        self.prefix = PrefixReuse(self.pool, self.index, vocab, self.sessions, disk, self.n_ctx_seq)
+        self.jobs = Admission(self.pool, self.index, self.prefix, self.sessions, vocab, self.grammars,
+                              self.n_ctx_seq, disk)
+        self.steps = Steps(L, self.ctx, self.batch, self.pool, self.index, vocab, rules, self.jobs.finish,
+                           self.jobs.fail)
+        self.inspection = Inspection(L, self.pool, self.host, self.sessions, self.jobs.served, self.steps,
+                                     self.prefix, step_probe)
         self._commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
-        self._waiting: deque[Job] = deque()
-        self._active: list[Job] = []
-        self._running: dict[str, Job] = {}  # session id -> job, read by cancel() from any thread
         self._lock = threading.Lock()
         self._closed = False
-        self._ended = 0.0  # when the last turn ended (monotonic): an idle engine settles SETTLE_AFTER later
         self._thread = threading.Thread(target=self._loop, name="lmchat-llamacpp", daemon=True)
         self._thread.start()
         _ENGINES.add(self)
@@ -140,17 +136,12 @@ class Engine:
         with self._lock:
             if self._closed:
                 raise BackendError("the llamacpp backend is closed")
-            if request.session_id in self._running:
-                raise BackendError(f"a generation is already running for session {request.session_id!r}")
-            self._running[request.session_id] = job
+            self.jobs.register(job)
         self._commands.put(job)
         return job
 
     def cancel(self, session_id: str) -> None:
-        with self._lock:
-            job = self._running.get(session_id)
-        if job is not None:
-            job.cancelled.set()
+        self.jobs.cancel(session_id)
 
     def drop(self, session_id: str) -> None:
         self._commands.put(Drop(session_id))
@@ -215,33 +206,30 @@ class Engine:
     def _loop(self) -> None:
         try:
             while self._take_commands(self._wait()):
+                jobs = self.jobs
                 try:
-                    self._admit()
-                    held = bool(self._waiting) or not self._active and self._settle_in() > 0
-                    self.steps.step(self._active, waiting=held)
+                    jobs.admit()
+                    held = bool(jobs.waiting) or not jobs.active and self._settle_in() > 0
+                    self.steps.step(jobs.active, waiting=held)
                 except Exception as exc:  # a bug or a library failure: end every stream with it, keep serving
-                    jobs, self._waiting = [*self._active, *self._waiting], deque()
-                    for job in jobs:
-                        if job.state is not None and job.state.seq is not None:
-                            self.pool.clear(job.state)  # its cache may be half-written
-                        self._fail(job, exc if isinstance(exc, BackendError) else BackendError(f"llamacpp: {exc!r}"))
+                    jobs.fail_all(exc if isinstance(exc, BackendError) else BackendError(f"llamacpp: {exc!r}"),
+                                  clear=True)  # their caches may be half-written
         finally:
-            for job in [*self._active, *self._waiting]:
-                self._fail(job, BackendError("the llamacpp backend was closed"))
+            self.jobs.fail_all(BackendError("the llamacpp backend was closed"))
             self._drain_closed()
-            self.prefix.persist()
+            self.prefix.persist(self.steps)
             self._free()
 
     def _wait(self) -> float | None:
         """How long the loop waits for a command: not at all with a turn to serve, until one comes with nothing to
         do, else until an idle engine may settle."""
-        if self._active or self._waiting:
+        if self.jobs.active or self.jobs.waiting:
             return 0.0
         return None if self.steps.unsettled() is None else self._settle_in()
 
     def _settle_in(self) -> float:
         """Seconds before an idle engine may settle: :data:`SETTLE_AFTER` after the last turn ended."""
-        return max(0.0, self._ended + SETTLE_AFTER - time.monotonic())
+        return max(0.0, self.jobs.ended + SETTLE_AFTER - time.monotonic())
 
     def _take_commands(self, wait: float | None) -> bool:
         """Apply queued commands, waiting ``wait`` seconds for the first (None: until one comes); False once
@@ -255,9 +243,9 @@ class Engine:
             if isinstance(command, Close):
                 return False
             if isinstance(command, Job):
-                self._waiting.append(command)
+                self.jobs.waiting.append(command)
             elif isinstance(command, Drop):
-                self._drop(command.session_id)
+                self.jobs.drop(command.session_id)
             elif isinstance(command, Expect):
                 state = self.sessions.get(command.session_id)
                 if state is not None:
@@ -278,7 +266,7 @@ class Engine:
             except queue.Empty:
                 return
             if isinstance(command, Job):
-                self._fail(command, BackendError("the llamacpp backend was closed"))
+                self.jobs.fail(command, BackendError("the llamacpp backend was closed"))
             elif isinstance(command, Call):
                 command.box.put((False, BackendError("the llamacpp backend was closed")))
 
@@ -288,129 +276,3 @@ class Engine:
         L.llama_batch_free(self.batch)
         L.llama_free(self.ctx)
         self.ctx = None
-
-    def _drop(self, session_id: str) -> None:
-        self.prefix.unpublish(session_id)
-        state = self.sessions.get(session_id)
-        if state is None:
-            return
-        if state.busy:
-            state.drop_after = True
-            return
-        del self.sessions[session_id]
-        self.prefix.orphan(state)
-
-    # ------------------------------------------------------------------ admission
-    def _admit(self) -> None:
-        """Start the waiting jobs that can have a sequence (in arrival order)."""
-        waiting, self._waiting = self._waiting, deque()
-        for job in waiting:
-            if job.finished:
-                continue
-            if job.cancelled.is_set():
-                self._finish(job, "cancelled", "")
-                continue
-            state = job.state or self.sessions.get(job.session_id)
-            if state is None:
-                state = self.sessions[job.session_id] = SessionState(job.session_id)
-            if state.job is not None and state.job is not job:
-                self._fail(job, BackendError(f"a generation is already running for session {job.session_id!r}"))
-                continue
-            job.state, state.job, state.expected_until = state, job, 0.0
-            if self.prefix.behind_prefill(job, self._active):
-                self._waiting.append(job)
-                continue
-            if state.seq is None and not self.prefix.take_orphan(job) and not self._place(state):
-                self._waiting.append(job)  # every sequence is busy: wait for one
-                continue
-            self._start(job)
-
-    def _place(self, state: SessionState) -> bool:
-        seq = self.pool.free_seq()
-        if seq is None:
-            victim = self.pool.victim()
-            if victim is None:
-                return False
-            seq = victim.resident_seq
-            self.prefix.spill(self.pool.evict(victim))
-        self.pool.attach(state, seq)
-        return True
-
-    def _start(self, job: Job) -> None:
-        request, state = job.request, job.admitted
-        params = request.params
-        try:
-            job.todo = plan_turn(self.pool, state, request, self.vocab, job.target if job.adopted else None)
-        except Exception as exc:
-            self.pool.clear(state)
-            self._fail(job, exc if isinstance(exc, BackendError) else BackendError(f"bad request: {exc}"))
-            return
-        need = len(state.ids) + len(job.todo)
-        if need > self.n_ctx_seq:
-            self._fail(job, BackendError(
-                f"session {job.session_id!r} needs {need} tokens of context, more than the {self.n_ctx_seq} "
-                f"a sequence holds (ctx / sessions); give the session a smaller session_len "
-                "or the backend a larger ctx"))
-            return
-        if job.cached_from is None and state.ids:
-            job.cached_from = "session"
-        self.prefix.reuse(job)
-        job.reused = len(state.ids)
-        self.index.put(state)
-        if job.reused:
-            assert job.cached_from is not None, "ids held before the delta came from somewhere (above, or reuse)"
-            self.served[job.cached_from] += job.reused
-        self.served["prefilled"] += len(job.todo)
-        job.report()  # before the first batch: a long prompt shows its size at once
-        try:  # checked on the caller's thread already: only a grammar that failed to parse again gets here
-            job.matcher, job.sampler = answer_sampling(params, self.vocab, self.grammars, state.ids + job.todo)
-        except ConstraintUnsupported as exc:
-            self._fail(job, exc)
-            return
-        self._active.append(job)
-
-    # ------------------------------------------------------------------ ending a job
-    def _finish(self, job: Job, reason: str, text: str) -> None:
-        matcher = job.matcher
-        if matcher is not None:
-            text += matcher.finish()
-        kept = matcher.kept_ids[job.kept:] if matcher is not None else []
-        last = Chunk(text=text, token_ids=tuple(kept), finish_reason=reason,
-                     stop=matcher.stop if reason == "stop" and matcher is not None else None,
-                     prefilled=job.fed, reused=job.reused, cached_from=job.cached_from if job.reused else None,
-                     cache_miss_reason=job.miss)
-        state = job.state
-        if job.token is not None and state is not None and state.job is job and state.ids:
-            state.unfed = [job.token]  # sampled last, never fed: the next turn feeds it before its delta
-        self._release(job)
-        job.out.put(last)
-        if state is not None and self.disk is not None and self.disk.shared:
-            self.prefix.publish(state)  # after the answer went out: the copy costs the next turn, not this one
-
-    def _fail(self, job: Job, exc: BaseException) -> None:
-        self._release(job)
-        job.out.put(exc)
-
-    def _release(self, job: Job) -> None:
-        if job.finished:
-            return
-        job.finished = True
-        self._ended = time.monotonic()
-        if job.sampler is not None:
-            job.sampler.free()
-        if job in self._active:
-            self._active.remove(job)
-        state = job.state
-        if state is not None and state.job is job:
-            state.job = None
-            state.tick = next(self._ticks)
-            if state.drop_after:
-                state.drop_after = False
-                if self.sessions.get(state.session_id) is state:
-                    del self.sessions[state.session_id]
-                self.prefix.orphan(state)
-            elif state.tier is not None:
-                self.index.put(state)
-        with self._lock:  # before the last chunk goes out: the caller may start the next turn at once
-            if self._running.get(job.session_id) is job:
-                del self._running[job.session_id]

@@ -45,6 +45,6 @@ class Job:
 
     @property
     def admitted(self) -> SessionState:
-        """Its state, which :meth:`Engine._admit` sets before anything else reads it."""
+        """Its state, which :meth:`.admission.Admission.admit` sets before anything else reads it."""
         assert self.state is not None, "the job is not admitted yet"
         return self.state

@@ -34,22 +34,21 @@ class PrefixReuse:
     orphans, what it published to a shared tier, and the misses."""
 
     def __init__(self, pool: SequencePool, index: PrefixIndex[SessionState | DiskEntry], vocab: LlamaVocab,
-                 sessions: dict[str, SessionState], disk: DiskTier | None, steps: Steps, n_ctx_seq: int) -> None:
+                 sessions: dict[str, SessionState], disk: DiskTier | None, n_ctx_seq: int) -> None:
         self.pool, self.index, self.vocab, self.sessions, self.disk = pool, index, vocab, sessions, disk
-        self.steps = steps  # settles the last answers before they go to disk
         self.n_ctx_seq = n_ctx_seq
         self.orphans: set[SessionState] = set()  # dropped sessions' states, kept as prefixes
         self.published: dict[str, DiskEntry] = {}  # a session's state in a shared tier, as this engine last put it
         self.misses: Counter[str] = Counter()  # held prefixes not used, by reason
 
-    def persist(self) -> None:
+    def persist(self, steps: Steps) -> None:
         """Every state the engine holds to disk, the most recently used last (the disk's LRU keeps those):
-        the next process starts where this one stopped."""
+        the next process starts where this one stopped. ``steps`` settles the last answers first."""
         if self.disk is None:
             return
         try:
-            while self.steps.unsettled() is not None:  # the last answers, prefilled again: all of them reusable
-                self.steps.settle(None)
+            while steps.unsettled() is not None:  # the last answers, prefilled again: all of them reusable
+                steps.settle(None)
             for state in sorted({*self.sessions.values(), *self.orphans}, key=lambda s: s.tick):
                 if state.exact < BLOCK or state.busy:
                     continue

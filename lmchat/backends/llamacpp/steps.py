@@ -82,7 +82,7 @@ class StepRules:
 class Steps:
     """The :class:`.engine.Engine`'s work on its scheduler thread between two looks at its command queue: it feeds
     the engine's context (``ctx``, through ``batch``) the ids of the sequences ``pool`` holds, indexes what they
-    computed in ``index``, and ends a job through the engine's ``finish`` and ``fail``."""
+    computed in ``index``, and ends a job through ``finish`` and ``fail`` (:class:`.admission.Admission`'s)."""
 
     def __init__(self, L: ModuleType, ctx: llama_context_p, batch: Any, pool: SequencePool,
                  index: PrefixIndex[SessionState | DiskEntry], vocab: LlamaVocab, rules: StepRules,
