@@ -190,9 +190,9 @@ class StoreTimeout(StoreError):
     attempt answers with the version it wrote instead of a conflict.
     """
 
-    def __init__(self, reason: str, *, server: str, seconds: float | None = None):
+    def __init__(self, reason: str, *, server: str, seconds: float | None = None, where: str | None = None):
         self.server, self.seconds = server, seconds
-        super().__init__(reason)
+        super().__init__(reason, where=where)
 
 
 class SessionMoved(StoreConflict):

@@ -252,6 +252,7 @@ def test_an_interactive_turn_retried_after_its_503_is_stored_once(redis_server_p
             first = stalled(redis, lambda: http.post("/v1/chat/interactive", json=body,  # noqa: B023
                                                      headers={"Idempotency-Key": key}))  # noqa: B023
             assert first.status_code == 503 and first.json()["error"]["code"] == "store_timeout", first.text
+            assert f"127.0.0.1:{redis.port}" not in first.text  # the store's host:port is not told
             retry = http.post("/v1/chat/interactive", json=body, headers={"Idempotency-Key": key})
             assert retry.status_code == 200 and retry.json()["text"] == PROMPT
         sessions = {s["id"]: s["turns"] for s in http.get("/v1/sessions").json()["data"]}
@@ -280,6 +281,7 @@ def test_a_turn_that_fails_with_interactive_mode_false_does_not_end_its_session(
                 assert failed["finish_reason"] == "error" and failed["error"]["code"] == "store_timeout", failed
             else:
                 assert failed.status_code == 503 and failed.json()["error"]["code"] == "store_timeout", failed.text
+            assert f"127.0.0.1:{redis.port}" not in str(failed if stream else failed.text)
             time.sleep(0.5)  # an end would have run by now
             got = http.get("/v1/sessions/ending")
             assert got.status_code == 200, got.text  # the session stays (with the turn if its write landed)

@@ -71,6 +71,9 @@ class RedisStore(RecordStore):
                  socket_timeout: float = 2.0, socket_connect_timeout: float = 2.0, timeout: float | None = None):
         self.url = url
         self.spec = _without_password(url)
+        # its errors name the server for the operator (str(exc): logs, the command line); a client of lmchat serve
+        # is told only the reason (StoreError.where), not where the store runs
+        self.where = f"Redis at {self.spec}"
         self.prefix = prefix
         self.ttl = ttl
         if timeout is not None:
@@ -84,7 +87,7 @@ class RedisStore(RecordStore):
                 socket_connect_timeout=socket_connect_timeout, retry=Retry(NoBackoff(), 1),
             )
         except ValueError as exc:
-            raise StoreError(f"{self.spec}: not a Redis URL: {exc}") from None
+            raise StoreError(f"not a Redis URL: {exc}", where=self.spec) from None
         self._save = self._client.register_script(scripts.SAVE)
         self._append_script = self._client.register_script(scripts.APPEND)
         self._compact = self._client.register_script(scripts.COMPACT)
@@ -104,20 +107,20 @@ class RedisStore(RecordStore):
         except redis.TimeoutError as exc:
             if write:
                 raise StoreTimeout(
-                    f"Redis at {self.spec}: {what} timed out ({exc or 'no answer'}; socket timeout "
+                    f"{what} timed out ({exc or 'no answer'}; socket timeout "
                     f"{self.socket_timeout} s): the outcome is unknown, the write may or may not have been applied; "
                     "retry it with the same token (idempotency key)", server=self.spec, seconds=self.socket_timeout,
+                    where=self.where,
                 ) from None
-            raise StoreError(f"Redis at {self.spec}: cannot {what}: timed out ({exc}) (is Redis running?)") from None
+            raise StoreError(f"cannot {what}: timed out ({exc}) (is Redis running?)", where=self.where) from None
         except redis.ResponseError as exc:
             if _DAMAGED in str(exc) or "WRONGTYPE" in str(exc):  # Redis answers: the session's keys are bad
-                raise StoreCorrupt(f"Redis at {self.spec}: cannot {what}: {str(exc)[:200]} (the session's keys "
-                                   "are damaged)") from None
-            raise StoreError(f"Redis at {self.spec}: cannot {what}: {exc}") from None
+                raise StoreCorrupt(f"cannot {what}: {str(exc)[:200]} (the session's keys are damaged)",
+                                   where=self.where) from None
+            raise StoreError(f"cannot {what}: {exc}", where=self.where) from None
         except redis.RedisError as exc:
-            raise StoreError(
-                f"Redis at {self.spec}: cannot {what}: {exc or type(exc).__name__} (is Redis running?)"
-            ) from None
+            raise StoreError(f"cannot {what}: {exc or type(exc).__name__} (is Redis running?)",
+                             where=self.where) from None
 
     def _write_args(self, rec_id: str, expected: int | None, token: str, summary: Summary
                     ) -> tuple[list[str], list[str | int | None]]:
@@ -175,18 +178,18 @@ class RedisStore(RecordStore):
         if version is None:
             return None
         if data is None:
-            raise StoreCorrupt(f"Redis at {self.spec}: session {session_id} has no stored base (field 'data')")
+            raise StoreCorrupt(f"session {session_id} has no stored base (field 'data')", where=self.where)
         version = self._int(version, session_id, "version")
         base_version = version if base_version is None else self._int(base_version, session_id, "base_version")
-        check_versions(session_id, version, base_version, f"Redis at {self.spec}")
+        check_versions(session_id, version, base_version, self.where)
         return Stored(version, base_version, tag or "", data, patches)
 
     def _int(self, value: str | bytes | int, session_id: str, field: str) -> int:
         try:
             return int(value)
         except (TypeError, ValueError):
-            raise StoreCorrupt(f"Redis at {self.spec}: session {session_id}: field {field!r} is not a number: "
-                               f"{value!r:.80}") from None
+            raise StoreCorrupt(f"session {session_id}: field {field!r} is not a number: {value!r:.80}",
+                               where=self.where) from None
 
     def records(self, session_id: str) -> RecordInfo | None:
         def read() -> Replies:
@@ -206,7 +209,7 @@ class RedisStore(RecordStore):
         if stored is None:
             return 0
         version = self._int(stored, session_id, "version")
-        check_versions(session_id, version, 1, f"Redis at {self.spec}")
+        check_versions(session_id, version, 1, self.where)
         return version
 
     def list(self, limit: int = 50, *, owner: str | None = None) -> list[SessionInfo]:
@@ -234,8 +237,7 @@ class RedisStore(RecordStore):
                 try:
                     infos.append(SessionInfo(sid, title, int(turns), float(updated), template, int(version), who))
                 except (TypeError, ValueError):
-                    raise StoreCorrupt(f"Redis at {self.spec}: session {sid}: malformed columns {row!r:.200}"
-                                       ) from None
+                    raise StoreCorrupt(f"session {sid}: malformed columns {row!r:.200}", where=self.where) from None
             if expired:
                 self._call("list sessions", self._prune, keys=[index], args=[f"{self.prefix}s:", *expired])
                 start -= len(expired)
