@@ -6,8 +6,9 @@ import re
 
 from .test_repl_terminal import _bundled_terminal, _until
 
-#: about 1,070 tokens of the bundled model's vocabulary: three of the engine's 512-id batches
-PASTE = " ".join(f"Line {i}: the quick brown fox jumps over the lazy dog." for i in range(70))
+#: about 620 tokens of the bundled model's vocabulary: two of the engine's 512-id batches, so the engine reports
+#: between them (its length is not what is tested: a part read, then more, before the answer)
+PASTE = " ".join(f"Line {i}: the quick brown fox jumps over the lazy dog." for i in range(40))
 PROGRESS = re.compile(r"reading the prompt: ([\d,]+)/([\d,]+) tokens")
 
 
@@ -35,7 +36,7 @@ def test_a_long_paste_shows_how_much_of_the_prompt_is_read(tmp_path):
     assert "last turn" in lines[-1], "\n".join(lines)
     assert seen, "nothing was shown while the prompt was read"
     totals = {total for _, total in seen}
-    assert len(totals) == 1 and min(totals) > 1024, seen  # the whole prompt, counted once
+    assert len(totals) == 1 and min(totals) > 512, seen  # the whole prompt (more than one batch), counted once
     assert any(done < total for done, total in seen), seen  # shown before the end ...
     assert [done for done, _ in seen] == sorted(done for done, _ in seen)  # ... and counting up
     assert not _progress(lines), "\n".join(lines)  # the answer replaced it
