@@ -360,8 +360,10 @@ def test_the_banner_says_the_threads_and_a_slowdown_is_told_once_with_the_fix(tm
     with the fix. The test backend counts 4 threads and slows down from its second answer on. The screen's width is
     given (COLUMNS) as the pseudo-terminal's: a width inherited from the worker's environment (80 beside other
     tests) wrapped the notice, and the line was not found."""
-    env = dict(os.environ, LMCHAT_DATA_DIR=str(tmp_path), REPL_TEST_DELAY="0.01", REPL_TEST_THREADS="4",
-               REPL_TEST_SLOWDOWN="2:0.4", PROMPT_TOOLKIT_NO_CPR="1", TERM="xterm", COLUMNS="300", LINES="30")
+    # the first answer comes as fast as the REPL takes it (no delay), the next two at 0.15 s a chunk: 1.65 s for
+    # their 11 chunks, over 4x (speed.SLOWER) the first answer's time as long as that stays under 0.4 s
+    env = dict(os.environ, LMCHAT_DATA_DIR=str(tmp_path), REPL_TEST_DELAY="0", REPL_TEST_THREADS="4",
+               REPL_TEST_SLOWDOWN="2:0.15", PROMPT_TOOLKIT_NO_CPR="1", TERM="xterm", COLUMNS="300", LINES="30")
     child = pexpect.spawn(sys.executable, ["-c", LAUNCH, "chat", "--backend", "test"], cwd=str(ROOT), env=env,
                           encoding="utf-8", dimensions=(30, 300), timeout=30)
     try:
