@@ -92,7 +92,14 @@ def _alone(backend, memo, questions, n_tokens):
     return memo[key][:len(questions)]
 
 
-def _alone_and_together(backend, memo, n, turns, n_tokens):
+#: ids an answer may have: 12, not 24. Its length is not what is compared (every id of every answer is). Gemma 3
+#: 270M, whose answers do depend on the batch (test_the_start_up_probe_and_the_engine_rule), run through the same
+#: two tests as a broken engine: 8 of 24 and 24 of 80 answers differ at 24 ids, 4 of 24 and 18 of 80 at 12 (the
+#: first differing id of an answer: 5th to 12th)
+ANSWER_IDS = 12
+
+
+def _alone_and_together(backend, memo, n, turns, n_tokens=ANSWER_IDS):
     conversations = _conversations(n, turns)
     alone = [_alone(backend, memo, qs, n_tokens) for qs in conversations]
     backend.reset_prefix_cache()
@@ -105,15 +112,15 @@ def _alone_and_together(backend, memo, n, turns, n_tokens):
 
 def test_conversations_together_answer_as_alone(backend, alone):
     """8 conversations x 3 turns decoded together over 4 sequences give every answer they give alone, each on a
-    cold engine (failed before pairing: 2 of 24 differed, where a conversation found its twin's prompt cached
-    whole and fed its last id alone)."""
-    _alone_and_together(backend, alone, 8, 3, 24)
+    cold engine (failed before pairing, at 24 ids an answer: 2 of 24 differed, where a conversation found its
+    twin's prompt cached whole and fed its last id alone)."""
+    _alone_and_together(backend, alone, 8, 3)
 
 
 def test_sixteen_conversations_of_five_turns_answer_as_alone(backend, alone):
     """The issue's case: 16 sessions x 5 turns over 4 sequences (a soak: tests/tiers.py SLOW; failed before
-    pairing: 6 of 80 differed)."""
-    _alone_and_together(backend, alone, 16, 5, 24)
+    pairing, at 24 ids an answer: 6 of 80 differed)."""
+    _alone_and_together(backend, alone, 16, 5)
 
 
 def _ids_request(session_id: str, ids: list[int], n_tokens: int) -> GenerationRequest:
@@ -121,7 +128,7 @@ def _ids_request(session_id: str, ids: list[int], n_tokens: int) -> GenerationRe
                              delta=lmchat.Delta("", token_ids=list(ids), reset=True))
 
 
-def _answer(backend, session_id, ids, n_tokens=24):
+def _answer(backend, session_id, ids, n_tokens=ANSWER_IDS):
     chunks = list(backend.generate(_ids_request(session_id, ids, n_tokens)))
     backend.drop(session_id)
     return [i for c in chunks for i in c.token_ids], chunks[-1]
@@ -140,7 +147,8 @@ PROMPTS = [INTRO + p for p in [
 def test_a_prompt_cached_but_for_0_1_or_2_ids_answers_as_a_cold_engine(backend):
     """The ids left to compute after a cached prefix are never computed otherwise than by a cold prefill (failed
     before pairing: a prompt cached but for its last id answered otherwise). On the bundled model only: on
-    Gemma 3 270M no step size but the prefill's own is exact (test_the_start_up_probe_and_the_engine_rule)."""
+    Gemma 3 270M no step size but the prefill's own is exact (test_the_start_up_probe_and_the_engine_rule), and
+    the fourth prompt's answers cached but for 0, 1 and 2 ids differ from the cold one at their first id."""
     b = backend
     for text in PROMPTS:
         prompt = b.tokenizer.encode_plain(text)
@@ -148,10 +156,11 @@ def test_a_prompt_cached_but_for_0_1_or_2_ids_answers_as_a_cold_engine(backend):
         cold, last = _answer(b, "cold", prompt)
         assert (last.prefilled, last.reused) == (len(prompt), 0)
         for left in (0, 1, 2):
-            b.reset_prefix_cache()
-            # another prompt that shares all but the last ``left`` ids: its KV is kept as a prefix
-            donor = prompt if left == 0 else prompt[:-left] + [prompt[-left] + 1]
-            _answer(b, "donor", donor, n_tokens=1)
+            # a prompt that shares all but the last ``left`` ids: its KV is kept as a prefix (for 0, the cold
+            # answer's own: the prompt whole, then its answer, which the prompt asked again does not reach)
+            if left:
+                b.reset_prefix_cache()
+                _answer(b, "donor", prompt[:-left] + [prompt[-left] + 1], n_tokens=1)
             answer, last = _answer(b, f"cached-{left}", prompt)
             computed = max(left, 1)  # a whole cached prompt still feeds its last id again for the logits
             assert (last.prefilled, last.reused) == (computed, len(prompt) - computed), (text, left)
