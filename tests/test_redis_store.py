@@ -103,6 +103,26 @@ def test_an_outage_raises_store_error_and_recovers(own_redis):
     store.close()
 
 
+def test_the_urls_timeouts_win_and_are_the_ones_an_error_names(own_redis):
+    """``lmchat serve --store 'redis://...?socket_timeout=S'``: redis-py waits S, and so must the message say."""
+    store = RedisStore(f"{own_redis.url}?socket_timeout=0.4&socket_connect_timeout=0.3", socket_timeout=5.0)
+    assert (store.socket_timeout, store.socket_connect_timeout) == (0.4, 0.3)
+    session = Session("qwen2.5")
+    version = first_save(store, session)
+    session.prompt("during the stall")
+    session.commit("answer")
+    own_redis.proc.send_signal(signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        with pytest.raises(StoreTimeout, match=r"socket timeout 0\.4 s") as info:
+            store.append(session.session_id, session.changes(), expected_version=version,
+                         summary=Summary.of_session(session), token="t")
+        assert info.value.seconds == 0.4 and time.monotonic() - started < 5  # not the argument's 2 x 5 s
+    finally:
+        own_redis.proc.send_signal(signal.SIGCONT)
+    store.close()
+
+
 def test_a_stalled_server_times_out_and_the_retry_with_the_same_token_is_safe(own_redis):
     """SIGSTOP: the server accepts connections but answers nothing; the append is queued, not refused."""
     store = RedisStore(own_redis.url, socket_timeout=0.3, socket_connect_timeout=0.3)

@@ -226,8 +226,9 @@ STALL_AFTER = 0.6
 
 @pytest.fixture
 def redis_server_process(own_redis):
-    s = Server("--template", "qwen2.5", "--store", own_redis.url, "--backend-option", "prefix=",
-               "--backend-option", f"delay={DELAY}")
+    # a stalled Redis fails a write after 2 x 1 s (the timeout, retried once by redis-py), not the default 2 x 2 s
+    s = Server("--template", "qwen2.5", "--store", f"{own_redis.url}?socket_timeout=1",
+               "--backend-option", "prefix=", "--backend-option", f"delay={DELAY}")
     yield s, own_redis
     s.stop()
 

@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 
 import redis
 from redis.backoff import NoBackoff
+from redis.connection import parse_url
 from redis.retry import Retry
 
 from ..errors import StoreConflict, StoreCorrupt, StoreError, StoreTimeout
@@ -64,7 +65,9 @@ _FIELDS = ("title", "turns", "updated_at", "template", "version", "owner")
 class RedisStore(RecordStore):
     """Sessions in Redis at ``url`` (``redis://HOST:PORT/DB``); ``ttl`` in seconds, None: keep forever.
 
-    ``timeout`` (older spelling) sets both socket timeouts at once.
+    ``timeout`` (older spelling) sets both socket timeouts at once. The URL's own ``?socket_timeout=S`` and
+    ``socket_connect_timeout=S`` win over the arguments, as in redis-py (an operator sets them through
+    ``lmchat serve --store``).
     """
 
     def __init__(self, url: str, prefix: str = "lmchat:", ttl: float | None = None, *,
@@ -78,8 +81,8 @@ class RedisStore(RecordStore):
         self.ttl = ttl
         if timeout is not None:
             socket_timeout = socket_connect_timeout = timeout
-        self.socket_timeout, self.socket_connect_timeout = socket_timeout, socket_connect_timeout
         try:
+            in_url = parse_url(url)  # redis-py lets the URL's timeouts win: the errors must name those
             # one immediate retry reconnects after a Redis restart (pooled sockets are dead then); more would
             # only delay the StoreError of a real outage. Retried scripts are safe: each carries its token.
             self._client = redis.Redis.from_url(
@@ -88,6 +91,8 @@ class RedisStore(RecordStore):
             )
         except ValueError as exc:
             raise StoreError(f"not a Redis URL: {exc}", where=self.spec) from None
+        self.socket_timeout = in_url.get("socket_timeout", socket_timeout)
+        self.socket_connect_timeout = in_url.get("socket_connect_timeout", socket_connect_timeout)
         self._save = self._client.register_script(scripts.SAVE)
         self._append_script = self._client.register_script(scripts.APPEND)
         self._compact = self._client.register_script(scripts.COMPACT)
