@@ -82,7 +82,8 @@ class RedisStore(RecordStore):
         if timeout is not None:
             socket_timeout = socket_connect_timeout = timeout
         try:
-            in_url = parse_url(url)  # redis-py lets the URL's timeouts win: the errors must name those
+            # redis-py lets the URL's timeouts win over the arguments: the errors must name those
+            in_url: dict[str, Any] = parse_url(url)  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
             # one immediate retry reconnects after a Redis restart (pooled sockets are dead then); more would
             # only delay the StoreError of a real outage. Retried scripts are safe: each carries its token.
             self._client = redis.Redis.from_url(
