@@ -22,7 +22,6 @@ PROVIDERS = {
     "torch": "hf",
     "transformers": "hf",
     "accelerate": "hf",
-    "gguf": "jinja",
     "tokenizers": "tokens",
     "httpx": "remote",
     "fastapi": "serve",

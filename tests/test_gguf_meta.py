@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from lmchat.interop.gguf_meta import GGUFError, is_gguf, read_gguf_metadata
+from lmchat.interop.gguf_meta import GGUFError, is_gguf, read_gguf_metadata, read_gguf_strings
 
 from . import gguf_files
 
@@ -12,11 +12,19 @@ gguf = pytest.importorskip("gguf")
 
 def reference(path) -> dict:
     """Every scalar and string of the metadata, as ``gguf.GGUFReader`` reads them."""
-    from lmchat.interop.jinja_files import _gguf_value
-
     reader = gguf.GGUFReader(path, "r")
-    return {key: _gguf_value(reader, key) for key, field in reader.fields.items()
+    return {key: field.contents() for key, field in reader.fields.items()
             if not key.startswith("GGUF.") and field.types[0] != gguf.GGUFValueType.ARRAY}
+
+
+def test_tokens_are_read_by_id_as_gguf_reads_them():
+    path = gguf_files.bundled_gguf()
+    tokens = gguf.GGUFReader(path, "r").fields["tokenizer.ggml.tokens"].contents()
+    ids = [0, 1, 2, 17, 1000, len(tokens) - 1]
+    assert read_gguf_strings(path, "tokenizer.ggml.tokens", ids) == {i: tokens[i] for i in ids}
+    assert read_gguf_strings(path, "tokenizer.ggml.tokens", [len(tokens), 10**9]) == {}  # past the end
+    assert read_gguf_strings(path, "tokenizer.ggml.token_type", [0]) == {}  # numbers, not strings
+    assert read_gguf_strings(path, "no.such.key", [0]) == {}
 
 
 def test_the_bundled_file_reads_as_gguf_reads_it():

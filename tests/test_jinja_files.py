@@ -121,6 +121,29 @@ def test_gguf_template_is_the_builtin_smollm2(gguf_template):
     assert count >= 30
 
 
+def test_gguf_named_templates_and_tokens_as_written(tmp_path):
+    """A GGUF of llama.cpp's convert script's shape: a default template, named ones (the names listed, each
+    under its own key), the special tokens by id (an id past the vocabulary gives no token)."""
+    gguf = pytest.importorskip("gguf")
+    path = tmp_path / "named.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_name("Named One")
+    writer.add_uint32("llama.context_length", 4096)
+    writer.add_array("tokenizer.ggml.tokens", ["<unk>", "<s>", "</s>", "hello"])
+    writer.add_uint32("tokenizer.ggml.bos_token_id", 1)
+    writer.add_uint32("tokenizer.ggml.eos_token_id", 2)
+    writer.add_uint32("tokenizer.ggml.padding_token_id", 99)
+    writer.add_chat_template([{"name": "default", "template": "{{ bos_token }}{{ messages[0]['content'] }}"},
+                              {"name": "tool_use", "template": "{{ bos_token }}tools{{ eos_token }}"}])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()
+    t = JinjaTemplate.from_gguf(path)
+    assert t.tokens == {"bos_token": "<s>", "eos_token": "</s>"} and t.session_len == 4096
+    assert t.label == "Named One" and dict(t.named_templates) == {"tool_use": "{{ bos_token }}tools{{ eos_token }}"}
+    assert t.messages2prompt([{"role": "user", "content": "Hi"}]) == "<s>Hi"
+
+
 def test_gguf_errors(tmp_path):
     pytest.importorskip("gguf")
     bad = tmp_path / "bad.gguf"

@@ -7,10 +7,11 @@ by name (a value per layer). ``lmchat match`` on a bare install works.
 """
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 MAGIC = b"GGUF"
 #: value type -> struct format of the fixed-size scalars (8 is a string, 9 an array)
@@ -40,7 +41,21 @@ def read_gguf_metadata(path: str | os.PathLike[str], keys: Iterable[str] | None 
     Reading stops once every one of ``keys`` was seen. Raises :class:`GGUFError` for what is not a readable
     GGUF v2/v3 header, and OSError for a file that cannot be opened.
     """
-    wanted = None if keys is None else set(keys)
+    with _opened(path) as reader:
+        return reader.metadata(None if keys is None else set(keys))
+
+
+def read_gguf_strings(path: str | os.PathLike[str], key: str, indices: Iterable[int]) -> dict[int, str]:
+    """The items at ``indices`` of the metadata's array of strings ``key`` (a token's text by its id, say), by
+    index; an index past the array's end, or an array that is missing or not of strings, gives nothing.
+    Raises as :func:`read_gguf_metadata` does."""
+    with _opened(path) as reader:
+        return reader.strings_of(key, set(indices))
+
+
+@contextlib.contextmanager
+def _opened(path: str | os.PathLike[str]) -> Iterator[_Reader]:
+    """A reader over the file mapped read-only; what a damaged header raises while it reads is a GGUFError."""
     with open(path, "rb") as f:
         try:
             data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
@@ -48,7 +63,7 @@ def read_gguf_metadata(path: str | os.PathLike[str], keys: Iterable[str] | None 
             raise GGUFError(f"{os.fspath(path)}: not a GGUF file (empty)") from None
     with data:
         try:
-            return _Reader(data).metadata(wanted)
+            yield _Reader(data)
         except (struct.error, IndexError, UnicodeDecodeError, OverflowError) as exc:
             raise GGUFError(f"{os.fspath(path)}: damaged GGUF metadata ({exc})") from None
 
@@ -84,6 +99,27 @@ class _Reader:
             else:
                 self.skip(kind)
         return out
+
+    def strings_of(self, array: str, wanted: set[int]) -> dict[int, str]:
+        self.uint(10)
+        for _ in range(self.uint(10)):
+            key, kind = self.string(), self.uint(4)
+            if key != array:
+                self.skip(kind)
+                continue
+            if kind != _ARRAY:
+                return {}
+            item_kind, n = self.uint(4), self.uint(10)
+            if item_kind != _STRING:
+                return {}
+            out = {}
+            for i in range(min(n, max(wanted, default=-1) + 1)):
+                if i in wanted:
+                    out[i] = self.string()
+                else:
+                    self.skip(_STRING)
+            return out
+        return {}
 
     def scalar(self, kind: int) -> int | float:
         """A fixed-size value: a float for kinds 6 and 12, a bool for 7, else an int."""
