@@ -342,8 +342,8 @@ def _match(path: Path, model: llama_model_p) -> str:
     from ...interop.jinja import JinjaTemplate
     from ...interop.loading import register_template
 
-    # the fields JinjaTemplate.from_gguf reads, from the metadata llama.cpp already parsed (gguf's reader
-    # would parse the whole file again: seconds for a large one)
+    # the fields JinjaTemplate.from_gguf reads, from the metadata llama.cpp already parsed (no second read of
+    # the file's header)
     source = meta(model, "tokenizer.chat_template") or ""
     named = {n: t for n in ("tool_use", "rag") if (t := meta(model, f"tokenizer.chat_template.{n}"))}
     if not source and not named:
