@@ -9,7 +9,7 @@ from lmchat import Session, get_template
 from lmchat.registry import canonical_name
 
 from . import oracle
-from .conversations import a, call, s, text_strategy, tool, u
+from .conversations import TEXT, a, call, s, tool, u
 from .hypothesis_profiles import examples
 from .test_conformance import assert_same, assert_same_as_oracle
 
@@ -41,7 +41,7 @@ def messages_with_tools(draw):
         role = draw(st.sampled_from(["system", "user", "assistant", "tool", "ipython"]))
         message = {"role": role}
         if draw(st.integers(0, 9)):  # content is sometimes missing
-            message["content"] = draw(text_strategy())
+            message["content"] = draw(TEXT)
         if role == "assistant" and draw(st.booleans()):
             args = draw(st.sampled_from(['{"a": 1}', "", {"a": 1}]))
             message["tool_calls"] = [call(draw(st.sampled_from(["add", "f"])), args, f"c{k}")] * draw(st.integers(0, 2))
@@ -158,7 +158,7 @@ def test_later_turns_are_pure_deltas(name):
 
 @pytest.mark.parametrize("name", NAMES)
 @settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(steps=st.lists(st.tuples(st.sampled_from(["user", "tool", "system"]), text_strategy(), text_strategy()),
+@given(steps=st.lists(st.tuples(st.sampled_from(["user", "tool", "system"]), TEXT, TEXT),
                       max_size=6))
 def test_session_invariant_with_tool_results(name, steps):
     template = get_template(name)

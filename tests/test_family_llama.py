@@ -12,7 +12,7 @@ from lmchat.errors import TemplateRuleError
 from lmchat.registry import canonical_name
 
 from . import oracle
-from .conversations import TOOLS, a, call, s, text_strategy, tool, u
+from .conversations import TEXT, TOOLS, a, call, s, tool, u
 from .hypothesis_profiles import examples
 from .test_conformance import assert_same, assert_same_as_oracle
 
@@ -156,10 +156,10 @@ def tool_conversations(draw):
         role = draw(st.sampled_from(roles))
         if role == "call":
             args = draw(st.sampled_from([{"query": "x"}, '{"a": 1}', {"a": 1}]))
-            out.append(a(draw(text_strategy()),
+            out.append(a(draw(TEXT),
                          tool_calls=[call(draw(st.sampled_from(["add", "brave_search"])), args)]))
         else:
-            out.append({"role": role, "content": draw(st.one_of(text_strategy(), st.integers(), st.just([1])))})
+            out.append({"role": role, "content": draw(st.one_of(TEXT, st.integers(), st.just([1])))})
     return out
 
 

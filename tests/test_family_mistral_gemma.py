@@ -10,7 +10,7 @@ from lmchat.errors import TemplateRuleError
 from lmchat.registry import canonical_name
 
 from . import oracle
-from .conversations import TOOLS, a, s, text_strategy, u
+from .conversations import TEXT, TOOLS, a, s, u
 from .hypothesis_profiles import examples
 from .test_conformance import assert_same, assert_same_as_oracle
 
@@ -119,15 +119,15 @@ CALLS = st.lists(st.builds(call, st.sampled_from(["add", "get_current_weather"])
 @st.composite
 def tool_turns(draw, max_turns=3):
     """Mostly well-formed: user turns answered directly or through calls and their results."""
-    messages = [s(draw(text_strategy()))] if draw(st.booleans()) else []
+    messages = [s(draw(TEXT))] if draw(st.booleans()) else []
     for _ in range(draw(st.integers(1, max_turns))):
         messages.append(u(draw(st.sampled_from(["same", "other", " pad "]))))
         if draw(st.booleans()):
             calls = draw(CALLS)
-            messages.append(a(draw(text_strategy()), tool_calls=calls))
-            messages += [result(draw(text_strategy()), c["id"]) for c in calls]
+            messages.append(a(draw(TEXT), tool_calls=calls))
+            messages += [result(draw(TEXT), c["id"]) for c in calls]
         if draw(st.booleans()):
-            messages.append(a(draw(text_strategy())))
+            messages.append(a(draw(TEXT)))
     return messages
 
 
@@ -137,7 +137,7 @@ def any_messages(draw, max_messages=7):
     messages = []
     for _ in range(draw(st.integers(1, max_messages))):
         kind = draw(st.sampled_from(["system", "user", "user", "assistant", "call", "tool"]))
-        content = draw(st.sampled_from(["same", "other"]) | text_strategy())
+        content = draw(st.sampled_from(["same", "other"]) | TEXT)
         if kind == "call":
             messages.append(a(content, tool_calls=draw(CALLS)))
         elif kind == "tool":
@@ -153,7 +153,7 @@ def session_batch(draw):
     batch = [u(draw(st.sampled_from(["same", "other", " pad "])))]
     if draw(st.booleans()):
         calls = draw(CALLS)
-        batch += [a("", tool_calls=calls)] + [result(draw(text_strategy()), c["id"]) for c in calls]
+        batch += [a("", tool_calls=calls)] + [result(draw(TEXT), c["id"]) for c in calls]
     return batch
 
 
@@ -169,7 +169,7 @@ def test_random_tool_conversations_v3(messages, tools, prompt):
 
 
 @settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(script=st.lists(session_batch(), min_size=1, max_size=5), system=st.none() | text_strategy())
+@given(script=st.lists(session_batch(), min_size=1, max_size=5), system=st.none() | TEXT)
 def test_v3_session_invariant_with_tools(script, system):
     """Deltas extend the context or reset to the full prompt, tools moving between repeated user turns."""
     template = get_template("mistral-v0.3")

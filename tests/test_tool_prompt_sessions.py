@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from lmchat import Session, get_template
 
-from .conversations import PLAIN_WORDS, TOOLS, a, s, text_strategy, u
+from .conversations import PLAIN_WORDS, TEXT, TOOLS, a, s, u
 from .hypothesis_profiles import examples
 from .test_tool_prompts import DATE, GLM_MESSAGES, WEATHER_TOOLS, raw_actions
 from .tool_prompt_seeds import call
@@ -136,7 +136,7 @@ def play(name, system, turns):
 
 @pytest.mark.parametrize("name", ["internlm2", "chatglm3"])
 @settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(dialogue=tool_dialogues(text_strategy()))
+@given(dialogue=tool_dialogues(TEXT))
 def test_tool_sessions_never_reset(name, dialogue):
     play(name, *dialogue)
 

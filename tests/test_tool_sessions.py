@@ -13,7 +13,7 @@ from lmchat import Session, get_template
 from lmchat.messages import calls_as
 from lmchat.registry import template_class
 
-from .conversations import TOOLS, text_strategy
+from .conversations import TEXT, TOOLS
 from .hypothesis_profiles import examples
 
 DATE = dt.date(2024, 7, 26)
@@ -32,8 +32,8 @@ def tool_scripts(draw):
                           "arguments": draw(st.sampled_from([{"a": 1, "b": 2}, {"location": "上海"}, "{}"]))}}
             for j in range(n)
         ]
-        results = [draw(text_strategy()) for _ in calls]
-        turns.append((draw(text_strategy()), calls, results, draw(text_strategy())))
+        results = [draw(TEXT) for _ in calls]
+        turns.append((draw(TEXT), calls, results, draw(TEXT)))
     return turns
 
 
