@@ -1,4 +1,5 @@
 """Streaming: events for any chunking fold to the whole-text result; nothing shown is taken back."""
+import functools
 import json
 
 import pytest
@@ -81,10 +82,16 @@ def streamed(template, text, cuts, **options):
     return events + stream.finish()
 
 
+@functools.cache
+def pieces(name: str) -> st.SearchStrategy:
+    """Up to 14 of a format's pieces or short texts; made once per format (a strategy made inside a draw is
+    validated again at every draw)."""
+    return st.lists(st.sampled_from(PIECES[name] + COMMON) | st.text(max_size=3), max_size=14)
+
+
 @st.composite
 def answers(draw, name):
-    pieces = PIECES[name] + COMMON
-    text = "".join(draw(st.lists(st.sampled_from(pieces) | st.text(max_size=3), max_size=14)))
+    text = "".join(draw(pieces(name)))
     cuts = draw(st.lists(st.integers(0, len(text)), max_size=len(text)))
     return text, cuts, draw(st.booleans()), draw(st.booleans())
 
