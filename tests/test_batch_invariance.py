@@ -134,7 +134,8 @@ def _answer(backend, session_id, ids, n_tokens=ANSWER_IDS):
     return [i for c in chunks for i in c.token_ids], chunks[-1]
 
 
-#: more than a block (prefix.BLOCK, 32 ids) before each prompt's own words: what the prefix cache reuses
+#: 30 ids before each prompt's own words, which make each prompt (40-44 ids) longer than a block (prefix.BLOCK, 32
+#: ids): the cached part of a prompt is a whole block and part of the next, as a real prefix is
 INTRO = ("Here is a page from a school book about the world around us, written in plain words for young "
          "readers who like short sentences and simple facts. ")
 PROMPTS = [INTRO + p for p in [
