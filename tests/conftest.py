@@ -37,6 +37,8 @@ def pytest_report_header(config):
 def pytest_collection_modifyitems(config, items):
     """Each test marked with the resources it uses, and grouped with the tests that share its server or backend
     (tiers.groups), so that ``--dist loadgroup`` starts each on one worker only."""
+    if unknown := tiers.unknown_slow(items):
+        raise pytest.UsageError(f"tests/tiers.py SLOW names tests that do not exist (renamed?): {unknown}")
     for item in items:
         for name in sorted(tiers.markers_for(item)):
             item.add_marker(name)

@@ -100,6 +100,18 @@ def test_the_soaks_are_slow_by_their_node_id():
     assert tiers.markers_for(Item(pure, nodeid=tiers.SLOW[0] + "::test_anything")) == {"slow"}
 
 
+def test_a_soak_renamed_is_a_collection_error_not_a_quick_test(request):
+    """A SLOW entry naming no test of its collected file fails the collection (conftest): a renamed soak
+    (test_stores_soak's, 2026-12-02) had left the slow tier for the quick one unnoticed."""
+    soak = next(s for s in tiers.SLOW if "::" in s)
+    renamed = [Item(pure, nodeid=soak.split("::")[0] + "::test_another_name")]
+    assert tiers.unknown_slow(renamed) == [soak]
+    assert tiers.unknown_slow([Item(pure, nodeid=soak)]) == []
+    assert tiers.unknown_slow([Item(pure, nodeid="tests/test_parsers.py::test_x")]) == []  # its file not collected
+    collected = request.session.items
+    assert tiers.unknown_slow(collected) == []
+
+
 @pytest.mark.parametrize("markexpr, quick", [
     ("", False),  # the README's test command and CI: every tier, every example
     ("not model and not server and not browser and not redis and not slow", True),  # the quick tier

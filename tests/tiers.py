@@ -70,7 +70,7 @@ PARAMS = {"redis": frozenset({"redis"})}
 #: the soaks: node ids (a file, or a file::test)
 SLOW = (
     "tests/test_serve_soak.py",
-    "tests/test_stores_soak.py::test_soak_descriptors_memory_and_latency_stay_flat",
+    "tests/test_stores_soak.py::test_soak_descriptors_memory_and_the_cost_of_an_append_stay_flat",
     "tests/test_prefix_cache.py::test_a_soak_of_stateless_requests_stays_within_every_bound",
     "tests/test_batch_invariance.py::test_sixteen_conversations_of_five_turns_answer_as_alone",
 )
@@ -143,9 +143,17 @@ def markers_for(item: pytest.Item) -> set[str]:
     found = set(_reached(function, fixtures, info))
     for value in getattr(getattr(item, "callspec", None), "params", {}).values():
         found |= PARAMS.get(value, frozenset()) if isinstance(value, str) else frozenset()
-    if any(item.nodeid == slow or item.nodeid.startswith(slow + "::") for slow in SLOW):
+    if any(item.nodeid == slow or item.nodeid.startswith((slow + "::", slow + "[")) for slow in SLOW):
         found.add("slow")
     return found
+
+
+def unknown_slow(items: list[pytest.Item]) -> list[str]:
+    """The entries of :data:`SLOW` whose file was collected and that name none of its tests (a test renamed or
+    removed: it would leave the ``slow`` tier silently)."""
+    ids = [item.nodeid for item in items]
+    return [slow for slow in SLOW if any(i.startswith(slow.split("::")[0] + "::") for i in ids)
+            and not any(i == slow or i.startswith(slow + "::") or i.startswith(slow + "[") for i in ids)]
 
 
 #: what a test function and its fixtures reach, walked once for all the items of one parametrized test
