@@ -95,3 +95,19 @@ def test_a_short_array_of_numbers_asked_for_by_name(tmp_path):
     fields = gguf_fields(path)
     assert fields["attention.head_count_kv"] == [1, 2, 4]
     assert kv_bytes_per_token(fields) == (1 + 2 + 4) * (16 + 16) * 2  # f16 keys and values, head size 64 / 4
+
+
+def test_a_conversion_parses_the_gguf_once_and_leaves_gguf_as_it_was(tmp_path):
+    """transformers reads a GGUF three times in one --backend hf conversion: lmchat's conversion makes gguf's
+    reader and tensor-name map once each (lmchat/backends/hf/convert.py), and only while it converts. The
+    converted weights are byte-identical either way (test_hf_backend's model answers as before)."""
+    gguf = pytest.importorskip("gguf")
+    from lmchat.backends.hf.convert import gguf_parsed_once
+
+    path = str(gguf_files.metadata_only(tmp_path / "m.gguf", "llama", general_name="tiny"))
+    reader, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    with gguf_parsed_once():
+        assert gguf.GGUFReader(path) is gguf.GGUFReader(path)
+        assert gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2) is gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2)
+    assert (gguf.GGUFReader, gguf.get_tensor_name_map) == (reader, name_map)
+    assert gguf.GGUFReader(path) is not gguf.GGUFReader(path)

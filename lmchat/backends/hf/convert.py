@@ -9,6 +9,7 @@ second or two.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import io
 import json
@@ -54,6 +55,28 @@ def quiet_transformers() -> Iterator[None]:
             logging.enable_progress_bar()
 
 
+@contextlib.contextmanager
+def gguf_parsed_once() -> Iterator[None]:
+    """Within one conversion, gguf's reader and tensor-name map made once each.
+
+    transformers parses the file three times (the config, the weights, the tokenizer), each a full ``GGUFReader``
+    that walks all 49,152 token strings of the bundled model through numpy memmaps (3-4 s each here), and builds
+    gguf's ``TensorNameMap`` again for every module it maps (397 times, 3-5 s in all). Neither changes during a
+    conversion and transformers offers no way to pass them in, so the two names it imports from ``gguf`` at call
+    time are memoized while converting and restored after: 19.3 s -> 10.3 s on the bundled model (AMD EPYC, 2
+    cores, load 0.6), the safetensors written byte-identical.
+    Both are read-only once made (a memmap opened "r", a lookup table)."""
+    import gguf
+
+    reader, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    gguf.GGUFReader = functools.cache(reader)  # type: ignore[misc,assignment]
+    gguf.get_tensor_name_map = functools.cache(name_map)
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map = reader, name_map  # type: ignore[misc]
+
+
 def ensure_converted(gguf: Path, root: Path) -> Path:
     """The converted folder of ``gguf``, converting it first if needed (with a progress bar on stderr)."""
     folder = converted_folder(gguf, root)
@@ -86,7 +109,7 @@ def _convert(gguf: Path, out: Path) -> None:
     console.print(f"lmchat: converting {gguf.name} once into {out.parent} (later starts load it directly)")
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
     progress = Progress(*columns, console=console, transient=True, redirect_stdout=False, redirect_stderr=False)
-    with progress, quiet_transformers():
+    with progress, quiet_transformers(), gguf_parsed_once():
         task = progress.add_task("reading weights from the GGUF", total=3)
         # the GGUF reader draws its own tqdm bar, which no transformers setting turns off
         with contextlib.redirect_stderr(io.StringIO()):
