@@ -2,8 +2,10 @@
 starts a process or loads a model its markers do not name. The functions below are never run: they are read."""
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
+import types
 
 import pytest
 from hypothesis import given
@@ -20,14 +22,12 @@ LLAMA = ("--backend", "llamacpp", "--template", "smollm2")
 class Item:
     """What tiers reads of a collected test: its function, its fixtures, its parameters, its node id."""
 
-    def __init__(self, function, fixtures=(), params=None, nodeid="tests/test_x.py::test_x", group=None):
+    def __init__(self, function, fixtures=(), params=None, nodeid="tests/test_x.py::test_x", module=None):
         self.function, self.fixturenames, self.nodeid = function, list(fixtures), nodeid
         if params is not None:
             self.callspec = type("CallSpec", (), {"params": params})()
-        self.group = group
-
-    def get_closest_marker(self, name):
-        return pytest.mark.xdist_group(self.group).mark if name == "xdist_group" and self.group else None
+        if module is not None:
+            self.module = module
 
 
 def pure():
@@ -108,14 +108,27 @@ def test_a_soak_renamed_is_a_collection_error_not_a_quick_test(request):
     """A SLOW entry naming no test of its collected file fails the collection (conftest): a renamed soak
     (test_stores_soak's, 2026-12-02) had left the slow tier for the quick one unnoticed."""
     soak = next(s for s in tiers.SLOW if "::" in s)
-    renamed = [Item(pure, nodeid=soak.split("::")[0] + "::test_another_name")]
-    assert tiers.unknown_slow(renamed) == [soak]
-    assert tiers.unknown_slow([Item(pure, nodeid=soak)]) == []
-    # as pytest-xdist leaves the ids once it has read the groups: what the check below reads when run in workers
-    assert tiers.unknown_slow([Item(pure, nodeid=f"{soak}@g", group="g")]) == []
-    assert tiers.unknown_slow([Item(pure, nodeid="tests/test_parsers.py::test_x")]) == []  # its file not collected
-    collected = request.session.items
-    assert tiers.unknown_slow(collected) == []
+    path, name = soak.split("::")
+    renamed, kept = types.ModuleType("renamed"), types.ModuleType("kept")
+    renamed.test_another_name = kept.test_another_name = pure
+    setattr(kept, name, pure)
+    assert tiers.unknown_slow([Item(pure, nodeid=f"{path}::test_another_name", module=renamed)]) == [soak]
+    # the soak present in its file: run whole, run by another test's node id (the soak not collected), or in a
+    # worker of pytest-xdist (which appends @group to every id)
+    for nodeid in (soak, f"{path}::test_another_name", f"{soak}@{path}::backend"):
+        assert tiers.unknown_slow([Item(pure, nodeid=nodeid, module=kept)]) == []
+    assert tiers.unknown_slow([Item(pure, nodeid="tests/test_parsers.py::test_x", module=renamed)]) == []
+    assert tiers.unknown_slow(request.session.items) == []
+
+
+def test_one_test_of_a_soaks_file_runs_by_its_node_id():
+    """``pytest FILE::TEST`` collects no other test of FILE: the soak's SLOW entry is not stale for that."""
+    other = next(f"{path}::{name}" for path, soak in (s.split("::") for s in tiers.SLOW if "::" in s)
+                 for name in dir(importlib.import_module(path.removesuffix(".py").replace("/", ".")))
+                 if name.startswith("test_") and name != soak)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:randomly", "-p",
+                           "no:cacheprovider", other], capture_output=True, text=True)
+    assert proc.returncode == 0 and other in proc.stdout, proc.stdout + proc.stderr
 
 
 @pytest.mark.parametrize("markexpr, quick", [

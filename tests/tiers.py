@@ -149,18 +149,26 @@ def markers_for(item: pytest.Item) -> set[str]:
 
 
 def unknown_slow(items: list[pytest.Item]) -> list[str]:
-    """The entries of :data:`SLOW` whose file was collected and that name none of its tests (a test renamed or
-    removed: it would leave the ``slow`` tier silently)."""
-    ids = [_own_id(item) for item in items]
-    return [slow for slow in SLOW if any(i.startswith(slow.split("::")[0] + "::") for i in ids)
-            and not any(i == slow or i.startswith(slow + "::") or i.startswith(slow + "[") for i in ids)]
+    """The entries of :data:`SLOW` that name a test their collected file does not define (a test renamed or
+    removed: it would leave the ``slow`` tier silently). Read from the file's module, not from the items: a run
+    of one test by its node id collects no other test of its file, and pytest-xdist appends ``@group`` to ids."""
+    modules = {}
+    for item in items:
+        module = getattr(item, "module", None)
+        if module is not None:
+            modules.setdefault(item.nodeid.split("::")[0], module)
+    unknown = []
+    for slow in SLOW:
+        path, *names = slow.split("::")
+        if path in modules and names and _defined(modules[path], names) is None:
+            unknown.append(slow)
+    return unknown
 
 
-def _own_id(item: pytest.Item) -> str:
-    """The test's node id without the ``@group`` that pytest-xdist appends once its groups are read (after
-    tests/conftest.py's collection hook), so that a check made while the tests run sees the ids SLOW names."""
-    group = item.get_closest_marker("xdist_group")
-    return item.nodeid.removesuffix(f"@{group.args[0]}") if group is not None and group.args else item.nodeid
+def _defined(scope: Any, names: list[str]) -> Any:
+    for name in names:
+        scope = getattr(scope, name, None)
+    return scope
 
 
 #: what a test function and its fixtures reach, walked once for all the items of one parametrized test
