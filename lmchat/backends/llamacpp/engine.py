@@ -56,7 +56,7 @@ from .inspection import Inspection
 from .jobs import Job
 from .kvfiles import DiskEntry, DiskTier
 from .prefix import PrefixIndex
-from .probe import Settle, probe_steps
+from .probe import Settle, StepProbe, probe_steps
 from .reuse import PrefixReuse
 from .sequences import SequencePool, SessionState
 from .shape import ContextShape
@@ -106,7 +106,29 @@ class Engine:
         L.llama_model_desc(model, desc, len(desc))  # "llama 135M Q4_1": architecture, size, weight type
         kernels = (desc.value, int(L.llama_model_size(model)), int(L.llama_model_n_params(model)), self.n_vocab,
                    *shape.kernels)
-        step_probe = probe_steps(L, self.ctx, self.batch, self.pool.mem, self.n_vocab, 0, kernels)
+        self._commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._closed = False
+        self._built = threading.Event()  # set once the parts below exist (or failed to: _closed is then set)
+        probed: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, args=(kernels, probed), name="lmchat-llamacpp", daemon=True)
+        self._thread.start()
+        ok, step_probe = probed.get()
+        if not ok:
+            self._thread.join()
+            raise step_probe
+        try:
+            self._build(shape, disk, settle, step_probe)
+        except BaseException:
+            self._closed = True
+            self._built.set()
+            self._thread.join()
+            raise
+        self._built.set()
+        _ENGINES.add(self)
+
+    def _build(self, shape: ContextShape, disk: DiskTier | None, settle: Settle, step_probe: StepProbe) -> None:
+        """The engine's parts, once the probe has said how its steps compute."""
         self.sessions: dict[str, SessionState] = {}
         self.index: PrefixIndex[SessionState | DiskEntry] = PrefixIndex()
         self.disk = disk
@@ -116,19 +138,13 @@ class Engine:
         rules = StepRules(n_batch=shape.n_batch, prefill_chunk=max(2, min(shape.prefill_chunk, shape.n_batch)),
                           n_ctx_seq=self.n_ctx_seq, pair_rows=step_probe.pair_rows,
                           settle_decoded=settle == "always" or not step_probe.exact_steps)
-        self.prefix = PrefixReuse(self.pool, self.index, vocab, self.sessions, disk, self.n_ctx_seq)
-        self.jobs = Admission(self.pool, self.index, self.prefix, self.sessions, vocab, self.grammars,
+        self.prefix = PrefixReuse(self.pool, self.index, self.vocab, self.sessions, disk, self.n_ctx_seq)
+        self.jobs = Admission(self.pool, self.index, self.prefix, self.sessions, self.vocab, self.grammars,
                               self.n_ctx_seq, disk)
-        self.steps = Steps(L, self.ctx, self.batch, self.pool, self.index, vocab, rules, self.jobs.finish,
+        self.steps = Steps(self._L, self.ctx, self.batch, self.pool, self.index, self.vocab, rules, self.jobs.finish,
                            self.jobs.fail)
-        self.inspection = Inspection(L, self.pool, self.host, self.sessions, self.jobs.served, self.steps,
+        self.inspection = Inspection(self._L, self.pool, self.host, self.sessions, self.jobs.served, self.steps,
                                      self.prefix, step_probe)
-        self._commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._closed = False
-        self._thread = threading.Thread(target=self._loop, name="lmchat-llamacpp", daemon=True)
-        self._thread.start()
-        _ENGINES.add(self)
 
     # ------------------------------------------------------------------ any thread
     def submit(self, request: GenerationRequest) -> Job:
@@ -203,6 +219,25 @@ class Engine:
         self.steps.settle(limit)
 
     # ------------------------------------------------------------------ the scheduler thread
+    def _run(self, kernels: tuple[Any, ...], probed: queue.SimpleQueue[tuple[bool, Any]]) -> None:
+        """The scheduler thread, which makes every ``llama_decode`` of the context, the start-up probe's first.
+
+        One thread, because llama.cpp's CPU threads are OpenMP's and libgomp keeps a team of worker threads for
+        each thread that starts a parallel region: a probe run on the constructing thread left a second team
+        beside the scheduler's, more OpenMP threads than CPUs, and libgomp then cuts every wait's spin short
+        (its throttled spin count), so each of the scheduler's waits slept: one-row steps took 18.6-20.5 ms
+        instead of 9.6 on 2 cores, for the engine's whole life, whenever the probe was measured rather than
+        read from the cache (docs/backends.md, threads)."""
+        try:
+            step_probe = probe_steps(self._L, self.ctx, self.batch, self.pool.mem, self.n_vocab, 0, kernels)
+        except BaseException as exc:
+            probed.put((False, exc))
+            return
+        probed.put((True, step_probe))
+        self._built.wait()
+        if not self._closed:
+            self._loop()
+
     def _loop(self) -> None:
         try:
             while self._take_commands(self._wait()):
