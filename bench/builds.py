@@ -9,8 +9,10 @@ every row count. This measures what each build costs, on the bundled model
 through llama.cpp alone (no lmchat scheduling): a prefill of ``--prompt``
 ids, then ``--steps`` one-row steps and ``--steps`` paired steps (the new
 id beside the previous one, as the engine decodes where it pairs), with the
-thread count given, in alternating rounds (median of each), plus the
-start-up probe's answer for the build.
+thread count given, in alternating rounds (median of each), 8 sessions
+decoding together (a context of 8 streams, one row of each per
+``llama_decode``, as the engine steps them where one row is exact), plus
+the start-up probe's answer for the build.
 
 Each build is a directory that holds the ``llama_cpp`` package (``pip
 install --no-deps --target DIR WHEEL``); ``installed`` is the one this
@@ -79,8 +81,37 @@ def stepped(pair):
         decode([(ids[q], q, q == p) for q in range(first, p + 1)])
     return steps / (time.perf_counter() - t)
 
+def together(n_seq):
+    """Sessions decoding together, as the engine steps them: a context of n_seq streams, each sequence holding
+    its own prompt/4 ids, then one llama_decode a step of one row per sequence; aggregate tok/s."""
+    p = L.llama_context_default_params()
+    p.n_ctx, p.n_batch, p.n_ubatch, p.n_seq_max = n_seq * 2048, 512, 512, n_seq
+    p.n_threads = p.n_threads_batch = threads
+    p.kv_unified, p.no_perf = False, True
+    p.flash_attn_type = params.flash_attn_type
+    many = L.llama_init_from_model(model, p)
+    big = L.llama_batch_init(512, 0, 1)
+    held = prompt // 4
+
+    def run(rows):
+        for i, (token, pos, seq, logits) in enumerate(rows):
+            big.n_seq_id[i] = 1
+            big.token[i], big.pos[i], big.seq_id[i][0], big.logits[i] = token, pos, seq, logits
+        big.n_tokens = len(rows)
+        assert L.llama_decode(many, big) == 0
+
+    for s in range(n_seq):
+        run([(ids[(q + 31 * s) % len(ids)], q, s, q == held - 1) for q in range(held)])
+    t = time.perf_counter()
+    for p_ in range(held, held + steps):
+        run([(ids[(p_ + 31 * s) % len(ids)], p_, s, True) for s in range(n_seq)])
+    rate = n_seq * steps / (time.perf_counter() - t)
+    L.llama_batch_free(big)
+    L.llama_free(many)
+    return rate
+
 out = {"prefill": prefill(), "decode_one_row": stepped(False), "decode_paired": stepped(True),
-       "one_row_exact": probe.one_row_exact, "two_row_exact": probe.two_row_exact}
+       "decode_8_sessions": together(8), "one_row_exact": probe.one_row_exact, "two_row_exact": probe.two_row_exact}
 print(json.dumps(out))
 '''
 
@@ -123,15 +154,17 @@ def main(argv: list[str]) -> int:
     rows, result = [], {}
     for name, measured in runs.items():
         median = {k: statistics.median(r[k] for r in measured) for k in ("prefill", "decode_one_row",
-                                                                         "decode_paired")}
+                                                                         "decode_paired", "decode_8_sessions")}
         exact = measured[0]["one_row_exact"], measured[0]["two_row_exact"]
         result[name] = {**median, "one_row_exact": exact[0], "two_row_exact": exact[1], "runs": measured}
         # what the engine decodes with: one row where one row is exact, paired where only two are
         engine = median["decode_one_row"] if exact[0] else median["decode_paired"]
         rows.append([name, f"{median['prefill']:.0f}", f"{median['decode_one_row']:.1f}",
-                     f"{median['decode_paired']:.1f}", f"{engine:.1f}", "yes" if exact[0] else "no",
+                     f"{median['decode_paired']:.1f}", f"{engine:.1f}", f"{median['decode_8_sessions']:.1f}",
+                     "yes" if exact[0] else "no",
                      "yes" if exact[1] else "no"])
-    print(table(["build", "prefill tok/s", "1-row tok/s", "paired tok/s", "engine tok/s", "1 row exact",
+    print(table(["build", "prefill tok/s", "1-row tok/s", "paired tok/s", "engine tok/s",
+                 "8 sessions tok/s", "1 row exact",
                  "2 rows exact"], rows))
     load = f"load average {min(loads):.1f}-{max(loads):.1f}"
     print(f"{args.prompt}-id prefill, {args.steps} steps, {args.threads} threads, medians of {args.rounds} "
