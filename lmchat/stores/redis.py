@@ -92,6 +92,10 @@ class RedisStore(RecordStore):
             )
         except ValueError as exc:
             raise StoreError(f"not a Redis URL: {exc}", where=self.spec) from None
+        # redis-py writes the server's address into its messages ("Timeout reading from HOST:PORT"), which the
+        # reasons carry to lmchat serve's clients: each is replaced (_reason) by words that name no place
+        host, port = in_url.get("host", "localhost"), in_url.get("port", 6379)
+        self._addresses = [a for a in (f"{host}:{port}", in_url.get("path")) if a]
         self.socket_timeout = in_url.get("socket_timeout", socket_timeout)
         self.socket_connect_timeout = in_url.get("socket_connect_timeout", socket_connect_timeout)
         self._save = self._client.register_script(scripts.SAVE)
@@ -107,26 +111,35 @@ class RedisStore(RecordStore):
         return f"{self.prefix}p:{session_id}"
 
     def _call(self, what: str, fn: Callable[..., T], *args: object, write: bool = False, **kwargs: object) -> T:
-        """Run one Redis operation; every failure becomes a StoreError that names the server."""
+        """Run one Redis operation; every failure becomes a StoreError whose reason names no server (its ``where``
+        and ``str()`` do, for the operator)."""
         try:
             return fn(*args, **kwargs)
         except redis.TimeoutError as exc:
             if write:
                 raise StoreTimeout(
-                    f"{what} timed out ({exc or 'no answer'}; socket timeout "
+                    f"{what} timed out ({self._reason(exc) or 'no answer'}; socket timeout "
                     f"{self.socket_timeout} s): the outcome is unknown, the write may or may not have been applied; "
                     "retry it with the same token (idempotency key)", server=self.spec, seconds=self.socket_timeout,
                     where=self.where,
                 ) from None
-            raise StoreError(f"cannot {what}: timed out ({exc}) (is Redis running?)", where=self.where) from None
+            raise StoreError(f"cannot {what}: timed out ({self._reason(exc)}) (is Redis running?)",
+                             where=self.where) from None
         except redis.ResponseError as exc:
             if _DAMAGED in str(exc) or "WRONGTYPE" in str(exc):  # Redis answers: the session's keys are bad
-                raise StoreCorrupt(f"cannot {what}: {str(exc)[:200]} (the session's keys are damaged)",
+                raise StoreCorrupt(f"cannot {what}: {self._reason(exc)[:200]} (the session's keys are damaged)",
                                    where=self.where) from None
-            raise StoreError(f"cannot {what}: {exc}", where=self.where) from None
+            raise StoreError(f"cannot {what}: {self._reason(exc)}", where=self.where) from None
         except redis.RedisError as exc:
-            raise StoreError(f"cannot {what}: {exc or type(exc).__name__} (is Redis running?)",
+            raise StoreError(f"cannot {what}: {self._reason(exc) or type(exc).__name__} (is Redis running?)",
                              where=self.where) from None
+
+    def _reason(self, exc: redis.RedisError) -> str:
+        """redis-py's message with the server's address (host:port, a socket's path) replaced."""
+        text = str(exc)
+        for address in self._addresses:
+            text = text.replace(address, "the Redis server")
+        return text
 
     def _write_args(self, rec_id: str, expected: int | None, token: str, summary: Summary
                     ) -> tuple[list[str], list[str | int | None]]:
