@@ -58,11 +58,15 @@ n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(model))
 probe = probe_steps(L, ctx, batch, mem, n_vocab, 0)
 ids = [(11 + 7919 * i) % n_vocab for i in range(prompt + 2 * steps + 2)]
 
+def feed(context, b, rows):
+    """One llama_decode of rows (token, position, sequence, logits?), at most 512 (the batches' size)."""
+    for i, (token, pos, seq, logits) in enumerate(rows):
+        b.token[i], b.pos[i], b.seq_id[i][0], b.logits[i] = token, pos, seq, logits
+    b.n_tokens = len(rows)
+    assert L.llama_decode(context, b) == 0
+
 def decode(rows):
-    for i, (token, pos, logits) in enumerate(rows):
-        batch.token[i], batch.pos[i], batch.seq_id[i][0], batch.logits[i] = token, pos, 0, logits
-    batch.n_tokens = len(rows)
-    assert L.llama_decode(ctx, batch) == 0
+    feed(ctx, batch, [(token, pos, 0, logits) for token, pos, logits in rows])
 
 def prefill():
     L.llama_memory_seq_rm(mem, 0, -1, -1)
@@ -84,27 +88,23 @@ def stepped(pair):
 def together(n_seq):
     """Sessions decoding together, as the engine steps them: a context of n_seq streams, each sequence holding
     its own prompt/4 ids, then one llama_decode a step of one row per sequence; aggregate tok/s."""
+    held = prompt // 4
     p = L.llama_context_default_params()
-    p.n_ctx, p.n_batch, p.n_ubatch, p.n_seq_max = n_seq * 2048, 512, 512, n_seq
+    p.n_ctx, p.n_batch, p.n_ubatch, p.n_seq_max = n_seq * max(2048, held + steps + 256), 512, 512, n_seq
     p.n_threads = p.n_threads_batch = threads
     p.kv_unified, p.no_perf = False, True
     p.flash_attn_type = params.flash_attn_type
     many = L.llama_init_from_model(model, p)
     big = L.llama_batch_init(512, 0, 1)
-    held = prompt // 4
-
-    def run(rows):
-        for i, (token, pos, seq, logits) in enumerate(rows):
-            big.n_seq_id[i] = 1
-            big.token[i], big.pos[i], big.seq_id[i][0], big.logits[i] = token, pos, seq, logits
-        big.n_tokens = len(rows)
-        assert L.llama_decode(many, big) == 0
-
+    for i in range(512):
+        big.n_seq_id[i] = 1
     for s in range(n_seq):
-        run([(ids[(q + 31 * s) % len(ids)], q, s, q == held - 1) for q in range(held)])
+        for start in range(0, held, 512):
+            end = min(held, start + 512)
+            feed(many, big, [(ids[(q + 31 * s) % len(ids)], q, s, q == held - 1) for q in range(start, end)])
     t = time.perf_counter()
     for p_ in range(held, held + steps):
-        run([(ids[(p_ + 31 * s) % len(ids)], p_, s, True) for s in range(n_seq)])
+        feed(many, big, [(ids[(p_ + 31 * s) % len(ids)], p_, s, True) for s in range(n_seq)])
     rate = n_seq * steps / (time.perf_counter() - t)
     L.llama_batch_free(big)
     L.llama_free(many)
