@@ -1,6 +1,6 @@
 """Prefix KV cache over HTTP: ``lmchat serve`` vs llama.cpp's ``llama-server`` vs llama-cpp-python's server.
 
-Same GGUF (default: the bundled SmolLM2), same thread count, greedy (temperature 0), short answers
+Same GGUF (default: the bundled SmolLM2), same thread count, greedy (temperature 0, no repetition penalty), short answers
 (``--max-tokens``), OpenAI ``/v1/chat/completions`` streamed over HTTP on 127.0.0.1 (httpx; the time to
 first token is the time to the first chunk carrying content). The servers never run at the same time:
 each workload starts each server fresh (its own process, a new temporary data dir), measures it and
@@ -83,6 +83,12 @@ LCP_MODULES = ("llama_cpp", "fastapi", "uvicorn", "sse_starlette", "starlette_co
 LCP_HIT = re.compile(r"Llama\.generate: (\d+) prefix-match hit, remaining (\d+) prompt tokens to eval")
 LCP_FULL = "Llama.generate: full prompt already cached"
 LCP_PERF = re.compile(r"prompt eval time =\s*[\d.]+ ms /\s*(\d+) tokens")
+
+#: plain greedy on every server, so all three decode the same answers and the counts compare the same work:
+#: lmchat gives the bundled model a repetition penalty of 1.2 (lmchat/backends/bundled.py) and
+#: llama-cpp-python's server a repeat_penalty of 1.1 unless the request says otherwise
+NO_PENALTY = {"lmchat": {"repetition_penalty": 1.0}, "llama-server": {"repeat_penalty": 1.0},
+              "llama-cpp-python": {"repeat_penalty": 1.0}}
 
 SYSTEM = ("You are a concise assistant. Answer every question in one short sentence, without lists, "
           "code or preamble, and never repeat the question.")
@@ -398,6 +404,7 @@ async def chat(client, srv: Server, messages: list, *, args, session: str | None
     """One streamed chat completion: TTFT, the answer, and the prompt's token counts."""
     body = {"model": srv.model, "messages": messages, "max_tokens": args.max_tokens, "temperature": 0,
             "stream": True, "stream_options": {"include_usage": True}}
+    body.update(NO_PENALTY[srv.kind])
     headers = {}
     if srv.kind == "llama-server":
         body["cache_prompt"] = True
