@@ -1,10 +1,25 @@
 """Prefix KV cache over HTTP: ``lmchat serve`` vs llama.cpp's ``llama-server`` vs llama-cpp-python's server.
 
-Same GGUF (default: the bundled SmolLM2), same thread count, greedy (temperature 0, no repetition penalty), short answers
-(``--max-tokens``), OpenAI ``/v1/chat/completions`` streamed over HTTP on 127.0.0.1 (httpx; the time to
-first token is the time to the first chunk carrying content). The servers never run at the same time:
+Same GGUF (default: the bundled SmolLM2), same thread count, greedy (temperature 0, no repetition penalty),
+short answers (``--max-tokens``), OpenAI ``/v1/chat/completions`` streamed over HTTP on 127.0.0.1 (httpx; the
+time to first token is the time to the first chunk carrying content). The servers never run at the same time:
 each workload starts each server fresh (its own process, a new temporary data dir), measures it and
 stops it, then the next server; the order of the servers rotates from one workload to the next.
+
+Rounds (``--repeat N``, default 1): each workload runs N times on each server, the servers taking turns in
+each round, the order rotated from one round to the next (round 1: A, B, C; round 2: B, C, A). Every figure
+printed and every target checked is the median over the rounds of that figure (a per-turn cell's counts and
+TTFT, a total, a percentile, a wall time, a ratio, an RSS); the errors are every round's. The load average
+(1, 5 and 15 minutes) at each round's start is printed then and heads the tables: figures mean little
+without the load they were measured under. The JSON (bench/results/kv_cache.json, ``kv_cache_quick.json``
+with ``--quick``) keeps ``results[workload][server] = {"median": ..., "rounds": [one result a round]}``,
+``load_averages[workload]`` (a triple a round) and ``answers_equal_to_llama_server``.
+
+Answers: every server decodes greedily without a penalty, so each answer should be llama-server's token for
+token. For ``stateless``, ``stateless_think`` and ``branch`` the report counts lmchat's answer texts equal to
+llama-server's of the same round, turn by turn. Informational, not a target: llama-server runs flash
+attention (``-fa auto``), whose sums may round differently, and once one answer differs, the histories (so
+the later prompts) differ too.
 
 Workloads (``--only NAME``, repeatable):
 
@@ -65,7 +80,7 @@ import time
 import uuid
 from pathlib import Path
 
-from .common import RESULTS, ROOT, save, table
+from .common import RESULTS, ROOT, _cpu_model, save, table
 
 SERVERS = ("lmchat", "llama-server", "llama-cpp-python")
 WORKLOADS = ("stateless", "stateless_think", "shared_system", "sessions", "branch", "restart", "memory")
@@ -707,6 +722,121 @@ RUNNERS = {"stateless": w_stateless, "stateless_think": lambda kind, args: w_sta
            "memory": w_memory}
 
 
+# ---------------------------------------------------------------------------------------------- rounds
+
+def load_average() -> list[float]:
+    """The 1, 5 and 15 minute load averages: what the figures of a round were measured under."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def run_once(name: str, kind: str, args) -> dict:
+    """One server's result of one workload; ``{"fatal": why}`` if it raised, so that the next server still runs."""
+    t0 = time.perf_counter()
+    print(f"{name}: {kind} ...", end=" ", flush=True)
+    try:
+        result = RUNNERS[name](kind, args)
+    except Exception as e:  # noqa: BLE001 - the next server still runs
+        result = {"fatal": f"{type(e).__name__}: {e}"[:1500]}
+        print(f"FAILED: {result['fatal']}", flush=True)
+        return result
+    errs = result.get("errors") or []
+    print(f"{time.perf_counter() - t0:.0f} s" + (f" ({len(errs)} errors: {errs[0][:200]})" if errs else ""),
+          flush=True)
+    return result
+
+
+def measure(name: str, index: int, servers: list[str], args) -> tuple[dict, list]:
+    """``args.repeat`` rounds of the ``index``-th workload: each server's ``{"median": ..., "rounds": [...]}``,
+    and the load average at each round's start."""
+    rounds: dict = {s: [] for s in servers}
+    loads = []
+    for r in range(args.repeat):
+        # the first server changes from round to round (and workload to workload): none is always measured
+        # right after the same other one, or always first
+        shift = (index + r) % len(servers)
+        loads.append(load_average())
+        print(f"{name}, round {r + 1} of {args.repeat}: load average {' '.join(f'{x:.2f}' for x in loads[-1])}",
+              flush=True)
+        for s in servers[shift:] + servers[:shift]:
+            rounds[s].append(run_once(name, s, args))
+    return {s: {"median": median_result(rs), "rounds": rs} for s, rs in rounds.items()}, loads
+
+
+def median_result(rounds: list[dict]) -> dict:
+    """A server's result of one workload whose every figure is the median over ``rounds`` of that figure (a
+    ratio: of the rounds' ratios), and whose errors are every round's, each naming its round. A round that
+    failed as a whole counts by its error only; if all did, the first one's ``fatal`` is the result."""
+    ran = [r for r in rounds if "fatal" not in r]
+    if not ran:
+        return rounds[0]
+    out = _median(ran)
+    out["errors"] = [f"round {k}: {e}" for k, r in enumerate(rounds, 1)
+                     for e in ([r["fatal"]] if "fatal" in r else r.get("errors") or [])]
+    return out
+
+
+def _median(values: list):
+    """The median of numbers, key by key through dicts and item by item through lists, over the values that
+    have the key or item (a round cut short by an error or the deadline has fewer rows); any other value
+    (a text, a flag) only where the values agree on it, else None."""
+    there = [v for v in values if v is not None]
+    if not there:
+        return None
+    first = there[0]
+    if isinstance(first, dict):
+        keys = dict.fromkeys(k for v in there for k in v)
+        return {k: _median([v.get(k) for v in there]) for k in keys}
+    if isinstance(first, list):
+        return [_median([v[i] for v in there if i < len(v)]) for i in range(max(len(v) for v in there))]
+    if isinstance(first, int | float) and not isinstance(first, bool):
+        median = statistics.median(there)
+        # a count stays an int where its median is whole (an even number of rounds averages the middle two)
+        return int(median) if all(isinstance(v, int) for v in there) and median == int(median) else median
+    return first if all(v == first for v in there) else None
+
+
+# ---------------------------------------------------------------------------------------------- answers
+
+#: the workloads whose answers are compared: one client, so the same requests in the same order everywhere
+ANSWERED = ("stateless", "stateless_think", "branch")
+
+
+def answers(result: dict) -> list:
+    """A stateless or branch result's answer texts, turn by turn (the branch's last); None for a failed request."""
+    rows = list(result.get("rows") or [])
+    if result.get("branch"):
+        rows.append(result["branch"])
+    return [None if "error" in r else r["text"] for r in rows]
+
+
+def equal_answers(results: dict) -> dict:
+    """Per workload of ANSWERED and round: how many of lmchat's answers are llama-server's of the same round,
+    text for text, of the turns both answered. Every server decodes greedily without a penalty, so they should
+    all be; llama-server's flash attention may round differently, and once an answer differs the histories,
+    so the later prompts, differ too."""
+    out = {}
+    for name in ANSWERED:
+        res = results.get(name) or {}
+        if "lmchat" in res and "llama-server" in res:
+            out[name] = [_count_equal(answers(a), answers(b))
+                         for a, b in zip(res["lmchat"]["rounds"], res["llama-server"]["rounds"], strict=True)]
+    return out
+
+
+def _count_equal(ours: list, theirs: list) -> dict:
+    # strict=False: a conversation cut short by an error or the deadline has fewer answers
+    both = [(a, b) for a, b in zip(ours, theirs, strict=False) if a is not None and b is not None]
+    return {"equal": sum(a == b for a, b in both), "of": len(both)}
+
+
+def answers_line(counts: list[dict]) -> str:
+    """The report's line: one count if every round gave the same, else each round's."""
+    per_round = [f"{c['equal']} of {c['of']}" for c in counts]
+    got = per_round[0] if len(set(per_round)) == 1 else ", ".join(
+        f"round {k}: {text}" for k, text in enumerate(per_round, 1))
+    return f"\nlmchat's answers equal to llama-server's, text for text (greedy; informational): {got}"
+
+
 # ---------------------------------------------------------------------------------------------- report
 
 def _cell(result: dict | None, fn) -> str:
@@ -779,7 +909,9 @@ def _settled(r: dict) -> str:
     return "-" if value is None else num(int(value))
 
 
-def report(results: dict, servers: list, args) -> list[str]:
+def report(results: dict, servers: list, args, equal: dict) -> list[str]:
+    """The tables, targets and warnings of ``results`` (each server's median result per workload); ``equal``:
+    equal_answers()."""
     out = []
 
     def emit(title, header, rows):
@@ -806,6 +938,8 @@ def report(results: dict, servers: list, args) -> list[str]:
                _cell(res.get(s), lambda r: num(r["totals"]["cached"])),
                _cell(res.get(s), lambda r: num(r["totals"]["evaluated"])), _cell(res.get(s), _settled),
                _cell(res.get(s), lambda r: f"{r['totals']['ttft_s']:.2f} s")] for s in servers])
+        if name in equal:
+            out.append(answers_line(equal[name]))
     for name, title in (("shared_system", f"shared_system: {args.conversations} concurrent stateless conversations, "
                                           f"~1,000-token shared system prompt, {args.shared_turns} turns each, "
                                           f"slots {args.slots}"),
@@ -832,6 +966,8 @@ def report(results: dict, servers: list, args) -> list[str]:
                _cell(res.get(s), lambda r: ms(r["branch"]["ttft_s"])),
                _cell(res.get(s), lambda r: ms(r["median_ttft_s"])),
                _cell(res.get(s), lambda r: f"{r['ratio']:.2f}")] for s in servers])
+        if "branch" in equal:
+            out.append(answers_line(equal["branch"]))
     if "restart" in results:
         res = results["restart"]
         emit(f"restart: ~{args.restart_tokens}-token conversation (lmchat with a session id), graceful stop "
@@ -924,6 +1060,19 @@ def _git_short() -> str:
         return "?"
 
 
+def header(args, versions: dict, skipped: dict, loads: dict) -> str:
+    """What was measured, with what, and under which load (the load average at each round's start)."""
+    return (f"{_cpu_model()}, {os.cpu_count()} CPUs, {args.threads} threads per server; "
+            f"{Path(args.gguf).name}; greedy, max_tokens {args.max_tokens}; "
+            + "; ".join(f"{s} {v}" for s, v in versions.items())
+            + (f"; skipped: {', '.join(skipped)}" if skipped else "")
+            + ("; --quick" if args.quick else "")
+            + (f"; medians of {args.repeat} rounds" if args.repeat > 1 else "")
+            + "\nload average (1, 5, 15 min) at each round's start: "
+            + "; ".join(f"{name} " + ", ".join("/".join(f"{x:.2f}" for x in load) for load in per_round)
+                        for name, per_round in loads.items()))
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench kv_cache", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -941,6 +1090,10 @@ def main(argv=None) -> int:
     p.add_argument("--restart-tokens", type=int, help="restart: the conversation's size in tokens (default 2000)")
     p.add_argument("--memory-conversations", type=int, help="memory: conversations of the load (default 8)")
     p.add_argument("--memory-turns", type=int, help="memory: turns per conversation (default 5)")
+    p.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="rounds of each workload, the servers taking turns in each, the order rotated from one "
+                        "round to the next; the report gives each figure's median over the rounds, the JSON keeps "
+                        "every round (default 1)")
     p.add_argument("--max-tokens", type=int, default=24, help="answer budget per request (default 24)")
     p.add_argument("--slots", type=int, default=4,
                    help="lmchat --sessions and llama-server -np, except in sessions (default 4: lmchat's default)")
@@ -966,6 +1119,8 @@ def main(argv=None) -> int:
             setattr(args, key, value)
     if args.branch_at >= args.turns:
         p.error("--branch-at must be below --turns")
+    if args.repeat < 1:
+        p.error("--repeat must be at least 1")
     servers = [s.strip() for s in args.servers.split(",") if s.strip()]
     if unknown := set(servers) - set(SERVERS):
         p.error(f"unknown servers: {', '.join(sorted(unknown))}")
@@ -985,8 +1140,6 @@ def main(argv=None) -> int:
     running = [s for s in servers if s not in skipped]
     versions = {s: _version(s, args) for s in running}
     workloads = [w for w in WORKLOADS if not args.only or w in args.only]
-    from .common import _cpu_model
-
     print(f"{_cpu_model()}, {os.cpu_count()} CPUs; GGUF {args.gguf}; {args.threads} threads; greedy, "
           f"max_tokens {args.max_tokens}; versions: " + ", ".join(f"{s} {v}" for s, v in versions.items()),
           flush=True)
@@ -994,35 +1147,22 @@ def main(argv=None) -> int:
         print("no server to measure: nothing saved")
         return 1
     results: dict = {}
+    loads: dict = {}
     started = time.perf_counter()
     try:
         for i, name in enumerate(workloads):
-            order = running[i % len(running):] + running[:i % len(running)] if running else []
-            results[name] = {}
-            for s in order:
-                t0 = time.perf_counter()
-                print(f"{name}: {s} ...", end=" ", flush=True)
-                try:
-                    results[name][s] = RUNNERS[name](s, args)
-                    errs = results[name][s].get("errors") or []
-                    print(f"{time.perf_counter() - t0:.0f} s" + (f" ({len(errs)} errors: {errs[0][:200]})"
-                                                                  if errs else ""), flush=True)
-                except Exception as e:  # noqa: BLE001 - the next server still runs
-                    results[name][s] = {"fatal": f"{type(e).__name__}: {e}"[:1500]}
-                    print(f"FAILED: {results[name][s]['fatal']}", flush=True)
+            results[name], loads[name] = measure(name, i, running, args)
     finally:
         _kill_all()
-    lines = report(results, running, args)
-    header = (f"{_cpu_model()}, {os.cpu_count()} CPUs, {args.threads} threads per server; "
-              f"{Path(args.gguf).name}; greedy, max_tokens {args.max_tokens}; "
-              + "; ".join(f"{s} {versions[s]}" for s in running)
-              + (f"; skipped: {', '.join(skipped)}" if skipped else "")
-              + ("; --quick" if args.quick else ""))
-    text = header + "\n" + "\n".join(lines)
+    medians = {name: {s: r["median"] for s, r in res.items()} for name, res in results.items()}
+    equal = equal_answers(results)
+    lines = report(medians, running, args, equal)
+    text = header(args, versions, skipped, loads) + "\n" + "\n".join(lines)
     print("\n" + text)
     print(f"\nall workloads: {time.perf_counter() - started:.0f} s")
     name = "kv_cache_quick" if args.quick else "kv_cache"
-    payload = {"busy_cpus_samples": BUSY, "other_cpus_during": DURING,
+    payload = {"busy_cpus_samples": BUSY, "other_cpus_during": DURING, "load_averages": loads,
+               "answers_equal_to_llama_server": equal,
                "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
                "versions": versions, "skipped": skipped, "results": results}
     RESULTS.mkdir(exist_ok=True)
