@@ -10,6 +10,7 @@ import contextlib
 import importlib
 import os
 import sys
+from collections.abc import Collection
 
 from ..errors import LmchatError
 
@@ -32,7 +33,10 @@ class UsageError(LmchatError, ValueError):
     """Bad command-line input (exit status 2)."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(commands: Collection[str] | None = None) -> argparse.ArgumentParser:
+    """The ``lmchat`` parser. Each subcommand's options come from its module, imported here for the subcommands
+    in ``commands`` (all when None); any other is listed with its help line only: main() passes the one the
+    command line names, so ``lmchat serve`` never imports the REPL and the other commands."""
     parser = argparse.ArgumentParser(
         prog="lmchat",
         description="Exact chat prompts and stateful interactive sessions for chat LLMs.",
@@ -42,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.set_defaults(_module=module)
-        importlib.import_module(module).add_arguments(p)
+        if commands is None or name in commands:
+            importlib.import_module(module).add_arguments(p)
     return parser
 
 
@@ -58,8 +63,16 @@ def _version() -> str:
         return __version__
 
 
+def command_named(argv: list[str]) -> str | None:
+    """The subcommand ``argv`` names: its first word that is not an option (``lmchat``'s own options, -h and
+    --version, take no value)."""
+    return next((arg for arg in argv if not arg.startswith("-")), None)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    if argv is None:
+        argv = sys.argv[1:]
+    parser = build_parser({command_named(argv) or ""})
     args = parser.parse_args(argv)
     if not getattr(args, "_module", None):
         parser.print_help()
