@@ -15,7 +15,7 @@ import tracemalloc
 
 import pytest
 
-from lmchat.backends.llamacpp.hostcache import HostCache, allocated
+from lmchat.backends.llamacpp.hostcache import HostCache, Saved, allocated
 from lmchat.backends.llamacpp.sequences import SessionState
 
 MB = 2**20
@@ -24,7 +24,7 @@ MB = 2**20
 # ---------------------------------------------------------------------------------------------- the cache alone
 def _state(name: str, size: int) -> SessionState:
     state = SessionState(name, ids=[1] * 8)
-    state.blob = bytearray(size)
+    state.saved = Saved(bytearray(size), None)
     return state
 
 
@@ -35,10 +35,10 @@ def test_the_budget_counts_the_spare_and_what_each_buffer_allocated():
     spare = host.take(a)
     assert spare is not None
     host.recycle(spare)  # 2 MB of states and a 2 MB spare: within 5 MB
-    assert host.spare_bytes == allocated(spare) and host.nbytes == allocated(b.blob) + allocated(spare)
+    assert host.spare_bytes == allocated(spare) and host.nbytes == allocated(b.saved.own) + allocated(spare)
     c = _state("c", 2 * MB)
     assert host.put(c) == []  # 6 MB with the spare: the spare goes before any state
-    assert host.spare_bytes == 0 and host.nbytes == allocated(b.blob) + allocated(c.blob) <= host.budget
+    assert host.spare_bytes == 0 and host.nbytes == allocated(b.saved.own) + allocated(c.saved.own) <= host.budget
     host.recycle(bytearray(2 * MB))  # would not fit beside them: freed, not kept
     assert host.spare_bytes == 0 and host.nbytes <= host.budget
 
@@ -110,14 +110,50 @@ def test_an_eviction_writes_into_the_buffer_a_restore_freed(traced):
     turn(traced, a, "What is a library card?", greedy(8))
     turn(traced, b, "Hi!", greedy(8))
     turn(traced, c, "Hello!", greedy(8))  # two sequences: a, the least recently used, goes to the host tier
-    saved = engine.call(lambda: engine.sessions[a.session_id].blob)
+    saved = engine.call(lambda: engine.sessions[a.session_id].saved.own)
     assert saved is not None
     turn(traced, a, "Thanks!", greedy(8))  # b out, a restored: its buffer becomes the spare
     assert engine.call(lambda: engine.host.spare_bytes) == allocated(saved)
     reused = engine.call(lambda: engine.host.buffers_reused)
     turn(traced, b, "Bye!", greedy(8))  # c (shorter than a) out, into the spare: no new buffer
-    assert engine.call(lambda: engine.sessions[c.session_id].blob) is saved
+    assert engine.call(lambda: engine.sessions[c.session_id].saved.own) is saved
     assert engine.call(lambda: engine.host.buffers_reused) == reused + 1 and not engine.call(engine.problems)
+
+
+def test_states_sharing_a_system_prompt_hold_it_once_and_restore_exactly(traced):
+    """Four conversations over two sequences: the two evicted ones are held as one shared prefix (the system
+    prompt and what the questions start with) and a tail each, and their next turns, restored from the joined
+    state, answer what a backend that never evicted them answers."""
+    engine = traced.engine
+    traced.reset_prefix_cache()
+    questions = [f"Question {i}: when does room {i} open?" for i in range(4)]
+    sessions = [new_session(traced, system=SYSTEM) for _ in range(4)]
+    for session, question in zip(sessions, questions, strict=True):
+        turn(traced, session, question, greedy(8))
+
+    ours = {s.session_id for s in sessions}
+
+    def held():  # what the host tier holds of these four (earlier tests' sessions may be there too)
+        states = [s for s in engine.host.states() if s.session_id in ours]
+        prefixes = {id(s.saved.prefix): s.saved.prefix for s in states if s.saved.prefix is not None}
+        return ([(len(s.ids), len(s.saved.own)) for s in states], [(len(p.ids), p.users) for p in prefixes.values()],
+                sum(len(p.blob) for p in prefixes.values()))
+    states, shared, prefix_bytes = engine.call(held)
+    assert len(states) == 2, states
+    (n_shared, users), = shared
+    assert users >= 2 and n_shared >= len(traced.tokenizer.encode_plain(SYSTEM)), shared
+    # each keeps its own ids only: the two states take one system prompt's bytes, not two
+    per_id = prefix_bytes / n_shared
+    assert all(own < (n - n_shared + 8) * per_id for n, own in states), (states, per_id)
+
+    with LlamaCppBackend(threads=THREADS, sessions=4, ctx=4096) as never_evicted:
+        twins = [new_session(never_evicted, system=SYSTEM) for _ in range(4)]
+        for twin, question in zip(twins, questions, strict=True):
+            turn(never_evicted, twin, question, greedy(8))
+        for session, twin in zip(sessions, twins, strict=True):  # the evicted first: restored from the joined state
+            follow = "And when does it close?"
+            assert turn(traced, session, follow, greedy(12))[0] == turn(never_evicted, twin, follow, greedy(12))[0]
+    assert not engine.call(engine.problems)
 
 
 # ---------------------------------------------------------------------------------------------- the process

@@ -29,11 +29,11 @@ class Inspection:
         state = self.sessions.get(session_id)
         if state is None:
             return None
-        return "resident" if state.seq is not None else "host" if state.blob is not None else None
+        return "resident" if state.seq is not None else "host" if state.saved is not None else None
 
     def held_ids(self, session_id: str) -> list[int] | None:
         state = self.sessions.get(session_id)
-        return None if state is None or (state.seq is None and state.blob is None) else list(state.ids)
+        return None if state is None or (state.seq is None and state.saved is None) else list(state.ids)
 
     def pos_max(self, session_id: str) -> int | None:
         """The last position the session's resident sequence holds (llama.cpp's count; -1 when empty)."""
@@ -58,7 +58,7 @@ class Inspection:
             if top != len(state.ids) - 1 or (state.ids and self._L.llama_memory_seq_pos_min(mem, seq) != 0):
                 out.append(f"sequence {seq} holds positions up to {top} for {len(state.ids)} ids")
         for state in [*self.sessions.values(), *self.prefix.orphans]:
-            if state.exact > len(state.ids) or (state.blob is not None and state.seq is not None):
+            if state.exact > len(state.ids) or (state.saved is not None and state.seq is not None):
                 out.append(f"state {state.session_id} is inconsistent")
         if self.host.nbytes > self.host.budget:
             out.append(f"host cache {self.host.nbytes} bytes > budget {self.host.budget}")
@@ -76,6 +76,7 @@ class Inspection:
                "resident_orphans": sum(s.orphan for s in resident),
                "host_sessions": len(self.host), "host_bytes": self.host.nbytes, "host_budget": self.host.budget,
                "host_tokens": sum(len(s.ids) for s in self.host.states()), "host_spare_bytes": self.host.spare_bytes,
+               "host_prefixes": len(self.host.shared), "host_shared_ids": self.host.shared_ids,
                "host_buffers_reused": self.host.buffers_reused, "host_buffers_new": self.host.buffers_new,
                "orphans": len(self.prefix.orphans), "evictions": self.pool.evictions, "restores": self.pool.restores,
                "host_dropped": self.host.dropped, "evict_seconds": self.pool.evict_seconds,

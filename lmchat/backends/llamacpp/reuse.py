@@ -19,6 +19,7 @@ from .prefix import BLOCK, PrefixIndex, common_prefix
 from .sequences import SequencePool, SessionState
 
 if TYPE_CHECKING:
+    from .hostcache import Saved
     from .jobs import Job
     from .steps import Steps
     from .vocab import LlamaVocab
@@ -52,7 +53,7 @@ class PrefixReuse:
             for state in sorted({*self.sessions.values(), *self.orphans}, key=lambda s: s.tick):
                 if state.exact < BLOCK or state.busy:
                     continue
-                blob = state.blob if state.seq is None else self.pool.save(state.seq)
+                blob = self._owned(state)
                 if blob is not None:
                     self.disk.put(state.ids, state.exact, blob)
         except Exception:  # a cache that could not be kept must not stop the close
@@ -78,7 +79,7 @@ class PrefixReuse:
         """The whole prompt of a job whose state holds nothing (None: one that holds something, or a request
         that cannot give it: :meth:`.engine.Engine._start` reports that)."""
         state = job.admitted
-        if state.ids or state.blob is not None:
+        if state.ids or state.saved is not None:
             return None
         if job.target is None:
             try:
@@ -126,13 +127,14 @@ class PrefixReuse:
         """States pushed out of host memory: to disk if there is one, then forgotten by the engine's
         tiers (a session keeps its SessionState: its next turn finds its prefix on disk, or prefills)."""
         for state in states:
-            if self.disk is not None and state.blob is not None and not state.busy:
-                entry, gone = self.disk.put(state.ids, state.exact, state.blob)
+            if self.disk is not None and state.saved is not None and not state.busy:
+                # out of host memory: its own buffer is the file's (joined anew where it was held cut)
+                entry, gone = self.disk.put(state.ids, state.exact, state.saved.whole())
                 for old in gone:
                     self.index.remove(old)
                 if entry is not None:
                     self.index.put(entry)
-            state.blob = None
+            state.saved = None
             self.forget(state)
 
     def publish(self, state: SessionState) -> None:
@@ -143,7 +145,7 @@ class PrefixReuse:
             return
         if self.sessions.get(state.session_id) is not state:
             return
-        blob = state.blob if state.seq is None else self.pool.save(state.seq)
+        blob = self._owned(state)
         if blob is None:
             return
         entry, gone = disk.put(state.ids, state.exact, blob)
@@ -223,13 +225,24 @@ class PrefixReuse:
             self.disk.touch(donor)
         else:
             copied = pool.copy(donor.seq, state, len(donor.ids)) if donor.seq is not None \
-                else donor.blob is not None and pool.load(state, donor.blob, len(donor.ids))
+                else donor.saved is not None and self._restore(state, donor.saved, len(donor.ids))
             if not copied:
                 raise KVFileRejected("the KV of another sequence could not be copied", "copy failed")
         state.ids = list(donor.ids)
         pool.truncate(state, len(prefix))
         if len(state.ids) != len(prefix):
             raise KVFileRejected("this model's memory cannot be cut back to a shared prefix", "cannot cut")
+
+    def _restore(self, state: SessionState, saved: Saved, n_held: int) -> bool:
+        with self.pool.host.viewed(saved) as whole:
+            return self.pool.load(state, whole, n_held)
+
+    def _owned(self, state: SessionState) -> bytearray | None:
+        """The whole state ``state`` holds, in a buffer nothing else writes to: a KV file is written from it in the
+        background, while host memory's own buffers are restored from, cut and reused."""
+        if state.seq is not None:
+            return self.pool.save(state.seq)
+        return None if state.saved is None else state.saved.whole(copy=True)
 
     def _missed(self, job: Job, reason: str | None, kind: str) -> None:
         job.miss = reason

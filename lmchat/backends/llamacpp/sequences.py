@@ -3,7 +3,8 @@
 Each session the engine knows is a :class:`SessionState`: the ids whose keys
 and values it holds, and where they are -- in a sequence of the shared llama
 context (``seq``), or saved with ``llama_state_seq_get_data`` into host memory
-(``blob``). :class:`SequencePool` hands sequence ids to sessions, evicting the
+(``saved``; what it shares with other saved states is held once: :mod:`.hostcache`).
+:class:`SequencePool` hands sequence ids to sessions, evicting the
 least recently used idle session to the host cache when none is free;
 :class:`.hostcache.HostCache` bounds the saved states in bytes, dropping the oldest
 beyond the budget (their next turn rebuilds from ``request.prompt()``).
@@ -17,8 +18,9 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from . import kvsplice
 from ._lib import lib
-from .hostcache import HostCache
+from .hostcache import HostCache, Saved
 
 if TYPE_CHECKING:
     from llama_cpp.llama_cpp import llama_context_p, llama_memory_t
@@ -29,10 +31,10 @@ class SessionState:
     """A session's KV, or -- once the session is dropped (``orphan``) -- a cached prefix nobody owns."""
 
     session_id: str
-    ids: list[int] = attrs.field(factory=list)  # what the sequence (or the blob) holds, position by position
+    ids: list[int] = attrs.field(factory=list)  # what the sequence (or the saved state) holds, position by position
     unfed: list[int] = attrs.field(factory=list)  # sampled last but never fed: the session holds it, the cache not
     seq: int | None = None  # resident: the llama sequence id
-    blob: bytearray | None = None  # evicted: the saved sequence state
+    saved: Saved | None = None  # evicted: the saved sequence state
     job: object | None = None  # the generation running on it
     drop_after: bool = False  # drop() arrived while a generation ran
     orphan: bool = False  # its session was dropped: kept only as a prefix others may start from
@@ -91,7 +93,7 @@ class SessionState:
 
     @property
     def tier(self) -> str | None:
-        return "resident" if self.seq is not None else "host" if self.blob is not None else None
+        return "resident" if self.seq is not None else "host" if self.saved is not None else None
 
 
 class SequencePool:
@@ -189,7 +191,7 @@ class SequencePool:
 
     def evict(self, state: SessionState) -> list[SessionState]:
         """Save ``state``'s sequence to the host cache and free it; returns the states pushed out of the
-        host cache for room (their blobs and ids still set), maybe ``state`` itself."""
+        host cache for room (their saved states and ids still set), maybe ``state`` itself."""
         seq = state.seq
         assert seq is not None, "only a resident state is evicted"
         blob = self.save(seq) if state.ids else None
@@ -200,7 +202,7 @@ class SequencePool:
         if blob is None:
             state.reset()
             return [state]
-        state.blob = blob
+        state.saved = Saved(blob, kvsplice.layout(blob))
         return self.host.put(state)
 
     def move(self, donor: SessionState, state: SessionState) -> None:
