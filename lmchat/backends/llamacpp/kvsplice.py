@@ -51,8 +51,9 @@ class Plane:
 
 @attrs.frozen
 class Layout:
-    """Where a state's parts are: ``n`` cells at positions 0 .. n-1; ``pieces`` in file order, each a fixed
-    header (bytes) or a :class:`Plane` (``planes[0]`` is the cells' metadata, the rest keys and values)."""
+    """Where a state's parts are: ``n`` cells (a saved state's at positions 0 .. n-1, a cut tail's from where it
+    was cut); ``pieces`` in file order, each a fixed header (bytes) or a :class:`Plane` (``planes[0]`` is the
+    cells' metadata, the rest keys and values)."""
 
     n: int
     size: int

@@ -53,9 +53,10 @@ class PrefixReuse:
             for state in sorted({*self.sessions.values(), *self.orphans}, key=lambda s: s.tick):
                 if state.exact < BLOCK or state.busy:
                     continue
-                blob = self._owned(state)
+                blob = self._owned(state, copy=False)  # at close nothing else writes to the host tier's buffers
                 if blob is not None:
                     self.disk.put(state.ids, state.exact, blob)
+                    self.disk.flush()  # a saved or joined state in memory at a time, not every state's at once
         except Exception:  # a cache that could not be kept must not stop the close
             log.exception("could not write the KV states to %s", self.disk.where)
         finally:
@@ -237,12 +238,12 @@ class PrefixReuse:
         with self.pool.host.viewed(saved) as whole:
             return self.pool.load(state, whole, n_held)
 
-    def _owned(self, state: SessionState) -> bytearray | None:
-        """The whole state ``state`` holds, in a buffer nothing else writes to: a KV file is written from it in the
-        background, while host memory's own buffers are restored from, cut and reused."""
+    def _owned(self, state: SessionState, copy: bool = True) -> bytearray | None:
+        """The whole state ``state`` holds, for a KV file written from it in the background: a buffer nothing else
+        writes to, unless not ``copy`` (the host tier's own, which it restores from, cuts and reuses)."""
         if state.seq is not None:
             return self.pool.save(state.seq)
-        return None if state.saved is None else state.saved.whole(copy=True)
+        return None if state.saved is None else state.saved.whole(copy=copy)
 
     def _missed(self, job: Job, reason: str | None, kind: str) -> None:
         job.miss = reason
