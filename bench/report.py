@@ -13,6 +13,56 @@ from .common import RESULTS, ROOT
 PAGE = ROOT / "docs" / "benchmarks.md"
 PLOT = ROOT / "docs" / "img" / "prompt_cost.png"
 
+#: the kv_cache section's text (docs/benchmarks.md): what the run at the commit under its tables shows
+KV_CACHE_ABOUT = (
+    "The servers over HTTP on the same GGUF and thread count, one at a time, each started fresh per "
+    "workload (`python -m bench kv_cache`; `bench/build_llama_server.sh` builds llama.cpp's own "
+    "`llama-server` from the llama.cpp llama-cpp-python ships; `--servers` chooses): a stateless client "
+    "resending its history (at once, and 0.5 s after each answer), concurrent conversations sharing a "
+    "~1,000-token system prompt, conversations with session ids, a branch, the turn after a graceful "
+    "restart, and memory. Every server decodes plain greedy (temperature 0 and no repetition penalty: "
+    "lmchat gives the bundled model a penalty of 1.2 of its own, llama-cpp-python's server 1.1), so a "
+    "single client gets the same answers from all three; `--repeat N` runs each workload N times on each "
+    "server, the servers' order rotated from one round to the next, and every figure and target is the "
+    "median over the rounds (the JSON keeps every round and the load average at each round's start).\n"
+    "\n"
+    "The tables are `--repeat 3` at commit 0cf3f4c (lmchat's engine as of 67a1c85), 2026-12-04, nothing "
+    "else running (the load average, 0.9-2.6, is the benchmark's own servers). What they show:\n"
+    "\n"
+    "* **Answers.** One client: lmchat's 30 answers are llama-server's, text for text (`stateless`, "
+    "`stateless_think`; 30 of 31 in `branch`). Eight concurrent conversations (`sessions`): 49 of 80 are."
+    " llama-server's answers change when other conversations decode beside them: of the first answers of "
+    "conversations 1-4, two (the numbers 9 and 10) differ from what it answers the same request alone, "
+    "while lmchat's answers are the same alone and batched (tests/test_batch_invariance.py); the rest is "
+    "where llama-server's flash attention rounds differently from lmchat's kernels (the numbers 8 and 11 "
+    "alone). Before 2026-12-04 lmchat's penalty made every answer differ, and the strings of capitals it "
+    "produced by turn 20 re-encoded to other ids: that, not the cache, was the `stateless` row's 44.7 "
+    "evaluated ids per turn against 40.2. Now both evaluate 40.2.\n"
+    "* **No answer depends on lmchat's cache, at no cost here**: README command 1 installs "
+    "llama-cpp-python built without llamafile's sgemm (`scripts/install-engine`), where a one-row step "
+    "computes what a prefill computes, so the engine decodes one row per sequence and settles nothing "
+    "(`settled` 0 in every workload). The engine alone, 8 sessions x 10 turns (the `sessions` workload "
+    "without HTTP, 1,919 tokens decoded): 22.0-24.5 s exact, 21.1-23.1 s with flash attention and nothing"
+    " settled (exactness off), 31.3 s with flash attention and the exactness guarantee (one-row steps "
+    "under flash attention are not exact: the answers settled); llama-server runs flash attention (its "
+    "`-fa auto`), and with `-fa off` took as long on `sessions` (28.0 against 28.3 s, one run each). So "
+    "no \"exactness off\" column: on this build it would not be faster.\n"
+    "* **Behind, by the medians**: the `sessions` wall (25.1 against 22.7 s; rounds 24.6-26.3 against "
+    "22.4-25.7), where lmchat's time to first token is lower (p50 0.69 against 1.16 s); "
+    "`stateless_think`'s turn 1 and turn 10 TTFT (single samples, 228-363 ms over lmchat's rounds against"
+    " 205-265); and the branch ratio, 0.63x against 0.58x, where lmchat's branch is faster (118 against "
+    "136 ms) and its ordinary turns more so (187 against 231 ms).\n"
+    "* **Memory**: 689.6 MiB after the load against llama-server's 640.9 (its prompt cache held 619-676 "
+    "over the rounds): 1.08x, 0.96x without lmchat's host tier (76.6 MiB, within `--host-cache-mb`). The "
+    "host tier now holds what evicted sessions share once (docs/backends.md, \"Memory\"): 148.5 MB before, "
+    "80.3 now, for 4x fewer prompt ids evaluated than llama-server (2,439 against 9,998) and half its "
+    "wall time. llama-cpp-python's server idles at 313 MiB (its context is one sequence of 4,096 ids).\n"
+    "\n"
+    "Single TTFT samples (turn 1, 10, 30) vary by tens of milliseconds from run to run. Memory: "
+    "docs/backends.md, 'Memory'. `--quick` runs smaller sizes (10 turns, 8 x 2 and 4 x 4 conversations). "
+    "This machine has 2 cores: no row for 4 threads."
+)
+
 #: name -> (section title, what is measured and how to read it), in page order
 SECTIONS = {
     "prompt_compare": (
@@ -78,27 +128,7 @@ SECTIONS = {
     ),
     "kv_cache": (
         "KV reuse for every client: lmchat serve vs llama-server vs llama-cpp-python's server",
-        ("The servers over HTTP on the same GGUF and thread count, one at a time, each started fresh per "
-         "workload (`python -m bench kv_cache`; `bench/build_llama_server.sh` builds llama.cpp's own "
-         "`llama-server` from the llama.cpp llama-cpp-python ships; `--servers` chooses, and this run left "
-         "llama-cpp-python's server out): a stateless client resending its "
-         "history (at once, and 0.5 s after each answer), concurrent conversations sharing a ~1,000-token "
-         "system prompt, conversations with session ids, a branch, the turn after a graceful restart, and "
-         "memory. No answer depends on lmchat's cache (docs/backends.md, 'Which steps are exact'): README "
-         "command 1 installs llama-cpp-python built without llamafile's sgemm (`scripts/install-engine`), "
-         "where a one-row step computes what a prefill computes, so the engine decodes one row per sequence "
-         "and keeps every decoded token as decoded; what is `settled` is only the few ids of a drift rewind "
-         "(an answer whose text re-encodes to other ids), in the pause before the next request or with it. "
-         "llama-server decodes one row too, with llamafile's sgemm, whose values differ in the last bits from a "
-         "prefill's. This run: commit cf7b5a0, a nearly idle machine (the load under the tables). lmchat is "
-         "behind where the row is one turn's TTFT of a single client (turn 1 and 10, single samples: the build "
-         "without llamafile's sgemm prefills about 9% slower, `python -m bench builds`, and without the pause "
-         "the next request prefills a drift rewind's few ids itself: the evaluated column) and "
-         "where eight sessions keep both cores decoding (`sessions`: 31.0 s against 25.9; the same workload "
-         "took 55.9 s on the default build, two rows a sequence). Memory: docs/backends.md, 'Memory'. "
-         "Single TTFT samples (turn 1, 10, 30) vary by tens of milliseconds from run to run. `--quick` runs "
-         "smaller sizes (10 "
-         "turns, 8 x 2 and 4 x 4 conversations)."),
+        KV_CACHE_ABOUT,
     ),
     "drift": (
         "Retokenization drift: what the engine reuses after cut answers",
