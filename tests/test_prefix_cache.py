@@ -31,6 +31,7 @@ from lmchat import Session  # noqa: E402
 from lmchat.backends import GenerationRequest  # noqa: E402
 from lmchat.backends.llamacpp import LlamaCppBackend  # noqa: E402
 from lmchat.backends.llamacpp.backend import KVTiers  # noqa: E402
+from lmchat.backends.llamacpp.hostcache import MIN_SHARED  # noqa: E402
 from lmchat.backends.llamacpp.kvformat import SUFFIX  # noqa: E402
 from lmchat.backends.llamacpp.prefix import BLOCK, common_prefix  # noqa: E402
 from lmchat.errors import BackendError  # noqa: E402
@@ -207,6 +208,29 @@ def test_a_restart_restores_the_session_from_disk(tmp_path, llm):
         assert last.reused >= before - 14 and last.reused + last.prefilled == len(_prompt_of(session, ids, last))
         assert ids == fresh(llm, _prompt_of(session, ids, last), 12)
         assert b.stats()["disk_read_seconds"] > 0
+
+
+def test_states_held_cut_go_to_disk_whole_and_answer_after_a_restart(tmp_path, llm):
+    """Five conversations opening with one long system prompt over two sequences: the host tier holds the evicted
+    ones as one shared prefix and a tail each (hostcache.py), one is pushed out of it to disk, the rest go at
+    close, each joined back whole; after a restart every next turn starts from its file and answers what a
+    fresh prefill of its prompt answers."""
+    system = _rules(12)  # 289 ids: more than the host tier shares (MIN_SHARED)
+    # 7.5 MB: the prefix and two tails of the bundled model's states, not three: one is pushed out to disk
+    with LlamaCppBackend(threads=THREADS, sessions=2, ctx=4096, kv=KVTiers(kv_dir=tmp_path, host_cache_mb=7.5)) as b:
+        assert len(b.tokenizer.encode_plain(system)) > MIN_SHARED
+        sessions = [new_session(b, system=system) for _ in range(5)]
+        for session, question in zip(sessions, QUESTIONS, strict=False):
+            turn(b, session, question, greedy(8))
+        held = b.stats()
+        assert held["host_prefixes"] == 1 and held["host_sessions"] == 2 and held["disk_files"] == 1, held
+        stored = [session.to_dict() for session in sessions]
+    with LlamaCppBackend(threads=THREADS, sessions=2, ctx=4096, kv=KVTiers(kv_dir=tmp_path)) as b:
+        for data in stored:
+            session = reopened(data, b)
+            ids, last, _ = turn(b, session, QUESTIONS[-1], greedy(8))
+            assert last.cached_from == "disk" and last.cache_miss_reason is None, last
+            assert ids == fresh(llm, _prompt_of(session, ids, last), 8)
 
 
 def reopened(stored, backend):

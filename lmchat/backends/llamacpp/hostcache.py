@@ -182,11 +182,7 @@ class HostCache:
         self._remove(state)
         saved, state.saved = state.saved, None
         assert saved is not None, "every state kept here is saved"
-        if saved.prefix is None:
-            return saved.own
-        whole = self.buffer(saved.size)
-        saved.write_whole(whole)
-        return whole
+        return saved.own if saved.prefix is None else self._joined(saved)
 
     @contextlib.contextmanager
     def viewed(self, saved: Saved) -> Iterator[memoryview]:
@@ -196,13 +192,18 @@ class HostCache:
             with memoryview(saved.own) as view:
                 yield view
             return
-        whole = self.buffer(saved.size)
+        whole = self._joined(saved)
         try:
-            saved.write_whole(whole)
             with memoryview(whole) as view:
                 yield view
         finally:
             self.recycle(whole)
+
+    def _joined(self, saved: Saved) -> bytearray:
+        """A cut state joined into the spare (or a new buffer), which the caller gives back with :meth:`recycle`."""
+        whole = self.buffer(saved.size)
+        saved.write_whole(whole)
+        return whole
 
     def states(self) -> list[SessionState]:
         return list(self._states)
