@@ -114,12 +114,14 @@ def converse(backend, questions=QUESTIONS, params=None, **kw):
 
 
 def reference_llama():
-    """llama-cpp-python's own high-level API on the bundled GGUF, loaded as lmchat loads it (close it)."""
+    """llama-cpp-python's own high-level API on the bundled GGUF, loaded as lmchat loads it, its attention the
+    engine's (flash attention where the build computes it row by row: the two kernels add in other orders, so
+    each is compared with itself) (close it)."""
     from llama_cpp import Llama
 
     from lmchat.backends.bundled import default_gguf
-    from lmchat.backends.llamacpp._lib import llama_without_amx
+    from lmchat.backends.llamacpp._lib import lib, llama_without_amx, rowwise_flash_attn
 
     llama_without_amx()  # on an AMX CPU, llama-cpp-python's defaults crash
     return Llama(model_path=str(default_gguf()), n_ctx=4096, n_batch=512, n_threads=THREADS,
-                 n_threads_batch=THREADS, verbose=False)
+                 n_threads_batch=THREADS, flash_attn=rowwise_flash_attn(lib()), verbose=False)

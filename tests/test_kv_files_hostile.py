@@ -186,7 +186,9 @@ DAMAGE = {
     "another session's state under these ids": (_theirs_under_these_ids, "fails its MAC", False),
     "a file of format 1": (lambda d: _rewrite(d.a, d, version=1), "format 1", False),
     "another model's": (lambda d: _rewrite(d.a, d, model_digest="0" * 32), "another model", True),
-    "other cache parameters": (lambda d: _rewrite(d.a, d, flash_attn=True), "flash_attn: True here False", True),
+    "other cache parameters": (lambda d: _rewrite(d.a, d, flash_attn=not _parts(d.a.read_bytes())[1]["identity"]
+                                                  ["flash_attn"]), "flash_attn: (True here False|False here True)",
+                               True),
     "another build's kernels": (lambda d: _rewrite(d.a, d, kernels="CPU : LLAMAFILE = 0 | "), "kernels:", True),
 }
 #: damage that needs the file to be there at the start (it is indexed under other ids than A's own file's)

@@ -35,6 +35,8 @@ KV = {
                                             "prefill's logits bit for bit"),
     "lmchat_llamacpp_pair_rows": ("gauge", "1 if the engine gives every sequence two rows per llama_decode "
                                            "(one row is inexact)"),
+    "lmchat_llamacpp_flash_attn": ("gauge", "1 if attention runs llama.cpp's flash-attention kernel (on where "
+                                            "the build computes it row by row)"),
     "lmchat_kv_orphans": ("gauge", "Ended sessions' states kept as prefixes (resident or host)"),
     "lmchat_kv_misses": ("counter", "Held prefixes that could not be used, by reason"),
     "lmchat_kv_evictions": ("counter", "States evicted from llama.cpp"),
@@ -55,7 +57,8 @@ CORE_SAMPLES = {
 KV_SAMPLES = {
     "lmchat_kv_tokens_total": ("source",), "lmchat_kv_held_tokens": ("tier",), "lmchat_kv_bytes": ("tier",),
     "lmchat_kv_budget_bytes": ("tier",), "lmchat_kv_entries": ("tier",), "lmchat_kv_settled_tokens_total": (),
-    "lmchat_llamacpp_step_exact": ("rows",), "lmchat_llamacpp_pair_rows": (), "lmchat_kv_orphans": (),
+    "lmchat_llamacpp_step_exact": ("rows",), "lmchat_llamacpp_pair_rows": (), "lmchat_llamacpp_flash_attn": (),
+    "lmchat_kv_orphans": (),
     "lmchat_kv_evictions_total": (), "lmchat_kv_restores_total": (), "lmchat_kv_disk_writes_total": (),
     "lmchat_kv_disk_write_failures_total": (),
 }

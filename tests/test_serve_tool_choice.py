@@ -54,12 +54,18 @@ def test_required_answers_are_one_call_of_a_tool_with_valid_arguments(client):
 
 def test_parallel_calls_are_each_valid(client):
     # parallel_tool_calls (true by default): one or more calls. SmolLM2 tends to call again and again, so an
-    # answer may stop at max_tokens: every call it completed is still one of the tools, valid
+    # answer may stop at max_tokens: every call it completed is still one of the tools, valid; the last one may be
+    # cut off inside its arguments (kept up to its last complete value, with a note: lmchat/tools/calls.py)
     for seed in SEEDS:
         r = client.chat.completions.create(messages=ASK, tools=TOOLS, tool_choice="required", seed=seed, **SAMPLED)
         choice = r.choices[0]
         assert choice.finish_reason in ("tool_calls", "length"), (seed, choice.message)
-        valid_calls(choice.message.tool_calls, PARAMETERS)
+        calls = choice.message.tool_calls
+        cut = choice.finish_reason == "length"
+        complete = calls[:-1] if cut else calls
+        if complete:
+            valid_calls(complete, PARAMETERS)
+        assert calls[-1].function.name in PARAMETERS
         content = choice.message.content
         # nothing but calls; a cut answer may end inside the closing marker of its last call ("</tool")
         assert content is None or (choice.finish_reason == "length" and "</tool_call>".startswith(content)), content

@@ -152,6 +152,8 @@ def _kv(kv: Mapping[str, Any]) -> Iterator[Metric]:
         yield exact
         yield GaugeMetricFamily("lmchat_llamacpp_pair_rows", "1 if the engine gives every sequence two rows per "
                                 "llama_decode (one row is inexact)", value=int(probe["pair_rows"]))
+        yield GaugeMetricFamily("lmchat_llamacpp_flash_attn", "1 if attention runs llama.cpp's flash-attention "
+                                "kernel (on where the build computes it row by row)", value=int(kv["flash_attn"]))
     yield GaugeMetricFamily("lmchat_kv_orphans", "Ended sessions' states kept as prefixes (resident or host)",
                             value=kv["orphans"])
     misses = CounterMetricFamily("lmchat_kv_misses_total", "Held prefixes that could not be used, by reason",

@@ -140,6 +140,14 @@ def llama_without_amx() -> None:
         L.llama_model_default_params.without_amx = True
 
 
+def rowwise_flash_attn(L: ModuleType) -> bool:
+    """Whether this build computes flash attention one query row at a time (scripts/flash-attn-rowwise.patch,
+    which ``scripts/install-engine`` applies): then no row depends on the batch or the threads, and the engine
+    turns flash attention on. llama.cpp's own flash attention tiles many rows together and splits a long context
+    over the threads for one row, which changes the last bits of a step's results (docs/backends.md)."""
+    return b"FA_ROWWISE = 1" in L.llama_print_system_info()
+
+
 def last_error() -> str:
     """The last error lines llama.cpp logged (empty if none)."""
     return "; ".join(_errors)

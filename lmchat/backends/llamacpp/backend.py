@@ -16,7 +16,7 @@ from ...interop.matching import GGUF_KEYS, explain_gguf
 from ...registry import get_template
 from ..base import Chunk, GenerationRequest
 from ..bundled import bundled_sampling, default_gguf
-from ._lib import ALL_LAYERS, gpu_offload, lib, load_model, meta
+from ._lib import ALL_LAYERS, gpu_offload, lib, load_model, meta, rowwise_flash_attn
 from .engine import Engine
 from .kvfiles import DiskTier
 from .kvformat import model_identity
@@ -62,12 +62,14 @@ class KVTiers:
 
 @attrs.frozen
 class Tuning:
-    """How the engine computes, for tests and measurements: ``flash_attn`` (llama.cpp's flash attention),
-    ``prefill_chunk`` (the most prompt tokens one step prefills), ``settle``: ``"auto"`` prefills a decoded
-    answer again only where the start-up probe finds that decoding steps compute other keys and values than a
-    prefill (docs/backends.md); ``"always"`` does it whatever the probe finds."""
+    """How the engine computes, for tests and measurements: ``flash_attn`` (llama.cpp's flash attention;
+    ``"auto"``: on where the build computes it row by row, as ``scripts/install-engine``'s does, so that no
+    step's result depends on the batch: :func:`._lib.rowwise_flash_attn`), ``prefill_chunk`` (the most prompt
+    tokens one step prefills), ``settle``: ``"auto"`` prefills a decoded answer again only where the start-up
+    probe finds that decoding steps compute other keys and values than a prefill (docs/backends.md);
+    ``"always"`` does it whatever the probe finds."""
 
-    flash_attn: bool = False
+    flash_attn: bool | Literal["auto"] = "auto"
     prefill_chunk: int = 256
     settle: Settle = "auto"
 
@@ -140,17 +142,21 @@ class LlamaCppBackend:
             if ctx < 64 * int(sessions):
                 raise BackendError(f"ctx {ctx} leaves fewer than 64 tokens per session ({sessions} sessions)")
             self.threads = int(threads) if threads else _cpus()
+            #: whether attention runs llama.cpp's flash-attention kernel (Tuning.flash_attn; "auto": on the CPU,
+            #: where the build computes it row by row)
+            self.flash_attn = tuning.flash_attn if isinstance(tuning.flash_attn, bool) \
+                else self.gpu_layers == 0 and rowwise_flash_attn(L)
             self.template_name = template or _match(path, self._model)  # for new sessions; never used here
             get_template(self.template_name)  # an unknown name fails now, not at the first session
             disk = None
             if kv.kv_dir is not None and kv.kv_disk_mb > 0:
                 budget = int(kv.kv_disk_mb * 2**20)
                 disk = DiskTier(Path(kv.kv_dir).expanduser(), budget,
-                                _identity(path, flash_attn=tuning.flash_attn, gpu_layers=self.gpu_layers),
+                                _identity(path, flash_attn=self.flash_attn, gpu_layers=self.gpu_layers),
                                 None if kv.kv_key_file is None else Path(kv.kv_key_file).expanduser(),
                                 shared=bool(kv.kv_shared), files=_shared_files(kv.kv_shared, budget))
             shape = ContextShape(n_ctx=ctx, n_seq=int(sessions), threads=self.threads,
-                                 prefill_chunk=tuning.prefill_chunk, flash_attn=tuning.flash_attn)
+                                 prefill_chunk=tuning.prefill_chunk, flash_attn=self.flash_attn)
             self.engine: Engine | None = Engine(self._model, self.tokenizer, shape,
                                                 host_bytes=int(kv.host_cache_mb * 2**20), disk=disk,
                                                 settle=tuning.settle)

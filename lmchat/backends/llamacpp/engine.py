@@ -56,7 +56,7 @@ from .inspection import Inspection
 from .jobs import Job
 from .kvfiles import DiskEntry, DiskTier
 from .prefix import PrefixIndex
-from .probe import Settle, StepProbe, probe_steps
+from .probe import LONG_PREFIX, LONG_STEPPED, Settle, StepProbe, probe_steps
 from .reuse import PrefixReuse
 from .sequences import SequencePool, SessionState
 from .shape import ContextShape
@@ -111,7 +111,11 @@ class Engine:
         self._closed = False
         self._built = threading.Event()  # set once the parts below exist (or failed to: _closed is then set)
         probed: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, args=(kernels, probed), name="lmchat-llamacpp", daemon=True)
+        # flash attention splits a long context over the threads for one row (probe.py): checked where it runs
+        long_context = (shape.flash_attn and self.n_ctx_seq >= LONG_PREFIX + LONG_STEPPED
+                        and shape.n_batch >= LONG_PREFIX)
+        self._thread = threading.Thread(target=self._run, args=(kernels, long_context, probed), name="lmchat-llamacpp",
+                                        daemon=True)
         self._thread.start()
         ok, step_probe = probed.get()
         if not ok:
@@ -144,7 +148,7 @@ class Engine:
         self.steps = Steps(self._L, self.ctx, self.batch, self.pool, self.index, self.vocab, rules, self.jobs.finish,
                            self.jobs.fail)
         self.inspection = Inspection(self._L, self.pool, self.host, self.sessions, self.jobs.served, self.steps,
-                                     self.prefix, step_probe)
+                                     self.prefix, step_probe, shape.flash_attn)
 
     # ------------------------------------------------------------------ any thread
     def submit(self, request: GenerationRequest) -> Job:
@@ -219,7 +223,7 @@ class Engine:
         self.steps.settle(limit)
 
     # ------------------------------------------------------------------ the scheduler thread
-    def _run(self, kernels: tuple[Any, ...], probed: queue.SimpleQueue[tuple[bool, Any]]) -> None:
+    def _run(self, kernels: tuple[Any, ...], long_context: bool, probed: queue.SimpleQueue[tuple[bool, Any]]) -> None:
         """The scheduler thread, which makes every ``llama_decode`` of the context, the start-up probe's first.
 
         One thread, because llama.cpp's CPU threads are OpenMP's and libgomp keeps a team of worker threads for
@@ -229,7 +233,8 @@ class Engine:
         instead of 9.6 on 2 cores, for the engine's whole life, whenever the probe was measured rather than
         read from the cache (docs/backends.md, threads)."""
         try:
-            step_probe = probe_steps(self._L, self.ctx, self.batch, self.pool.mem, self.n_vocab, 0, kernels)
+            step_probe = probe_steps(self._L, self.ctx, self.batch, self.pool.mem, self.n_vocab, 0, kernels,
+                                     long_context=long_context)
         except BaseException as exc:
             probed.put((False, exc))
             return

@@ -20,9 +20,10 @@ class Inspection:
     (prompt tokens by where they came from) are the engine's own."""
 
     def __init__(self, L: ModuleType, pool: SequencePool, host: HostCache, sessions: dict[str, SessionState],
-                 served: Counter[str], steps: Steps, prefix: PrefixReuse, step_probe: StepProbe) -> None:
+                 served: Counter[str], steps: Steps, prefix: PrefixReuse, step_probe: StepProbe,
+                 flash_attn: bool) -> None:
         self._L, self.pool, self.host, self.sessions, self.served = L, pool, host, sessions, served
-        self.steps, self.prefix, self.step_probe = steps, prefix, step_probe
+        self.steps, self.prefix, self.step_probe, self.flash_attn = steps, prefix, step_probe, flash_attn
 
     def where(self, session_id: str) -> str | None:
         """'resident', 'host' or None (unknown or dropped)."""
@@ -83,7 +84,7 @@ class Inspection:
                "restore_seconds": self.pool.restore_seconds, "indexed": len(self.prefix.index),
                "tokens_by_source": dict(self.served), "misses_by_reason": dict(self.prefix.misses),
                "settled_tokens": steps.settled, "settle_decoded": steps.rules.settle_decoded,
-               "step_probe": self.step_probe.as_stats(),
+               "step_probe": self.step_probe.as_stats(), "flash_attn": self.flash_attn,
                "unsettled_tokens": sum(len(s.ids) - (len(s.ids) if s.decoded_at is None else s.decoded_at)
                                    + len(s.unfed[:-1]) for s in steps.unsettled_states())}
         if disk is not None:

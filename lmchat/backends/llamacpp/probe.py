@@ -19,7 +19,12 @@ whole computes too. It does without flash attention; with it, llama.cpp's
 CPU kernel takes a tiled path for many query rows, and a 64-id prompt fed
 as two halves ends on logits 0.48 apart from one batch of it (measured on
 SmolLM2): neither rows nor settling can make that exact. The probe checks
-chunks on a prompt long enough to take that path.
+chunks on a prompt long enough to take that path. llama.cpp's flash attention
+also splits a long context (512 cells or more) over the threads for a single
+query row, so where it runs, one-row and paired steps are checked again after
+a 512-id prefix. ``scripts/install-engine``'s build computes flash attention
+one row at a time over the cells in order (scripts/flash-attn-rowwise.patch),
+and every check then passes.
 """
 from __future__ import annotations
 
@@ -49,6 +54,9 @@ PREFIX, STEPPED = 4, 12
 #: the prompt fed whole, in halves and all but its last two ids then those: longer than a tile of many rows
 #: (64 ids differed in halves under flash attention, 40 did not)
 CHUNKED = 96
+#: flash attention only: the prefix after which steps are checked again, at llama.cpp's threshold for splitting
+#: one row's context over the threads (``nek1 >= 512`` in ggml-cpu's ops.cpp), and the ids stepped after it
+LONG_PREFIX, LONG_STEPPED = 512, 4
 
 
 @attrs.frozen
@@ -91,12 +99,15 @@ _MEASURED: dict[tuple[Any, ...], StepProbe] = {}
 
 
 def probe_steps(L: ModuleType, ctx: llama_context_p, batch: Any, mem: Any, n_vocab: int, seq: int,
-                shape: tuple[Any, ...] | None = None) -> StepProbe:
+                shape: tuple[Any, ...] | None = None, *, long_context: bool = False) -> StepProbe:
     """Feed the same ids to sequence ``seq`` (empty, and left empty) as one prefill, in one-row steps and in
-    paired steps, and compare the logits of every stepped position bit for bit; once per ``shape`` in a
-    process, and kept between processes in the user's cache (probecache.py; None: measured every time)."""
+    paired steps, and compare the logits of every stepped position bit for bit, and with ``long_context`` (flash
+    attention; the sequence must hold 516 ids and a batch 512) once more after a 512-id prefix; once per
+    ``shape`` in a process, and kept between processes in the user's cache (probecache.py; None: measured every
+    time)."""
     if shape is None:
-        return _measure(L, ctx, batch, mem, n_vocab, seq)
+        return _measure(L, ctx, batch, mem, n_vocab, seq, long_context)
+    shape = (*shape, long_context)
     if shape in _MEASURED:
         return _MEASURED[shape]
     cache = open_cache()
@@ -105,7 +116,7 @@ def probe_steps(L: ModuleType, ctx: llama_context_p, batch: Any, mem: Any, n_voc
         kept = cache.get(key) if cache is not None and key is not None else None
         result = _from_kept(kept) if kept is not None else None
         if result is None:
-            result = _measure(L, ctx, batch, mem, n_vocab, seq)
+            result = _measure(L, ctx, batch, mem, n_vocab, seq, long_context)
             if cache is not None and key is not None and not math.isnan(result.max_diff):  # NaN: not measured
                 cache.put(key, _kept(result))
         else:
@@ -142,11 +153,13 @@ def _verdict(result: StepProbe) -> str:
         if result.pair_rows else ""))
 
 
-def _measure(L: ModuleType, ctx: llama_context_p, batch: Any, mem: Any, n_vocab: int, seq: int) -> StepProbe:
+def _measure(L: ModuleType, ctx: llama_context_p, batch: Any, mem: Any, n_vocab: int, seq: int,
+             long_context: bool = False) -> StepProbe:
     import numpy as np
 
     n = PREFIX + STEPPED
     ids = [(7 + 7919 * i) % n_vocab for i in range(n)]  # any ids: only the arithmetic is compared
+    far = [(5 + 65537 * i) % n_vocab for i in range(LONG_PREFIX + LONG_STEPPED)]
 
     def run(rows: list[tuple[int, int, bool]]) -> list[Any]:
         for i, (token, pos, logits) in enumerate(rows):
@@ -157,16 +170,28 @@ def _measure(L: ModuleType, ctx: llama_context_p, batch: Any, mem: Any, n_vocab:
         return [np.ctypeslib.as_array(L.llama_get_logits_ith(ctx, i), shape=(n_vocab,)).copy()
                 for i, (_, _, logits) in enumerate(rows) if logits]
 
-    def stepped(pair: bool) -> list[Any]:
-        L.llama_memory_seq_rm(mem, seq, -1, -1)
-        run([(ids[p], p, False) for p in range(PREFIX)])
+    def stepped(pair: bool, ids: list[int] = ids, prefix: int = PREFIX, fresh: bool = True) -> list[Any]:
+        """The logits of ``ids[prefix:]`` fed one step each after the prefix, prefilled now (``fresh``) or
+        kept from the step before."""
+        if fresh:
+            L.llama_memory_seq_rm(mem, seq, -1, -1)
+            run([(ids[p], p, False) for p in range(prefix)])
         out: list[Any] = []
-        for p in range(PREFIX, n):
+        for p in range(prefix, len(ids)):
             first = p - 1 if pair else p  # the engine's paired row: the previous id computed again
             if not L.llama_memory_seq_rm(mem, seq, first, -1):
                 raise RuntimeError("the memory cannot cut a sequence (a recurrent model): nothing to pair")
             out += run([(ids[q], q, q == p) for q in range(first, p + 1)])
         return out
+
+    def far_steps() -> tuple[list[Any], list[Any], list[Any]]:
+        """After one batch of :data:`LONG_PREFIX` ids, kept: the next ids as one batch (the reference: a prompt
+        fed in chunks is checked to compute what one batch does), in one-row steps and in paired steps (their
+        first step cuts the prefix's last cell and computes it again, as the engine does)."""
+        L.llama_memory_seq_rm(mem, seq, -1, -1)
+        run([(far[p], p, False) for p in range(LONG_PREFIX)])
+        reference = run([(far[p], p, True) for p in range(LONG_PREFIX, len(far))])
+        return reference, stepped(False, far, LONG_PREFIX, fresh=False), stepped(True, far, LONG_PREFIX, fresh=False)
 
     def chunked(cuts: list[int]) -> Any:
         """The last logits of :data:`CHUNKED` ids fed in batches that end at ``cuts``."""
@@ -181,6 +206,9 @@ def _measure(L: ModuleType, ctx: llama_context_p, batch: Any, mem: Any, n_vocab:
         L.llama_memory_seq_rm(mem, seq, -1, -1)
         reference = run([(ids[p], p, p >= PREFIX) for p in range(n)])
         one, two = stepped(False), stepped(True)
+        if long_context:  # compared as if they were more stepped positions of the short feed
+            far_reference, far_one, far_two = far_steps()
+            reference, one, two = reference + far_reference, one + far_one, two + far_two
         whole = chunked([CHUNKED])
         chunks_exact = all(np.array_equal(whole, chunked(cuts)) for cuts in ([CHUNKED // 2, CHUNKED],
                                                                               [CHUNKED - 2, CHUNKED]))
