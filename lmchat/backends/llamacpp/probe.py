@@ -159,7 +159,6 @@ def _measure(L: ModuleType, ctx: llama_context_p, batch: Any, mem: Any, n_vocab:
 
     n = PREFIX + STEPPED
     ids = [(7 + 7919 * i) % n_vocab for i in range(n)]  # any ids: only the arithmetic is compared
-    far = [(5 + 65537 * i) % n_vocab for i in range(LONG_PREFIX + LONG_STEPPED)]
 
     def run(rows: list[tuple[int, int, bool]]) -> list[Any]:
         for i, (token, pos, logits) in enumerate(rows):
@@ -188,6 +187,7 @@ def _measure(L: ModuleType, ctx: llama_context_p, batch: Any, mem: Any, n_vocab:
         """After one batch of :data:`LONG_PREFIX` ids, kept: the next ids as one batch (the reference: a prompt
         fed in chunks is checked to compute what one batch does), in one-row steps and in paired steps (their
         first step cuts the prefix's last cell and computes it again, as the engine does)."""
+        far = [(5 + 65537 * i) % n_vocab for i in range(LONG_PREFIX + LONG_STEPPED)]
         L.llama_memory_seq_rm(mem, seq, -1, -1)
         run([(far[p], p, False) for p in range(LONG_PREFIX)])
         reference = run([(far[p], p, True) for p in range(LONG_PREFIX, len(far))])
