@@ -20,6 +20,7 @@ import lmchat  # noqa: E402
 from lmchat.backends import GenerationRequest  # noqa: E402
 from lmchat.backends.bundled import default_gguf  # noqa: E402
 from lmchat.backends.llamacpp import LlamaCppBackend  # noqa: E402
+from lmchat.backends.llamacpp._lib import ROWWISE_FEATURE  # noqa: E402
 from lmchat.backends.llamacpp.backend import Tuning  # noqa: E402
 from lmchat.serve.metrics import RequestStats, exposition, registry  # noqa: E402
 
@@ -193,7 +194,7 @@ def test_the_start_up_probe_and_the_engine_rule(any_backend, request):
         assert (probe["one_row_max_diff"] > 0.1) is llamafile
         assert probe["chunks_exact"] and probe["exact_steps"]
         # scripts/install-engine's build computes flash attention row by row, and the engine then runs it
-        assert b.flash_attn is (b"FA_ROWWISE = 1" in llama_cpp.llama_print_system_info())
+        assert b.flash_attn is (ROWWISE_FEATURE in llama_cpp.llama_print_system_info())
     else:
         assert not probe["two_row_exact"] and not probe["pair_rows"] and not probe["exact_steps"]
 

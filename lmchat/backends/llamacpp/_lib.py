@@ -33,6 +33,9 @@ _LIB: ModuleType | None = None
 _LOCK = threading.Lock()
 _CALLBACK: Any = None  # the ctypes callbacks must outlive every call into the library
 _PROGRESS: Any = None  # (ctypes function pointers: typeshed names their class only privately)
+#: what a build with scripts/flash-attn-rowwise.patch says in llama_print_system_info (its kernel's version)
+ROWWISE_FEATURE = b"FA_ROWWISE = 2"
+
 #: ggml levels: 1 debug, 2 info, 3 warn, 4 error, 5 continuation. Logged at INFO (silent by default: the
 #: REPL owns the terminal); error lines also go into the messages of BackendError
 _LEVELS = {3: logging.INFO, 4: logging.INFO}
@@ -144,8 +147,9 @@ def rowwise_flash_attn(L: ModuleType) -> bool:
     """Whether this build computes flash attention one query row at a time (scripts/flash-attn-rowwise.patch,
     which ``scripts/install-engine`` applies): then no row depends on the batch or the threads, and the engine
     turns flash attention on. llama.cpp's own flash attention tiles many rows together and splits a long context
-    over the threads for one row, which changes the last bits of a step's results (docs/backends.md)."""
-    return b"FA_ROWWISE = 1" in L.llama_print_system_info()
+    over the threads for one row, which changes the last bits of a step's results (docs/backends.md). The value is
+    the kernel's version: another computes other bits, so it names another build (KV files, probe cache)."""
+    return ROWWISE_FEATURE in L.llama_print_system_info()
 
 
 def last_error() -> str:
