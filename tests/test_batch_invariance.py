@@ -299,9 +299,12 @@ def test_a_long_prompt_answers_alone_cached_and_batched_as_prefills_do(backend, 
     b.reset_prefix_cache()
     ended: dict[str, float] = {}
 
+    other_prompt = b.tokenizer.encode_plain(PROMPTS[2])
+    got: dict[str, list[int]] = {}
+
     def other():
-        ids, _ = _answer(b, "long-other", b.tokenizer.encode_plain(PROMPTS[2]), 120)
-        ended["other"], ended["other ids"] = time.monotonic(), len(ids)
+        got["beside"], _ = _answer(b, "long-other", other_prompt, 120)
+        ended["other"], ended["other ids"] = time.monotonic(), len(got["beside"])
 
     beside_of = threading.Thread(target=other)
     beside_of.start()
@@ -310,3 +313,8 @@ def test_a_long_prompt_answers_alone_cached_and_batched_as_prefills_do(backend, 
     beside_of.join(timeout=300)
     assert ended["other ids"] == 120 and ended["other"] > ended["this"], ended
     assert cold == cached == beside == expected
+    # the short conversation's steps read a view as long as the long one's (llama.cpp sizes it for the longest
+    # sequence of the batch): its answer is its answer alone all the same
+    b.reset_prefix_cache()
+    alone, _ = _answer(b, "other-alone", other_prompt, 120)
+    assert got["beside"] == alone
