@@ -5,11 +5,15 @@ script for real, and tests/test_batch_invariance.py checks that the probe finds 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+from lmchat.backends.llamacpp._lib import ROWWISE_FEATURE
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "install-engine"
+PATCH = SCRIPT.with_name("flash-attn-rowwise.patch")
 
 
 def _where(tmp_path: Path, **env: str) -> Path:
@@ -36,3 +40,10 @@ def test_an_unknown_argument_is_refused_before_anything_is_built(tmp_path):
     assert done.returncode == 2 and "unknown argument '--now'" in done.stderr
     assert not (tmp_path / "lmchat").exists()
 
+
+
+def test_the_engine_looks_for_the_kernel_version_the_patch_adds():
+    """install-engine reads the feature from the patch; the engine has it as a constant: a new kernel version in
+    the patch alone would leave the engine with flash attention off (and its KV files named for the old one)."""
+    added = re.findall(r'^\+.*push_back\(\{ "FA_ROWWISE", "(\d+)" \}\)', PATCH.read_text(), re.M)
+    assert [f"FA_ROWWISE = {v}".encode() for v in added] == [ROWWISE_FEATURE]
