@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,9 +17,9 @@ SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "install-engine"
 PATCH = SCRIPT.with_name("flash-attn-rowwise.patch")
 
 
-def _where(tmp_path: Path, **env: str) -> Path:
+def _where(tmp_path: Path, script: Path = SCRIPT, **env: str) -> Path:
     base = {k: v for k, v in os.environ.items() if k not in ("CMAKE_ARGS", "LMCHAT_LLAMA_CPP_VERSION")}
-    done = subprocess.run([str(SCRIPT), "--where"], env={**base, "XDG_CACHE_HOME": str(tmp_path),
+    done = subprocess.run([str(script), "--where"], env={**base, "XDG_CACHE_HOME": str(tmp_path),
                                                          "PYTHON": sys.executable, **env},
                           capture_output=True, text=True, timeout=30, check=True)
     return Path(done.stdout.strip())
@@ -32,6 +33,19 @@ def test_the_wheel_folder_is_in_lmchats_cache_and_named_by_version_and_options(t
     others = {_where(tmp_path, CMAKE_ARGS="-DGGML_CUDA=ON"), _where(tmp_path, LMCHAT_LLAMA_CPP_VERSION="0.3.37")}
     assert default not in others and len(others) == 2
     assert _where(tmp_path, LMCHAT_LLAMA_CPP_VERSION="0.3.37").name.startswith("llama-cpp-python-0.3.37-")
+
+
+def test_the_wheel_folder_changes_with_either_patch(tmp_path):
+    """A wheel compiled before one of lmchat's patches changed is not the engine those patches make."""
+    scripts = tmp_path / "scripts"
+    shutil.copytree(SCRIPT.parent, scripts)
+    script = scripts / SCRIPT.name
+    names = {_where(tmp_path, script)}
+    for patch in ("flash-attn-rowwise.patch", "kv-copy-prefix.patch"):
+        with (scripts / patch).open("a") as f:
+            f.write("\n")
+        names.add(_where(tmp_path, script))
+    assert len(names) == 3
 
 
 def test_an_unknown_argument_is_refused_before_anything_is_built(tmp_path):

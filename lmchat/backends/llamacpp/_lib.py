@@ -12,6 +12,7 @@ import logging
 import os
 import threading
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -82,6 +83,22 @@ def lib() -> ModuleType:
             L.llama_backend_init()
             _LIB = L
         return _LIB
+
+
+PrefixCopier = Callable[[Any, int, int, int], int]
+
+
+def prefix_copier(L: ModuleType) -> PrefixCopier | None:
+    """llama.cpp's ``lmchat_memory_seq_cp_prefix(mem, src, dst, p1)`` (scripts/kv-copy-prefix.patch): copies
+    the cells of ``src`` below position ``p1`` into the empty ``dst`` and answers how many, or -1 where that
+    memory cannot. None in a build without the patch."""
+    try:
+        copier = L._lib.lmchat_memory_seq_cp_prefix
+    except AttributeError:
+        return None
+    copier.argtypes = (ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32, ctypes.c_int32)
+    copier.restype = ctypes.c_int32
+    return copier  # type: ignore[no-any-return]
 
 
 #: ``n_gpu_layers`` for "every layer": llama.cpp caps it at the model's layers plus the output layer

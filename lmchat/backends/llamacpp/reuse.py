@@ -224,12 +224,15 @@ class PrefixReuse:
                 self.index.remove(donor)
                 raise KVFileRejected(f"llama.cpp did not restore KV file {donor.name} as written", "refused")
             self.disk.touch(donor)
+            held = len(donor.ids)
+        elif donor.seq is not None:
+            held = pool.copy(donor.seq, state, len(donor.ids), len(prefix))
         else:
-            copied = pool.copy(donor.seq, state, len(donor.ids)) if donor.seq is not None \
-                else donor.saved is not None and self._restore(state, donor.saved, len(donor.ids))
-            if not copied:
-                raise KVFileRejected("the KV of another sequence could not be copied", "copy failed")
-        state.ids = list(donor.ids)
+            held = len(donor.ids) if donor.saved is not None and self._restore(state, donor.saved, len(donor.ids)) \
+                else 0
+        if not held:
+            raise KVFileRejected("the KV of another sequence could not be copied", "copy failed")
+        state.ids = donor.ids[:held]
         pool.truncate(state, len(prefix))
         if len(state.ids) != len(prefix):
             raise KVFileRejected("this model's memory cannot be cut back to a shared prefix", "cannot cut")

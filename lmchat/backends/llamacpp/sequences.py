@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from . import kvsplice
-from ._lib import lib
+from ._lib import lib, prefix_copier
 from .hostcache import HostCache, Saved
 
 if TYPE_CHECKING:
@@ -104,6 +104,7 @@ class SequencePool:
         self.ctx = ctx
         self.mem: llama_memory_t = self._L.llama_get_memory(ctx)
         self.can_shift = bool(self._L.llama_memory_can_shift(self.mem))
+        self._copy_prefix = prefix_copier(self._L)
         self.host = host
         self.owner: list[SessionState | None] = [None] * n_seq
         self.evictions = self.restores = 0
@@ -150,12 +151,17 @@ class SequencePool:
         ok = L.llama_state_seq_set_data(self.ctx, buf, len(blob), seq) != 0
         del buf  # a view of blob
         self.restore_seconds += time.perf_counter() - started
-        if not ok or L.llama_memory_seq_pos_min(self.mem, seq) != 0 \
-                or L.llama_memory_seq_pos_max(self.mem, seq) != n_held - 1:
+        if not ok or not self._holds(state, n_held):
             L.llama_memory_seq_rm(self.mem, seq, -1, -1)
             return False
         self.restores += 1
         return True
+
+    def _holds(self, state: SessionState, n: int) -> bool:
+        """Whether ``state``'s sequence holds positions ``0 .. n - 1`` and no other."""
+        low: int = self._L.llama_memory_seq_pos_min(self.mem, state.seq)
+        high: int = self._L.llama_memory_seq_pos_max(self.mem, state.seq)
+        return low == 0 and high == n - 1
 
     def save(self, seq: int) -> bytearray | None:
         """A copy of what sequence ``seq`` holds (None: llama.cpp wrote nothing)."""
@@ -170,24 +176,39 @@ class SequencePool:
         del blob[n:]
         return blob
 
-    def copy(self, donor_seq: int, state: SessionState, n_held: int) -> bool:
-        """Make ``state``'s sequence hold what sequence ``donor_seq`` holds (``n_held`` ids), checked as
-        :meth:`load` checks, through the host tier's spare buffer (counted in its budget).
-        A fresh buffer's first touch was most of a copy's time: 30 ms of page faults for the 43 MB of a
-        1,869-id state against 6 ms of copying out (SmolLM2, 23 KB an id). llama.cpp's own copy between
-        sequences (``llama_memory_seq_cp``) copies a whole stream at the next ``llama_decode``: a state saved
-        or restored before then would be read or overwritten first."""
+    def copy(self, donor_seq: int, state: SessionState, n_held: int, n: int) -> int:
+        """Make ``state``'s sequence hold the first ``n`` of the ``n_held`` ids sequence ``donor_seq`` holds;
+        returns the ids it holds then, counted from position 0: ``n``, or ``n_held`` (the caller cuts it back),
+        or 0 if it could not. A branch needs only the prefix: llama.cpp copies those cells between the two
+        streams itself (scripts/kv-copy-prefix.patch: 1.3 ms for 645 ids of SmolLM2). Where it cannot (a
+        build without the patch, an SWA cache, a pending shift) the whole state goes through host memory
+        and is checked as :meth:`load` checks: the host tier's spare buffer (counted in its budget) or a
+        fresh one, whose page faults were most of that path's time (30 ms of 36 for 1,869 ids, 43 MB).
+        llama.cpp's own ``llama_memory_seq_cp`` between streams copies a whole stream, and only at the next
+        ``llama_decode``: a state saved or restored before then would be read or overwritten first."""
+        assert state.seq is not None, "a copy goes into a resident state"
+        if self._copy_prefix is not None:
+            self.clear(state)
+            started = time.perf_counter()
+            copied = self._copy_prefix(self.mem, donor_seq, state.seq, n)
+            self.restore_seconds += time.perf_counter() - started
+            if copied >= 0:
+                if copied == n and self._holds(state, n):
+                    self.restores += 1
+                    return n
+                self.clear(state)
+                return 0
         size = self._L.llama_state_seq_get_size(self.ctx, donor_seq)
         buf = self.host.buffer(size)
         started = time.perf_counter()
         out = (ctypes.c_uint8 * size).from_buffer(buf)
-        n = self._L.llama_state_seq_get_data(self.ctx, out, size, donor_seq)
+        got = self._L.llama_state_seq_get_data(self.ctx, out, size, donor_seq)
         del out  # a view of the buffer
         self.evict_seconds += time.perf_counter() - started
-        with memoryview(buf)[:n] as view:  # not cut to n: the buffer keeps its allocation for the next one
-            copied = n > 0 and self.load(state, view, n_held)
+        with memoryview(buf)[:got] as view:  # not cut to got: the buffer keeps its allocation for the next one
+            copied = got > 0 and self.load(state, view, n_held)
         self.host.recycle(buf)
-        return copied
+        return n_held if copied else 0
 
     def evict(self, state: SessionState) -> list[SessionState]:
         """Save ``state``'s sequence to the host cache and free it; returns the states pushed out of the
