@@ -21,7 +21,7 @@ from lmchat.backends.llamacpp.shape import ContextShape  # noqa: E402
 
 from . import gguf_files  # noqa: E402
 
-DONOR = 700  # ids the donor sequence holds: three micro-batches' cells
+DONOR = 300  # ids the donor sequence holds: two micro-batches' cells (256 and 44)
 
 
 class Pool:
@@ -88,7 +88,7 @@ def test_the_installed_engine_copies_prefixes_itself():
     assert prefix_copier(L) is not None
 
 
-@pytest.mark.parametrize("n", [1, 255, 256, 645, DONOR - 1, DONOR])
+@pytest.mark.parametrize("n", [1, 256, DONOR - 1, DONOR])
 def test_a_prefix_copied_in_llama_cpp_is_the_state_a_whole_copy_cut_back_leaves(donor, n):
     pool, dst = donor.pool, donor.states[1]
     if pool._copy_prefix is None:
@@ -113,7 +113,7 @@ def test_a_prefix_copied_in_llama_cpp_is_the_state_a_whole_copy_cut_back_leaves(
 def test_the_copied_prefix_computes_what_a_prefill_of_it_computes(donor):
     """The next id's logits after the copy are those after a fresh prefill of the same ids, bit for bit."""
     L, pool = donor.L, donor.pool
-    n, ids = 645, donor.states[0].ids
+    n, ids = 257, donor.states[0].ids
     held = pool.copy(0, donor.states[1], DONOR, n)
     donor.states[1].ids = ids[:held]
     pool.truncate(donor.states[1], n)

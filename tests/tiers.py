@@ -117,9 +117,10 @@ def _shared_resources(item: pytest.Item) -> frozenset[str]:
 
 
 def leaves_a_tier_out(markexpr: str) -> bool:
-    """Whether a run's ``-m`` leaves out a tier (``not model``, ``not slow`` ...): a developer's quicker run, which
-    the property tests run at the ``dev`` profile (tests/hypothesis_profiles.py)."""
-    return any(f"not {name}" in markexpr for name in MARKERS)
+    """Whether a run's ``-m`` leaves out a tier of resources (``not model``, ``not server`` ...): a developer's
+    quicker run, which the property tests run at the ``dev`` profile (tests/hypothesis_profiles.py). Leaving out
+    the soaks does not count: that is the default run (setup.cfg), which runs them at ``ci``."""
+    return any(f"not {name}" in markexpr for name in RESOURCES)
 
 
 #: conftest's fixtures that watch for resources (they name Popen to wrap it, and use nothing)
