@@ -68,7 +68,9 @@ def _ids(n: int, seed: int = 7) -> list[int]:
 
 @pytest.fixture(scope="module")
 def smollm2():
-    return load_model(gguf_files.bundled_gguf())
+    model = load_model(gguf_files.bundled_gguf())
+    yield model
+    lib().llama_model_free(model)  # after the contexts on it (the donor fixtures end first)
 
 
 @pytest.fixture(scope="module", params=[True, False], ids=["flash-attn", "values-transposed"])
