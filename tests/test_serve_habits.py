@@ -3,6 +3,7 @@ the start lines, the context length in /v1/models, every default in --help."""
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 
@@ -161,3 +162,32 @@ def test_a_model_the_server_does_not_serve_is_refused_when_it_has_a_name():
         assert answer.model == "anything"
     finally:
         app.stop()
+
+
+def test_the_first_streamed_answer_imports_nothing():
+    """The first streamed answer after a start imported anyio's asyncio backend between its first token and the
+    client (9-14 ms): the server now loads it as it starts. Every module import is printed
+    (``PYTHONPROFILEIMPORTTIME``); the first request is a streamed chat completion (no health check first: /health
+    loads the backend too) and must print none, nor must a second."""
+    from .serve_helpers import Server
+
+    server = Server("--backend", "llamacpp", "--threads", "1", "--log-level", "info",
+                    env={"PYTHONPROFILEIMPORTTIME": "1"}, wait=False)
+    try:
+        deadline = time.monotonic() + 120
+        while "Uvicorn running on" not in server.output():
+            assert server.proc.poll() is None and time.monotonic() < deadline, server.output()[-3000:]
+            time.sleep(0.05)
+        started = len(server.output())
+        body = {"model": "x", "max_tokens": 2, "messages": [{"role": "user", "content": "hello"}], "stream": True}
+        with server.client() as client:
+            for _ in range(2):
+                with client.stream("POST", "/v1/chat/completions", json=body) as response:
+                    assert response.status_code == 200
+                    assert any('"content": "' in line for line in response.iter_lines())
+        text = server.output()
+    finally:
+        server.stop()
+    assert "import time:" in text[:started], "PYTHONPROFILEIMPORTTIME printed nothing: the test sees no import"
+    imported = [line for line in text[started:].splitlines() if line.startswith("import time:")]
+    assert imported == [], "\n".join(imported)

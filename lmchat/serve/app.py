@@ -5,6 +5,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Iterable
 
+import anyio
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -65,6 +66,10 @@ def create_app(manager: SessionManager, *, api_keys: Iterable[str] | None = None
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # what a streamed answer opens: anyio loads its asyncio backend on first use, which cost the server's
+        # first answer 9-14 ms between its first token and the client (docs/benchmarks.md, turn 1)
+        async with anyio.create_task_group():
+            pass
         yield
         if close_manager:
             # here, not after uvicorn.run(): uvicorn re-raises SIGTERM/SIGINT once it has shut down,
