@@ -194,7 +194,13 @@ def test_the_start_up_probe_and_the_engine_rule(any_backend, request):
         assert (probe["one_row_max_diff"] > 0.1) is llamafile
         assert probe["chunks_exact"] and probe["exact_steps"]
         # scripts/install-engine's build computes flash attention row by row, and the engine then runs it
-        assert b.flash_attn is (ROWWISE_FEATURE in llama_cpp.llama_print_system_info())
+        info = llama_cpp.llama_print_system_info()
+        assert b.flash_attn is (ROWWISE_FEATURE in info)
+        # and multiplies the Q4_1 weights of two or more columns in tiles, one column with vec_dot
+        # (scripts/q4-1-tiles.patch), wherever the CPU has AVX2: so on such a CPU the probe and this module
+        # compare the two kernels, prefills and batches against lone steps
+        if ROWWISE_FEATURE in info:
+            assert (b"Q4_1_TILES = 1" in info) is (b"AVX2 = 1" in info)
     else:
         assert not probe["two_row_exact"] and not probe["pair_rows"] and not probe["exact_steps"]
 

@@ -35,17 +35,26 @@ def test_the_wheel_folder_is_in_lmchats_cache_and_named_by_version_and_options(t
     assert _where(tmp_path, LMCHAT_LLAMA_CPP_VERSION="0.3.37").name.startswith("llama-cpp-python-0.3.37-")
 
 
-def test_the_wheel_folder_changes_with_either_patch(tmp_path):
+PATCHES = ("flash-attn-rowwise.patch", "kv-copy-prefix.patch", "q4-1-tiles.patch")
+
+
+def test_the_wheel_folder_changes_with_any_patch(tmp_path):
     """A wheel compiled before one of lmchat's patches changed is not the engine those patches make."""
     scripts = tmp_path / "scripts"
     shutil.copytree(SCRIPT.parent, scripts)
     script = scripts / SCRIPT.name
     names = {_where(tmp_path, script)}
-    for patch in ("flash-attn-rowwise.patch", "kv-copy-prefix.patch"):
+    for patch in PATCHES:
         with (scripts / patch).open("a") as f:
             f.write("\n")
         names.add(_where(tmp_path, script))
-    assert len(names) == 3
+    assert len(names) == len(PATCHES) + 1
+
+
+def test_the_script_applies_every_patch_in_order():
+    """The third patch's context holds the first one's line: they apply as one series, in this order."""
+    listed = re.search(r'^patches=\((.*)\)', SCRIPT.read_text(), re.M).group(1)
+    assert re.findall(r'[\w-]+\.patch', listed.replace('"$patch_file"', PATCH.name)) == list(PATCHES)
 
 
 def test_an_unknown_argument_is_refused_before_anything_is_built(tmp_path):
