@@ -12,7 +12,7 @@ printed and every target checked is the median over the rounds of that figure (a
 TTFT, a total, a percentile, a wall time, a ratio, an RSS); the errors are every round's. The load average
 (1, 5 and 15 minutes) at each round's start is printed then and heads the tables: figures mean little
 without the load they were measured under. The JSON (bench/results/kv_cache.json, ``kv_cache_quick.json``
-with ``--quick``) keeps ``results[workload][server] = {"median": ..., "rounds": [one result a round]}``,
+with ``--quick``, ``NAME.json`` with ``--out NAME``) keeps ``results[workload][server] = {"median": ..., "rounds": [one result a round]}``,
 ``load_averages[workload]`` (a triple a round) and ``answers_equal_to_llama_server``.
 
 Answers: every server decodes greedily without a penalty, so each answer should be llama-server's token for
@@ -1118,6 +1118,9 @@ def main(argv=None) -> int:
                    help="before each server start, wait up to this for other processes to leave the CPUs idle "
                         "(default 0: only report how busy they were)")
     p.add_argument("--keep-logs", action="store_true", help="keep the servers' data dirs and logs (in /tmp)")
+    p.add_argument("--out", metavar="NAME",
+                   help="save as bench/results/NAME.json and NAME.md (default kv_cache, kv_cache_quick with "
+                        "--quick): a run of some workloads (--only) then leaves the full run's files as they are")
     args = p.parse_args(argv)
     quick = {"turns": 10, "branch_at": 4, "conversations": 8, "shared_turns": 2, "session_conversations": 4,
              "session_turns": 4, "restart_tokens": 2000, "memory_conversations": 4, "memory_turns": 3,
@@ -1171,7 +1174,7 @@ def main(argv=None) -> int:
     text = header(args, versions, skipped, loads) + "\n" + "\n".join(lines)
     print("\n" + text)
     print(f"\nall workloads: {time.perf_counter() - started:.0f} s")
-    name = "kv_cache_quick" if args.quick else "kv_cache"
+    name = args.out or ("kv_cache_quick" if args.quick else "kv_cache")
     payload = {"busy_cpus_samples": BUSY, "other_cpus_during": DURING, "load_averages": loads,
                "answers_equal_to_llama_server": equal,
                "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},

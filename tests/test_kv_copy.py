@@ -83,7 +83,7 @@ def donor(request, smollm2):
 
 
 def test_the_installed_engine_copies_prefixes_itself():
-    """install-engine applies both patches or neither: a build with lmchat's kernel has the copy too."""
+    """install-engine applies its patches all or none: a build with lmchat's kernel has the copy too."""
     L = lib()
     if ROWWISE_FEATURE not in L.llama_print_system_info():
         pytest.skip("llama-cpp-python was not installed by scripts/install-engine")
