@@ -12,7 +12,8 @@ printed and every target checked is the median over the rounds of that figure (a
 TTFT, a total, a percentile, a wall time, a ratio, an RSS); the errors are every round's. The load average
 (1, 5 and 15 minutes) at each round's start is printed then and heads the tables: figures mean little
 without the load they were measured under. The JSON (bench/results/kv_cache.json, ``kv_cache_quick.json``
-with ``--quick``, ``NAME.json`` with ``--out NAME``) keeps ``results[workload][server] = {"median": ..., "rounds": [one result a round]}``,
+with ``--quick``, ``NAME.json`` with ``--out NAME``) keeps
+``results[workload][server] = {"median": ..., "rounds": [one result a round]}``,
 ``load_averages[workload]`` (a triple a round) and ``answers_equal_to_llama_server``.
 
 Answers: every server decodes greedily without a penalty, so each answer should be llama-server's token for
