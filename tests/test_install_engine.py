@@ -51,12 +51,6 @@ def test_the_wheel_folder_changes_with_any_patch(tmp_path):
     assert len(names) == len(PATCHES) + 1
 
 
-def test_the_script_applies_every_patch_in_order():
-    """The third patch's context holds the first one's line: they apply as one series, in this order."""
-    listed = re.search(r'^patches=\((.*)\)', SCRIPT.read_text(), re.M).group(1)
-    assert re.findall(r'[\w-]+\.patch', listed.replace('"$patch_file"', PATCH.name)) == list(PATCHES)
-
-
 def test_an_unknown_argument_is_refused_before_anything_is_built(tmp_path):
     done = subprocess.run([str(SCRIPT), "--now"], env={**os.environ, "XDG_CACHE_HOME": str(tmp_path)},
                           capture_output=True, text=True, timeout=30)
